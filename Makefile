@@ -1,0 +1,23 @@
+# Entry points for a fresh machine: `make demo` (the main job) and `make test`.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all bootstrap build demo test clean
+
+all: build
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+build: bootstrap
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+demo: build
+	@$(BUILD_DIR)/volt8 demo
+
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -L cpu -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,29 @@
+/* The volt8 command: shared helpers of its subcommands. */
+#ifndef VOLT8_CLI_H
+#define VOLT8_CLI_H
+
+#include "volt8.h"
+
+#define CLI_MAX_SHAPES 16
+
+/* "hidden=2560,intermediate=160,..." onto `shape` (keys not named keep their value). 0 on success. */
+int cli_parse_shape(const char *text, volt8_moe_shape *shape);
+void cli_format_shape(const volt8_moe_shape *shape, char *buf, size_t buf_size);
+double cli_now_seconds(void);
+/* Prints "volt8 <command>: <status>: <last error>" to stderr and returns 1. */
+int cli_report(volt8_ctx *ctx, const char *command, volt8_status status);
+
+typedef struct synthetic_checkpoint {
+  int hidden, intermediate, num_experts, top_k, num_hidden_layers;
+  uint64_t seed;
+} synthetic_checkpoint;
+/* Writes model.safetensors and config.json (ModelOpt mixed precision, E4M3 experts with BF16
+ * 128x128 scales under mtp.layers.0) into dir. 0 on success; reports on stderr otherwise. */
+int cli_write_synthetic_checkpoint(const char *dir, const synthetic_checkpoint *spec);
+
+int cli_compile(int argc, char **argv);
+int cli_plan(int argc, char **argv);
+int cli_list(int argc, char **argv);
+int cli_demo(int argc, char **argv);
+
+#endif

@@ -1,0 +1,144 @@
+/* volt8 list / compile / demo: the code generation and JIT pipeline, end to end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct compile_totals {
+  int compiled, from_cache;
+  double seconds;
+} compile_totals;
+
+/* Compiles (or loads from the cache) every variant of `shape`, one progress line each. */
+static volt8_status compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compile_totals *totals) {
+  int32_t count = 0;
+  volt8_status status = volt8_variant_count(ctx, shape, &count);
+  if (status != VOLT8_OK) return status;
+  for (int32_t i = 0; i < count; i++) {
+    char name[128];
+    status = volt8_variant_name(ctx, shape, i, name, sizeof name);
+    if (status != VOLT8_OK) return status;
+    double start = cli_now_seconds();
+    int32_t from_cache = 0;
+    status = volt8_variant_compile(ctx, shape, name, &from_cache);
+    double seconds = cli_now_seconds() - start;
+    if (status != VOLT8_OK) return status;
+    totals->seconds += seconds;
+    if (from_cache) totals->from_cache++; else totals->compiled++;
+    printf("  [%3d/%d] %-44s %s %6.2f s\n", i + 1, count, name, from_cache ? "cached  " : "compiled", seconds);
+    fflush(stdout);
+  }
+  return VOLT8_OK;
+}
+
+int cli_list(int argc, char **argv) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+      if (cli_parse_shape(argv[++i], &shape) != 0) return 2;
+    } else {
+      fprintf(stderr, "volt8 list: unexpected argument \"%s\"\n", argv[i]);
+      return 2;
+    }
+  }
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  volt8_ctx *ctx = NULL;
+  volt8_status status = volt8_ctx_create(&options, &ctx);
+  if (status != VOLT8_OK) return cli_report(NULL, "list", status);
+  int32_t count = 0;
+  status = volt8_variant_count(ctx, &shape, &count);
+  for (int32_t i = 0; status == VOLT8_OK && i < count; i++) {
+    char name[128];
+    status = volt8_variant_name(ctx, &shape, i, name, sizeof name);
+    if (status == VOLT8_OK) printf("%s\n", name);
+  }
+  int rc = status == VOLT8_OK ? 0 : cli_report(ctx, "list", status);
+  volt8_ctx_destroy(ctx);
+  return rc;
+}
+
+int cli_compile(int argc, char **argv) {
+  const char *arch = NULL, *cache = NULL;
+  volt8_moe_shape shapes[CLI_MAX_SHAPES];
+  int shape_count = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
+      arch = argv[++i];
+    } else if (strcmp(argv[i], "--cache") == 0 && i + 1 < argc) {
+      cache = argv[++i];
+    } else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc && shape_count < CLI_MAX_SHAPES) {
+      volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+      if (cli_parse_shape(argv[++i], &shape) != 0) return 2;
+      shapes[shape_count++] = shape;
+    } else {
+      fprintf(stderr, "volt8 compile: unexpected argument \"%s\" (see volt8 --help)\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!arch || !cache) {
+    fprintf(stderr, "volt8 compile: --arch sm_XX and --cache DIR are required\n");
+    return 2;
+  }
+  if (shape_count == 0) shapes[shape_count++] = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  options.cache_dir = cache;
+  options.target_arch = arch;
+  volt8_ctx *ctx = NULL;
+  volt8_status status = volt8_ctx_create(&options, &ctx);
+  if (status != VOLT8_OK) return cli_report(NULL, "compile", status);
+  compile_totals totals = {0, 0, 0.0};
+  for (int s = 0; s < shape_count && status == VOLT8_OK; s++) {
+    char text[256];
+    cli_format_shape(&shapes[s], text, sizeof text);
+    printf("volt8 compile: %s for %s into %s\n", text, arch, cache);
+    status = compile_all(ctx, &shapes[s], &totals);
+  }
+  if (status == VOLT8_OK) {
+    double start = cli_now_seconds();
+    status = volt8_rejection_prepare(ctx);
+    if (status == VOLT8_OK) printf("volt8 compile: rejection sampler kernels %.2f s\n", cli_now_seconds() - start);
+  }
+  int rc = 0;
+  if (status != VOLT8_OK) {
+    rc = cli_report(ctx, "compile", status);
+  } else {
+    printf("volt8 compile: %d compiled, %d already cached, %.1f s\n", totals.compiled, totals.from_cache, totals.seconds);
+  }
+  volt8_ctx_destroy(ctx);
+  return rc;
+}
+
+int cli_demo(int argc, char **argv) {
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  volt8_ctx *ctx = NULL;
+  volt8_status status = volt8_ctx_create(&options, &ctx);
+  if (status != VOLT8_OK) return cli_report(NULL, "demo", status);
+  char arch[16];
+  volt8_ctx_target_arch(ctx, arch, sizeof arch);
+  volt8_status device = volt8_ctx_require_device(ctx);
+  printf("volt8 %s demo\n", volt8_version_string());
+  if (device == VOLT8_OK) {
+    printf("device: GPU found, compiling for %s\n", arch);
+  } else {
+    printf("device: none (%s)\n        compiling the SM70 kernels (%s) so a Volta host can load them from the cache\n",
+           volt8_last_error(ctx), arch);
+  }
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  char text[256];
+  cli_format_shape(&shape, text, sizeof text);
+  printf("shape: %s (reference model, TP4 rank 1)\n", text);
+  compile_totals totals = {0, 0, 0.0};
+  status = compile_all(ctx, &shape, &totals);
+  int rc = 0;
+  if (status != VOLT8_OK) {
+    rc = cli_report(ctx, "demo", status);
+  } else {
+    printf("demo: %d variants compiled, %d loaded from the disk cache, %.1f s in all\n", totals.compiled,
+           totals.from_cache, totals.seconds);
+  }
+  volt8_ctx_destroy(ctx);
+  return rc;
+}

@@ -1,0 +1,38 @@
+/* volt8: demo, list, compile. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *stream) {
+  fprintf(stream,
+          "usage: volt8 <command> [options]\n"
+          "  demo                                  the main job: generate and compile every kernel variant\n"
+          "  list [--shape S]                      list the kernel variants for a shape\n"
+          "  compile --arch sm_XX --cache DIR [--shape S]...\n"
+          "                                        fill a kernel cache ahead of time (PTX for compute_XX)\n"
+          "  plan CKPT_DIR --tp N [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]\n"
+          "                                        validate a checkpoint and print each rank's memory\n"
+          "  version                               print the library version\n"
+          "S is hidden=2560,intermediate=160,num_experts=512,block_n=128,block_k=128,intermediate_offset=32\n"
+          "(keys left out keep these defaults: the reference model's TP4 rank 1).\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char *command = argv[1];
+  if (strcmp(command, "version") == 0) {
+    printf("volt8 %s\n", volt8_version_string());
+    return 0;
+  }
+  if (strcmp(command, "demo") == 0) return cli_demo(argc - 1, argv + 1);
+  if (strcmp(command, "list") == 0) return cli_list(argc - 1, argv + 1);
+  if (strcmp(command, "compile") == 0) return cli_compile(argc - 1, argv + 1);
+  if (strcmp(command, "plan") == 0) return cli_plan(argc - 1, argv + 1);
+  fprintf(stderr, "volt8: unknown command \"%s\"\n", command);
+  usage(stderr);
+  return 2;
+}

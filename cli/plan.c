@@ -1,0 +1,134 @@
+/* volt8 plan: validate a checkpoint's MTP experts and print what each tensor-parallel rank keeps. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define MIB (1024.0 * 1024.0)
+
+typedef struct plan_args {
+  const char *checkpoint_dir, *draft_dir, *online;
+  int32_t tp_size, rank, online_block_n;
+  int json;
+} plan_args;
+
+static void plan_usage(FILE *stream) {
+  fprintf(stream, "usage: volt8 plan CKPT_DIR --tp N [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]\n");
+}
+
+static int parse_count(const char *text, int32_t low, int32_t high, int32_t *out) {
+  char *end = NULL;
+  long value = strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < low || value > high) return -1;
+  *out = (int32_t)value;
+  return 0;
+}
+
+static int parse_plan_args(int argc, char **argv, plan_args *args) {
+  *args = (plan_args){.tp_size = 0, .rank = -1, .online_block_n = 128};
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    int has_value = i + 1 < argc;
+    if (strcmp(arg, "--json") == 0) args->json = 1;
+    else if (strcmp(arg, "--tp") == 0 && has_value) {
+      if (parse_count(argv[++i], 1, 4096, &args->tp_size) != 0) return fprintf(stderr, "volt8 plan: --tp needs a count\n"), -1;
+    } else if (strcmp(arg, "--rank") == 0 && has_value) {
+      if (parse_count(argv[++i], 0, 4095, &args->rank) != 0) return fprintf(stderr, "volt8 plan: --rank needs a rank\n"), -1;
+    } else if (strcmp(arg, "--online-block") == 0 && has_value) {
+      if (parse_count(argv[++i], 1, 128, &args->online_block_n) != 0) return fprintf(stderr, "volt8 plan: bad --online-block\n"), -1;
+    } else if (strcmp(arg, "--draft") == 0 && has_value) args->draft_dir = argv[++i];
+    else if (strcmp(arg, "--online") == 0 && has_value) args->online = argv[++i];
+    else if (arg[0] != '-' && !args->checkpoint_dir) args->checkpoint_dir = arg;
+    else return fprintf(stderr, "volt8 plan: unexpected argument \"%s\"\n", arg), -1;
+  }
+  if (!args->checkpoint_dir || args->tp_size == 0) return fprintf(stderr, "volt8 plan: needs CKPT_DIR and --tp N\n"), -1;
+  if (args->rank >= args->tp_size) return fprintf(stderr, "volt8 plan: --rank %d is not below --tp %d\n", args->rank, args->tp_size), -1;
+  return 0;
+}
+
+static void print_json_string(const char *text) {
+  putchar('"');
+  for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+    if (*c == '"' || *c == '\\') printf("\\%c", *c);
+    else if (*c < 0x20) printf("\\u%04x", *c);
+    else putchar(*c);
+  }
+  putchar('"');
+}
+
+static void print_header_json(const plan_args *args, const volt8_plan_report *plan) {
+  printf("{\"checkpoint\": ");
+  print_json_string(args->checkpoint_dir);
+  printf(", \"route\": \"%s\", \"quant_format\": ", volt8_route_name(plan->route));
+  print_json_string(plan->quant_format);
+  printf(", \"tensor_prefix\": ");
+  print_json_string(plan->tensor_prefix);
+  printf(", \"scale_dtype\": \"%s\", \"scale_max_relative_error\": %.9g", plan->scale_dtype, plan->scale_max_relative_error);
+  printf(", \"experts\": %d, \"hidden\": %d, \"intermediate\": %d, \"intermediate_per_rank\": %d, \"tp\": %d",
+         plan->num_experts, plan->hidden, plan->intermediate, plan->intermediate / plan->tp_size, plan->tp_size);
+  printf(", \"block\": [%d, %d], \"ranks\": [", plan->block_n, plan->block_k);
+}
+
+static void print_header_text(const plan_args *args, const volt8_plan_report *plan) {
+  printf("checkpoint   %s%s%s\n", args->checkpoint_dir, args->draft_dir ? ", draft " : "", args->draft_dir ? args->draft_dir : "");
+  printf("experts      %s* : %d x (hidden %d, intermediate %d), %s\n", plan->tensor_prefix, plan->num_experts, plan->hidden,
+         plan->intermediate, plan->quant_format);
+  printf("route        %s, scale block %dx%d", volt8_route_name(plan->route), plan->block_n, plan->block_k);
+  if (plan->route == VOLT8_ROUTE_NATIVE)
+    printf(", %s scales, largest FP16 rounding error %.3g", plan->scale_dtype, plan->scale_max_relative_error);
+  printf("\ntp %d        intermediate %d per rank\n\n", plan->tp_size, plan->intermediate / plan->tp_size);
+  printf("%4s %14s %12s %10s %12s %12s %9s %9s\n", "rank", "resident MiB", "weights MiB", "scales MiB", "FP16 MiB",
+         "padded MiB", "n_offset", "k_offset");
+}
+
+static void print_rank(const plan_args *args, int32_t rank, int first, const volt8_moe_shape *shape,
+                       const volt8_memory_report *memory) {
+  int32_t offset = shape->intermediate_offset;
+  if (args->json) {
+    printf("%s{\"rank\": %d, \"resident_bytes\": %lld, \"weight_bytes\": %lld, \"scale_bytes\": %lld, "
+           "\"fp16_bytes\": %lld, \"padded_bytes\": %lld, \"n_offset\": %d, \"k_offset\": %d}",
+           first ? "" : ", ", rank, (long long)memory->resident_bytes, (long long)memory->weight_bytes,
+           (long long)memory->scale_bytes, (long long)memory->fp16_bytes, (long long)memory->padded_bytes, offset, offset);
+  } else {
+    printf("%4d %14.2f %12.2f %10.2f %12.2f %12.2f %9d %9d\n", rank, memory->resident_bytes / MIB,
+           memory->weight_bytes / MIB, memory->scale_bytes / MIB, memory->fp16_bytes / MIB, memory->padded_bytes / MIB,
+           offset, offset);
+  }
+}
+
+int cli_plan(int argc, char **argv) {
+  plan_args args;
+  if (parse_plan_args(argc, argv, &args) != 0) {
+    plan_usage(stderr);
+    return 2;
+  }
+  volt8_ctx_options ctx_options = VOLT8_CTX_OPTIONS_INIT;
+  ctx_options.device = -1;
+  volt8_ctx *ctx = NULL;
+  volt8_status status = volt8_ctx_create(&ctx_options, &ctx);
+  if (status != VOLT8_OK) return cli_report(NULL, "plan", status);
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = args.checkpoint_dir;
+  options.draft_checkpoint_dir = args.draft_dir;
+  options.tp_size = args.tp_size;
+  options.mtp_expert_quantization = args.online;
+  options.online_block_n = args.online_block_n;
+  volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+  status = volt8_plan(ctx, &options, &plan);
+  if (status == VOLT8_OK) {
+    if (args.json) print_header_json(&args, &plan);
+    else print_header_text(&args, &plan);
+    int32_t first = args.rank >= 0 ? args.rank : 0, last = args.rank >= 0 ? args.rank : plan.tp_size - 1;
+    for (int32_t rank = first; rank <= last && status == VOLT8_OK; rank++) {
+      volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+      volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
+      status = volt8_plan_rank(ctx, &plan, rank, &shape, &memory);
+      if (status == VOLT8_OK) print_rank(&args, rank, rank == first, &shape, &memory);
+    }
+    if (args.json) printf("]}\n");
+  }
+  int rc = status == VOLT8_OK ? 0 : cli_report(ctx, "plan", status);
+  volt8_ctx_destroy(ctx);
+  return rc;
+}

@@ -1,0 +1,264 @@
+-- The variant space: which kernels exist for a shape, their names, and the literal values each
+-- template is expanded with. Shapes follow runtime/moe_layout.h.
+local variants = {}
+
+local SHARED_MEMORY_LIMIT_BYTES = 48 * 1024  -- static shared memory per CTA
+local MMA_X_TILE_LIMIT_BYTES = 32 * 1024
+local MAX_EXPERTS = 2048                     -- the route kernel keeps four ints per expert in shared memory
+local MAX_DIMENSION = 65536
+local ROUTE_THREADS = 256
+local REDUCE_THREADS = 128
+
+variants.DEFAULT_SHAPE = {
+  hidden = 2560, intermediate = 160, num_experts = 512, block_n = 128, block_k = 128, intermediate_offset = 32,
+}
+variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "block_k", "intermediate_offset" }
+
+-- Tile shapes per (op, family); every block_m of the family is crossed with every tile.
+local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 } }
+local TILES = {
+  gate_up = {
+    cc = {
+      { bn = 4, w = 4, sk = 1, l = 32 },
+      { bn = 8, w = 4, sk = 1, l = 16 },
+      { bn = 8, w = 8, sk = 2, l = 16 },
+    },
+    mma = {
+      { bn = 16, w = 2, sk = 1 },
+      { bn = 32, w = 8, sk = 2 },
+    },
+  },
+  down = {
+    cc = {
+      { bn = 32, w = 4, sk = 1, l = 4 },
+      { bn = 64, w = 4, sk = 1, l = 2 },
+      { bn = 128, w = 8, sk = 1, l = 2 },
+    },
+    mma = {
+      { bn = 32, w = 4, sk = 1 },
+      { bn = 32, w = 4, sk = 2 },
+    },
+  },
+}
+
+local function ceil_div(a, b) return (a + b - 1) // b end
+local function round_up(a, b) return ceil_div(a, b) * b end
+
+local function shape_error(field, value, requirement)
+  error(string.format("invalid shape: %s=%s %s", field, tostring(value), requirement), 0)
+end
+
+-- Checks a shape table against moe_layout.h and the generator's limits; returns a normalized copy.
+function variants.validate_shape(shape)
+  if type(shape) ~= "table" then error("invalid shape: expected a table", 0) end
+  local normalized = {}
+  for _, field in ipairs(variants.SHAPE_FIELDS) do
+    local value = shape[field]
+    if value == nil then value = variants.DEFAULT_SHAPE[field] end
+    local integer = math.tointeger(value)
+    if integer == nil then shape_error(field, value, "is not an integer") end
+    normalized[field] = integer
+  end
+  local s = normalized
+  if s.hidden <= 0 or s.hidden % 16 ~= 0 or s.hidden > MAX_DIMENSION then
+    shape_error("hidden", s.hidden, "must be a positive multiple of 16, at most " .. MAX_DIMENSION)
+  end
+  if s.intermediate <= 0 or s.intermediate % 16 ~= 0 or s.intermediate > MAX_DIMENSION then
+    shape_error("intermediate", s.intermediate, "must be a positive multiple of 16, at most " .. MAX_DIMENSION)
+  end
+  if s.num_experts <= 0 or s.num_experts > MAX_EXPERTS then
+    shape_error("num_experts", s.num_experts, "must be in [1, " .. MAX_EXPERTS .. "]")
+  end
+  if s.block_k ~= 128 then shape_error("block_k", s.block_k, "must be 128") end
+  if s.block_n ~= 1 and s.block_n ~= 128 then shape_error("block_n", s.block_n, "must be 1 or 128") end
+  if s.intermediate_offset < 0 or s.intermediate_offset % 16 ~= 0 then
+    shape_error("intermediate_offset", s.intermediate_offset, "must be a non-negative multiple of 16")
+  end
+  if s.block_n == 128 and s.intermediate_offset >= 128 then
+    shape_error("intermediate_offset", s.intermediate_offset, "must be below block_n=128")
+  end
+  if s.block_n == 1 and s.intermediate_offset ~= 0 then
+    shape_error("intermediate_offset", s.intermediate_offset, "must be 0 when block_n=1")
+  end
+  return normalized
+end
+
+-- "H2560_I160_E512_b128x128_o32": the shape part of every entry name.
+function variants.shape_key(s)
+  return string.format("H%d_I%d_E%d_b%dx%d_o%d", s.hidden, s.intermediate, s.num_experts, s.block_n, s.block_k,
+                       s.intermediate_offset)
+end
+
+function variants.gemm_name(spec)
+  local name = string.format("%s.%s.bm%d.bn%d.w%d.sk%d", spec.op, spec.family, spec.bm, spec.bn, spec.w, spec.sk)
+  if spec.family == "cc" then name = name .. string.format(".l%d", spec.l) end
+  return name
+end
+
+function variants.parse_name(name)
+  if name == "route" or name == "reduce" then return { op = name, family = "support" } end
+  local op, family, rest = name:match("^([%a_]+)%.(%a+)%.(.*)$")
+  if not op then return nil end
+  local spec = { op = op, family = family }
+  for key, value in rest:gmatch("(%a+)(%d+)") do spec[key] = tonumber(value) end
+  if not (spec.bm and spec.bn and spec.w and spec.sk) then return nil end
+  -- Only names that print back identically are accepted.
+  if TILES[op] == nil or FAMILY_BLOCK_M[family] == nil or variants.gemm_name(spec) ~= name then return nil end
+  return spec
+end
+
+-- Operand geometry of one op: K, N, weight rows per output column and the scale indexing.
+local function op_geometry(op, s)
+  local k13_blocks = ceil_div(s.hidden, s.block_k)
+  local g13 = ceil_div(s.intermediate_offset + s.intermediate, s.block_n)
+  local g2 = ceil_div(s.intermediate_offset + s.intermediate, s.block_k)
+  local n2_blocks = ceil_div(s.hidden, s.block_n)
+  if op == "gate_up" then
+    return {
+      k = s.hidden, n = s.intermediate, rows = 2, up_row_offset = s.intermediate,
+      expert_weight_bytes = 2 * s.intermediate * s.hidden, counter_index = 0,
+      scale_row_offset = s.intermediate_offset, scale_k_offset = 0, scale_row_stride = k13_blocks,
+      scale_half_stride = g13 * k13_blocks, scale_expert_stride = 2 * g13 * k13_blocks,
+    }
+  end
+  return {
+    k = s.intermediate, n = s.hidden, rows = 1, up_row_offset = 0,
+    expert_weight_bytes = s.hidden * s.intermediate, counter_index = 1,
+    scale_row_offset = 0, scale_k_offset = s.intermediate_offset, scale_row_stride = g2,
+    scale_half_stride = 0, scale_expert_stride = n2_blocks * g2,
+  }
+end
+
+local function common_values(spec, s, geometry)
+  local k_blocks = (geometry.scale_k_offset + geometry.k - 1) // s.block_k + 1
+  return {
+    OP_GATE_UP = spec.op == "gate_up" and 1 or 0,
+    BLOCK_M = spec.bm, BLOCK_N = spec.bn, WARPS = spec.w, SPLIT_K = spec.sk, THREADS = 32 * spec.w,
+    ROWS = geometry.rows, K_DIM = geometry.k, N_DIM = geometry.n, NUM_EXPERTS = s.num_experts,
+    EXPERT_WEIGHT_BYTES = geometry.expert_weight_bytes, UP_ROW_OFFSET = geometry.up_row_offset,
+    COUNTER_INDEX = geometry.counter_index, SCALE_BN = s.block_n,
+    SCALE_ROW_OFFSET = geometry.scale_row_offset, SCALE_K_OFFSET = geometry.scale_k_offset,
+    SCALE_ROW_STRIDE = geometry.scale_row_stride, SCALE_HALF_STRIDE = geometry.scale_half_stride,
+    SCALE_EXPERT_STRIDE = geometry.scale_expert_stride, SCALE_K_BLOCKS = k_blocks,
+  }
+end
+
+-- Template values of a CUDA-core variant, or nil and the reason it does not fit the shape.
+local function cc_values(spec, s)
+  local geometry = op_geometry(spec.op, s)
+  local values = common_values(spec, s, geometry)
+  local chunks = geometry.k // 16
+  if spec.w % spec.sk ~= 0 then return nil, "split_k does not divide warps" end
+  if 32 % spec.l ~= 0 then return nil, "lanes per row do not divide a warp" end
+  local groups_per_slice = (spec.w // spec.sk) * (32 // spec.l)
+  if spec.bn ~= groups_per_slice then return nil, "block_n must equal the lane groups of a k slice" end
+  if spec.bn > geometry.n then return nil, "block_n exceeds the output width" end
+  if chunks < spec.sk then return nil, "fewer 16-wide k chunks than split_k slices" end
+  local chunks_per_lane = ceil_div(ceil_div(chunks, spec.sk), spec.l)
+  values.LANES = spec.l
+  values.UNROLL = math.min(chunks_per_lane, geometry.rows == 2 and 4 or 8)
+  local shared_bytes = spec.bm * geometry.k * 4 + geometry.rows * spec.bn * values.SCALE_K_BLOCKS * 4 +
+                       spec.sk * spec.bn * spec.bm * geometry.rows * 4 + spec.bm * 4
+  if shared_bytes > SHARED_MEMORY_LIMIT_BYTES then
+    return nil, string.format("needs %d bytes of shared memory", shared_bytes)
+  end
+  return values
+end
+
+-- Template values of a tensor-core variant, or nil and the reason it does not fit the shape.
+local function mma_values(spec, s)
+  local geometry = op_geometry(spec.op, s)
+  local values = common_values(spec, s, geometry)
+  if spec.w % spec.sk ~= 0 then return nil, "split_k does not divide warps" end
+  local warps_n = spec.w // spec.sk
+  if spec.bn % (8 * warps_n) ~= 0 then return nil, "block_n is not a multiple of 8 columns per warp" end
+  local n_tiles = spec.bn // (8 * warps_n)
+  local m_tiles = spec.bm // 8
+  local accumulators = m_tiles * n_tiles * geometry.rows * 8
+  if accumulators > 64 then return nil, "too many accumulators per thread" end
+  if spec.bn > round_up(geometry.n, 8 * warps_n) then return nil, "block_n exceeds the output width" end
+  local scale_bytes = geometry.rows * values.SCALE_K_BLOCKS * spec.bn * 4
+  local x_budget = math.min(MMA_X_TILE_LIMIT_BYTES, SHARED_MEMORY_LIMIT_BYTES - scale_bytes - spec.bm * 4)
+  local max_tile_k = ((x_budget // (2 * spec.bm) - 16) // 64) * 64
+  if max_tile_k < 64 then return nil, "no x tile fits in shared memory" end
+  local padded_k = round_up(geometry.k, 64)
+  local num_tiles = ceil_div(padded_k, max_tile_k)
+  local tile_k = round_up(ceil_div(padded_k, num_tiles), 64)
+  local tile_steps = tile_k // 64
+  if tile_steps < spec.sk then return nil, "fewer 64-wide k steps than split_k slices" end
+  local x_bytes = spec.bm * (2 * tile_k + 32)
+  local split_bytes = (spec.sk - 1) * warps_n * 8 * accumulators * 4
+  local buffer_bytes = math.max(x_bytes, split_bytes)
+  if buffer_bytes + scale_bytes + spec.bm * 4 > SHARED_MEMORY_LIMIT_BYTES then
+    return nil, "needs more than 48 KiB of shared memory"
+  end
+  values.TILE_K = tile_k
+  values.SMEM_BYTES = buffer_bytes
+  -- Loads per batch, halved when the accumulators already take a quarter of the registers.
+  local loads_per_batch = accumulators >= 64 and 4 or 8
+  values.UNROLL = math.max(1, math.min(ceil_div(tile_steps, spec.sk), loads_per_batch // (n_tiles * geometry.rows)))
+  return values
+end
+
+local TEMPLATES = {
+  cc = "templates/moe_gemm_cc.cu", mma = "templates/moe_gemm_mma.cu",
+  route = "templates/moe_route.cu", reduce = "templates/moe_reduce.cu",
+}
+
+-- Everything needed to emit `name` for the validated shape `s`, or nil and a reason.
+function variants.describe(name, s)
+  local spec = variants.parse_name(name)
+  if not spec then return nil, string.format("unknown variant '%s'", name) end
+  local key = variants.shape_key(s)
+  if spec.op == "route" or spec.op == "reduce" then
+    local threads = spec.op == "route" and ROUTE_THREADS or REDUCE_THREADS
+    local entry = "volt8_" .. spec.op .. "__" .. key
+    return {
+      op = spec.op, family = "support", block_m = 0, block_n = spec.op == "reduce" and 4 * threads or 0,
+      threads = threads, split_k = 1, warps = threads // 32, entry = entry, template = TEMPLATES[spec.op],
+      values = { ENTRY = entry, THREADS = threads, NUM_EXPERTS = s.num_experts, HIDDEN = s.hidden },
+      parameters = { variant = name, shape = key, threads = threads },
+    }
+  end
+  local known = false
+  for _, bm in ipairs(FAMILY_BLOCK_M[spec.family]) do known = known or bm == spec.bm end
+  local tile_known = false
+  for _, tile in ipairs(TILES[spec.op][spec.family]) do
+    tile_known = tile_known or (tile.bn == spec.bn and tile.w == spec.w and tile.sk == spec.sk and tile.l == spec.l)
+  end
+  if not (known and tile_known) then return nil, string.format("unknown variant '%s'", name) end
+  local values, reason
+  if spec.family == "cc" then values, reason = cc_values(spec, s) else values, reason = mma_values(spec, s) end
+  if not values then return nil, string.format("variant '%s' does not fit shape %s: %s", name, key, reason) end
+  local entry = "volt8_" .. name:gsub("%.", "_") .. "__" .. key
+  values.ENTRY = entry
+  local parameters = { variant = name, shape = key }
+  for value_name, value in pairs(values) do
+    if value_name ~= "ENTRY" then parameters[value_name:lower()] = value end
+  end
+  return {
+    op = spec.op, family = spec.family, block_m = spec.bm, block_n = spec.bn, threads = 32 * spec.w,
+    split_k = spec.sk, warps = spec.w, entry = entry, template = TEMPLATES[spec.family], values = values,
+    parameters = parameters,
+  }
+end
+
+-- Sorted names of every variant that fits the validated shape `s`, route and reduce included.
+function variants.list(s)
+  local names = { "route", "reduce" }
+  for _, op in ipairs({ "gate_up", "down" }) do
+    for _, family in ipairs({ "cc", "mma" }) do
+      for _, bm in ipairs(FAMILY_BLOCK_M[family]) do
+        for _, tile in ipairs(TILES[op][family]) do
+          local name = variants.gemm_name({ op = op, family = family, bm = bm, bn = tile.bn, w = tile.w, sk = tile.sk,
+                                            l = tile.l })
+          if variants.describe(name, s) then names[#names + 1] = name end
+        end
+      end
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+return variants

@@ -1,0 +1,348 @@
+/* volt8: FP8 (E4M3) MoE draft experts on Volta and newer GPUs.
+ *
+ * The only public header. Stable C ABI:
+ *  - status values are pinned and never renumbered;
+ *  - handles are opaque, and every destroy function accepts NULL;
+ *  - options structs begin with `size_t size` (set by their *_INIT macro) and only grow at the end;
+ *  - device pointers and streams cross as `void *`; the caller owns its tensors.
+ *
+ * Thread safety: functions taking distinct handles may run concurrently. A volt8_ctx is not
+ * safe for concurrent calls unless stated on the function. volt8_version_*, volt8_status_string
+ * and volt8_rejection_sample_host are safe from any thread.
+ */
+#ifndef VOLT8_H
+#define VOLT8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define VOLT8_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define VOLT8_API __attribute__((visibility("default")))
+#else
+#define VOLT8_API
+#endif
+
+#define VOLT8_VERSION_MAJOR 0
+#define VOLT8_VERSION_MINOR 1
+#define VOLT8_VERSION_PATCH 0
+#define VOLT8_VERSION_NUMBER (VOLT8_VERSION_MAJOR * 10000 + VOLT8_VERSION_MINOR * 100 + VOLT8_VERSION_PATCH)
+
+/* Pinned values: append only. */
+typedef enum volt8_status {
+  VOLT8_OK = 0,
+  VOLT8_ERR_INVALID_ARGUMENT = 1,
+  VOLT8_ERR_OUT_OF_MEMORY = 2,
+  VOLT8_ERR_NO_DEVICE = 3,
+  VOLT8_ERR_ARCH_UNSUPPORTED = 4,
+  VOLT8_ERR_COMPILE = 5,
+  VOLT8_ERR_CACHE = 6,
+  VOLT8_ERR_IO = 7,
+  VOLT8_ERR_FORMAT = 8,
+  VOLT8_ERR_CUDA = 9,
+  VOLT8_ERR_CODEGEN = 10,
+  VOLT8_ERR_CAPTURE = 11,
+  VOLT8_ERR_NOT_FOUND = 12,
+  VOLT8_ERR_UNSUPPORTED = 13,
+  VOLT8_ERR_INTERNAL = 14,
+  VOLT8_ERR_SCALE_RANGE = 15
+} volt8_status;
+
+VOLT8_API int volt8_version_number(void);
+VOLT8_API const char *volt8_version_string(void);
+/* Static text naming the status; "unknown status" for values outside the enum. */
+VOLT8_API const char *volt8_status_string(volt8_status status);
+
+typedef struct volt8_ctx volt8_ctx;
+
+typedef struct volt8_ctx_options {
+  size_t size;             /* sizeof(volt8_ctx_options) */
+  int32_t device;          /* CUDA device ordinal; -1 = no device (CPU paths only) */
+  const char *cache_dir;   /* NULL: VOLT8_CACHE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/volt8 */
+  int32_t cache_disable;   /* 1: no disk cache (VOLT8_CACHE_DISABLE=1 does the same) */
+  const char *target_arch; /* NULL: the device's own ("sm_90"); "sm_70" runs compute_70 PTX through the driver */
+} volt8_ctx_options;
+#define VOLT8_CTX_OPTIONS_INIT {sizeof(volt8_ctx_options), 0, NULL, 0, NULL}
+
+/* Creates a context. A machine without a GPU driver still gets a context (CPU paths work);
+ * GPU calls on it then return VOLT8_ERR_NO_DEVICE. `options` may be NULL (defaults). */
+VOLT8_API volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_ctx);
+VOLT8_API void volt8_ctx_destroy(volt8_ctx *ctx);
+/* Detailed message of the last failed call on ctx ("" if none). Valid until the next call on ctx.
+ * With ctx == NULL: the message of the last failed call made without a context on this thread
+ * (volt8_ctx_create, volt8_rejection_sample_host, calls given a NULL handle). */
+VOLT8_API const char *volt8_last_error(const volt8_ctx *ctx);
+
+/* The target arch of ctx ("sm_90", "sm_70"...): the device's, or options.target_arch. */
+VOLT8_API volt8_status volt8_ctx_target_arch(volt8_ctx *ctx, char *buf, size_t buf_size);
+/* VOLT8_OK when ctx holds a usable GPU, VOLT8_ERR_NO_DEVICE (with a message) otherwise. */
+VOLT8_API volt8_status volt8_ctx_require_device(volt8_ctx *ctx);
+
+/* ---- kernel variants (code generation and JIT) ---- */
+
+/* Shape constants baked into every generated kernel. */
+typedef struct volt8_moe_shape {
+  size_t size;                /* sizeof(volt8_moe_shape) */
+  int32_t hidden;             /* H: gate_up's K, down's N */
+  int32_t intermediate;       /* I: this rank's expert width (gate_up's N per half, down's K) */
+  int32_t num_experts;        /* E */
+  int32_t block_n, block_k;   /* scale block: (128,128) for checkpoints, (1,128) or (128,128) online */
+  int32_t intermediate_offset; /* rank's offset inside the scale grid along I, in [0, block) */
+} volt8_moe_shape;
+#define VOLT8_MOE_SHAPE_INIT {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, 32}
+
+/* Number of kernel variants the code generator offers for `shape`. */
+VOLT8_API volt8_status volt8_variant_count(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t *out_count);
+/* Name of variant `index` (see `lua5.4 codegen/gen.lua --list`). */
+VOLT8_API volt8_status volt8_variant_name(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t index,
+                                          char *buf, size_t buf_size);
+/* Generates, compiles (or loads from the disk cache) variant `name` for ctx's target arch.
+ * `out_from_cache` (may be NULL) is set to 1 when the image came from the cache. */
+VOLT8_API volt8_status volt8_variant_compile(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *name,
+                                             int32_t *out_from_cache);
+
+
+/* ---- resident experts and the MoE forward ---- */
+
+typedef struct volt8_experts volt8_experts;
+
+/* Host copies of one rank's experts in the device layout (E4M3 bytes, FP16 scales holding
+ * scale * 2^8); see runtime/moe_layout.h for the exact layout. */
+typedef struct volt8_host_experts {
+  size_t size;           /* sizeof(volt8_host_experts) */
+  const uint8_t *w13;    /* [E][2*I][H] gate rows then up rows */
+  const uint16_t *s13;   /* [E][2][ceil((off+I)/bn)][ceil(H/bk)] */
+  const uint8_t *w2;     /* [E][H][I] */
+  const uint16_t *s2;    /* [E][ceil(H/bn)][ceil((off+I)/bk)] */
+} volt8_host_experts;
+#define VOLT8_HOST_EXPERTS_INIT {sizeof(volt8_host_experts), NULL, NULL, NULL, NULL}
+
+/* Uploads `host` into one device allocation and sizes the workspace for up to
+ * max_tokens x max_top_k routed pairs. Nothing stays allocated on failure. */
+VOLT8_API volt8_status volt8_experts_create_from_host(volt8_ctx *ctx, const volt8_moe_shape *shape,
+                                                      const volt8_host_experts *host, int32_t max_tokens,
+                                                      int32_t max_top_k, volt8_experts **out_experts);
+VOLT8_API void volt8_experts_destroy(volt8_experts *experts);
+
+typedef struct volt8_moe_args {
+  size_t size;                /* sizeof(volt8_moe_args) */
+  int32_t num_tokens;         /* M */
+  int32_t top_k;
+  const void *x;              /* device, FP16 [M][hidden] */
+  const int32_t *topk_ids;    /* device, [M][top_k] */
+  const float *topk_weights;  /* device, [M][top_k] */
+  void *out;                  /* device, FP16 [M][hidden] */
+  int32_t check_ids;          /* 1: copy topk_ids to the host and reject ids outside [0, E) before any
+                                 launch (synchronises; refused while capturing). 0: the device skips
+                                 such pairs and counts them (volt8_experts_bad_id_count). */
+} volt8_moe_args;
+#define VOLT8_MOE_ARGS_INIT {sizeof(volt8_moe_args), 0, 0, NULL, NULL, NULL, NULL, 0}
+
+/* route -> gate_up (+SiLU*up) -> down -> weighted top-k reduce, enqueued on `stream`
+ * (a CUstream; NULL = the legacy default stream). No host synchronisation. */
+VOLT8_API volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *args, void *stream);
+
+/* Routed pairs the last forward skipped because their id was outside [0, E) (synchronises). */
+VOLT8_API volt8_status volt8_experts_bad_id_count(volt8_experts *experts, int32_t *out_count);
+
+/* Compiles or loads from the cache every variant that forwards of these token counts use, and grows
+ * the workspace to the largest, so nothing compiles or allocates later. A forward that would need
+ * an unprepared variant while its stream is capturing returns VOLT8_ERR_CAPTURE. Not during capture. */
+VOLT8_API volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_values, int32_t count);
+
+/* ---- the double-precision reference (tests, bench, demo) ---- */
+
+/* The MoE forward in double on the host, the contract the GPU kernels are checked against:
+ * weights dequantized exactly, y = x . W13^T, h = silu(gate) * up rounded to FP16,
+ * out[t] = sum_j topk_weights[t][j] * (h . W2^T). Like the GPU, pairs whose id is outside
+ * [0, E) contribute nothing. x: FP16 bits [num_tokens][H]; topk_ids, topk_weights:
+ * [num_tokens][top_k]; out: [num_tokens][H], overwritten. Only the experts routed to are read;
+ * a NaN weight code or a non-finite scale in them is VOLT8_ERR_INVALID_ARGUMENT. ctx may be NULL. */
+VOLT8_API volt8_status volt8_reference_moe_forward(volt8_ctx *ctx, const volt8_moe_shape *shape,
+                                                   const volt8_host_experts *experts, const uint16_t *x,
+                                                   const int32_t *topk_ids, const float *topk_weights,
+                                                   int32_t num_tokens, int32_t top_k, double *out);
+/* ||result - reference|| / ||reference|| into *out_error. A NaN or infinity in either array gives
+ * NaN (so `error <= tol` fails); all-zero vs all-zero gives 0; nonzero vs all-zero gives +inf. */
+VOLT8_API volt8_status volt8_relative_l2(volt8_ctx *ctx, const double *reference, const double *result,
+                                         size_t count, double *out_error);
+/* The same with the result given as FP16 bits (the GPU's output). */
+VOLT8_API volt8_status volt8_relative_l2_half(volt8_ctx *ctx, const double *reference, const uint16_t *result,
+                                              size_t count, double *out_error);
+
+/* ---- CUDA graphs ---- */
+
+typedef struct volt8_graph volt8_graph;
+/* Captures one forward with these arguments (pointers are baked in; their contents may change
+ * between launches) into an instantiated graph. `stream` (CUstream, NULL = a private stream) is
+ * used for the capture only. */
+VOLT8_API volt8_status volt8_graph_capture(volt8_experts *experts, const volt8_moe_args *args, void *stream,
+                                           volt8_graph **out_graph);
+VOLT8_API volt8_status volt8_graph_launch(volt8_graph *graph, void *stream);
+VOLT8_API void volt8_graph_destroy(volt8_graph *graph);
+
+/* Experimental (tests, bench, tuner): pin the gate_up and down variants by name; NULL restores
+ * the dispatch policy. */
+VOLT8_API volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant,
+                                                  const char *down_variant);
+
+
+/* ---- checkpoints: loading, planning and memory ---- */
+
+/* How the MTP experts reach E4M3: the checkpoint's own bytes and block scales (native), or
+ * FP16/BF16 experts quantized at load (online, only when the caller opts in). */
+typedef enum volt8_route {
+  VOLT8_ROUTE_NATIVE = 1,
+  VOLT8_ROUTE_ONLINE = 2
+} volt8_route;
+
+/* Static text: "native", "online", or "unknown". */
+VOLT8_API const char *volt8_route_name(int32_t route);
+
+/* Filled by a load when volt8_load_options.report is set. */
+typedef struct volt8_load_report {
+  size_t size;                      /* sizeof(volt8_load_report), set by the caller */
+  int32_t route;                    /* volt8_route */
+  int32_t num_experts;
+  double scale_max_relative_error;  /* largest |fp16(scale) - scale| / scale; 0 for BF16/F16 scales */
+  double online_relative_l2;        /* online: ||W - dequant(quant(W))|| / ||W|| over the rank's slice */
+  double online_max_abs_error;      /* online: largest |W - dequant(quant(W))| */
+  int64_t staging_peak_bytes;       /* largest host staging held at once (one expert) */
+} volt8_load_report;
+#define VOLT8_LOAD_REPORT_INIT {sizeof(volt8_load_report), 0, 0, 0.0, 0.0, 0.0, 0}
+
+typedef struct volt8_load_options {
+  size_t size;                      /* sizeof(volt8_load_options) */
+  const char *checkpoint_dir;       /* the target's checkpoint (config.json, safetensors) */
+  const char *draft_checkpoint_dir; /* NULL: the MTP layer is read from checkpoint_dir */
+  int32_t tp_size;                  /* tensor-parallel ranks sharing the experts' intermediate dim */
+  int32_t tp_rank;                  /* this rank, in [0, tp_size) */
+  int32_t max_tokens, max_top_k;    /* workspace of the loaded experts (volt8_experts_load) */
+  const char *mtp_expert_quantization; /* "fp8": quantize unquantized experts at load; NULL: the
+                                          config's "mtp_expert_quantization", else native only */
+  int32_t online_block_n;           /* online scale block rows: 1 or 128 (block_k is 128) */
+  int32_t mtp_layer;                /* index of the MTP layer to read (mtp.layers.<i>) */
+  volt8_load_report *report;        /* optional output */
+} volt8_load_options;
+#define VOLT8_LOAD_OPTIONS_INIT {sizeof(volt8_load_options), NULL, NULL, 1, 0, 64, 10, NULL, 128, 0, NULL}
+
+/* Reads, validates and shards the MTP experts of a checkpoint (safetensors, single or indexed;
+ * ModelOpt or block-FP8 metadata) and uploads this rank's share into one device allocation,
+ * one expert at a time. All-or-nothing: on failure nothing stays allocated. Needs a GPU. */
+VOLT8_API volt8_status volt8_experts_load(volt8_ctx *ctx, const volt8_load_options *options,
+                                          volt8_experts **out_experts);
+
+/* This rank's experts in host memory, in the device layout (runtime/moe_layout.h). CPU only. */
+typedef struct volt8_host_checkpoint {
+  size_t size;                /* sizeof(volt8_host_checkpoint) */
+  volt8_moe_shape shape;
+  volt8_host_experts experts; /* arrays owned by this struct */
+  volt8_load_report report;
+} volt8_host_checkpoint;
+
+VOLT8_API volt8_status volt8_checkpoint_load_host(volt8_ctx *ctx, const volt8_load_options *options,
+                                                  volt8_host_checkpoint **out_checkpoint);
+VOLT8_API void volt8_host_checkpoint_free(volt8_host_checkpoint *checkpoint);
+
+/* Bytes of one rank's experts, and what FP16 and a slice padded to whole 128-row blocks would take. */
+typedef struct volt8_memory_report {
+  size_t size;              /* sizeof(volt8_memory_report), set by the caller */
+  int64_t resident_bytes;   /* the device allocation of weights and scales (alignment included) */
+  int64_t weight_bytes;     /* E4M3 bytes */
+  int64_t scale_bytes;      /* FP16 scale bytes */
+  int64_t workspace_bytes;  /* forward workspace (0 in a plan) */
+  int64_t fp16_bytes;       /* the same experts in FP16 */
+  int64_t padded_bytes;     /* E4M3 with the slice padded to whole 128 blocks, plus its FP16 scales */
+} volt8_memory_report;
+#define VOLT8_MEMORY_REPORT_INIT {sizeof(volt8_memory_report), 0, 0, 0, 0, 0, 0}
+
+VOLT8_API volt8_status volt8_experts_memory(const volt8_experts *experts, volt8_memory_report *report);
+
+/* What a load would do, found without a GPU: the checkpoint is parsed and every expert validated
+ * (native: all weight codes and scale blocks; online: every source value). */
+typedef struct volt8_plan_report {
+  size_t size;                     /* sizeof(volt8_plan_report), set by the caller */
+  int32_t route;                   /* volt8_route */
+  int32_t hidden, intermediate;    /* intermediate: the checkpoint's full width */
+  int32_t num_experts;
+  int32_t tp_size;
+  int32_t block_n, block_k;        /* scale block of the resident experts */
+  char quant_format[32];           /* "modelopt FP8_PB_WO", "fp8", "unquantized BF16"... */
+  char scale_dtype[8];             /* the checkpoint's scale dtype ("BF16", "F32", "F16"); "" online */
+  char tensor_prefix[192];         /* e.g. "mtp.layers.0.mlp.experts." */
+  double scale_max_relative_error; /* as in volt8_load_report */
+} volt8_plan_report;
+#define VOLT8_PLAN_REPORT_INIT {sizeof(volt8_plan_report), 0, 0, 0, 0, 0, 0, 0, "", "", "", 0.0}
+
+VOLT8_API volt8_status volt8_plan(volt8_ctx *ctx, const volt8_load_options *options, volt8_plan_report *report);
+/* Rank `rank`'s shape and memory under `plan` (either output may be NULL). */
+VOLT8_API volt8_status volt8_plan_rank(volt8_ctx *ctx, const volt8_plan_report *plan, int32_t rank,
+                                       volt8_moe_shape *shape, volt8_memory_report *memory);
+
+/* ---- speculative decoding: the rejection sampler ---- */
+
+/* One verification step of B requests. For request b with n = num_draft[b] drafts x_0..x_{n-1}:
+ * draft x_i is accepted with probability min(1, p_i(x_i) / q_i(x_i)) (p: target_probs row i,
+ * q: draft_probs row i, or one-hot at x_i when draft_probs is NULL); at the first rejection the
+ * emitted token is drawn from normalize(max(0, p_i - q_i)) (from p_i when that is all zero);
+ * when all n are accepted a bonus token is drawn from p_n. Greedy requests accept while x_i is
+ * the argmax of p_i (the lowest token among equal maxima) and emit that argmax where they stop.
+ * out_ids[b] = accepted drafts, the emitted token, then -1 up to K+1 entries.
+ *
+ * Randomness: Philox4x32-10 keyed by `seed`, counter (b, position, offset); the host and the GPU
+ * draw the same bits and reduce exactly, so the same inputs, seed and offset give the same tokens
+ * on both. Use a fresh offset (or seed) per step. Accuracy: acceptance is resolved to 2^-29; the
+ * weights of a draw are rounded down to whole multiples of 2^-39..2^-38 of the row's largest weight
+ * (smaller ones are never drawn), so the total probability moved is below V * 2^-38 (6e-7 at
+ * V = 151936); a token of probability 0 is never emitted.
+ *
+ * Invalid input of one request (num_draft outside 0..K, a draft id outside [0, V), a NaN,
+ * infinite or negative probability in a row it uses: target rows 0..n, draft rows 0..n-1, or a
+ * target row with no positive entry) sets that request's out_ids row to -1 and its num_accepted
+ * to 0; so out_ids[b][0] == -1 is the per-request error flag. Other requests are sampled as usual.
+ * Limits: 1 <= V <= 2^24, 0 <= K <= 65534. */
+typedef struct volt8_rejection_args {
+  size_t size;                 /* sizeof(volt8_rejection_args) */
+  int32_t batch;               /* B requests */
+  int32_t max_draft;           /* K: row stride of the draft arrays */
+  const int32_t *num_draft;    /* [B] draft length of each request, 0..K */
+  const int32_t *draft_ids;    /* [B, K] */
+  const float *draft_probs;    /* [B, K, V], or NULL when drafts are deterministic (q one-hot) */
+  const float *target_probs;   /* [B, K+1, V]: position K is the bonus position */
+  int32_t vocab;               /* V */
+  const uint8_t *greedy;       /* [B] or NULL: 1 = greedy request (argmax acceptance) */
+  uint64_t seed, offset;       /* counter-based RNG: same seed+offset -> same result */
+  int32_t *out_ids;            /* [B, K+1]: accepted drafts, then one recovered or bonus token, then -1 */
+  int32_t *num_accepted;       /* [B]: accepted draft tokens, 0..num_draft */
+} volt8_rejection_args;
+#define VOLT8_REJECTION_ARGS_INIT {sizeof(volt8_rejection_args), 0, 0, NULL, NULL, NULL, NULL, 0, NULL, 0, 0, NULL, NULL}
+
+/* The sampler on host pointers (the CPU reference of the GPU path). Any invalid request (above)
+ * makes it return VOLT8_ERR_INVALID_ARGUMENT after sampling the others; malformed args (size,
+ * NULL arrays, B < 0, K or V out of range) return it before writing anything. The message is
+ * volt8_last_error(NULL) (per thread). Safe from any thread. */
+VOLT8_API volt8_status volt8_rejection_sample_host(const volt8_rejection_args *args);
+
+/* Compiles (or loads from the disk cache) the sampler kernels for ctx's target arch and, when ctx
+ * has a GPU, loads them. Call it before capturing volt8_rejection_sample into a CUDA graph. On a
+ * context without a GPU it only compiles, which fills the kernel cache. Not during capture. */
+VOLT8_API volt8_status volt8_rejection_prepare(volt8_ctx *ctx);
+
+/* The sampler on device pointers, enqueued on `stream` (a CUstream; NULL = the legacy default
+ * stream): two kernel launches, no allocation, no host synchronisation; capturable once prepared
+ * (unprepared and capturing: VOLT8_ERR_CAPTURE). Probability values are checked on the device:
+ * read the per-request flag (out_ids[b][0] == -1) after the stream has run. Pointers must be
+ * 4-byte aligned (greedy: any). Outside capture the first call prepares. A captured graph keeps
+ * the seed and offset it was captured with. */
+VOLT8_API volt8_status volt8_rejection_sample(volt8_ctx *ctx, const volt8_rejection_args *args, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VOLT8_H */

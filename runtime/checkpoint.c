@@ -1,0 +1,973 @@
+/* Checkpoint recognition (config, quantization metadata, MTP layer names) and the per-expert load
+ * pipeline with its three sinks: device upload, host arrays, and validation only. */
+#include "checkpoint.h"
+
+#include "ctx_internal.h"
+#include "experts_internal.h"
+#include "quant.h"
+#include "scales.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CONFIG_FILE_LIMIT (64u << 20)
+#define EXPERTS_PART "mlp.experts."
+#define MAX_EXPERTS (1 << 20)
+#define NAME_BYTES 512
+#define SPELLINGS 5
+#define SPELLING_BYTES (NAME_BYTES + 64)
+
+static const char *const projection_names[VOLT8_PROJECTIONS] = {"gate_proj", "up_proj", "down_proj"};
+
+/* ---- allocation accounting ---- */
+
+static _Atomic int64_t live_allocations, live_bytes, peak_bytes;
+
+/* Each block starts with its size, so frees can be counted in bytes. */
+typedef union allocation_header {
+  size_t bytes;
+  max_align_t alignment;
+} allocation_header;
+
+void *volt8_checkpoint_alloc(size_t bytes) {
+  allocation_header *header = calloc(1, sizeof *header + bytes);
+  if (!header) return NULL;
+  header->bytes = bytes;
+  atomic_fetch_add(&live_allocations, 1);
+  int64_t now = atomic_fetch_add(&live_bytes, (int64_t)bytes) + (int64_t)bytes;
+  int64_t peak = atomic_load(&peak_bytes);
+  while (now > peak && !atomic_compare_exchange_weak(&peak_bytes, &peak, now)) {
+  }
+  return header + 1;
+}
+
+void volt8_checkpoint_free(void *pointer) {
+  if (!pointer) return;
+  allocation_header *header = (allocation_header *)pointer - 1;
+  atomic_fetch_sub(&live_allocations, 1);
+  atomic_fetch_sub(&live_bytes, (int64_t)header->bytes);
+  free(header);
+}
+
+int64_t volt8_checkpoint_live_allocations(void) { return atomic_load(&live_allocations) + volt8_st_live_mappings(); }
+
+int64_t volt8_checkpoint_peak_bytes(int reset) {
+  return reset ? atomic_exchange(&peak_bytes, atomic_load(&live_bytes)) : atomic_load(&peak_bytes);
+}
+
+/* ---- options ---- */
+
+volt8_status volt8_load_options_read(volt8_ctx *ctx, const volt8_load_options *options, volt8_load_options *out) {
+  volt8_load_options read = VOLT8_LOAD_OPTIONS_INIT;
+  if (!options) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "load options are NULL");
+  if (options->size < offsetof(volt8_load_options, tp_size) || options->size > sizeof read)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "load options size is %zu; set it with VOLT8_LOAD_OPTIONS_INIT (expected %zu or an older size)",
+                      options->size, sizeof read);
+  memcpy(&read, options, options->size);
+  read.size = sizeof read;
+  if (!read.checkpoint_dir && !read.draft_checkpoint_dir)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "load options name no checkpoint_dir (nor draft_checkpoint_dir)");
+  if (read.tp_size <= 0 || read.tp_rank < 0 || read.tp_rank >= read.tp_size)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "tp_rank %d and tp_size %d: need 0 <= tp_rank < tp_size",
+                      read.tp_rank, read.tp_size);
+  if (read.online_block_n != 1 && read.online_block_n != VOLT8_CHECKPOINT_BLOCK)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "online_block_n is %d; online scale blocks have 1 or 128 rows",
+                      read.online_block_n);
+  if (read.mtp_layer < 0) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "mtp_layer is %d", read.mtp_layer);
+  const char *online = read.mtp_expert_quantization;
+  if (online && *online && strcmp(online, "fp8") != 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "mtp_expert_quantization \"%s\": only \"fp8\" is known", online);
+  if (read.report && read.report->size < sizeof(size_t))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "report->size is unset (use VOLT8_LOAD_REPORT_INIT)");
+  *out = read;
+  return VOLT8_OK;
+}
+
+/* ---- config.json and hf_quant_config.json ---- */
+
+typedef struct checkpoint_config {
+  cJSON *config;             /* config.json of the MTP source folder, else the target's; may be NULL */
+  cJSON *quant_file;         /* hf_quant_config.json of the MTP source folder; may be NULL */
+  int config_is_source;      /* config came from the MTP source folder, so its quantization_config applies */
+  int32_t num_hidden_layers; /* 0: unknown */
+} checkpoint_config;
+
+static volt8_status read_json_file(volt8_ctx *ctx, const char *dir, const char *name, cJSON **out) {
+  *out = NULL;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *stream = fopen(path, "rb");
+  if (!stream) return errno == ENOENT ? VOLT8_OK : volt8_fail(ctx, VOLT8_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat info;
+  char *text = NULL;
+  volt8_status status = VOLT8_OK;
+  if (fstat(fileno(stream), &info) != 0 || !S_ISREG(info.st_mode))
+    status = volt8_fail(ctx, VOLT8_ERR_IO, "%s: not a readable regular file", path);
+  else if ((uint64_t)info.st_size > CONFIG_FILE_LIMIT)
+    status = volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: larger than %u bytes", path, CONFIG_FILE_LIMIT);
+  else if (!(text = volt8_checkpoint_alloc((size_t)info.st_size + 1)))
+    status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+  else if (fread(text, 1, (size_t)info.st_size, stream) != (size_t)info.st_size)
+    status = volt8_fail(ctx, VOLT8_ERR_IO, "%s: short read", path);
+  else if (!(*out = cJSON_ParseWithLength(text, (size_t)info.st_size)) || !cJSON_IsObject(*out))
+    status = volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: not a JSON object", path);
+  fclose(stream);
+  volt8_checkpoint_free(text);
+  if (status != VOLT8_OK) {
+    cJSON_Delete(*out);
+    *out = NULL;
+  }
+  return status;
+}
+
+/* An integer setting of the model: text_config's (multimodal configs nest it) or the top level's. */
+static int config_int(const cJSON *config, const char *key, int64_t *out) {
+  const cJSON *places[2] = {cJSON_GetObjectItemCaseSensitive(config, "text_config"), config};
+  for (int i = 0; i < 2; i++) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(places[i], key);
+    if (cJSON_IsNumber(item) && fabs(item->valuedouble) < 0x1p62 && item->valuedouble == (double)(int64_t)item->valuedouble) {
+      *out = (int64_t)item->valuedouble;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static const cJSON *config_item(const cJSON *config, const char *key) {
+  const cJSON *item = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(config, "text_config"), key);
+  return item ? item : cJSON_GetObjectItemCaseSensitive(config, key);
+}
+
+static volt8_status read_config(volt8_ctx *ctx, const volt8_load_options *options, checkpoint_config *out) {
+  memset(out, 0, sizeof *out);
+  const char *source = options->draft_checkpoint_dir ? options->draft_checkpoint_dir : options->checkpoint_dir;
+  volt8_status status = read_json_file(ctx, source, "config.json", &out->config);
+  out->config_is_source = out->config != NULL;
+  if (status == VOLT8_OK && !out->config && options->checkpoint_dir && source != options->checkpoint_dir)
+    status = read_json_file(ctx, options->checkpoint_dir, "config.json", &out->config);
+  if (status == VOLT8_OK) status = read_json_file(ctx, source, "hf_quant_config.json", &out->quant_file);
+  int64_t layers = 0;
+  if (status == VOLT8_OK && out->config && config_int(out->config, "num_hidden_layers", &layers)) {
+    if (layers <= 0 || layers > MAX_EXPERTS)
+      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s/config.json: num_hidden_layers = %lld", source, (long long)layers);
+    out->num_hidden_layers = (int32_t)layers;
+  }
+  return status;
+}
+
+/* ---- MTP layer names ---- */
+
+/* Length of the MTP-layer part of `name` (through its dot), or 0 when `name` is not in an MTP layer.
+ * Spellings: [root]mtp.layers.<i> (checkpoints, metadata) and, with n = num_hidden_layers known,
+ * [root]mtp.layers.<n+i> or [root]layers.<n+i> (runtime index); a name that is the layer itself matches. */
+static size_t mtp_layer_match(const char *name, int32_t num_hidden_layers, int32_t *out_layer) {
+  static const char *const roots[] = {"", "model.", "model.language_model.", "language_model.model.", "language_model."};
+  for (size_t r = 0; r < sizeof roots / sizeof roots[0]; r++) {
+    size_t root_length = strlen(roots[r]);
+    if (strncmp(name, roots[r], root_length) != 0) continue;
+    const char *cursor = name + root_length;
+    int spelled_mtp = strncmp(cursor, "mtp.layers.", 11) == 0;
+    if (!spelled_mtp && (num_hidden_layers <= 0 || strncmp(cursor, "layers.", 7) != 0)) continue;
+    cursor += spelled_mtp ? 11 : 7;
+    if (cursor[0] < '0' || cursor[0] > '9' || (cursor[0] == '0' && cursor[1] >= '0' && cursor[1] <= '9')) continue;
+    char *end = NULL;
+    long index = strtol(cursor, &end, 10);
+    if ((*end != '.' && *end != '\0') || index > MAX_EXPERTS) continue;
+    if (!spelled_mtp && index < num_hidden_layers) continue;
+    int runtime_index = num_hidden_layers > 0 && index >= num_hidden_layers;
+    *out_layer = (int32_t)(runtime_index ? index - num_hidden_layers : index);
+    return (size_t)(end - name) + (*end == '.');
+  }
+  return 0;
+}
+
+/* The spellings a metadata entry may use for the MTP module `rest` (e.g. "mlp.experts.3.gate_proj"). */
+static int module_spellings(const char *actual, const char *rest, int32_t layer, int32_t num_hidden_layers,
+                            char spellings[SPELLINGS][SPELLING_BYTES]) {
+  int count = 0;
+  snprintf(spellings[count++], SPELLING_BYTES, "%s", actual);
+  snprintf(spellings[count++], SPELLING_BYTES, "mtp.layers.%d.%s", layer, rest);
+  snprintf(spellings[count++], SPELLING_BYTES, "model.mtp.layers.%d.%s", layer, rest);
+  if (num_hidden_layers > 0) {
+    snprintf(spellings[count++], SPELLING_BYTES, "model.layers.%d.%s", num_hidden_layers + layer, rest);
+    snprintf(spellings[count++], SPELLING_BYTES, "mtp.layers.%d.%s", num_hidden_layers + layer, rest);
+  }
+  return count;
+}
+
+/* `pattern` names `name` or one of its ancestors, exactly or as a shell glob. */
+static int pattern_covers(const char *pattern, const char *name) {
+  size_t length = strlen(pattern);
+  if (strncmp(name, pattern, length) == 0 && (name[length] == '\0' || name[length] == '.')) return 1;
+  return fnmatch(pattern, name, 0) == 0;
+}
+
+/* ---- quantization metadata ---- */
+
+typedef enum meta_kind { META_UNKNOWN, META_UNQUANTIZED, META_FP8_BLOCK, META_OTHER } meta_kind;
+
+typedef struct meta_verdict {
+  meta_kind kind;
+  char format[32];
+} meta_verdict;
+
+typedef struct quant_metadata {
+  const char *origin;       /* the file it came from */
+  char method[24];          /* "modelopt", "fp8", another quant_method, or "" */
+  const cJSON *modelopt;    /* ModelOpt settings (quant_algo, quantized_layers, exclude_modules) */
+  const cJSON *fp8;         /* block-FP8 quantization_config */
+  const cJSON **layer_keys; /* quantized_layers entries that can concern the MTP layer */
+  size_t layer_key_count;
+  int32_t num_hidden_layers, mtp_layer;
+} quant_metadata;
+
+static meta_verdict make_verdict(meta_kind kind, const char *format) {
+  meta_verdict verdict = {kind, ""};
+  snprintf(verdict.format, sizeof verdict.format, "%s", format);
+  return verdict;
+}
+
+static int is_glob(const char *text) { return strpbrk(text, "*?[") != NULL; }
+
+static meta_verdict verdict_for_algo(const char *algo, const cJSON *group_size) {
+  meta_verdict verdict = {META_OTHER, ""};
+  snprintf(verdict.format, sizeof verdict.format, "modelopt %s", algo);
+  if (strcmp(algo, "FP8_PB_WO") == 0 || strcmp(algo, "FP8_BLOCK_SCALES") == 0) {
+    if (!group_size || (cJSON_IsNumber(group_size) && group_size->valuedouble == VOLT8_CHECKPOINT_BLOCK))
+      verdict.kind = META_FP8_BLOCK;
+    else
+      snprintf(verdict.format, sizeof verdict.format, "modelopt %s group %g", algo, group_size->valuedouble);
+  }
+  return verdict;
+}
+
+static meta_verdict verdict_for_entry(const cJSON *entry) {
+  const cJSON *algo = cJSON_GetObjectItemCaseSensitive(entry, "quant_algo");
+  if (!cJSON_IsString(algo)) return make_verdict(META_OTHER, "modelopt (no quant_algo)");
+  return verdict_for_algo(algo->valuestring, cJSON_GetObjectItemCaseSensitive(entry, "group_size"));
+}
+
+/* Keeps the quantized_layers keys that may concern the MTP layer: its own, globs, and its ancestors. */
+static volt8_status index_layer_keys(volt8_ctx *ctx, quant_metadata *meta, const cJSON *layers) {
+  size_t count = (size_t)cJSON_GetArraySize(layers);
+  meta->layer_keys = volt8_checkpoint_alloc((count ? count : 1) * sizeof *meta->layer_keys);
+  if (!meta->layer_keys) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for quantized_layers");
+  char layer_names[4][64];
+  int32_t n = meta->num_hidden_layers, layer = meta->mtp_layer, names = 2;
+  snprintf(layer_names[0], sizeof layer_names[0], "mtp.layers.%d", layer);
+  snprintf(layer_names[1], sizeof layer_names[1], "model.mtp.layers.%d", layer);
+  if (n > 0) {
+    snprintf(layer_names[names++], sizeof layer_names[0], "model.layers.%d", n + layer);
+    snprintf(layer_names[names++], sizeof layer_names[0], "mtp.layers.%d", n + layer);
+  }
+  for (const cJSON *item = layers->child; item; item = item->next) {
+    int32_t key_layer = -1;
+    int keep = (mtp_layer_match(item->string, n, &key_layer) && key_layer == layer) || is_glob(item->string);
+    for (int32_t i = 0; i < names && !keep; i++) keep = pattern_covers(item->string, layer_names[i]);
+    if (keep) meta->layer_keys[meta->layer_key_count++] = item;
+  }
+  return VOLT8_OK;
+}
+
+static volt8_status read_metadata(volt8_ctx *ctx, const checkpoint_config *config, quant_metadata *meta) {
+  /* a separate draft folder without its own config: the target's quantization says nothing of it */
+  const cJSON *quantization =
+      config->config_is_source ? cJSON_GetObjectItemCaseSensitive(config->config, "quantization_config") : NULL;
+  const cJSON *method = cJSON_GetObjectItemCaseSensitive(quantization, "quant_method");
+  meta->origin = "config.json";
+  if (!cJSON_IsString(method) && config->quant_file) {
+    quantization = cJSON_GetObjectItemCaseSensitive(config->quant_file, "quantization");
+    meta->origin = "hf_quant_config.json";
+    if (!cJSON_IsObject(quantization))
+      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "hf_quant_config.json has no \"quantization\" object");
+    snprintf(meta->method, sizeof meta->method, "modelopt");
+  } else if (cJSON_IsString(method)) {
+    snprintf(meta->method, sizeof meta->method, "%s", method->valuestring);
+  }
+  if (strcmp(meta->method, "modelopt") == 0) {
+    meta->modelopt = quantization;
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(quantization, "quantized_layers");
+    if (layers && !cJSON_IsObject(layers))
+      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: quantized_layers is not an object", meta->origin);
+    if (layers) return index_layer_keys(ctx, meta, layers);
+  } else if (strcmp(meta->method, "fp8") == 0) {
+    meta->fp8 = quantization;
+  }
+  return VOLT8_OK;
+}
+
+static int listed_in(const cJSON *list, char spellings[SPELLINGS][SPELLING_BYTES], int spelling_count) {
+  if (!cJSON_IsArray(list)) return 0;
+  for (const cJSON *item = list->child; item; item = item->next) {
+    if (!cJSON_IsString(item)) continue;
+    for (int s = 0; s < spelling_count; s++)
+      if (pattern_covers(item->valuestring, spellings[s])) return 1;
+  }
+  return 0;
+}
+
+/* The most specific quantized_layers entry for the module: an MTP-layer key (longest), a glob, an ancestor. */
+static const cJSON *find_layer_entry(const quant_metadata *meta, const char *rest, char spellings[SPELLINGS][SPELLING_BYTES],
+                                     int spelling_count) {
+  const cJSON *best = NULL;
+  size_t best_rank = 0;
+  for (size_t i = 0; i < meta->layer_key_count; i++) {
+    const char *key = meta->layer_keys[i]->string;
+    int32_t layer = -1;
+    size_t layer_length = mtp_layer_match(key, meta->num_hidden_layers, &layer);
+    size_t rank = 0;
+    if (layer_length && layer == meta->mtp_layer) {
+      const char *key_rest = key + layer_length;
+      if (pattern_covers(key_rest, rest) || *key_rest == '\0') rank = 1000 + strlen(key_rest);
+    } else {
+      for (int s = 0; s < spelling_count && !rank; s++)
+        if (pattern_covers(key, spellings[s])) rank = is_glob(key) ? 500 : 1 + strlen(key);
+    }
+    if (rank > best_rank) best = meta->layer_keys[i], best_rank = rank;
+  }
+  return best;
+}
+
+/* What the metadata says of one MTP expert module ("mlp.experts.3.gate_proj", or "mlp.experts" fused). */
+static meta_verdict classify_module(const quant_metadata *meta, const char *actual, const char *rest) {
+  char spellings[SPELLINGS][SPELLING_BYTES];
+  int spelling_count = module_spellings(actual, rest, meta->mtp_layer, meta->num_hidden_layers, spellings);
+  if (meta->modelopt) {
+    const cJSON *algo = cJSON_GetObjectItemCaseSensitive(meta->modelopt, "quant_algo");
+    const char *algo_name = cJSON_IsString(algo) ? algo->valuestring : "";
+    if (strcmp(algo_name, "MIXED_PRECISION") == 0) {
+      const cJSON *entry = find_layer_entry(meta, rest, spellings, spelling_count);
+      return entry ? verdict_for_entry(entry) : make_verdict(META_UNQUANTIZED, "modelopt (not listed)");
+    }
+    if (!*algo_name || listed_in(cJSON_GetObjectItemCaseSensitive(meta->modelopt, "exclude_modules"), spellings,
+                                 spelling_count))
+      return make_verdict(META_UNQUANTIZED, "modelopt (excluded)");
+    return verdict_for_algo(algo_name, cJSON_GetObjectItemCaseSensitive(meta->modelopt, "group_size"));
+  }
+  if (meta->fp8) {
+    if (listed_in(cJSON_GetObjectItemCaseSensitive(meta->fp8, "modules_to_not_convert"), spellings, spelling_count) ||
+        listed_in(cJSON_GetObjectItemCaseSensitive(meta->fp8, "ignored_layers"), spellings, spelling_count))
+      return make_verdict(META_UNQUANTIZED, "fp8 (not converted)");
+    const cJSON *block = cJSON_GetObjectItemCaseSensitive(meta->fp8, "weight_block_size");
+    if (cJSON_GetArraySize(block) == 2 && cJSON_GetArrayItem(block, 0)->valuedouble == VOLT8_CHECKPOINT_BLOCK &&
+        cJSON_GetArrayItem(block, 1)->valuedouble == VOLT8_CHECKPOINT_BLOCK)
+      return make_verdict(META_FP8_BLOCK, "fp8 block 128x128");
+    return make_verdict(META_OTHER, block ? "fp8 (block not 128x128)" : "fp8 per-tensor");
+  }
+  meta_verdict verdict = {META_UNKNOWN, ""};
+  snprintf(verdict.format, sizeof verdict.format, "%s", *meta->method ? meta->method : "no metadata");
+  return verdict;
+}
+
+/* ---- finding the experts ---- */
+
+/* Finds the MTP layer's expert tensors: their spelled prefix, the expert count, fused or not. */
+static volt8_status discover_experts(volt8_ctx *ctx, volt8_checkpoint *checkpoint, const char *dir,
+                                     int32_t num_hidden_layers, int32_t mtp_layer) {
+  size_t experts_part = strlen(EXPERTS_PART);
+  int64_t largest_expert = -1;
+  int fused_parts = 0;
+  for (size_t i = 0; i < volt8_st_set_count(checkpoint->set); i++) {
+    const char *name = volt8_st_set_name(checkpoint->set, i);
+    int32_t layer = -1;
+    size_t layer_length = mtp_layer_match(name, num_hidden_layers, &layer);
+    if (!layer_length || layer != mtp_layer || strncmp(name + layer_length, EXPERTS_PART, experts_part) != 0) continue;
+    size_t prefix_length = layer_length + experts_part;
+    if (!checkpoint->tensor_prefix[0]) {
+      if (prefix_length >= sizeof checkpoint->tensor_prefix)
+        return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensor name %s is too long", dir, name);
+      snprintf(checkpoint->tensor_prefix, sizeof checkpoint->tensor_prefix, "%.*s", (int)prefix_length, name);
+    } else if (strncmp(name, checkpoint->tensor_prefix, prefix_length) != 0 ||
+               strlen(checkpoint->tensor_prefix) != prefix_length) {
+      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: MTP layer %d experts appear under two names, %s and %.*s", dir,
+                        mtp_layer, checkpoint->tensor_prefix, (int)prefix_length, name);
+    }
+    const char *tail = name + prefix_length;
+    if (strcmp(tail, "gate_up_proj") == 0 || strcmp(tail, "down_proj") == 0) {
+      fused_parts++;
+    } else if (tail[0] >= '0' && tail[0] <= '9') {
+      char *end = NULL;
+      long expert = strtol(tail, &end, 10);
+      if (*end == '.' && expert < MAX_EXPERTS && expert > largest_expert) largest_expert = expert;
+    }
+  }
+  if (!checkpoint->tensor_prefix[0])
+    return volt8_fail(ctx, VOLT8_ERR_NOT_FOUND,
+                      "%s: no MTP experts (looked for mtp.layers.%d.mlp.experts.*%s, with model./model.language_model. "
+                      "roots)",
+                      dir, mtp_layer, num_hidden_layers > 0 ? " and layers.<num_hidden_layers>" : "");
+  if (fused_parts && largest_expert >= 0)
+    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s holds both fused (gate_up_proj) and per-expert tensors", dir,
+                      checkpoint->tensor_prefix);
+  checkpoint->fused = fused_parts > 0;
+  checkpoint->num_experts = (int32_t)(largest_expert + 1);
+  return VOLT8_OK;
+}
+
+static volt8_status find_tensor(volt8_ctx *ctx, volt8_checkpoint *checkpoint, const char *name, int32_t expert,
+                                const volt8_st_tensor **out) {
+  if (!volt8_st_set_contains(checkpoint->set, name))
+    return volt8_fail(ctx, VOLT8_ERR_NOT_FOUND, "%s: MTP expert %d of %d: tensor %s is missing", checkpoint->dir, expert,
+                      checkpoint->num_experts, name);
+  return volt8_st_set_find(ctx, checkpoint->set, name, out);
+}
+
+static volt8_status check_shape(volt8_ctx *ctx, const volt8_st_tensor *tensor, int32_t expert, int32_t rank,
+                                const int64_t *expected) {
+  int same = tensor->rank == rank;
+  for (int32_t d = 0; same && d < rank; d++) same = tensor->shape[d] == expected[d];
+  if (same) return VOLT8_OK;
+  char want[96] = "", have[96] = "";
+  for (int32_t d = 0; d < rank; d++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "," : "", (long long)expected[d]);
+  for (int32_t d = 0; d < tensor->rank; d++)
+    snprintf(have + strlen(have), sizeof have - strlen(have), "%s%lld", d ? "," : "", (long long)tensor->shape[d]);
+  return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensor %s (expert %d): shape [%s], expected [%s]", tensor->file,
+                    tensor->name, expert, have, want);
+}
+
+/* The scale of one native matrix: weight_scale_inv (2-D) or weight_scale (2-D, or ModelOpt's 4-D). */
+static volt8_status find_scale(volt8_ctx *ctx, volt8_checkpoint *checkpoint, const char *weight_name, int32_t expert,
+                               int64_t rows, int64_t cols, const volt8_st_tensor **out) {
+  char inverse[NAME_BYTES + 16], plain[NAME_BYTES + 16];
+  snprintf(inverse, sizeof inverse, "%s_scale_inv", weight_name);
+  snprintf(plain, sizeof plain, "%s_scale", weight_name);
+  int has_inverse = volt8_st_set_contains(checkpoint->set, inverse), has_plain = volt8_st_set_contains(checkpoint->set, plain);
+  if (has_inverse && has_plain)
+    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: MTP expert %d: both %s and %s exist; which scales apply is ambiguous",
+                      checkpoint->dir, expert, inverse, plain);
+  if (!has_inverse && !has_plain)
+    return volt8_fail(ctx, VOLT8_ERR_NOT_FOUND, "%s: MTP expert %d: no scale for %s (neither %s nor %s)", checkpoint->dir,
+                      expert, weight_name, inverse, plain);
+  volt8_status status = volt8_st_set_find(ctx, checkpoint->set, has_inverse ? inverse : plain, out);
+  if (status != VOLT8_OK) return status;
+  const volt8_st_tensor *scale = *out;
+  if (scale->dtype != VOLT8_ST_F32 && scale->dtype != VOLT8_ST_BF16 && scale->dtype != VOLT8_ST_F16)
+    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensor %s (expert %d): scale dtype %s, expected F32, BF16 or F16",
+                      scale->file, scale->name, expert, volt8_st_dtype_name(scale->dtype));
+  int64_t grid[4] = {(rows + 127) / 128, (cols + 127) / 128};
+  if (has_plain && scale->rank == 4) {
+    int64_t grid4[4] = {grid[0], 1, grid[1], 1};
+    return check_shape(ctx, scale, expert, 4, grid4);
+  }
+  return check_shape(ctx, scale, expert, 2, grid);
+}
+
+static volt8_status resolve_per_expert(volt8_ctx *ctx, volt8_checkpoint *checkpoint, int native) {
+  int32_t experts = checkpoint->num_experts;
+  checkpoint->tensors = volt8_checkpoint_alloc(sizeof *checkpoint->tensors * (size_t)experts * VOLT8_PROJECTIONS * 2);
+  if (!checkpoint->tensors) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for %d experts", experts);
+  char name[NAME_BYTES];
+  volt8_status status = VOLT8_OK;
+  for (int32_t e = 0; e < experts && status == VOLT8_OK; e++) {
+    for (int p = 0; p < VOLT8_PROJECTIONS && status == VOLT8_OK; p++) {
+      snprintf(name, sizeof name, "%s%d.%s.weight", checkpoint->tensor_prefix, e, projection_names[p]);
+      const volt8_st_tensor **weight = &checkpoint->tensors[e * VOLT8_PROJECTIONS + p];
+      status = find_tensor(ctx, checkpoint, name, e, weight);
+      if (status != VOLT8_OK) break;
+      if (e == 0 && p == VOLT8_GATE) {
+        if ((*weight)->rank != 2)
+          return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensor %s has %d dimensions, expected 2", (*weight)->file, name,
+                            (*weight)->rank);
+        checkpoint->intermediate = (int32_t)(*weight)->shape[0];
+        checkpoint->hidden = (int32_t)(*weight)->shape[1];
+        checkpoint->weight_dtype = (*weight)->dtype;
+      }
+      if ((*weight)->dtype != checkpoint->weight_dtype)
+        return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensor %s (expert %d): dtype %s, but expert 0 is %s", (*weight)->file,
+                          name, e, volt8_st_dtype_name((*weight)->dtype), volt8_st_dtype_name(checkpoint->weight_dtype));
+      int64_t rows = p == VOLT8_DOWN ? checkpoint->hidden : checkpoint->intermediate;
+      int64_t cols = p == VOLT8_DOWN ? checkpoint->intermediate : checkpoint->hidden;
+      int64_t expected[2] = {rows, cols};
+      status = check_shape(ctx, *weight, e, 2, expected);
+      if (status == VOLT8_OK && native)
+        status = find_scale(ctx, checkpoint, name, e, rows, cols,
+                            &checkpoint->tensors[((size_t)experts + (size_t)e) * VOLT8_PROJECTIONS + p]);
+    }
+  }
+  return status;
+}
+
+static volt8_status resolve_fused(volt8_ctx *ctx, volt8_checkpoint *checkpoint) {
+  char name[NAME_BYTES];
+  snprintf(name, sizeof name, "%sgate_up_proj", checkpoint->tensor_prefix);
+  volt8_status status = find_tensor(ctx, checkpoint, name, 0, &checkpoint->fused_gate_up);
+  if (status != VOLT8_OK) return status;
+  snprintf(name, sizeof name, "%sdown_proj", checkpoint->tensor_prefix);
+  if ((status = find_tensor(ctx, checkpoint, name, 0, &checkpoint->fused_down)) != VOLT8_OK) return status;
+  const volt8_st_tensor *gate_up = checkpoint->fused_gate_up, *down = checkpoint->fused_down;
+  if (gate_up->rank != 3 || gate_up->shape[1] % 2 != 0 || gate_up->shape[0] > MAX_EXPERTS)
+    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensor %s: expected [experts, 2 x intermediate, hidden]", gate_up->file,
+                      gate_up->name);
+  checkpoint->num_experts = (int32_t)gate_up->shape[0];
+  checkpoint->intermediate = (int32_t)(gate_up->shape[1] / 2);
+  checkpoint->hidden = (int32_t)gate_up->shape[2];
+  checkpoint->weight_dtype = gate_up->dtype;
+  int64_t expected[3] = {checkpoint->num_experts, checkpoint->hidden, checkpoint->intermediate};
+  if (down->dtype != gate_up->dtype)
+    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensor %s: dtype %s, but %s is %s", down->file, down->name,
+                      volt8_st_dtype_name(down->dtype), gate_up->name, volt8_st_dtype_name(gate_up->dtype));
+  return check_shape(ctx, down, -1, 3, expected);
+}
+
+static int is_float_dtype(volt8_st_dtype dtype) {
+  return dtype == VOLT8_ST_F16 || dtype == VOLT8_ST_BF16 || dtype == VOLT8_ST_F32;
+}
+
+/* One verdict for all expert modules (they may not mix formats). */
+static volt8_status classify_experts(volt8_ctx *ctx, const volt8_checkpoint *checkpoint, const quant_metadata *meta,
+                                     meta_verdict *out) {
+  char actual[NAME_BYTES];
+  size_t layer_length = strlen(checkpoint->tensor_prefix) - strlen(EXPERTS_PART);
+  int32_t modules = checkpoint->fused ? 1 : checkpoint->num_experts * VOLT8_PROJECTIONS;
+  for (int32_t m = 0; m < modules; m++) {
+    if (checkpoint->fused)
+      snprintf(actual, sizeof actual, "%.*s", (int)strlen(checkpoint->tensor_prefix) - 1, checkpoint->tensor_prefix);
+    else
+      snprintf(actual, sizeof actual, "%s%d.%s", checkpoint->tensor_prefix, m / VOLT8_PROJECTIONS,
+               projection_names[m % VOLT8_PROJECTIONS]);
+    meta_verdict verdict = classify_module(meta, actual, actual + layer_length);
+    if (m == 0) *out = verdict;
+    else if (verdict.kind != out->kind || strcmp(verdict.format, out->format) != 0)
+      return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s: %s quantization metadata gives %s, but %s0.gate_proj has %s",
+                        meta->origin, actual, verdict.format, checkpoint->tensor_prefix, out->format);
+  }
+  return VOLT8_OK;
+}
+
+/* Native, online, or an error: what the tensors are, what the metadata says, what the caller asked. */
+static volt8_status choose_route(volt8_ctx *ctx, volt8_checkpoint *checkpoint, const meta_verdict *verdict,
+                                 int online_requested) {
+  const char *dtype = volt8_st_dtype_name(checkpoint->weight_dtype);
+  char where[NAME_BYTES + 1024];
+  snprintf(where, sizeof where, "%.1000s: %s*", checkpoint->dir, checkpoint->tensor_prefix);
+  if (verdict->kind == META_OTHER)
+    return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s: the metadata quantizes the MTP experts as %s; volt8 reads 128x128 "
+                      "block FP8 or unquantized experts", where, verdict->format);
+  if (checkpoint->weight_dtype == VOLT8_ST_F8_E4M3 && !checkpoint->fused) {
+    if (verdict->kind == META_UNQUANTIZED)
+      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensors are F8_E4M3 but the metadata (%s) leaves them unquantized",
+                        where, verdict->format);
+    if (online_requested)
+      return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "%s: mtp_expert_quantization=fp8 asks to quantize experts that "
+                        "are already FP8; online conversion applies to unquantized experts only", where);
+    checkpoint->route = VOLT8_ROUTE_NATIVE;
+    snprintf(checkpoint->quant_format, sizeof checkpoint->quant_format, "%s",
+             verdict->kind == META_FP8_BLOCK ? verdict->format : "F8_E4M3 (no metadata)");
+    return VOLT8_OK;
+  }
+  if (!is_float_dtype(checkpoint->weight_dtype))
+    return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s: expert weights of dtype %s%s are not supported", where, dtype,
+                      checkpoint->fused ? " (fused)" : "");
+  if (verdict->kind == META_FP8_BLOCK)
+    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: the metadata (%s) declares FP8 experts but the tensors are %s", where,
+                      verdict->format, dtype);
+  if (!online_requested)
+    return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s: the MTP experts are unquantized (%s); set "
+                      "mtp_expert_quantization to \"fp8\" to quantize them at load", where, dtype);
+  checkpoint->route = VOLT8_ROUTE_ONLINE;
+  snprintf(checkpoint->quant_format, sizeof checkpoint->quant_format, "unquantized %s", dtype);
+  return VOLT8_OK;
+}
+
+/* The config's sizes, where it states them, must agree with the tensors. */
+static volt8_status check_config_sizes(volt8_ctx *ctx, const volt8_checkpoint *checkpoint, const cJSON *config) {
+  struct { const char *key; int32_t value; } sizes[] = {
+      {"hidden_size", checkpoint->hidden},       {"moe_intermediate_size", checkpoint->intermediate},
+      {"num_experts", checkpoint->num_experts},  {"n_routed_experts", checkpoint->num_experts},
+      {"num_local_experts", checkpoint->num_experts}};
+  for (size_t i = 0; config && i < sizeof sizes / sizeof sizes[0]; i++) {
+    int64_t stated = 0;
+    if (config_int(config, sizes[i].key, &stated) && stated != sizes[i].value)
+      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: config.json gives %s = %lld but the MTP expert tensors (%s*) have %d",
+                        checkpoint->dir, sizes[i].key, (long long)stated, checkpoint->tensor_prefix, sizes[i].value);
+  }
+  if (checkpoint->hidden <= 0 || checkpoint->intermediate <= 0 || checkpoint->num_experts <= 0)
+    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s*: empty experts (hidden %d, intermediate %d, %d experts)",
+                      checkpoint->dir, checkpoint->tensor_prefix, checkpoint->hidden, checkpoint->intermediate, checkpoint->num_experts);
+  if (checkpoint->hidden % 16 != 0)
+    return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s: %s*: hidden size %d is not a multiple of 16", checkpoint->dir,
+                      checkpoint->tensor_prefix,
+                      checkpoint->hidden);
+  return VOLT8_OK;
+}
+
+static int online_requested(const volt8_load_options *options, const checkpoint_config *config) {
+  if (options->mtp_expert_quantization && *options->mtp_expert_quantization) return 1;
+  const cJSON *setting = config_item(config->config, "mtp_expert_quantization");
+  return cJSON_IsString(setting) && strcmp(setting->valuestring, "fp8") == 0;
+}
+
+static volt8_status open_experts(volt8_ctx *ctx, volt8_checkpoint *checkpoint, const volt8_load_options *options,
+                                 const checkpoint_config *config, quant_metadata *meta) {
+  const char *dir = options->draft_checkpoint_dir ? options->draft_checkpoint_dir : options->checkpoint_dir;
+  checkpoint->dir = dir;
+  volt8_status status = volt8_st_set_open(ctx, dir, &checkpoint->set);
+  if (status == VOLT8_OK) status = discover_experts(ctx, checkpoint, dir, config->num_hidden_layers, options->mtp_layer);
+  if (status == VOLT8_OK && checkpoint->fused) status = resolve_fused(ctx, checkpoint);
+  if (status == VOLT8_OK && !checkpoint->fused) {
+    /* expert 0's gate says whether scales must exist; every other tensor is held to it */
+    char name[NAME_BYTES];
+    snprintf(name, sizeof name, "%s0.gate_proj.weight", checkpoint->tensor_prefix);
+    const volt8_st_tensor *first = NULL;
+    status = find_tensor(ctx, checkpoint, name, 0, &first);
+    if (status == VOLT8_OK) status = resolve_per_expert(ctx, checkpoint, first->dtype == VOLT8_ST_F8_E4M3);
+  }
+  if (status == VOLT8_OK) status = check_config_sizes(ctx, checkpoint, config->config);
+  meta_verdict verdict;
+  if (status == VOLT8_OK) status = classify_experts(ctx, checkpoint, meta, &verdict);
+  if (status == VOLT8_OK) status = choose_route(ctx, checkpoint, &verdict, online_requested(options, config));
+  if (status == VOLT8_OK && checkpoint->route == VOLT8_ROUTE_NATIVE)
+    checkpoint->scale_dtype = checkpoint->tensors[(size_t)checkpoint->num_experts * VOLT8_PROJECTIONS]->dtype;
+  return status;
+}
+
+volt8_status volt8_checkpoint_open(volt8_ctx *ctx, const volt8_load_options *options, volt8_checkpoint **out_checkpoint) {
+  *out_checkpoint = NULL;
+  checkpoint_config config;
+  quant_metadata meta = {0};
+  volt8_checkpoint *checkpoint = volt8_checkpoint_alloc(sizeof *checkpoint);
+  if (!checkpoint) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the checkpoint");
+  volt8_status status = read_config(ctx, options, &config);
+  meta.num_hidden_layers = config.num_hidden_layers;
+  meta.mtp_layer = options->mtp_layer;
+  if (status == VOLT8_OK) status = read_metadata(ctx, &config, &meta);
+  if (status == VOLT8_OK) status = open_experts(ctx, checkpoint, options, &config, &meta);
+  volt8_checkpoint_free(meta.layer_keys);
+  cJSON_Delete(config.config);
+  cJSON_Delete(config.quant_file);
+  if (status != VOLT8_OK) {
+    volt8_checkpoint_close(checkpoint);
+    return status;
+  }
+  *out_checkpoint = checkpoint;
+  return VOLT8_OK;
+}
+
+void volt8_checkpoint_close(volt8_checkpoint *checkpoint) {
+  if (!checkpoint) return;
+  volt8_st_set_close(checkpoint->set);
+  volt8_checkpoint_free(checkpoint->tensors);
+  volt8_checkpoint_free(checkpoint);
+}
+
+void volt8_checkpoint_matrix(const volt8_checkpoint *checkpoint, int32_t expert, int32_t projection,
+                             volt8_matrix_source *out) {
+  int64_t hidden = checkpoint->hidden, intermediate = checkpoint->intermediate;
+  size_t element_bytes = (size_t)volt8_st_dtype_bits(checkpoint->weight_dtype) / 8;
+  int down = projection == VOLT8_DOWN;
+  memset(out, 0, sizeof *out);
+  out->rows = down ? hidden : intermediate;
+  out->cols = down ? intermediate : hidden;
+  if (checkpoint->fused) {
+    out->weight = down ? checkpoint->fused_down : checkpoint->fused_gate_up;
+    out->row_base = projection == VOLT8_UP ? intermediate : 0;
+    size_t expert_elements = (size_t)(down ? 1 : 2) * (size_t)intermediate * (size_t)hidden;
+    out->data = out->weight->data + ((size_t)expert * expert_elements + (size_t)out->row_base * (size_t)hidden) * element_bytes;
+    return;
+  }
+  size_t index = (size_t)expert * VOLT8_PROJECTIONS + (size_t)projection;
+  out->weight = checkpoint->tensors[index];
+  out->data = out->weight->data;
+  if (checkpoint->route == VOLT8_ROUTE_NATIVE)
+    out->scale = checkpoint->tensors[(size_t)checkpoint->num_experts * VOLT8_PROJECTIONS + index];
+}
+
+/* ---- the per-expert pipeline ---- */
+
+typedef struct pipeline {
+  volt8_ctx *ctx;
+  const volt8_checkpoint *checkpoint;
+  const volt8_shard *shard;
+  volt8_moe_dims dims;
+  uint8_t *staging;   /* online: one matrix slice in the source dtype */
+  float *block_max;   /* native: largest |w| per scale block of one matrix */
+  int64_t staging_bytes;
+  double scale_error;
+  volt8_quant_error quant_error;
+} pipeline;
+
+/* Gate and up rows, down columns, byte for byte; their scale blocks validated and converted. */
+static volt8_status stage_native(pipeline *p, int32_t expert, const volt8_expert_arrays *out) {
+  const volt8_shard *shard = p->shard;
+  const volt8_moe_dims *dims = &p->dims;
+  int64_t hidden = p->checkpoint->hidden, intermediate = shard->intermediate;
+  volt8_matrix_source matrix;
+  volt8_status status = VOLT8_OK;
+  for (int32_t half = VOLT8_GATE; half <= VOLT8_UP && status == VOLT8_OK; half++) {
+    volt8_checkpoint_matrix(p->checkpoint, expert, half, &matrix);
+    uint8_t *codes = out->w13 + half * intermediate * hidden;
+    volt8_shard_copy_rows(matrix.data, hidden, 1, shard, codes);
+    status = volt8_codes_block_max(p->ctx, matrix.weight, expert, codes, intermediate, hidden, shard->start, 0,
+                                   VOLT8_CHECKPOINT_BLOCK, VOLT8_CHECKPOINT_BLOCK, p->block_max);
+    if (status == VOLT8_OK)
+      status = volt8_scales_convert(p->ctx, matrix.scale, expert, shard->first_block, dims->g13, 0, dims->k13_blocks,
+                                    p->block_max, out->s13 + (int64_t)half * dims->g13 * dims->k13_blocks, &p->scale_error);
+  }
+  if (status != VOLT8_OK) return status;
+  volt8_checkpoint_matrix(p->checkpoint, expert, VOLT8_DOWN, &matrix);
+  volt8_shard_copy_columns(matrix.data, hidden, 1, shard, out->w2);
+  status = volt8_codes_block_max(p->ctx, matrix.weight, expert, out->w2, hidden, intermediate, 0, shard->start,
+                                 VOLT8_CHECKPOINT_BLOCK, VOLT8_CHECKPOINT_BLOCK, p->block_max);
+  if (status != VOLT8_OK) return status;
+  return volt8_scales_convert(p->ctx, matrix.scale, expert, 0, dims->n2_blocks, shard->first_block, dims->g2,
+                              p->block_max, out->s2, &p->scale_error);
+}
+
+/* The rank's slice of each matrix, quantized on its own grid (offset 0). */
+static volt8_status stage_online(pipeline *p, int32_t expert, const volt8_expert_arrays *out) {
+  const volt8_shard *shard = p->shard;
+  const volt8_moe_dims *dims = &p->dims;
+  int64_t hidden = p->checkpoint->hidden, intermediate = shard->intermediate;
+  size_t element_bytes = (size_t)volt8_st_dtype_bits(p->checkpoint->weight_dtype) / 8;
+  volt8_matrix_source matrix;
+  volt8_status status = VOLT8_OK;
+  for (int32_t half = VOLT8_GATE; half <= VOLT8_UP && status == VOLT8_OK; half++) {
+    volt8_checkpoint_matrix(p->checkpoint, expert, half, &matrix);
+    volt8_shard_copy_rows(matrix.data, hidden, element_bytes, shard, p->staging);
+    status = volt8_quant_matrix(p->ctx, matrix.weight, expert, p->staging, intermediate, hidden,
+                                matrix.row_base + shard->start, 0, shard->block_n, out->w13 + half * intermediate * hidden,
+                                out->s13 + (int64_t)half * dims->g13 * dims->k13_blocks, &p->quant_error);
+  }
+  if (status != VOLT8_OK) return status;
+  volt8_checkpoint_matrix(p->checkpoint, expert, VOLT8_DOWN, &matrix);
+  volt8_shard_copy_columns(matrix.data, hidden, element_bytes, shard, p->staging);
+  return volt8_quant_matrix(p->ctx, matrix.weight, expert, p->staging, hidden, intermediate, 0, shard->start,
+                            shard->block_n, out->w2, out->s2, &p->quant_error);
+}
+
+static void finish_report(const pipeline *p, volt8_load_report *report) {
+  volt8_load_report filled = VOLT8_LOAD_REPORT_INIT;
+  filled.route = p->checkpoint->route;
+  filled.num_experts = p->checkpoint->num_experts;
+  filled.scale_max_relative_error = p->scale_error;
+  if (p->quant_error.reference_squares > 0.0)
+    filled.online_relative_l2 = sqrt(p->quant_error.error_squares / p->quant_error.reference_squares);
+  filled.online_max_abs_error = p->quant_error.max_abs_error;
+  filled.staging_peak_bytes = p->staging_bytes;
+  *report = filled;
+}
+
+volt8_status volt8_checkpoint_run(volt8_ctx *ctx, volt8_checkpoint *checkpoint, const volt8_shard *shard,
+                                  const volt8_expert_sink *sink, volt8_load_report *report) {
+  pipeline p = {.ctx = ctx, .checkpoint = checkpoint, .shard = shard};
+  volt8_moe_shape shape;
+  volt8_shard_shape(shard, checkpoint->hidden, checkpoint->num_experts, &shape);
+  volt8_status status = volt8_moe_dims_compute(ctx, &shape, &p.dims);
+  if (status != VOLT8_OK) return status;
+  int native = checkpoint->route == VOLT8_ROUTE_NATIVE;
+  size_t element_bytes = (size_t)volt8_st_dtype_bits(checkpoint->weight_dtype) / 8;
+  size_t blocks = (size_t)p.dims.g13 * (size_t)p.dims.k13_blocks;
+  if ((size_t)p.dims.n2_blocks * (size_t)p.dims.g2 > blocks) blocks = (size_t)p.dims.n2_blocks * (size_t)p.dims.g2;
+  p.staging_bytes = native ? (int64_t)(blocks * sizeof(float))
+                           : (int64_t)((size_t)shard->intermediate * (size_t)checkpoint->hidden * element_bytes);
+  void *staging = volt8_checkpoint_alloc((size_t)p.staging_bytes);
+  if (!staging) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for %lld bytes of staging", (long long)p.staging_bytes);
+  if (native) p.block_max = staging;
+  else p.staging = staging;
+  for (int32_t e = 0; e < checkpoint->num_experts && status == VOLT8_OK; e++) {
+    volt8_expert_arrays arrays;
+    status = sink->place(sink->context, e, &arrays);
+    if (status == VOLT8_OK) status = native ? stage_native(&p, e, &arrays) : stage_online(&p, e, &arrays);
+    if (status == VOLT8_OK && sink->commit) status = sink->commit(sink->context, e, &arrays);
+  }
+  volt8_checkpoint_free(staging);
+  if (status == VOLT8_OK && report) finish_report(&p, report);
+  return status;
+}
+
+/* ---- sinks ---- */
+
+/* One expert's arrays in host memory, reused for every expert (device uploads, validation). */
+typedef struct staging_sink {
+  volt8_expert_arrays arrays;
+  int64_t bytes;
+  volt8_experts *experts; /* device sink only */
+} staging_sink;
+
+static volt8_status staging_sink_init(volt8_ctx *ctx, const volt8_moe_dims *dims, staging_sink *sink) {
+  memset(sink, 0, sizeof *sink);
+  size_t sizes[4] = {(size_t)dims->w13_bytes_per_expert, (size_t)dims->s13_elems_per_expert * 2,
+                     (size_t)dims->w2_bytes_per_expert, (size_t)dims->s2_elems_per_expert * 2};
+  void **targets[4] = {(void **)&sink->arrays.w13, (void **)&sink->arrays.s13, (void **)&sink->arrays.w2,
+                       (void **)&sink->arrays.s2};
+  for (int i = 0; i < 4; i++) {
+    *targets[i] = volt8_checkpoint_alloc(sizes[i]);
+    sink->bytes += (int64_t)sizes[i];
+    if (!*targets[i]) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for one expert's staging");
+  }
+  return VOLT8_OK;
+}
+
+static void staging_sink_release(staging_sink *sink) {
+  volt8_checkpoint_free(sink->arrays.w13);
+  volt8_checkpoint_free(sink->arrays.s13);
+  volt8_checkpoint_free(sink->arrays.w2);
+  volt8_checkpoint_free(sink->arrays.s2);
+}
+
+static volt8_status staging_place(void *context, int32_t expert, volt8_expert_arrays *out) {
+  *out = ((staging_sink *)context)->arrays;
+  return VOLT8_OK;
+}
+
+static volt8_status device_commit(void *context, int32_t expert, const volt8_expert_arrays *arrays) {
+  return volt8_experts_upload_expert(((staging_sink *)context)->experts, expert, arrays->w13, arrays->s13, arrays->w2,
+                                     arrays->s2);
+}
+
+typedef struct host_sink {
+  volt8_expert_arrays base;
+  volt8_moe_dims dims;
+} host_sink;
+
+static volt8_status host_place(void *context, int32_t expert, volt8_expert_arrays *out) {
+  const host_sink *sink = context;
+  out->w13 = sink->base.w13 + sink->dims.w13_bytes_per_expert * expert;
+  out->s13 = sink->base.s13 + sink->dims.s13_elems_per_expert * expert;
+  out->w2 = sink->base.w2 + sink->dims.w2_bytes_per_expert * expert;
+  out->s2 = sink->base.s2 + sink->dims.s2_elems_per_expert * expert;
+  return VOLT8_OK;
+}
+
+volt8_status volt8_checkpoint_validate(volt8_ctx *ctx, volt8_checkpoint *checkpoint, volt8_load_report *report) {
+  volt8_load_report filled = VOLT8_LOAD_REPORT_INIT;
+  if (checkpoint->route == VOLT8_ROUTE_ONLINE) {
+    for (int32_t e = 0; e < checkpoint->num_experts; e++) {
+      for (int32_t projection = 0; projection < VOLT8_PROJECTIONS; projection++) {
+        volt8_matrix_source matrix;
+        volt8_checkpoint_matrix(checkpoint, e, projection, &matrix);
+        volt8_status status = volt8_quant_check_values(ctx, matrix.weight, e, matrix.data, matrix.rows, matrix.cols);
+        if (status != VOLT8_OK) return status;
+      }
+    }
+    filled.route = checkpoint->route;
+    filled.num_experts = checkpoint->num_experts;
+    *report = filled;
+    return VOLT8_OK;
+  }
+  /* unsharded, so every code and scale block any rank could hold is checked once */
+  volt8_shard whole;
+  volt8_moe_shape shape;
+  volt8_moe_dims dims;
+  staging_sink staging = {0};
+  volt8_status status = volt8_shard_plan(ctx, checkpoint->intermediate, 1, 0, VOLT8_ROUTE_NATIVE, VOLT8_CHECKPOINT_BLOCK, &whole);
+  if (status == VOLT8_OK) {
+    volt8_shard_shape(&whole, checkpoint->hidden, checkpoint->num_experts, &shape);
+    status = volt8_moe_dims_compute(ctx, &shape, &dims);
+  }
+  if (status == VOLT8_OK) status = staging_sink_init(ctx, &dims, &staging);
+  volt8_expert_sink sink = {&staging, staging_place, NULL};
+  if (status == VOLT8_OK) status = volt8_checkpoint_run(ctx, checkpoint, &whole, &sink, report);
+  if (status == VOLT8_OK) report->staging_peak_bytes += staging.bytes;
+  staging_sink_release(&staging);
+  return status;
+}
+
+/* ---- public entry points ---- */
+
+void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes) {
+  if (!out) return;
+  size_t room = *(const size_t *)out;
+  size_t bytes = room < filled_bytes ? room : filled_bytes;
+  if (bytes > sizeof(size_t)) memcpy((char *)out + sizeof(size_t), (const char *)filled + sizeof(size_t), bytes - sizeof(size_t));
+}
+
+/* Options read, checkpoint opened, this rank's shard and dims. */
+static volt8_status prepare_load(volt8_ctx *ctx, const volt8_load_options *options, volt8_load_options *read,
+                                 volt8_checkpoint **checkpoint, volt8_shard *shard, volt8_moe_shape *shape,
+                                 volt8_moe_dims *dims) {
+  volt8_status status = volt8_load_options_read(ctx, options, read);
+  if (status == VOLT8_OK) status = volt8_checkpoint_open(ctx, read, checkpoint);
+  if (status != VOLT8_OK) return status;
+  int32_t block_n = (*checkpoint)->route == VOLT8_ROUTE_NATIVE ? VOLT8_CHECKPOINT_BLOCK : read->online_block_n;
+  status = volt8_shard_plan(ctx, (*checkpoint)->intermediate, read->tp_size, read->tp_rank, (*checkpoint)->route, block_n,
+                            shard);
+  if (status != VOLT8_OK) return status;
+  volt8_shard_shape(shard, (*checkpoint)->hidden, (*checkpoint)->num_experts, shape);
+  return volt8_moe_dims_compute(ctx, shape, dims);
+}
+
+volt8_status volt8_experts_load(volt8_ctx *ctx, const volt8_load_options *options, volt8_experts **out_experts) {
+  if (!ctx || !out_experts)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_load: ctx or out_experts is NULL");
+  *out_experts = NULL;
+  volt8_status status = volt8_ctx_require_device(ctx);
+  if (status != VOLT8_OK) return status;
+  volt8_load_options read;
+  volt8_checkpoint *checkpoint = NULL;
+  volt8_shard shard;
+  volt8_moe_shape shape;
+  volt8_moe_dims dims;
+  staging_sink staging = {0};
+  volt8_load_report report = VOLT8_LOAD_REPORT_INIT;
+  status = prepare_load(ctx, options, &read, &checkpoint, &shard, &shape, &dims);
+  if (status == VOLT8_OK) status = staging_sink_init(ctx, &dims, &staging);
+  if (status == VOLT8_OK) status = volt8_experts_alloc(ctx, &shape, read.max_tokens, read.max_top_k, &staging.experts);
+  volt8_experts *experts = staging.experts;
+  volt8_expert_sink sink = {&staging, staging_place, device_commit};
+  if (status == VOLT8_OK) status = volt8_checkpoint_run(ctx, checkpoint, &shard, &sink, &report);
+  report.staging_peak_bytes += staging.bytes;
+  staging_sink_release(&staging);
+  volt8_checkpoint_close(checkpoint);
+  if (status != VOLT8_OK) {
+    volt8_experts_destroy(experts);
+    return status;
+  }
+  volt8_copy_sized_output(read.report, &report, sizeof report);
+  *out_experts = experts;
+  return VOLT8_OK;
+}
+
+void volt8_host_checkpoint_free(volt8_host_checkpoint *checkpoint) {
+  if (!checkpoint) return;
+  volt8_checkpoint_free((void *)checkpoint->experts.w13);
+  volt8_checkpoint_free((void *)checkpoint->experts.s13);
+  volt8_checkpoint_free((void *)checkpoint->experts.w2);
+  volt8_checkpoint_free((void *)checkpoint->experts.s2);
+  volt8_checkpoint_free(checkpoint);
+}
+
+volt8_status volt8_checkpoint_load_host(volt8_ctx *ctx, const volt8_load_options *options,
+                                        volt8_host_checkpoint **out_checkpoint) {
+  if (!out_checkpoint) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_checkpoint_load_host: out_checkpoint is NULL");
+  *out_checkpoint = NULL;
+  volt8_load_options read;
+  volt8_checkpoint *checkpoint = NULL;
+  volt8_shard shard;
+  host_sink sink_state;
+  volt8_host_checkpoint *host = NULL;
+  volt8_status status = prepare_load(ctx, options, &read, &checkpoint, &shard, &(volt8_moe_shape){0}, &sink_state.dims);
+  if (status == VOLT8_OK && !(host = volt8_checkpoint_alloc(sizeof *host)))
+    status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the host checkpoint");
+  if (status == VOLT8_OK) {
+    int64_t experts = checkpoint->num_experts;
+    host->size = sizeof *host;
+    volt8_shard_shape(&shard, checkpoint->hidden, checkpoint->num_experts, &host->shape);
+    host->experts = (volt8_host_experts)VOLT8_HOST_EXPERTS_INIT;
+    host->experts.w13 = sink_state.base.w13 = volt8_checkpoint_alloc((size_t)(sink_state.dims.w13_bytes_per_expert * experts));
+    host->experts.s13 = sink_state.base.s13 = volt8_checkpoint_alloc((size_t)(sink_state.dims.s13_elems_per_expert * experts * 2));
+    host->experts.w2 = sink_state.base.w2 = volt8_checkpoint_alloc((size_t)(sink_state.dims.w2_bytes_per_expert * experts));
+    host->experts.s2 = sink_state.base.s2 = volt8_checkpoint_alloc((size_t)(sink_state.dims.s2_elems_per_expert * experts * 2));
+    if (!host->experts.w13 || !host->experts.s13 || !host->experts.w2 || !host->experts.s2)
+      status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for %lld experts in host memory", (long long)experts);
+  }
+  volt8_expert_sink sink = {&sink_state, host_place, NULL};
+  if (status == VOLT8_OK) status = volt8_checkpoint_run(ctx, checkpoint, &shard, &sink, &host->report);
+  volt8_checkpoint_close(checkpoint);
+  if (status != VOLT8_OK) {
+    volt8_host_checkpoint_free(host);
+    return status;
+  }
+  volt8_copy_sized_output(read.report, &host->report, sizeof host->report);
+  *out_checkpoint = host;
+  return VOLT8_OK;
+}

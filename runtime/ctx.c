@@ -1,0 +1,165 @@
+/* volt8_ctx: device discovery, cache location, and the last-error message. */
+#include "ctx_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static __thread char create_error[VOLT8_ERROR_MESSAGE_BYTES];
+
+volt8_status volt8_fail(volt8_ctx *ctx, volt8_status status, const char *fmt, ...) {
+  char *buffer = ctx ? ctx->last_error : create_error;
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(buffer, VOLT8_ERROR_MESSAGE_BYTES, fmt, args);
+  va_end(args);
+  return status;
+}
+
+volt8_status volt8_fail_append(volt8_ctx *ctx, volt8_status status, const char *text) {
+  char *buffer = ctx ? ctx->last_error : create_error;
+  size_t used = strlen(buffer);
+  if (used + 1 < VOLT8_ERROR_MESSAGE_BYTES) snprintf(buffer + used, VOLT8_ERROR_MESSAGE_BYTES - used, "%s", text);
+  return status;
+}
+
+void volt8_clear_error(volt8_ctx *ctx) {
+  if (ctx) ctx->last_error[0] = '\0';
+}
+
+const char *volt8_last_error(const volt8_ctx *ctx) { return ctx ? ctx->last_error : create_error; }
+
+int32_t volt8_parse_arch(const char *name) {
+  if (!name || strncmp(name, "sm_", 3) != 0) return 0;
+  char *end = NULL;
+  long value = strtol(name + 3, &end, 10);
+  if (end == name + 3 || *end != '\0' || value < 50 || value > 199) return 0;
+  return (int32_t)value;
+}
+
+static char *join_path(const char *base, const char *suffix) {
+  size_t bytes = strlen(base) + strlen(suffix) + 2;
+  char *path = malloc(bytes);
+  if (path) snprintf(path, bytes, "%s/%s", base, suffix);
+  return path;
+}
+
+static volt8_status resolve_cache_dir(volt8_ctx *ctx, const volt8_ctx_options *options) {
+  const char *disable = getenv("VOLT8_CACHE_DISABLE");
+  if (options->cache_disable || (disable && strcmp(disable, "1") == 0)) return VOLT8_OK;
+  const char *explicit_dir = options->cache_dir ? options->cache_dir : getenv("VOLT8_CACHE_DIR");
+  if (explicit_dir && *explicit_dir) {
+    ctx->cache_dir = strdup(explicit_dir);
+  } else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME")) {
+    ctx->cache_dir = join_path(getenv("XDG_CACHE_HOME"), "volt8");
+  } else if (getenv("HOME") && *getenv("HOME")) {
+    ctx->cache_dir = join_path(getenv("HOME"), ".cache/volt8");
+  } else {
+    return VOLT8_OK; /* nowhere to keep a cache: run without one */
+  }
+  return ctx->cache_dir ? VOLT8_OK : volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the cache path");
+}
+
+static void open_device(volt8_ctx *ctx) {
+  if (ctx->device_ordinal < 0) {
+    snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "the context was created without a device (device = -1)");
+    return;
+  }
+  const volt8_cuda_driver *cuda = volt8_cuda_driver_get(ctx->no_device_reason, sizeof ctx->no_device_reason);
+  if (!cuda) return;
+  int count = 0;
+  CUresult result = cuda->cuDeviceGetCount(&count);
+  if (result != CUDA_SUCCESS || ctx->device_ordinal >= count) {
+    snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "CUDA device %d not present (%d device(s) found)",
+             ctx->device_ordinal, result == CUDA_SUCCESS ? count : 0);
+    return;
+  }
+  CUdevice device;
+  int major = 0, minor = 0;
+  if (cuda->cuDeviceGet(&device, ctx->device_ordinal) != CUDA_SUCCESS ||
+      cuda->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) != CUDA_SUCCESS ||
+      cuda->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device) != CUDA_SUCCESS) {
+    snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "could not query CUDA device %d", ctx->device_ordinal);
+    return;
+  }
+  cuda->cuDeviceGetName(ctx->device_name, (int)sizeof ctx->device_name, device);
+  result = cuda->cuDevicePrimaryCtxRetain(&ctx->cu_context, device);
+  if (result != CUDA_SUCCESS) {
+    snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "cuDevicePrimaryCtxRetain failed: %s",
+             volt8_cuda_error_text(cuda, result));
+    return;
+  }
+  ctx->cuda = cuda;
+  ctx->device_arch = major * 10 + minor;
+  ctx->has_device = 1;
+}
+
+volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_ctx) {
+  volt8_ctx_options defaults = VOLT8_CTX_OPTIONS_INIT;
+  if (!out_ctx) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_create: out_ctx is NULL");
+  *out_ctx = NULL;
+  if (options) {
+    if (options->size < sizeof(size_t) || options->size > sizeof(volt8_ctx_options))
+      return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT,
+                        "volt8_ctx_create: options->size is %zu; set it with VOLT8_CTX_OPTIONS_INIT (expected %zu or an older size)",
+                        options->size, sizeof(volt8_ctx_options));
+    memcpy(&defaults, options, options->size);
+  }
+  int32_t target_arch = 0;
+  if (defaults.target_arch) {
+    target_arch = volt8_parse_arch(defaults.target_arch);
+    if (!target_arch)
+      return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_create: target_arch \"%s\" is not of the form sm_XX",
+                        defaults.target_arch);
+  }
+  volt8_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "volt8_ctx_create: out of memory");
+  ctx->device_ordinal = defaults.device;
+  pthread_mutex_init(&ctx->lock, NULL);
+  volt8_status status = resolve_cache_dir(ctx, &defaults);
+  if (status != VOLT8_OK) {
+    volt8_ctx_destroy(ctx);
+    return status;
+  }
+  open_device(ctx);
+  ctx->target_arch = target_arch ? target_arch : (ctx->has_device ? ctx->device_arch : 70);
+  if (ctx->has_device && ctx->target_arch > ctx->device_arch) {
+    volt8_fail(NULL, VOLT8_ERR_ARCH_UNSUPPORTED, "volt8_ctx_create: target arch sm_%d is newer than device %s (sm_%d)",
+               ctx->target_arch, ctx->device_name, ctx->device_arch);
+    volt8_ctx_destroy(ctx);
+    return VOLT8_ERR_ARCH_UNSUPPORTED;
+  }
+  *out_ctx = ctx;
+  return VOLT8_OK;
+}
+
+void volt8_ctx_destroy(volt8_ctx *ctx) {
+  if (!ctx) return;
+  volt8_sampler_forget_ctx(ctx);
+  volt8_nvrtc_registry_close(&ctx->nvrtc);
+  if (ctx->has_device) {
+    CUdevice device;
+    if (ctx->cuda->cuDeviceGet(&device, ctx->device_ordinal) == CUDA_SUCCESS) ctx->cuda->cuDevicePrimaryCtxRelease(device);
+  }
+  pthread_mutex_destroy(&ctx->lock);
+  free(ctx->cache_dir);
+  free(ctx);
+}
+
+volt8_status volt8_ctx_target_arch(volt8_ctx *ctx, char *buf, size_t buf_size) {
+  if (!ctx || !buf || buf_size == 0) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_target_arch: NULL argument");
+  int written = snprintf(buf, buf_size, "sm_%d", ctx->target_arch);
+  if (written < 0 || (size_t)written >= buf_size)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_target_arch: buffer of %zu bytes is too small", buf_size);
+  return VOLT8_OK;
+}
+
+volt8_status volt8_ctx_require_device(volt8_ctx *ctx) {
+  if (!ctx) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_require_device: ctx is NULL");
+  if (!ctx->has_device) return volt8_fail(ctx, VOLT8_ERR_NO_DEVICE, "no GPU: %s", ctx->no_device_reason);
+  CUresult result = ctx->cuda->cuCtxSetCurrent(ctx->cu_context);
+  if (result != CUDA_SUCCESS)
+    return volt8_fail(ctx, VOLT8_ERR_CUDA, "cuCtxSetCurrent failed: %s", volt8_cuda_error_text(ctx->cuda, result));
+  return VOLT8_OK;
+}

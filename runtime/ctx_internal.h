@@ -1,0 +1,42 @@
+/* Internal view of volt8_ctx and the error-reporting helpers every runtime file uses. */
+#ifndef VOLT8_CTX_INTERNAL_H
+#define VOLT8_CTX_INTERNAL_H
+
+#include "volt8.h"
+#include "cuda_driver.h"
+#include "nvrtc_loader.h"
+
+#include <pthread.h>
+
+#define VOLT8_ERROR_MESSAGE_BYTES 8192
+#define VOLT8_ARCH_NAME_BYTES 16
+
+struct volt8_ctx {
+  int32_t device_ordinal;            /* -1: no device */
+  int32_t has_device;                /* 1 when the driver, a device and its primary context are up */
+  int32_t device_arch;               /* e.g. 90; 0 without a device */
+  int32_t target_arch;               /* arch kernels are generated and compiled for, e.g. 70 */
+  char device_name[128];
+  char no_device_reason[512];        /* why has_device is 0 */
+  char *cache_dir;                   /* NULL when the disk cache is disabled */
+  const volt8_cuda_driver *cuda;     /* NULL without a driver */
+  CUcontext cu_context;              /* retained primary context */
+  volt8_nvrtc_registry nvrtc;        /* NVRTC libraries opened so far, per arch */
+  pthread_mutex_t lock;              /* guards nvrtc and the module table */
+  char last_error[VOLT8_ERROR_MESSAGE_BYTES];
+};
+
+/* Records a formatted message as ctx's last error (ctx may be NULL) and returns `status`. */
+volt8_status volt8_fail(volt8_ctx *ctx, volt8_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Appends text to ctx's last error (e.g. a compiler log) and returns `status`. */
+volt8_status volt8_fail_append(volt8_ctx *ctx, volt8_status status, const char *text);
+void volt8_clear_error(volt8_ctx *ctx);
+
+/* Unloads the sampler kernels loaded for ctx (runtime/sampler.c); called by volt8_ctx_destroy. */
+void volt8_sampler_forget_ctx(volt8_ctx *ctx);
+
+/* "sm_70" -> 70; returns 0 on anything else. */
+int32_t volt8_parse_arch(const char *name);
+
+#endif

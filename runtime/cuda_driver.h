@@ -1,0 +1,60 @@
+/* The CUDA driver API, opened with dlopen so the library loads on machines without a driver. */
+#ifndef VOLT8_CUDA_DRIVER_H
+#define VOLT8_CUDA_DRIVER_H
+
+#include <cuda.h>
+
+typedef struct volt8_cuda_driver {
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuDriverGetVersion)(int *);
+  CUresult (*cuDeviceGetCount)(int *);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxGetCurrent)(CUcontext *);
+  CUresult (*cuCtxSynchronize)(void);
+  CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned int, CUjit_option *, void **);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                             unsigned int, unsigned int, CUstream, void **, void **);
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
+  CUresult (*cuMemGetInfo)(size_t *, size_t *);
+  CUresult (*cuStreamCreate)(CUstream *, unsigned int);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+  CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+  CUresult (*cuGraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  CUresult (*cuEventCreate)(CUevent *, unsigned int);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*cuGetErrorName)(CUresult, const char **);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+} volt8_cuda_driver;
+
+/* Opens libcuda once per process (thread-safe). Returns NULL and fills `reason` when there is
+ * no usable driver. */
+const volt8_cuda_driver *volt8_cuda_driver_get(char *reason, size_t reason_size);
+
+/* "CUDA_ERROR_X (description)" for a CUresult; static storage. */
+const char *volt8_cuda_error_text(const volt8_cuda_driver *cuda, CUresult result);
+
+#endif

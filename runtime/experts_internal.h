@@ -1,0 +1,23 @@
+/* What the checkpoint loader needs of the experts handle: allocate, then fill expert by expert. */
+#ifndef VOLT8_EXPERTS_INTERNAL_H
+#define VOLT8_EXPERTS_INTERNAL_H
+
+#include "volt8.h"
+
+/* One device allocation for all experts of `shape` (layout of moe_layout.h) plus the workspace
+ * for max_tokens x max_top_k routed pairs. The weights are uninitialised until uploaded. */
+volt8_status volt8_experts_alloc(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t max_tokens, int32_t max_top_k,
+                                 volt8_experts **out_experts);
+/* Copies one expert's arrays (moe_layout.h, per-expert slices) into place. */
+volt8_status volt8_experts_upload_expert(volt8_experts *experts, int32_t expert, const uint8_t *w13,
+                                         const uint16_t *s13, const uint8_t *w2, const uint16_t *s2);
+/* Bytes of the resident weight allocation (weights and scales, alignment included). */
+size_t volt8_experts_resident_bytes(const volt8_experts *experts);
+/* The shape the handle was created for. */
+const volt8_moe_shape *volt8_experts_shape(const volt8_experts *experts);
+/* Bytes of the workspace allocation (sized for the prepared maximum of routed pairs). */
+size_t volt8_experts_workspace_bytes(const volt8_experts *experts);
+/* The context the handle was created on. */
+volt8_ctx *volt8_experts_ctx(const volt8_experts *experts);
+
+#endif

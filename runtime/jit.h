@@ -1,0 +1,34 @@
+/* Compile-or-load of one CUDA source: NVRTC plus the disk cache. Knows nothing of GEMMs. */
+#ifndef VOLT8_JIT_H
+#define VOLT8_JIT_H
+
+#include "volt8.h"
+
+typedef enum volt8_image_kind { VOLT8_IMAGE_PTX = 0, VOLT8_IMAGE_CUBIN = 1 } volt8_image_kind;
+
+typedef struct volt8_jit_request {
+  const char *kernel_name;       /* entry name; part of the cache key */
+  const char *source;            /* complete, self-contained CUDA source */
+  int32_t arch;                  /* 70 -> compute_70 (PTX) or sm_70 (CUBIN) */
+  volt8_image_kind kind;
+  const char *const *options;    /* extra NVRTC options; the key uses them sorted */
+  int32_t num_options;
+} volt8_jit_request;
+
+typedef struct volt8_jit_image {
+  void *data;                    /* PTX text (NUL-terminated) or CUBIN bytes */
+  size_t size;                   /* bytes, the PTX terminator included */
+  volt8_image_kind kind;
+  int32_t from_cache;            /* 1: loaded from the disk cache */
+  char nvrtc_version[32];        /* "12.9" of the NVRTC that built it */
+} volt8_jit_image;
+
+/* Loads the image from ctx's disk cache or compiles and publishes it. Compile errors:
+ * VOLT8_ERR_COMPILE with the NVRTC log in volt8_last_error. No NVRTC for the arch and no
+ * cached entry: VOLT8_ERR_ARCH_UNSUPPORTED naming what was tried. Options must be single tokens
+ * ("-DNAME=1", not "-D" "NAME=1"): the cache key sorts them. May run concurrently on one ctx
+ * (only the last-error text is shared); the cache is safe across processes. */
+volt8_status volt8_jit_compile(volt8_ctx *ctx, const volt8_jit_request *request, volt8_jit_image *out_image);
+void volt8_jit_image_free(volt8_jit_image *image);
+
+#endif

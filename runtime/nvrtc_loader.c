@@ -1,0 +1,173 @@
+/* Finds NVRTC libraries with dlopen and picks, per target arch, one that can compile for it. */
+#include "ctx_internal.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef VOLT8_VENV_NVRTC_PATH
+#define VOLT8_VENV_NVRTC_PATH ""
+#endif
+#ifndef VOLT8_CUDA_LIBRARY_DIR
+#define VOLT8_CUDA_LIBRARY_DIR "/usr/local/cuda/lib64"
+#endif
+
+static int env_is_one(const char *name) {
+  const char *value = getenv(name);
+  return value && strcmp(value, "1") == 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void note_tried(volt8_nvrtc_registry *registry, const char *fmt, ...) {
+  size_t used = strlen(registry->tried);
+  if (used + 3 >= sizeof registry->tried) return;
+  if (used > 0) {
+    memcpy(registry->tried + used, "; ", 3);
+    used += 2;
+  }
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(registry->tried + used, sizeof registry->tried - used, fmt, args);
+  va_end(args);
+}
+
+/* Resolves every entry point; returns the name of the first missing required one, or NULL. */
+static const char *bind_symbols(volt8_nvrtc_lib *lib) {
+#define VOLT8_BIND(field, symbol)                         \
+  do {                                                    \
+    *(void **)&lib->field = dlsym(lib->handle, symbol);   \
+    if (!lib->field) return symbol;                       \
+  } while (0)
+  VOLT8_BIND(create_program, "nvrtcCreateProgram");
+  VOLT8_BIND(destroy_program, "nvrtcDestroyProgram");
+  VOLT8_BIND(compile_program, "nvrtcCompileProgram");
+  VOLT8_BIND(get_ptx_size, "nvrtcGetPTXSize");
+  VOLT8_BIND(get_ptx, "nvrtcGetPTX");
+  VOLT8_BIND(get_log_size, "nvrtcGetProgramLogSize");
+  VOLT8_BIND(get_log, "nvrtcGetProgramLog");
+  VOLT8_BIND(get_error_string, "nvrtcGetErrorString");
+#undef VOLT8_BIND
+  *(void **)&lib->get_cubin_size = dlsym(lib->handle, "nvrtcGetCUBINSize");
+  *(void **)&lib->get_cubin = dlsym(lib->handle, "nvrtcGetCUBIN");
+  if (!lib->get_cubin_size || !lib->get_cubin) {
+    lib->get_cubin_size = NULL;
+    lib->get_cubin = NULL;
+  }
+  return NULL;
+}
+
+/* Reads version, supported archs and entry points; returns a reason to skip the library, or NULL. */
+static const char *query_library(volt8_nvrtc_lib *lib, char *reason, size_t reason_size) {
+  int (*version)(int *, int *);
+  int (*num_archs)(int *);
+  int (*archs)(int *);
+  *(void **)&version = dlsym(lib->handle, "nvrtcVersion");
+  if (!version || version(&lib->major, &lib->minor) != 0) return "nvrtcVersion is missing or failed";
+  snprintf(lib->version, sizeof lib->version, "%d.%d", lib->major, lib->minor);
+  *(void **)&num_archs = dlsym(lib->handle, "nvrtcGetNumSupportedArchs");
+  *(void **)&archs = dlsym(lib->handle, "nvrtcGetSupportedArchs");
+  int count = 0;
+  if (!num_archs || !archs || num_archs(&count) != 0) return "it has no nvrtcGetSupportedArchs (too old to tell its archs)";
+  if (count <= 0 || count > VOLT8_NVRTC_MAX_ARCHS) return "nvrtcGetNumSupportedArchs returned an implausible count";
+  if (archs(lib->archs) != 0) return "nvrtcGetSupportedArchs failed";
+  lib->num_archs = count;
+  const char *missing = bind_symbols(lib);
+  if (!missing) return NULL;
+  snprintf(reason, reason_size, "it lacks %s", missing);
+  return reason;
+}
+
+static void describe_archs(const volt8_nvrtc_lib *lib, char *buf, size_t buf_size) {
+  int lowest = lib->archs[0], highest = lib->archs[0];
+  for (int i = 1; i < lib->num_archs; i++) {
+    if (lib->archs[i] < lowest) lowest = lib->archs[i];
+    if (lib->archs[i] > highest) highest = lib->archs[i];
+  }
+  snprintf(buf, buf_size, "compute_%d..compute_%d", lowest, highest);
+}
+
+static void try_candidate(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
+  if (registry->count >= VOLT8_NVRTC_MAX_LIBS) return;
+  /* NODELETE: NVRTC leaks its static C++ runtime pools on every unload, so a library stays mapped
+   * once opened and later contexts reopen it at no cost. */
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!handle) {
+    const char *why = dlerror();
+    note_tried(registry, "%s (%s): not loaded: %s", path, origin, why ? why : "dlopen failed");
+    return;
+  }
+  for (int i = 0; i < registry->count; i++) {
+    if (registry->libs[i].handle == handle) {
+      note_tried(registry, "%s (%s): same library as %s", path, origin, registry->libs[i].path);
+      dlclose(handle);
+      return;
+    }
+  }
+  volt8_nvrtc_lib *lib = &registry->libs[registry->count];
+  memset(lib, 0, sizeof *lib);
+  lib->handle = handle;
+  snprintf(lib->path, sizeof lib->path, "%s", path);
+  char reason[128];
+  const char *skip_reason = query_library(lib, reason, sizeof reason);
+  if (skip_reason) {
+    note_tried(registry, "%s (%s): NVRTC %s skipped: %s", path, origin, lib->version[0] ? lib->version : "?", skip_reason);
+    dlclose(handle);
+    memset(lib, 0, sizeof *lib);
+    return;
+  }
+  char archs[64];
+  describe_archs(lib, archs, sizeof archs);
+  note_tried(registry, "%s (%s): NVRTC %s supports %s", path, origin, lib->version, archs);
+  registry->count++;
+}
+
+static void probe_candidates(volt8_nvrtc_registry *registry) {
+  registry->probed = 1;
+  if (env_is_one("VOLT8_NVRTC_DISABLE")) {
+    note_tried(registry, "NVRTC disabled by VOLT8_NVRTC_DISABLE=1");
+    return;
+  }
+  const char *explicit_path = getenv("VOLT8_NVRTC");
+  if (explicit_path && *explicit_path) try_candidate(registry, explicit_path, "VOLT8_NVRTC");
+  if (env_is_one("VOLT8_NVRTC_ONLY")) {
+    if (!explicit_path || !*explicit_path) note_tried(registry, "VOLT8_NVRTC_ONLY=1 but VOLT8_NVRTC is not set");
+    return;
+  }
+  try_candidate(registry, "libnvrtc.so.12", "system search");
+  if (VOLT8_VENV_NVRTC_PATH[0]) try_candidate(registry, VOLT8_VENV_NVRTC_PATH, "project .venv");
+  try_candidate(registry, "libnvrtc.so.13", "system search");
+  try_candidate(registry, VOLT8_CUDA_LIBRARY_DIR "/libnvrtc.so.13", "CUDA toolkit");
+}
+
+static int lib_supports(const volt8_nvrtc_lib *lib, int32_t arch) {
+  for (int i = 0; i < lib->num_archs; i++)
+    if (lib->archs[i] == arch) return 1;
+  return 0;
+}
+
+volt8_status volt8_nvrtc_for_arch(volt8_ctx *ctx, int32_t arch, const volt8_nvrtc_lib **out_lib) {
+  if (!ctx || !out_lib) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_nvrtc_for_arch: NULL argument");
+  *out_lib = NULL;
+  pthread_mutex_lock(&ctx->lock);
+  if (!ctx->nvrtc.probed) probe_candidates(&ctx->nvrtc);
+  for (int i = 0; i < ctx->nvrtc.count; i++) {
+    if (lib_supports(&ctx->nvrtc.libs[i], arch)) {
+      *out_lib = &ctx->nvrtc.libs[i];
+      break;
+    }
+  }
+  volt8_status status = VOLT8_OK;
+  if (!*out_lib)
+    status = volt8_fail(ctx, VOLT8_ERR_ARCH_UNSUPPORTED, "no NVRTC can compile for compute_%d; tried: %s", (int)arch,
+                        ctx->nvrtc.tried);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
+void volt8_nvrtc_registry_close(volt8_nvrtc_registry *registry) {
+  if (!registry) return;
+  for (int i = 0; i < registry->count; i++)
+    if (registry->libs[i].handle) dlclose(registry->libs[i].handle);
+  memset(registry, 0, sizeof *registry);
+}

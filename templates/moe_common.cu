@@ -1,0 +1,73 @@
+// Device helpers shared by the GEMM templates. FP16 travels as raw bits (unsigned short) so no
+// header is needed; conversions are single PTX instructions.
+
+static __device__ __forceinline__ float half_to_float(unsigned short bits) {
+  float value;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(bits));
+  return value;
+}
+
+static __device__ __forceinline__ unsigned short float_to_half(float value) {
+  unsigned short bits;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
+  return bits;
+}
+
+// Both FP16 halves of a 32-bit word, low half first.
+static __device__ __forceinline__ void half2_to_float2(unsigned packed, float &low, float &high) {
+  asm("{\n\t.reg .f16 low_half, high_half;\n\t"
+      "mov.b32 {low_half, high_half}, %2;\n\t"
+      "cvt.f32.f16 %0, low_half;\n\t"
+      "cvt.f32.f16 %1, high_half;\n\t}"
+      : "=f"(low), "=f"(high)
+      : "r"(packed));
+}
+
+static __device__ __forceinline__ unsigned pack_halves(unsigned short low, unsigned short high) {
+  return (unsigned)low | ((unsigned)high << 16);
+}
+
+// Selectors for __byte_perm that spread two E4M3 bytes of a word into the high bytes of two
+// 16-bit lanes: bytes 0,1 and bytes 2,3.
+#define VOLT8_E4M3_LOW_PAIR 0x1404u
+#define VOLT8_E4M3_HIGH_PAIR 0x3424u
+
+// Two E4M3 codes -> two FP16 values holding e4m3 * 2^-8, exactly (subnormals included):
+// sign to bit 15, the 7 exponent-and-mantissa bits shifted left by 7.
+static __device__ __forceinline__ unsigned e4m3x2_to_half2(unsigned word, unsigned selector) {
+  const unsigned spread = __byte_perm(word, 0u, selector);
+  return (spread & 0x80008000u) | ((spread >> 1) & 0x3f803f80u);
+}
+
+// 16 E4M3 codes -> 16 floats holding e4m3 * 2^-8 (exact).
+static __device__ __forceinline__ void e4m3x16_to_float(const uint4 raw, float (&out)[16]) {
+  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int word = 0; word < 4; ++word) {
+    half2_to_float2(e4m3x2_to_half2(words[word], VOLT8_E4M3_LOW_PAIR), out[4 * word + 0], out[4 * word + 1]);
+    half2_to_float2(e4m3x2_to_half2(words[word], VOLT8_E4M3_HIGH_PAIR), out[4 * word + 2], out[4 * word + 3]);
+  }
+}
+
+// 16-byte load of weights that are read once: read-only path, no L1 allocation. volatile keeps
+// the compiler from sinking a batch of loads into the branches that use them.
+static __device__ __forceinline__ uint4 load_weights_16(const unsigned char *address) {
+  uint4 value;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
+      : "l"(address));
+  return value;
+}
+
+static __device__ __forceinline__ uint4 zero_uint4() {
+  uint4 value;
+  value.x = 0u;
+  value.y = 0u;
+  value.z = 0u;
+  value.w = 0u;
+  return value;
+}
+
+static __device__ __forceinline__ float silu_times(float gate, float up) {
+  return gate / (1.0f + expf(-gate)) * up;
+}

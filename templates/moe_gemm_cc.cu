@@ -1,0 +1,250 @@
+// Grouped FP8 GEMM on CUDA cores for work items of a few routed pairs (block_m <= 4).
+// gate_up: h[pair][n] = FP16(silu(x . W13[e][n]) * (x . W13[e][I + n])), x row = pair / top_k.
+// down:    z[pair][c] = topk_weights[pair] * (h[pair] . W2[e][c]).
+// A group of kLanesPerRow lanes owns one output column; its lanes stream the column's weight
+// rows in 16-byte chunks (16 codes). Per chunk the raw products are summed in FP32, then scaled.
+@{include moe_common.cu}
+
+#define VOLT8_GATE_UP @{OP_GATE_UP}
+
+namespace {
+constexpr int kBlockM = @{BLOCK_M};
+constexpr int kBlockN = @{BLOCK_N};
+constexpr int kThreads = @{THREADS};
+constexpr int kSplitK = @{SPLIT_K};
+constexpr int kLanesPerRow = @{LANES};
+constexpr int kUnroll = @{UNROLL};
+constexpr int kRows = @{ROWS};  // weight rows per output column: gate and up, or one
+constexpr int kK = @{K_DIM};
+constexpr int kN = @{N_DIM};
+constexpr int kChunks = kK / 16;
+constexpr int kWarpsPerSlice = @{WARPS} / kSplitK;
+constexpr int kSliceChunks = (kChunks + kSplitK - 1) / kSplitK;
+constexpr int kBatches = ((kSliceChunks + kLanesPerRow - 1) / kLanesPerRow + kUnroll - 1) / kUnroll;
+constexpr int kStageIterations = (kBlockM * (kK / 8) + kThreads - 1) / kThreads;
+constexpr int kStageGroup = kStageIterations < 8 ? kStageIterations : 8;
+constexpr int kNumExperts = @{NUM_EXPERTS};
+constexpr long long kExpertWeightBytes = @{EXPERT_WEIGHT_BYTES}LL;
+constexpr int kUpRowOffset = @{UP_ROW_OFFSET};
+constexpr int kScaleBlockN = @{SCALE_BN};
+constexpr int kScaleRowOffset = @{SCALE_ROW_OFFSET};
+constexpr int kScaleKOffset = @{SCALE_K_OFFSET};
+constexpr int kScaleRowStride = @{SCALE_ROW_STRIDE};
+constexpr int kScaleHalfStride = @{SCALE_HALF_STRIDE};
+constexpr long long kScaleExpertStride = @{SCALE_EXPERT_STRIDE}LL;
+constexpr int kScaleKBlocks = @{SCALE_K_BLOCKS};
+static_assert(kK % 16 == 0 && kWarpsPerSlice * (32 / kLanesPerRow) == kBlockN, "one column per lane group");
+}  // namespace
+
+// Requests kUnroll chunks of each weight row: chunk_first, chunk_first + kLanesPerRow, ...
+// Chunks at or past chunk_end, and rows past N, read as zeros.
+static __device__ __forceinline__ void load_weight_batch(uint4 (&raw)[kUnroll][kRows], const unsigned char *const (&rows)[kRows],
+                                                         bool column_valid, int chunk_first, int chunk_end) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int chunk = chunk_first + u * kLanesPerRow;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      raw[u][r] = (column_valid && chunk < chunk_end) ? load_weights_16(rows[r] + chunk * 16) : zero_uint4();
+    }
+  }
+}
+
+// FP32 copy of the scales of the CTA's columns, [row kind][column][k block]; zero past N.
+static __device__ __forceinline__ void stage_scales(float *scale_tile, const unsigned short *scales, int expert, int column0) {
+  constexpr int kCount = kRows * kBlockN * kScaleKBlocks;
+  constexpr int kIterations = (kCount + kThreads - 1) / kThreads;
+  constexpr int kGroup = kIterations < 8 ? kIterations : 8;
+  for (int group_start = 0; group_start < kIterations; group_start += kGroup) {
+    unsigned short bits[kGroup];
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const int index = threadIdx.x + (group_start + g) * kThreads;
+      const int kind = index / (kBlockN * kScaleKBlocks);
+      const int column = column0 + (index / kScaleKBlocks) % kBlockN;
+      const int k_block = index % kScaleKBlocks;
+      const bool valid = group_start + g < kIterations && index < kCount && column < kN;
+      bits[g] = valid ? scales[expert * kScaleExpertStride + kind * kScaleHalfStride +
+                               ((kScaleRowOffset + column) / kScaleBlockN) * kScaleRowStride + k_block]
+                      : (unsigned short)0;
+    }
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const int index = threadIdx.x + (group_start + g) * kThreads;
+      if (group_start + g < kIterations && index < kCount) scale_tile[index] = half_to_float(bits[g]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
+    const unsigned short *__restrict__ activations, const unsigned char *__restrict__ weights,
+    const unsigned short *__restrict__ scales, const int *__restrict__ sorted_pairs,
+    const int4 *__restrict__ items, const int *__restrict__ counters,
+#if VOLT8_GATE_UP
+    int top_k, unsigned short *__restrict__ out) {
+#else
+    const float *__restrict__ topk_weights, float *__restrict__ out) {
+#endif
+  // x of the item in FP32, [pair][quarter][chunk]: lanes reading consecutive chunks hit distinct banks.
+  __shared__ float4 x_tile[kBlockM * 4 * kChunks];
+  __shared__ float scale_tile[kRows * kBlockN * kScaleKBlocks];  // [row kind][column][k block]
+  __shared__ float partials[kSplitK * kBlockN * kBlockM * kRows];
+  __shared__ int pair_ids[kBlockM];
+
+  if ((int)blockIdx.y >= counters[@{COUNTER_INDEX}]) return;
+  const int4 item = items[blockIdx.y];
+  const int expert = item.x;
+  const int first = item.y;
+  const int count = min(item.z, kBlockM);
+  if (expert < 0 || expert >= kNumExperts || count <= 0) return;
+#if VOLT8_GATE_UP
+  if (top_k <= 0) return;
+#endif
+  const int tid = threadIdx.x;
+  const int column0 = blockIdx.x * kBlockN;
+
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int slice = warp / kWarpsPerSlice;
+  const int group = (warp % kWarpsPerSlice) * (32 / kLanesPerRow) + lane / kLanesPerRow;
+  const int lane_in_row = lane % kLanesPerRow;
+  const int chunk_begin = slice * kChunks / kSplitK;
+  const int chunk_end = (slice + 1) * kChunks / kSplitK;
+  const int column = column0 + group;
+  const bool column_valid = column < kN;
+  const unsigned char *row_weights[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    row_weights[r] = weights + expert * kExpertWeightBytes + (long long)(column + r * kUpRowOffset) * kK;
+  }
+
+  // The first weights are requested before x and the scales are staged, so the latencies overlap.
+  uint4 raw[kUnroll][kRows];
+  load_weight_batch(raw, row_weights, column_valid, chunk_begin + lane_in_row, chunk_end);
+
+  if (tid < kBlockM) pair_ids[tid] = tid < count ? sorted_pairs[first + tid] : 0;
+  // x rows in groups of loads that are all in flight together.
+  for (int group_start = 0; group_start < kStageIterations; group_start += kStageGroup) {
+    uint4 x_raw[kStageGroup];
+#pragma unroll
+    for (int g = 0; g < kStageGroup; ++g) {
+      const int index = tid + (group_start + g) * kThreads;
+      const int m = index / (kK / 8);
+      const bool valid = group_start + g < kStageIterations && index < kBlockM * (kK / 8) && m < count;
+#if VOLT8_GATE_UP
+      const long long row = valid ? sorted_pairs[first + m] / top_k : 0;
+#else
+      const long long row = valid ? sorted_pairs[first + m] : 0;
+#endif
+      x_raw[g] = valid ? *reinterpret_cast<const uint4 *>(activations + row * kK + (index % (kK / 8)) * 8) : zero_uint4();
+    }
+#pragma unroll
+    for (int g = 0; g < kStageGroup; ++g) {
+      const int index = tid + (group_start + g) * kThreads;
+      if (group_start + g < kStageIterations && index < kBlockM * (kK / 8)) {
+        const int m = index / (kK / 8);
+        const int vector = index % (kK / 8);
+        float4 low, high;
+        half2_to_float2(x_raw[g].x, low.x, low.y);
+        half2_to_float2(x_raw[g].y, low.z, low.w);
+        half2_to_float2(x_raw[g].z, high.x, high.y);
+        half2_to_float2(x_raw[g].w, high.z, high.w);
+        const int chunk = vector >> 1;
+        const int quarter = (vector & 1) * 2;
+        x_tile[(m * 4 + quarter) * kChunks + chunk] = low;
+        x_tile[(m * 4 + quarter + 1) * kChunks + chunk] = high;
+      }
+    }
+  }
+  stage_scales(scale_tile, scales, expert, column0);
+  __syncthreads();
+
+  float acc[kBlockM][kRows];
+#pragma unroll
+  for (int m = 0; m < kBlockM; ++m) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[m][r] = 0.0f;
+  }
+  for (int batch = 0; batch < kBatches; ++batch) {
+    const int chunk_base = chunk_begin + lane_in_row + batch * kUnroll * kLanesPerRow;
+    uint4 next[kUnroll][kRows];  // the next batch is in flight while this one is used
+    if (batch + 1 < kBatches) {
+      load_weight_batch(next, row_weights, column_valid, chunk_base + kUnroll * kLanesPerRow, chunk_end);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int chunk = chunk_base + u * kLanesPerRow;
+      if (chunk < chunk_end) {
+        float w[kRows][16];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) e4m3x16_to_float(raw[u][r], w[r]);
+        const int k_block = (kScaleKOffset + chunk * 16) >> 7;
+#pragma unroll
+        for (int m = 0; m < kBlockM; ++m) {
+          if (m < count) {
+            float x[16];
+#pragma unroll
+            for (int quarter = 0; quarter < 4; ++quarter) {
+              const float4 v = x_tile[(m * 4 + quarter) * kChunks + chunk];
+              x[4 * quarter + 0] = v.x;
+              x[4 * quarter + 1] = v.y;
+              x[4 * quarter + 2] = v.z;
+              x[4 * quarter + 3] = v.w;
+            }
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              float even = 0.0f, odd = 0.0f;
+#pragma unroll
+              for (int j = 0; j < 16; j += 2) {
+                even = fmaf(x[j], w[r][j], even);
+                odd = fmaf(x[j + 1], w[r][j + 1], odd);
+              }
+              const float scale = scale_tile[(r * kBlockN + group) * kScaleKBlocks + k_block];
+              acc[m][r] = fmaf(even + odd, scale, acc[m][r]);
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) raw[u][r] = next[u][r];
+    }
+  }
+
+#pragma unroll
+  for (int m = 0; m < kBlockM; ++m) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float value = acc[m][r];
+#pragma unroll
+      for (int offset = kLanesPerRow / 2; offset > 0; offset >>= 1) {
+        value += __shfl_xor_sync(0xffffffffu, value, offset);
+      }
+      if (lane_in_row == 0) partials[((slice * kBlockN + group) * kBlockM + m) * kRows + r] = value;
+    }
+  }
+  __syncthreads();
+
+  // Slices are summed in slice order: the same inputs give the same bits.
+  for (int index = tid; index < kBlockN * kBlockM; index += kThreads) {
+    const int out_group = index % kBlockN;
+    const int m = index / kBlockN;
+    const int out_column = column0 + out_group;
+    if (m >= count || out_column >= kN) continue;
+    float sums[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      sums[r] = partials[(out_group * kBlockM + m) * kRows + r];
+#pragma unroll
+      for (int s = 1; s < kSplitK; ++s) sums[r] += partials[((s * kBlockN + out_group) * kBlockM + m) * kRows + r];
+    }
+    const int pair = pair_ids[m];
+#if VOLT8_GATE_UP
+    out[(long long)pair * kN + out_column] = float_to_half(silu_times(sums[0], sums[kRows - 1]));
+#else
+    out[(long long)pair * kN + out_column] = topk_weights[pair] * sums[0];
+#endif
+  }
+}

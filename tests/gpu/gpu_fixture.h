@@ -1,0 +1,53 @@
+/* Shared pieces of the GPU suites: random problems, device batches, and the check against the
+ * double-precision reference. */
+#ifndef VOLT8_GPU_FIXTURE_H
+#define VOLT8_GPU_FIXTURE_H
+
+#include <stdint.h>
+
+#include "ctx_internal.h"
+#include "moe_layout.h"
+
+#define GPU_TOLERANCE 1e-3
+
+typedef enum routing { ROUTING_UNIFORM, ROUTING_ONE_EXPERT, ROUTING_FEW_EXPERTS } routing;
+
+typedef struct host_problem {
+  volt8_moe_shape shape;
+  volt8_moe_dims dims;
+  uint8_t *w13, *w2;
+  uint16_t *s13, *s2;
+} host_problem;
+
+typedef struct device_batch {
+  int32_t num_tokens, top_k;
+  uint16_t *x;
+  int32_t *ids;
+  float *weights;
+  double *reference;
+  CUdeviceptr d_x, d_ids, d_weights, d_out;
+} device_batch;
+
+extern uint64_t gpu_rng_state;
+void gpu_seed(uint64_t salt);
+uint64_t gpu_random(void);
+int gpu_quick_mode(void);
+/* A ctx on device 0 (VOLT8_TARGET_ARCH picks the target); skips the test when there is no GPU. */
+volt8_ctx *gpu_open(void);
+void gpu_make_problem(volt8_ctx *ctx, const volt8_moe_shape *shape, host_problem *problem);
+void gpu_free_problem(host_problem *problem);
+volt8_experts *gpu_upload(volt8_ctx *ctx, const host_problem *problem, int32_t max_tokens, int32_t max_top_k);
+/* Fresh inputs on host and device, and their reference output. */
+void gpu_make_batch(volt8_ctx *ctx, const host_problem *problem, int32_t num_tokens, int32_t top_k, routing mode,
+                    device_batch *batch);
+/* New routing (ids and weights) for the same batch, uploaded into the same device buffers. */
+void gpu_reroute_batch(volt8_ctx *ctx, const host_problem *problem, device_batch *batch);
+void gpu_free_batch(volt8_ctx *ctx, device_batch *batch);
+volt8_moe_args gpu_batch_args(const device_batch *batch);
+/* Poisons out, runs the forward with the given variants (NULL: dispatch), checks against the reference. */
+void gpu_check_forward(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, const device_batch *batch,
+                       const char *gate_up, const char *down, const char *label);
+/* Copies out back and checks it against the reference (after a forward or a graph launch). */
+void gpu_check_output(volt8_ctx *ctx, int32_t hidden, const device_batch *batch, const char *label, uint16_t *copy_out);
+
+#endif

@@ -1,0 +1,146 @@
+/* GPU suite for the forward API: eager vs reference at the TP4 rank offsets, CUDA graph replay
+ * bit-identical to eager and stable over 1000 replays, new routing between replays, and the
+ * capture guard for unprepared variants. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_fixture.h"
+#include "reference.h"
+
+TestSuite(gpu_forward, .timeout = 1200);
+
+Test(gpu_forward, eager_at_every_tp4_offset) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(11);
+  const int32_t offsets[] = {0, 32, 64, 96}, ms[] = {1, 2, 8, 64};
+  for (int o = 0; o < 4; o++) {
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+    shape.intermediate_offset = offsets[o];
+    if (gpu_quick_mode()) shape.num_experts = 64;
+    host_problem problem;
+    gpu_make_problem(ctx, &shape, &problem);
+    volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+    cr_assert_eq(volt8_experts_prepare(experts, ms, 4), VOLT8_OK, "%s", volt8_last_error(ctx));
+    for (int m = 0; m < 4; m++) {
+      device_batch batch;
+      gpu_make_batch(ctx, &problem, ms[m], 10, ROUTING_UNIFORM, &batch);
+      char label[96];
+      snprintf(label, sizeof label, "offset %d M=%d", offsets[o], ms[m]);
+      gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, label);
+      gpu_free_batch(ctx, &batch);
+    }
+    volt8_experts_destroy(experts);
+    gpu_free_problem(&problem);
+    if (gpu_quick_mode()) break;
+  }
+  volt8_ctx_destroy(ctx);
+}
+
+Test(gpu_forward, graph_replay_matches_eager_bit_for_bit) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(12);
+  const volt8_cuda_driver *cuda = ctx->cuda;
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  if (gpu_quick_mode()) shape.num_experts = 64;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  const int32_t ms[] = {1, 8, 64};
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  cr_assert_eq(volt8_experts_prepare(experts, ms, 3), VOLT8_OK, "%s", volt8_last_error(ctx));
+  CUstream stream;
+  cr_assert_eq(cuda->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  int replays = gpu_quick_mode() ? 10 : 1000;
+  for (int m = 0; m < 3; m++) {
+    device_batch batch;
+    gpu_make_batch(ctx, &problem, ms[m], 10, ROUTING_UNIFORM, &batch);
+    size_t elements = (size_t)ms[m] * shape.hidden;
+    uint16_t *eager = malloc(elements * 2), *replayed = malloc(elements * 2);
+    volt8_moe_args args = gpu_batch_args(&batch);
+    cr_assert_eq(volt8_moe_forward(experts, &args, stream), VOLT8_OK, "%s", volt8_last_error(ctx));
+    gpu_check_output(ctx, shape.hidden, &batch, "eager", eager);
+
+    volt8_graph *graph = NULL;
+    cr_assert_eq(volt8_graph_capture(experts, &args, stream, &graph), VOLT8_OK, "%s", volt8_last_error(ctx));
+    for (int r = 0; r < replays; r++) {
+      cr_assert_eq(cuda->cuMemsetD8Async(batch.d_out, 0xFF, elements * 2, stream), CUDA_SUCCESS);
+      cr_assert_eq(volt8_graph_launch(graph, stream), VOLT8_OK, "%s", volt8_last_error(ctx));
+      if (r == 0 || r == replays - 1 || r % 97 == 0) {
+        cr_assert_eq(cuda->cuStreamSynchronize(stream), CUDA_SUCCESS);
+        cr_assert_eq(cuda->cuMemcpyDtoH(replayed, batch.d_out, elements * 2), CUDA_SUCCESS);
+        for (size_t i = 0; i < elements; i++)
+          cr_assert_eq(replayed[i], eager[i], "M=%d replay %d: out[%zu] = 0x%04x, eager gave 0x%04x", ms[m], r, i,
+                       replayed[i], eager[i]);
+      }
+    }
+    /* Same pointers, new ids and weights: the replay follows the new routing. */
+    gpu_reroute_batch(ctx, &problem, &batch);
+    cr_assert_eq(cuda->cuMemsetD8Async(batch.d_out, 0xFF, elements * 2, stream), CUDA_SUCCESS);
+    cr_assert_eq(volt8_graph_launch(graph, stream), VOLT8_OK, "%s", volt8_last_error(ctx));
+    char label[64];
+    snprintf(label, sizeof label, "M=%d replay after rerouting", ms[m]);
+    gpu_check_output(ctx, shape.hidden, &batch, label, NULL);
+    volt8_graph_destroy(graph);
+    free(eager);
+    free(replayed);
+    gpu_free_batch(ctx, &batch);
+  }
+  cuda->cuStreamDestroy(stream);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(gpu_forward, unprepared_variant_during_capture_is_refused) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(13);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 64;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  device_batch batch;
+  gpu_make_batch(ctx, &problem, 8, 10, ROUTING_UNIFORM, &batch);
+  volt8_moe_args args = gpu_batch_args(&batch);
+  volt8_graph *graph = NULL;
+  cr_assert_eq(volt8_graph_capture(experts, &args, NULL, &graph), VOLT8_ERR_CAPTURE, "%s", volt8_last_error(ctx));
+  cr_assert_null(graph);
+  cr_assert(strstr(volt8_last_error(ctx), "prepare") != NULL, "message: %s", volt8_last_error(ctx));
+  /* The stream is usable afterwards: prepare, then the same capture succeeds. */
+  const int32_t m = 8;
+  cr_assert_eq(volt8_experts_prepare(experts, &m, 1), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(volt8_graph_capture(experts, &args, NULL, &graph), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(volt8_graph_launch(graph, NULL), VOLT8_OK, "%s", volt8_last_error(ctx));
+  gpu_check_output(ctx, shape.hidden, &batch, "graph after prepare", NULL);
+  volt8_graph_destroy(graph);
+  gpu_free_batch(ctx, &batch);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(gpu_forward, bad_ids_are_skipped_on_the_device) {
+  /* An engine may write ids after capture: ids outside [0, E) must never read outside the weights. */
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(14);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 64;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  device_batch batch;
+  gpu_make_batch(ctx, &problem, 4, 10, ROUTING_UNIFORM, &batch);
+  /* The reference skips such pairs too. */
+  batch.ids[3] = -5;
+  batch.ids[17] = 1 << 20;
+  cr_assert_eq(ctx->cuda->cuMemcpyHtoD(batch.d_ids, batch.ids, (size_t)4 * 10 * 4), CUDA_SUCCESS);
+  volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
+  cr_assert_eq(volt8_reference_moe_forward(ctx, &shape, &host, batch.x, batch.ids, batch.weights, 4, 10, batch.reference),
+               VOLT8_OK, "%s", volt8_last_error(ctx));
+  gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, "bad ids skipped");
+  gpu_free_batch(ctx, &batch);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}

@@ -1,0 +1,152 @@
+/* GPU suite: every gate_up and down variant against the double-precision reference, on fresh
+ * random data with poisoned outputs. Skips with the reason where there is no GPU.
+ * VOLT8_TARGET_ARCH=sm_70 runs the compute_70 PTX (from the cache) through the driver;
+ * VOLT8_GPU_TEST_QUICK=1 shrinks the problem for the sanitizer runs. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "gpu_fixture.h"
+
+TestSuite(gpu_kernels, .timeout = 1200);
+
+typedef struct variant_lists {
+  char **names;
+  int32_t count;
+  const char *gate_up[64], *down[64];
+  int32_t gate_up_count, down_count;
+} variant_lists;
+
+static void list_variants(volt8_ctx *ctx, const volt8_moe_shape *shape, variant_lists *lists) {
+  memset(lists, 0, sizeof *lists);
+  cr_assert_eq(volt8_codegen_list(ctx, shape, &lists->names, &lists->count), VOLT8_OK, "%s", volt8_last_error(ctx));
+  for (int32_t i = 0; i < lists->count; i++) {
+    if (strncmp(lists->names[i], "gate_up.", 8) == 0 && lists->gate_up_count < 64)
+      lists->gate_up[lists->gate_up_count++] = lists->names[i];
+    if (strncmp(lists->names[i], "down.", 5) == 0 && lists->down_count < 64)
+      lists->down[lists->down_count++] = lists->names[i];
+  }
+  cr_assert(lists->gate_up_count > 0 && lists->down_count > 0, "no gate_up or down variants listed");
+}
+
+/* The first variant of a family ("cc", "mma") in a list. */
+static const char *first_of_family(const char *const *names, int32_t count, const char *family) {
+  for (int32_t i = 0; i < count; i++) {
+    const char *dot = strchr(names[i], '.');
+    if (dot && strncmp(dot + 1, family, strlen(family)) == 0 && dot[1 + strlen(family)] == '.') return names[i];
+  }
+  cr_assert_fail("no %s variant listed", family);
+  return NULL;
+}
+
+/* Every variant of each op (paired with the first variant of the other op) at each M. */
+Test(gpu_kernels, every_variant_every_m_seed_shape) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(0x9e3779b97f4a7c15ull);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  if (gpu_quick_mode()) shape.num_experts = 64;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  variant_lists lists;
+  list_variants(ctx, &shape, &lists);
+  const int32_t all_m[] = {1, 2, 3, 8, 17, 64}, quick_m[] = {1, 17};
+  const int32_t *ms = gpu_quick_mode() ? quick_m : all_m;
+  int32_t m_count = gpu_quick_mode() ? 2 : 6, top_k = 10;
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, top_k);
+  for (int32_t mi = 0; mi < m_count; mi++) {
+    device_batch batch;
+    gpu_make_batch(ctx, &problem, ms[mi], top_k, ROUTING_UNIFORM, &batch);
+    char label[96];
+    snprintf(label, sizeof label, "seed shape M=%d top_k=%d", ms[mi], top_k);
+    for (int32_t g = 0; g < lists.gate_up_count; g++)
+      gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[g], lists.down[0], label);
+    for (int32_t d = 0; d < lists.down_count; d++)
+      gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[0], lists.down[d], label);
+    gpu_free_batch(ctx, &batch);
+  }
+  volt8_experts_destroy(experts);
+  volt8_codegen_names_free(lists.names, lists.count);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* One variant of each family at every offset, top_k, and the other shapes the kernels must serve. */
+Test(gpu_kernels, families_over_offsets_top_k_and_shapes) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(0x2545f4914f6cdd1dull);
+  volt8_moe_shape shapes[8];
+  int32_t shape_count = 0;
+  const int32_t offsets[] = {0, 32, 64, 96};
+  for (int i = 0; i < 4; i++) {
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+    shape.num_experts = 64;
+    shape.intermediate_offset = offsets[i];
+    shapes[shape_count++] = shape;
+  }
+  volt8_moe_shape small = {sizeof small, 2048, 128, 64, 128, 128, 0};
+  volt8_moe_shape large = {sizeof large, 4096, 256, 64, 128, 128, 0};
+  volt8_moe_shape online = {sizeof online, 2560, 160, 64, 1, 128, 0};
+  shapes[shape_count++] = small;
+  shapes[shape_count++] = large;
+  shapes[shape_count++] = online;
+  const int32_t top_ks[] = {1, 8, 10};
+  const int32_t all_m[] = {1, 3, 17, 64}, quick_m[] = {3};
+  const int32_t *ms = gpu_quick_mode() ? quick_m : all_m;
+  int32_t m_count = gpu_quick_mode() ? 1 : 4;
+  for (int32_t s = 0; s < shape_count; s++) {
+    host_problem problem;
+    gpu_make_problem(ctx, &shapes[s], &problem);
+    variant_lists lists;
+    list_variants(ctx, &shapes[s], &lists);
+    const char *families[2] = {"cc", "mma"};
+    volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+    for (int k = 0; k < 3; k++) {
+      for (int32_t mi = 0; mi < m_count; mi++) {
+        device_batch batch;
+        gpu_make_batch(ctx, &problem, ms[mi], top_ks[k], ROUTING_UNIFORM, &batch);
+        char label[160];
+        snprintf(label, sizeof label, "H=%d I=%d block=%dx%d offset=%d M=%d top_k=%d", shapes[s].hidden,
+                 shapes[s].intermediate, shapes[s].block_n, shapes[s].block_k, shapes[s].intermediate_offset, ms[mi],
+                 top_ks[k]);
+        for (int f = 0; f < 2; f++)
+          gpu_check_forward(ctx, experts, shapes[s].hidden, &batch,
+                        first_of_family(lists.gate_up, lists.gate_up_count, families[f]),
+                        first_of_family(lists.down, lists.down_count, families[f]), label);
+        gpu_free_batch(ctx, &batch);
+      }
+    }
+    volt8_experts_destroy(experts);
+    volt8_codegen_names_free(lists.names, lists.count);
+    gpu_free_problem(&problem);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
+/* Skewed routing: one expert gets every token; most experts get none. */
+Test(gpu_kernels, skewed_routing) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(0xda942042e4dd58b5ull);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = gpu_quick_mode() ? 64 : 512;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  variant_lists lists;
+  list_variants(ctx, &shape, &lists);
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  const routing modes[2] = {ROUTING_ONE_EXPERT, ROUTING_FEW_EXPERTS};
+  const char *mode_names[2] = {"one expert gets every token", "most experts get none"};
+  for (int mode = 0; mode < 2; mode++) {
+    device_batch batch;
+    gpu_make_batch(ctx, &problem, 64, 10, modes[mode], &batch);
+    for (int32_t g = 0; g < lists.gate_up_count; g++)
+      gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[g], lists.down[0], mode_names[mode]);
+    for (int32_t d = 0; d < lists.down_count; d++)
+      gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[0], lists.down[d], mode_names[mode]);
+    gpu_free_batch(ctx, &batch);
+  }
+  volt8_experts_destroy(experts);
+  volt8_codegen_names_free(lists.names, lists.count);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}

@@ -1,0 +1,478 @@
+/* Checkpoint recognition and the load driver: metadata formats and MTP layer spellings, every way a
+ * checkpoint can be wrong (with nothing left allocated), the per-rank memory plan of the reference
+ * model, shards that add up to the whole layer through the reference forward, and `volt8 plan`. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <criterion/parameterized.h>
+
+#include <cjson/cJSON.h>
+#include <ftw.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "ctx_internal.h"
+#include "moe_layout.h"
+#include "numeric.h"
+#include "reference.h"
+
+#ifndef VOLT8_SOURCE_DIR
+#error "VOLT8_SOURCE_DIR must name the source tree (tests/CMakeLists.txt defines it)"
+#endif
+
+/* ---- fixtures: made once by the runner before the tests start (same block in each checkpoint suite) ---- */
+
+#define FIXTURE_SCRIPT VOLT8_SOURCE_DIR "/tests/fixtures/make_checkpoints.py"
+#define FIXTURE_PYTHON VOLT8_SOURCE_DIR "/.venv/bin/python3"
+static const char *const fixture_groups[] = {"native", "online", "checkpoint"};
+
+extern char **environ;
+
+static int remove_entry(const char *path, const struct stat *info, int flag, struct FTW *ftw) {
+  (void)info, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+ReportHook(PRE_ALL)(struct criterion_test_set *tests) {
+  (void)tests;
+  const char *fixed = getenv("VOLT8_TEST_SEED");
+  unsigned seed = fixed && *fixed ? (unsigned)strtoul(fixed, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
+  char dir[] = "/tmp/volt8-checkpoints-XXXXXX", seed_text[32], *argv[16];
+  snprintf(seed_text, sizeof seed_text, "%u", seed);
+  setenv("VOLT8_CHECKPOINT_SEED", seed_text, 1);
+  if (!mkdtemp(dir) || access(FIXTURE_PYTHON, X_OK) != 0) return;
+  int argc = 0;
+  argv[argc++] = FIXTURE_PYTHON, argv[argc++] = FIXTURE_SCRIPT, argv[argc++] = dir;
+  argv[argc++] = "--seed", argv[argc++] = seed_text;
+  for (size_t i = 0; i < sizeof fixture_groups / sizeof fixture_groups[0]; i++)
+    argv[argc++] = "--group", argv[argc++] = (char *)fixture_groups[i];
+  argv[argc] = NULL;
+  pid_t pid;
+  int wait_status = 0;
+  if (posix_spawn(&pid, FIXTURE_PYTHON, NULL, NULL, argv, environ) == 0 && waitpid(pid, &wait_status, 0) == pid &&
+      WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0)
+    setenv("VOLT8_CHECKPOINT_FIXTURES", dir, 1);
+  else
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
+  (void)stats;
+  const char *dir = getenv("VOLT8_CHECKPOINT_FIXTURES");
+  if (dir && strncmp(dir, "/tmp/volt8-checkpoints-", 23) == 0) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static const char *seed(void) { return getenv("VOLT8_CHECKPOINT_SEED"); }
+
+static void fixture(const char *relative, char *path, size_t bytes) {
+  const char *dir = getenv("VOLT8_CHECKPOINT_FIXTURES");
+  cr_assert(dir, "no fixtures: %s --seed %s failed or %s is missing (run scripts/bootstrap.sh)", FIXTURE_SCRIPT, seed(),
+            FIXTURE_PYTHON);
+  snprintf(path, bytes, "%s/%s", dir, relative);
+}
+
+static cJSON *manifest(void) {
+  char path[4096];
+  fixture("manifest.json", path, sizeof path);
+  FILE *stream = fopen(path, "rb");
+  cr_assert_not_null(stream, "cannot open %s", path);
+  static char text[1 << 20];
+  size_t bytes = fread(text, 1, sizeof text - 1, stream);
+  fclose(stream);
+  text[bytes] = '\0';
+  cJSON *root = cJSON_Parse(text);
+  cr_assert_not_null(root, "%s is not JSON", path);
+  return root;
+}
+
+static const cJSON *manifest_case(const cJSON *root, const char *kind, const char *name) {
+  const cJSON *entry = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, kind), name);
+  cr_assert_not_null(entry, "manifest has no %s case %s", kind, name);
+  return entry;
+}
+
+/* status and every message fragment the manifest expects of a failure */
+static void expect_failure(const cJSON *entry, const char *name, volt8_status status, const char *message) {
+  const char *expected = cJSON_GetObjectItemCaseSensitive(entry, "status")->valuestring;
+  cr_assert(strncmp(volt8_status_string(status), expected, strlen(expected)) == 0 &&
+                volt8_status_string(status)[strlen(expected)] == ':',
+            "case %s (seed %s): got %s, expected %s; message: %s", name, seed(), volt8_status_string(status), expected,
+            message);
+  const cJSON *fragments = cJSON_GetObjectItemCaseSensitive(entry, "contains");
+  for (const cJSON *fragment = fragments ? fragments->child : NULL; fragment; fragment = fragment->next)
+    cr_assert(strstr(message, fragment->valuestring), "case %s (seed %s): message lacks \"%s\": %s", name, seed(),
+              fragment->valuestring, message);
+}
+
+#define MIB (1024.0 * 1024.0)
+
+static volt8_ctx *cpu_ctx(void) {
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  volt8_ctx *ctx = NULL;
+  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK);
+  return ctx;
+}
+
+typedef struct case_options {
+  char dir[4096], draft[4096];
+  volt8_load_options options;
+} case_options;
+
+/* The load options a manifest entry asks for ("draft", "online", "tp"). */
+static void options_for(const cJSON *entry, case_options *out) {
+  out->options = (volt8_load_options)VOLT8_LOAD_OPTIONS_INIT;
+  fixture(cJSON_GetObjectItemCaseSensitive(entry, "dir")->valuestring, out->dir, sizeof out->dir);
+  out->options.checkpoint_dir = out->dir;
+  const cJSON *options = cJSON_GetObjectItemCaseSensitive(entry, "options");
+  const cJSON *draft = cJSON_GetObjectItemCaseSensitive(options, "draft");
+  const cJSON *online = cJSON_GetObjectItemCaseSensitive(options, "online");
+  const cJSON *tp = cJSON_GetObjectItemCaseSensitive(options, "tp");
+  if (draft) {
+    fixture(draft->valuestring, out->draft, sizeof out->draft);
+    out->options.draft_checkpoint_dir = out->draft;
+  }
+  if (online) out->options.mtp_expert_quantization = online->valuestring;
+  if (tp) out->options.tp_size = tp->valueint;
+}
+
+TestSuite(checkpoint, .timeout = 300);
+
+/* ---- recognition ---- */
+
+static const struct { const char *name, *quant_format; } recognised[] = {
+    {"modelopt_mixed_indexed", "modelopt FP8_PB_WO"},
+    {"fp8_runtime_names", "fp8 block 128x128"},
+    {"modelopt_4d_hf_quant_config", "modelopt FP8_BLOCK_SCALES"},
+    {"real_shape", "modelopt FP8_PB_WO"},
+    {"separate_draft", "F8_E4M3 (no metadata)"},
+    {"bf16_fused", "unquantized BF16"},
+    {"f16_per_expert_opt_in_config", "unquantized F16"}};
+
+Test(checkpoint, formats_and_layer_spellings_are_recognised) {
+  cJSON *root = manifest();
+  volt8_ctx *ctx = cpu_ctx();
+  for (size_t i = 0; i < sizeof recognised / sizeof recognised[0]; i++) {
+    const char *name = recognised[i].name;
+    const cJSON *entry = manifest_case(root, "valid", name);
+    case_options load;
+    options_for(entry, &load);
+    load.options.tp_size = 4;
+    volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+    cr_assert_eq(volt8_plan(ctx, &load.options, &plan), VOLT8_OK, "%s: %s", name, volt8_last_error(ctx));
+    int online = strcmp(cJSON_GetObjectItemCaseSensitive(entry, "route")->valuestring, "online") == 0;
+    cr_assert_eq(plan.route, online ? VOLT8_ROUTE_ONLINE : VOLT8_ROUTE_NATIVE, "%s", name);
+    cr_assert_str_eq(plan.tensor_prefix, cJSON_GetObjectItemCaseSensitive(entry, "prefix")->valuestring, "%s", name);
+    cr_assert_str_eq(plan.quant_format, recognised[i].quant_format, "%s", name);
+    cr_assert_str_eq(plan.scale_dtype, cJSON_GetObjectItemCaseSensitive(entry, "scale_dtype")->valuestring, "%s", name);
+    cr_assert(plan.hidden == cJSON_GetObjectItemCaseSensitive(entry, "hidden")->valueint &&
+                  plan.intermediate == cJSON_GetObjectItemCaseSensitive(entry, "intermediate")->valueint &&
+                  plan.num_experts == cJSON_GetObjectItemCaseSensitive(entry, "experts")->valueint &&
+                  plan.tp_size == 4 && plan.block_k == 128 && plan.block_n == 128,
+              "%s: H %d I %d E %d", name, plan.hidden, plan.intermediate, plan.num_experts);
+  }
+  volt8_ctx_destroy(ctx);
+  cJSON_Delete(root);
+}
+
+/* ---- wrong checkpoints ---- */
+
+static const char *const wrong_checkpoints[] = {
+    "missing_expert", "missing_scale", "shape_mismatch", "dtype_mismatch", "scale_dtype", "scale_shape",
+    "both_scale_names", "two_spellings", "no_mtp_layer", "config_disagrees", "metadata_other_format",
+    "metadata_unquantized_but_fp8", "online_on_fp8", "tp_not_dividing", "tp_below_16", "unquantized_without_opt_in",
+    "metadata_fp8_but_bf16"};
+#define WRONG_CHECKPOINTS (sizeof wrong_checkpoints / sizeof wrong_checkpoints[0])
+
+ParameterizedTestParameters(checkpoint, wrong_checkpoint_rejected_and_nothing_held) {
+  static int indices[WRONG_CHECKPOINTS];
+  for (size_t i = 0; i < WRONG_CHECKPOINTS; i++) indices[i] = (int)i;
+  return cr_make_param_array(int, indices, WRONG_CHECKPOINTS);
+}
+
+ParameterizedTest(int *index, checkpoint, wrong_checkpoint_rejected_and_nothing_held) {
+  const char *name = wrong_checkpoints[*index];
+  cJSON *root = manifest();
+  const cJSON *entry = manifest_case(root, "invalid", name);
+  case_options load;
+  options_for(entry, &load);
+  volt8_ctx *ctx = cpu_ctx();
+  int64_t held = volt8_checkpoint_live_allocations();
+  volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+  expect_failure(entry, name, volt8_plan(ctx, &load.options, &plan), volt8_last_error(ctx));
+  cr_assert_eq(volt8_checkpoint_live_allocations(), held, "case %s: the plan left allocations behind", name);
+  volt8_host_checkpoint *host = NULL;
+  expect_failure(entry, name, volt8_checkpoint_load_host(ctx, &load.options, &host), volt8_last_error(ctx));
+  cr_assert_null(host);
+  cr_assert_eq(volt8_checkpoint_live_allocations(), held, "case %s: the load left allocations behind", name);
+  volt8_ctx_destroy(ctx);
+  cJSON_Delete(root);
+}
+
+Test(checkpoint, options_are_checked) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+  cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(volt8_last_error(ctx), "checkpoint_dir"), "%s", volt8_last_error(ctx));
+  options.checkpoint_dir = "/nonexistent";
+  options.tp_size = 4, options.tp_rank = 4;
+  cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_ERR_INVALID_ARGUMENT);
+  options.tp_rank = 0, options.online_block_n = 64;
+  cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_ERR_INVALID_ARGUMENT);
+  options.online_block_n = 1, options.mtp_expert_quantization = "int8";
+  cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(volt8_last_error(ctx), "int8"));
+  options.mtp_expert_quantization = NULL, options.size = 3;
+  cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_ERR_INVALID_ARGUMENT);
+  options.size = sizeof options;
+  cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_ERR_NOT_FOUND, "%s", volt8_last_error(ctx));
+  cr_assert(strstr(volt8_last_error(ctx), "/nonexistent"), "%s", volt8_last_error(ctx));
+  cr_assert_eq(volt8_plan(ctx, &options, NULL), VOLT8_ERR_INVALID_ARGUMENT);
+  volt8_host_checkpoint_free(NULL);
+  cr_assert_eq(volt8_experts_memory(NULL, &(volt8_memory_report)VOLT8_MEMORY_REPORT_INIT), VOLT8_ERR_INVALID_ARGUMENT);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(checkpoint, device_load_without_a_gpu_holds_nothing) {
+  char dir[4096];
+  fixture("modelopt_mixed_indexed", dir, sizeof dir);
+  volt8_ctx *ctx = cpu_ctx();
+  int64_t held = volt8_checkpoint_live_allocations();
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = dir;
+  volt8_experts *experts = (volt8_experts *)1;
+  cr_assert_eq(volt8_experts_load(ctx, &options, &experts), VOLT8_ERR_NO_DEVICE, "%s", volt8_last_error(ctx));
+  cr_assert_null(experts);
+  cr_assert_eq(volt8_checkpoint_live_allocations(), held);
+  volt8_ctx_destroy(ctx);
+}
+
+/* An older caller's report is filled only as far as its size reaches. */
+Test(checkpoint, reports_respect_the_callers_size) {
+  char dir[4096];
+  fixture("fp8_runtime_names", dir, sizeof dir);
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_load_report report;
+  memset(&report, 0x5A, sizeof report);
+  report.size = offsetof(volt8_load_report, scale_max_relative_error);
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = dir;
+  options.report = &report;
+  volt8_host_checkpoint *host = NULL;
+  cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &host), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(report.route == VOLT8_ROUTE_NATIVE && report.num_experts == 4);
+  uint8_t untouched[sizeof report];
+  memset(untouched, 0x5A, sizeof untouched);
+  cr_assert_eq(memcmp((char *)&report + report.size, untouched, sizeof report - report.size), 0);
+  cr_assert_gt(host->report.scale_max_relative_error, 0.0);
+  volt8_host_checkpoint_free(host);
+  volt8_ctx_destroy(ctx);
+}
+
+/* ---- memory plans ---- */
+
+static volt8_plan_report reference_model_plan(int32_t tp_size) {
+  volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+  plan.route = VOLT8_ROUTE_NATIVE;
+  plan.hidden = 2560, plan.intermediate = 640, plan.num_experts = 512;
+  plan.tp_size = tp_size, plan.block_n = 128, plan.block_k = 128;
+  return plan;
+}
+
+Test(checkpoint, reference_model_fits_the_byte_floor) {
+  volt8_plan_report plan = reference_model_plan(4);
+  int32_t offsets[4] = {0, 32, 64, 96};
+  for (int32_t rank = 0; rank < 4; rank++) {
+    volt8_moe_shape shape;
+    volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
+    cr_assert_eq(volt8_plan_rank(NULL, &plan, rank, &shape, &memory), VOLT8_OK, "%s", volt8_last_error(NULL));
+    cr_assert(shape.intermediate == 160 && shape.intermediate_offset == offsets[rank]);
+    /* 512 x 3 x 160 x 2560 E4M3 bytes; 512 x (2 x 2 x 20 + 20 x 2) FP16 scales */
+    cr_assert_eq(memory.weight_bytes, 629145600);
+    cr_assert_eq(memory.scale_bytes, 122880);
+    cr_assert_eq(memory.fp16_bytes, 1258291200);
+    cr_assert_leq(memory.resident_bytes, (int64_t)(1.01 * (double)(memory.weight_bytes + memory.scale_bytes)));
+    cr_assert_geq(memory.resident_bytes, memory.weight_bytes + memory.scale_bytes);
+    cr_assert_eq(memory.padded_bytes, 512 * (3 * 256 * 2560 + 2 * (2 * 2 * 20 + 20 * 2)));
+    cr_log_info("reference model, tp 4 rank %d: resident %.2f MiB (weights %.2f + scales %.2f), FP16 %.0f MiB, "
+                "padded to 256 %.2f MiB", rank, memory.resident_bytes / MIB, memory.weight_bytes / MIB,
+                memory.scale_bytes / MIB, memory.fp16_bytes / MIB, memory.padded_bytes / MIB);
+  }
+  plan = reference_model_plan(8);
+  int32_t offsets8[8] = {0, 80, 32, 112, 64, 16, 96, 48};
+  for (int32_t rank = 0; rank < 8; rank++) {
+    volt8_moe_shape shape;
+    cr_assert_eq(volt8_plan_rank(NULL, &plan, rank, &shape, NULL), VOLT8_OK);
+    cr_assert(shape.intermediate == 80 && shape.intermediate_offset == offsets8[rank], "tp 8 rank %d", rank);
+  }
+  cr_assert_eq(volt8_plan_rank(NULL, &plan, 8, NULL, NULL), VOLT8_ERR_INVALID_ARGUMENT);
+}
+
+Test(checkpoint, plan_matches_what_a_load_holds) {
+  char dir[4096];
+  fixture("modelopt_mixed_indexed", dir, sizeof dir);
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = dir;
+  options.tp_size = 8;
+  volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+  cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
+  for (int32_t rank = 0; rank < 8; rank++) {
+    volt8_moe_shape shape;
+    volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
+    cr_assert_eq(volt8_plan_rank(ctx, &plan, rank, &shape, &memory), VOLT8_OK);
+    options.tp_rank = rank;
+    volt8_host_checkpoint *host = NULL;
+    cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &host), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_eq(memcmp(&shape, &host->shape, sizeof shape), 0, "rank %d: plan and load disagree on the shape", rank);
+    volt8_moe_dims dims;
+    cr_assert_eq(volt8_moe_dims_compute(ctx, &shape, &dims), VOLT8_OK);
+    cr_assert_eq(memory.weight_bytes, (dims.w13_bytes_per_expert + dims.w2_bytes_per_expert) * shape.num_experts);
+    cr_assert_eq(memory.scale_bytes, 2 * (dims.s13_elems_per_expert + dims.s2_elems_per_expert) * shape.num_experts);
+    volt8_host_checkpoint_free(host);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
+/* A plan checks every expert at full width, one expert's staging at a time. */
+Test(checkpoint, plan_of_the_real_shape_stages_one_expert) {
+  char dir[4096];
+  fixture("real_shape", dir, sizeof dir);
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = dir;
+  options.tp_size = 4;
+  volt8_load_report validation = VOLT8_LOAD_REPORT_INIT;
+  options.report = &validation;
+  volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+  volt8_checkpoint_peak_bytes(1);
+  int64_t before = volt8_checkpoint_peak_bytes(0);
+  cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
+  int64_t one_expert = 3 * 640 * 2560 + 2 * (2 * 5 * 20 + 20 * 5) + 4 * 100; /* codes, FP16 scales, block maxima */
+  int64_t peak = volt8_checkpoint_peak_bytes(0) - before;
+  cr_assert_eq(validation.staging_peak_bytes, one_expert, "staging %lld", (long long)validation.staging_peak_bytes);
+  cr_assert_leq(peak, one_expert + (64 << 10), "plan peak %lld bytes, one expert is %lld", (long long)peak,
+                (long long)one_expert);
+  volt8_ctx_destroy(ctx);
+}
+
+/* ---- shards add up ---- */
+
+/* The tp ranks' partial outputs of the reference forward sum to the unsharded output: every row of
+ * gate/up and column of down is held by exactly one rank, with the scale of its own block. */
+static void sharded_forward_matches_whole(const char *name, int32_t tp) {
+  char dir[4096];
+  fixture(name, dir, sizeof dir);
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = dir;
+  volt8_host_checkpoint *whole = NULL;
+  cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &whole), VOLT8_OK, "%s", volt8_last_error(ctx));
+  enum { TOKENS = 3, TOP_K = 2 };
+  int32_t hidden = whole->shape.hidden, experts = whole->shape.num_experts;
+  uint16_t *x = malloc(sizeof *x * TOKENS * (size_t)hidden);
+  for (int32_t i = 0; i < TOKENS * hidden; i++) x[i] = volt8_half_from_double(sin(i * 0.61) * 0.5);
+  int32_t ids[TOKENS * TOP_K];
+  float weights[TOKENS * TOP_K];
+  for (int32_t i = 0; i < TOKENS * TOP_K; i++) ids[i] = (i * 5 + 1) % experts, weights[i] = 0.25f + 0.1f * (float)i;
+  double *expected = calloc((size_t)TOKENS * hidden, sizeof *expected), *summed = calloc((size_t)TOKENS * hidden, sizeof *summed);
+  double *part = calloc((size_t)TOKENS * hidden, sizeof *part);
+  cr_assert_eq(volt8_reference_moe_forward(ctx, &whole->shape, &whole->experts, x, ids, weights, TOKENS, TOP_K, expected),
+               VOLT8_OK, "%s", volt8_last_error(ctx));
+  options.tp_size = tp;
+  for (int32_t rank = 0; rank < tp; rank++) {
+    options.tp_rank = rank;
+    volt8_host_checkpoint *shard = NULL;
+    cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &shard), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_eq(volt8_reference_moe_forward(ctx, &shard->shape, &shard->experts, x, ids, weights, TOKENS, TOP_K, part),
+                 VOLT8_OK, "rank %d: %s", rank, volt8_last_error(ctx));
+    for (int32_t i = 0; i < TOKENS * hidden; i++) summed[i] += part[i];
+    volt8_host_checkpoint_free(shard);
+  }
+  double error = 0.0;
+  cr_assert_eq(volt8_relative_l2(ctx, expected, summed, (size_t)TOKENS * hidden, &error), VOLT8_OK);
+  cr_assert_leq(error, 1e-12, "%s tp %d: the ranks' outputs sum to %.3g relative L2 off the whole layer", name, tp, error);
+  free(x), free(expected), free(summed), free(part);
+  volt8_host_checkpoint_free(whole);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(checkpoint, shards_add_up_through_the_reference_forward) {
+  sharded_forward_matches_whole("modelopt_mixed_indexed", 4);
+  sharded_forward_matches_whole("modelopt_mixed_indexed", 8);
+  sharded_forward_matches_whole("real_shape", 4);
+}
+
+/* ---- volt8 plan ---- */
+
+static int run_cli(const char *arguments, char *out, size_t out_bytes, char *err, size_t err_bytes) {
+  char command[8192], err_path[] = "/tmp/volt8-plan-stderr-XXXXXX";
+  int err_fd = mkstemp(err_path);
+  cr_assert_geq(err_fd, 0);
+  close(err_fd);
+  snprintf(command, sizeof command, "'%s' plan %s 2>'%s'", VOLT8_CLI_PATH, arguments, err_path);
+  FILE *pipe = popen(command, "r");
+  cr_assert_not_null(pipe);
+  size_t used = fread(out, 1, out_bytes - 1, pipe);
+  out[used] = '\0';
+  int status = pclose(pipe);
+  FILE *stream = fopen(err_path, "rb");
+  used = stream ? fread(err, 1, err_bytes - 1, stream) : 0;
+  err[used] = '\0';
+  if (stream) fclose(stream);
+  unlink(err_path);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(checkpoint, cli_plan_prints_json_per_rank) {
+  static char out[1 << 16], err[1 << 14];
+  char dir[4096], arguments[4200];
+  fixture("modelopt_mixed_indexed", dir, sizeof dir);
+  snprintf(arguments, sizeof arguments, "'%s' --tp 4 --json", dir);
+  int code = run_cli(arguments, out, sizeof out, err, sizeof err);
+  if (strstr(err, "unknown command")) cr_skip_test("volt8 plan is not wired into cli/main.c in this build");
+  cr_assert_eq(code, 0, "exit %d: %s", code, err);
+  cJSON *json = cJSON_Parse(out);
+  cr_assert_not_null(json, "not JSON: %s", out);
+  cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(json, "route")->valuestring, "native");
+  cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "experts")->valueint, 6);
+  cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "hidden")->valueint, 256);
+  cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "intermediate")->valueint, 640);
+  const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(json, "ranks");
+  cr_assert_eq(cJSON_GetArraySize(ranks), 4);
+  const char *keys[] = {"rank", "resident_bytes", "weight_bytes", "scale_bytes", "fp16_bytes", "padded_bytes",
+                        "n_offset", "k_offset"};
+  int32_t rank = 0;
+  for (const cJSON *item = ranks->child; item; item = item->next, rank++) {
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+      cr_assert(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(item, keys[k])), "rank %d lacks %s", rank, keys[k]);
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(item, "n_offset")->valueint, rank * 160 % 128);
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(item, "weight_bytes")->valuedouble, 6.0 * 3 * 160 * 256);
+  }
+  cJSON_Delete(json);
+  snprintf(arguments, sizeof arguments, "'%s' --tp 4 --rank 3", dir);
+  cr_assert_eq(run_cli(arguments, out, sizeof out, err, sizeof err), 0, "%s", err);
+  cr_assert(strstr(out, "resident MiB") && strstr(out, "FP8_PB_WO"), "%s", out);
+}
+
+Test(checkpoint, cli_plan_fails_on_a_bad_checkpoint) {
+  static char out[1 << 16], err[1 << 14];
+  char dir[4096], arguments[4200];
+  fixture("missing_scale", dir, sizeof dir);
+  snprintf(arguments, sizeof arguments, "'%s' --tp 2 --json", dir);
+  int code = run_cli(arguments, out, sizeof out, err, sizeof err);
+  if (strstr(err, "unknown command")) cr_skip_test("volt8 plan is not wired into cli/main.c in this build");
+  cr_assert_neq(code, 0);
+  cr_assert(strstr(err, "VOLT8_ERR_NOT_FOUND") && strstr(err, "down_proj.weight_scale_inv"), "%s", err);
+  cr_assert_eq(out[0], '\0', "nothing on stdout: %s", out);
+}

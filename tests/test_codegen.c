@@ -1,0 +1,369 @@
+/* The embedded code generator: variant list, emitted source, determinism, failures that name
+ * their cause, and agreement with `lua5.4 codegen/gen.lua` run standalone. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "ctx_internal.h"
+#include "embedded_files.h"
+
+#ifndef VOLT8_SOURCE_DIR
+#error "VOLT8_SOURCE_DIR (the source root) must be defined for this suite"
+#endif
+
+TestSuite(codegen, .timeout = 300);
+
+static volt8_ctx *cpu_ctx(void) {
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  options.cache_disable = 1;
+  volt8_ctx *ctx = NULL;
+  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
+  return ctx;
+}
+
+typedef struct name_list {
+  char **names;
+  int32_t count;
+} name_list;
+
+static name_list list_ok(volt8_ctx *ctx, const volt8_moe_shape *shape) {
+  name_list list = {NULL, 0};
+  cr_assert_eq(volt8_codegen_list(ctx, shape, &list.names, &list.count), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_gt(list.count, 0);
+  return list;
+}
+
+static int count_prefix(const name_list *list, const char *prefix) {
+  int found = 0;
+  for (int32_t i = 0; i < list->count; i++) found += strncmp(list->names[i], prefix, strlen(prefix)) == 0;
+  return found;
+}
+
+static int contains(const name_list *list, const char *name) {
+  for (int32_t i = 0; i < list->count; i++)
+    if (strcmp(list->names[i], name) == 0) return 1;
+  return 0;
+}
+
+/* Output of a shell command, or NULL when it failed. */
+static char *command_output(const char *command) {
+  FILE *pipe = popen(command, "r");
+  if (!pipe) return NULL;
+  size_t size = 0, capacity = 1 << 16;
+  char *text = malloc(capacity);
+  size_t got;
+  while (text && (got = fread(text + size, 1, capacity - size - 1, pipe)) > 0) {
+    size += got;
+    if (capacity - size < 4096) {
+      char *grown = realloc(text, capacity * 2);
+      if (!grown) {
+        free(text);
+        text = NULL;
+        break;
+      }
+      text = grown;
+      capacity *= 2;
+    }
+  }
+  int exit_status = pclose(pipe);
+  if (!text) return NULL;
+  text[size] = '\0';
+  if (exit_status != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+static char *joined_names(const name_list *list) {
+  size_t bytes = 1;
+  for (int32_t i = 0; i < list->count; i++) bytes += strlen(list->names[i]) + 1;
+  char *text = malloc(bytes);
+  cr_assert_not_null(text);
+  text[0] = '\0';
+  for (int32_t i = 0; i < list->count; i++) {
+    strcat(text, list->names[i]);
+    strcat(text, "\n");
+  }
+  return text;
+}
+
+static void shape_argument(const volt8_moe_shape *shape, char *buf, size_t size) {
+  snprintf(buf, size, "hidden=%d,intermediate=%d,num_experts=%d,block_n=%d,block_k=%d,intermediate_offset=%d",
+           shape->hidden, shape->intermediate, shape->num_experts, shape->block_n, shape->block_k,
+           shape->intermediate_offset);
+}
+
+Test(codegen, list_is_sorted_and_covers_both_families_of_both_ops) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  name_list list = list_ok(ctx, &shape);
+  for (int32_t i = 1; i < list.count; i++)
+    cr_expect_lt(strcmp(list.names[i - 1], list.names[i]), 0, "not sorted at %d: %s, %s", i, list.names[i - 1],
+                 list.names[i]);
+  const char *prefixes[] = {"gate_up.cc.", "gate_up.mma.", "down.cc.", "down.mma."};
+  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+    cr_expect_geq(count_prefix(&list, prefixes[i]), 3, "too few %s variants", prefixes[i]);
+  cr_expect(contains(&list, "route"));
+  cr_expect(contains(&list, "reduce"));
+  volt8_codegen_names_free(list.names, list.count);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(codegen, route_and_reduce_emit) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  const char *names[] = {"route", "reduce"};
+  volt8_op ops[] = {VOLT8_OP_ROUTE, VOLT8_OP_REDUCE};
+  for (int i = 0; i < 2; i++) {
+    volt8_kernel_source source;
+    cr_assert_eq(volt8_codegen_emit(ctx, &shape, names[i], &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_expect_eq(source.op, ops[i]);
+    cr_expect_eq(source.family, VOLT8_FAMILY_SUPPORT);
+    cr_expect_gt(source.threads, 0);
+    cr_expect_str_eq(source.variant, names[i]);
+    cr_expect(strstr(source.entry, "H2560_I160_E512_b128x128_o32") != NULL, "entry %s", source.entry);
+    cr_expect(strstr(source.source, source.entry) != NULL, "%s does not define %s", names[i], source.entry);
+    volt8_kernel_source_free(&source);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
+Test(codegen, every_variant_emits_marked_deterministic_source) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  name_list list = list_ok(ctx, &shape);
+  for (int32_t i = 0; i < list.count; i++) {
+    volt8_kernel_source first, second;
+    cr_assert_eq(volt8_codegen_emit(ctx, &shape, list.names[i], &first), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_eq(volt8_codegen_emit(ctx, &shape, list.names[i], &second), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_expect_str_eq(first.source, second.source, "%s: two emits differ", list.names[i]);
+    cr_expect_str_eq(first.entry, second.entry);
+    char header[256];
+    snprintf(header, sizeof header, "// generated from %s by codegen/gen.lua, do not edit\n", first.template_path);
+    cr_expect(strncmp(first.source, header, strlen(header)) == 0, "%s starts with: %.80s", list.names[i], first.source);
+    cr_expect(strstr(first.source, "volt8 codegen version") != NULL, "%s has no version line", list.names[i]);
+    char line_directive[256];
+    snprintf(line_directive, sizeof line_directive, "\n#line 1 \"%s\"\n", first.template_path);
+    cr_expect(strstr(first.source, line_directive) != NULL, "%s has no %s", list.names[i], line_directive + 1);
+    cr_expect(strstr(first.source, "@{") == NULL, "%s keeps an unexpanded @{", list.names[i]);
+    cr_expect(strstr(first.source, "#include") == NULL, "%s has an #include", list.names[i]);
+    cr_expect(strstr(first.source, first.entry) != NULL, "%s does not define %s", list.names[i], first.entry);
+    cr_expect_gt(first.threads, 0);
+    cr_expect_eq(first.threads, 32 * first.warps);
+    if (first.op == VOLT8_OP_GATE_UP || first.op == VOLT8_OP_DOWN) {
+      cr_expect_gt(first.block_m, 0);
+      cr_expect_gt(first.block_n, 0);
+      cr_expect_geq(first.split_k, 1);
+      cr_expect_eq(first.family, strstr(list.names[i], ".mma.") ? VOLT8_FAMILY_MMA884 : VOLT8_FAMILY_CUDA_CORE);
+    }
+    volt8_kernel_source_free(&first);
+    volt8_kernel_source_free(&second);
+  }
+  volt8_codegen_names_free(list.names, list.count);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(codegen, entries_are_unique_per_variant_and_shape) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_moe_shape shapes[2] = {VOLT8_MOE_SHAPE_INIT, VOLT8_MOE_SHAPE_INIT};
+  shapes[1].intermediate_offset = 64;
+  char *entries[2][128];
+  int counts[2] = {0, 0};
+  for (int s = 0; s < 2; s++) {
+    name_list list = list_ok(ctx, &shapes[s]);
+    cr_assert_leq(list.count, 128);
+    for (int32_t i = 0; i < list.count; i++) {
+      volt8_kernel_source source;
+      cr_assert_eq(volt8_codegen_emit(ctx, &shapes[s], list.names[i], &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+      entries[s][counts[s]++] = strdup(source.entry);
+      volt8_kernel_source_free(&source);
+    }
+    volt8_codegen_names_free(list.names, list.count);
+  }
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < counts[s]; i++)
+      for (int t = 0; t < 2; t++)
+        for (int j = 0; j < counts[t]; j++)
+          if (s != t || i != j) cr_expect_str_neq(entries[s][i], entries[t][j], "entry used twice");
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < counts[s]; i++) free(entries[s][i]);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(codegen, unknown_substitution_fails_naming_it) {
+  volt8_ctx *ctx = cpu_ctx();
+  const char *keys[] = {"THREADS", "HIDDEN", "NUM_EXPERTS", "ENTRY"};
+  const char *values[] = {"128", "2560", "512", "volt8_reduce_test"};
+  char *source = NULL;
+  /* ENTRY left out: the template uses it, so expansion must stop at it. */
+  cr_assert_eq(volt8_codegen_expand_template(ctx, "templates/moe_reduce.cu", keys, values, 3, &source),
+               VOLT8_ERR_CODEGEN);
+  cr_expect_null(source);
+  const char *message = volt8_last_error(ctx);
+  cr_expect(strstr(message, "@{ENTRY}") != NULL, "message does not name the substitution: %s", message);
+  cr_expect(strstr(message, "templates/moe_reduce.cu:") != NULL, "message does not name the template line: %s",
+            message);
+
+  cr_assert_eq(volt8_codegen_expand_template(ctx, "templates/moe_reduce.cu", keys, values, 4, &source), VOLT8_OK, "%s",
+               volt8_last_error(ctx));
+  cr_expect(strstr(source, "@{") == NULL);
+  cr_expect(strstr(source, "volt8_reduce_test") != NULL);
+  free(source);
+
+  cr_expect_eq(volt8_codegen_expand_template(ctx, "templates/no_such_template.cu", keys, values, 4, &source),
+               VOLT8_ERR_CODEGEN);
+  cr_expect(strstr(volt8_last_error(ctx), "no_such_template.cu") != NULL, "%s", volt8_last_error(ctx));
+  volt8_ctx_destroy(ctx);
+}
+
+Test(codegen, substitution_keeps_template_line_numbers) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  volt8_kernel_source source;
+  cr_assert_eq(volt8_codegen_emit(ctx, &shape, "reduce", &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+  const volt8_embedded_file *template_file = volt8_embedded_find("templates/moe_reduce.cu");
+  cr_assert_not_null(template_file);
+  int template_lines = 0, source_lines = 0;
+  for (size_t i = 0; i < template_file->size; i++) template_lines += template_file->data[i] == '\n';
+  for (const char *c = source.source; *c; c++) source_lines += *c == '\n';
+  /* Three header lines ("generated from", version, #line), then the template line for line. */
+  cr_expect_eq(source_lines, template_lines + 3);
+  volt8_kernel_source_free(&source);
+  volt8_ctx_destroy(ctx);
+}
+
+static void expect_invalid_shape(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *field) {
+  char **names = NULL;
+  int32_t count = 0;
+  cr_expect_eq(volt8_codegen_list(ctx, shape, &names, &count), VOLT8_ERR_INVALID_ARGUMENT, "shape with bad %s accepted",
+               field);
+  char expected[64];
+  snprintf(expected, sizeof expected, " %s=", field);
+  cr_expect(strstr(volt8_last_error(ctx), expected) != NULL, "message does not name %s: %s", field,
+            volt8_last_error(ctx));
+  volt8_kernel_source source;
+  cr_expect_eq(volt8_codegen_emit(ctx, shape, "route", &source), VOLT8_ERR_INVALID_ARGUMENT);
+}
+
+Test(codegen, invalid_shapes_are_rejected_naming_the_field) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.intermediate = 150;
+  expect_invalid_shape(ctx, &shape, "intermediate");
+  shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  shape.intermediate_offset = 20;
+  expect_invalid_shape(ctx, &shape, "intermediate_offset");
+  shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  shape.intermediate_offset = 128;
+  expect_invalid_shape(ctx, &shape, "intermediate_offset");
+  shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  shape.block_n = 1; /* offset 32 is not allowed with per-row scales */
+  expect_invalid_shape(ctx, &shape, "intermediate_offset");
+  shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  shape.block_k = 64;
+  expect_invalid_shape(ctx, &shape, "block_k");
+  shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  shape.hidden = 2568;
+  expect_invalid_shape(ctx, &shape, "hidden");
+  shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 0;
+  expect_invalid_shape(ctx, &shape, "num_experts");
+
+  shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  shape.size = 4;
+  char **names = NULL;
+  int32_t count = 0;
+  cr_expect_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(volt8_codegen_list(ctx, NULL, &names, &count), VOLT8_ERR_INVALID_ARGUMENT);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(codegen, unknown_variant_is_not_found) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  volt8_kernel_source source;
+  const char *bad[] = {"gate_up.cc.bm3.bn8.w4.sk1.l16", "down.mma.bm8.bn32.w4.sk1.l4", "sideways", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cr_expect_eq(volt8_codegen_emit(ctx, &shape, bad[i], &source), VOLT8_ERR_NOT_FOUND, "'%s' accepted", bad[i]);
+    cr_expect(strstr(volt8_last_error(ctx), bad[i]) != NULL, "%s", volt8_last_error(ctx));
+    cr_expect_null(source.source);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
+/* K = I = 144 and H = 2064 are multiples of 16 but not of 32 or 128: both families must still be offered. */
+Test(codegen, unpadded_dimensions_keep_both_families) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.hidden = 2064;
+  shape.intermediate = 144;
+  shape.intermediate_offset = 96;
+  name_list list = list_ok(ctx, &shape);
+  const char *prefixes[] = {"gate_up.cc.", "gate_up.mma.", "down.cc.", "down.mma."};
+  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+    cr_expect_gt(count_prefix(&list, prefixes[i]), 0, "no %s variant for H=2064 I=144", prefixes[i]);
+  volt8_codegen_names_free(list.names, list.count);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(codegen, public_variant_count_and_name) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  name_list list = list_ok(ctx, &shape);
+  int32_t count = 0;
+  cr_assert_eq(volt8_variant_count(ctx, &shape, &count), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_expect_eq(count, list.count);
+  char name[128];
+  for (int32_t i = 0; i < count; i++) {
+    cr_assert_eq(volt8_variant_name(ctx, &shape, i, name, sizeof name), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_expect_str_eq(name, list.names[i]);
+  }
+  cr_expect_eq(volt8_variant_name(ctx, &shape, count, name, sizeof name), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(volt8_variant_name(ctx, &shape, -1, name, sizeof name), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(volt8_variant_name(ctx, &shape, 0, name, 3), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_expect_eq(volt8_variant_count(ctx, &shape, NULL), VOLT8_ERR_INVALID_ARGUMENT);
+  volt8_codegen_names_free(list.names, list.count);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(codegen, standalone_script_matches_the_embedded_generator) {
+  volt8_ctx *ctx = cpu_ctx();
+  volt8_moe_shape shapes[3] = {VOLT8_MOE_SHAPE_INIT, VOLT8_MOE_SHAPE_INIT, VOLT8_MOE_SHAPE_INIT};
+  shapes[1].intermediate_offset = 96;
+  shapes[2].block_n = 1;
+  shapes[2].intermediate_offset = 0;
+  shapes[2].hidden = 4096;
+  shapes[2].intermediate = 256;
+  for (int s = 0; s < 3; s++) {
+    name_list list = list_ok(ctx, &shapes[s]);
+    char *embedded = joined_names(&list);
+    char argument[256], command[1024];
+    shape_argument(&shapes[s], argument, sizeof argument);
+    /* Run from another directory: the script finds the templates from its own path. */
+    snprintf(command, sizeof command, "cd / && lua5.4 '%s/codegen/gen.lua' --list --shape %s", VOLT8_SOURCE_DIR,
+             argument);
+    char *standalone = command_output(command);
+    cr_assert_not_null(standalone, "failed: %s (is lua5.4 installed?)", command);
+    cr_expect_str_eq(standalone, embedded, "shape %d: standalone --list differs from the embedded list", s);
+    free(standalone);
+    free(embedded);
+
+    volt8_kernel_source source;
+    const char *variant = list.names[list.count / 2];
+    cr_assert_eq(volt8_codegen_emit(ctx, &shapes[s], variant, &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+    snprintf(command, sizeof command, "cd '%s' && lua5.4 codegen/gen.lua --emit %s --shape %s", VOLT8_SOURCE_DIR,
+             variant, argument);
+    standalone = command_output(command);
+    cr_assert_not_null(standalone, "failed: %s", command);
+    cr_expect_str_eq(standalone, source.source, "shape %d: standalone --emit %s differs from the embedded source", s,
+                     variant);
+    free(standalone);
+    volt8_kernel_source_free(&source);
+    volt8_codegen_names_free(list.names, list.count);
+  }
+  volt8_ctx_destroy(ctx);
+}

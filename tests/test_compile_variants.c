@@ -1,0 +1,72 @@
+/* Every variant of the code generator compiles: with NVRTC 12 to sm_70 machine code (ptxas
+ * accepting it proves no post-Volta instruction slipped in) and with NVRTC 13 to sm_90. */
+#include <criterion/criterion.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "ctx_internal.h"
+#include "jit.h"
+
+TestSuite(compile_variants, .timeout = 900);
+
+static volt8_ctx *compile_ctx(const char *arch) {
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  options.cache_disable = 1;
+  options.target_arch = arch;
+  volt8_ctx *ctx = NULL;
+  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
+  return ctx;
+}
+
+/* Compiles every listed variant of a few shapes to CUBIN; `expected_major` is the NVRTC that must
+ * have done it. */
+static void compile_every_variant(volt8_ctx *ctx, int32_t arch, int expected_major) {
+  volt8_moe_shape shapes[3] = {VOLT8_MOE_SHAPE_INIT, VOLT8_MOE_SHAPE_INIT, VOLT8_MOE_SHAPE_INIT};
+  shapes[1].intermediate_offset = 96;
+  shapes[2].block_n = 1;
+  shapes[2].intermediate_offset = 0;
+  const volt8_nvrtc_lib *lib = NULL;
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, arch, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(lib->major, expected_major, "arch %d compiled by NVRTC %d.%d (%s), expected %d", arch, lib->major,
+               lib->minor, lib->path, expected_major);
+  int compiled = 0;
+  for (int s = 0; s < 3; s++) {
+    char **names = NULL;
+    int32_t count = 0;
+    cr_assert_eq(volt8_codegen_list(ctx, &shapes[s], &names, &count), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_gt(count, 0);
+    for (int32_t i = 0; i < count; i++) {
+      volt8_kernel_source source = {0};
+      cr_assert_eq(volt8_codegen_emit(ctx, &shapes[s], names[i], &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+      volt8_jit_request request = {source.entry, source.source, arch, VOLT8_IMAGE_CUBIN, NULL, 0};
+      volt8_jit_image image = {0};
+      volt8_status status = volt8_jit_compile(ctx, &request, &image);
+      cr_assert_eq(status, VOLT8_OK, "shape %d variant %s for sm_%d: %s", s, names[i], arch, volt8_last_error(ctx));
+      cr_assert_gt(image.size, 0);
+      cr_assert_eq(image.from_cache, 0);
+      volt8_jit_image_free(&image);
+      volt8_kernel_source_free(&source);
+      compiled++;
+    }
+    volt8_codegen_names_free(names, count);
+  }
+  cr_log_info("sm_%d: %d kernels compiled by NVRTC %d.%d", arch, compiled, lib->major, lib->minor);
+}
+
+Test(compile_variants, every_variant_sm70_with_nvrtc12) {
+  volt8_ctx *ctx = compile_ctx("sm_70");
+  compile_every_variant(ctx, 70, 12);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(compile_variants, every_variant_sm90_with_nvrtc13) {
+  /* NVRTC 12 also targets sm_90 and comes first in the search order: name NVRTC 13 explicitly. */
+  setenv("VOLT8_NVRTC", VOLT8_CUDA_NVRTC13, 1);
+  volt8_ctx *ctx = compile_ctx("sm_90");
+  compile_every_variant(ctx, 90, 13);
+  volt8_ctx_destroy(ctx);
+}

@@ -1,0 +1,154 @@
+/* NVRTC selection per target arch: which library serves which arch, and what failures say. */
+#include <criterion/criterion.h>
+
+#include "ctx_internal.h"
+#include "nvrtc_loader.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static volt8_ctx *new_ctx(void) {
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  options.target_arch = "sm_70";
+  options.cache_disable = 1;
+  volt8_ctx *ctx = NULL;
+  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "volt8_ctx_create: %s", volt8_last_error(NULL));
+  return ctx;
+}
+
+static int supports(const volt8_nvrtc_lib *lib, int arch) {
+  for (int i = 0; i < lib->num_archs; i++)
+    if (lib->archs[i] == arch) return 1;
+  return 0;
+}
+
+/* Path of a probed NVRTC with this major version, or NULL. */
+static const char *probed_major(volt8_ctx *ctx, int major) {
+  for (int i = 0; i < ctx->nvrtc.count; i++)
+    if (ctx->nvrtc.libs[i].major == major) return ctx->nvrtc.libs[i].path;
+  return NULL;
+}
+
+TestSuite(nvrtc, .timeout = 60);
+
+Test(nvrtc, arch_70_gets_nvrtc_12) {
+  volt8_ctx *ctx = new_ctx();
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_status status = volt8_nvrtc_for_arch(ctx, 70, &lib);
+  if (status != VOLT8_OK) cr_skip_test("no NVRTC for compute_70 on this host: %s", volt8_last_error(ctx));
+  cr_assert_eq(lib->major, 12, "compute_70 went to NVRTC %s (%s)", lib->version, lib->path);
+  cr_assert(supports(lib, 70));
+  volt8_ctx_destroy(ctx);
+}
+
+Test(nvrtc, arch_90_gets_the_first_candidate_that_supports_it) {
+  volt8_ctx *ctx = new_ctx();
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_status status = volt8_nvrtc_for_arch(ctx, 90, &lib);
+  if (status != VOLT8_OK) cr_skip_test("no NVRTC for compute_90 on this host: %s", volt8_last_error(ctx));
+  cr_assert(supports(lib, 90), "NVRTC %s does not list compute_90", lib->version);
+  for (int i = 0; &ctx->nvrtc.libs[i] != lib; i++)
+    cr_assert(!supports(&ctx->nvrtc.libs[i], 90), "%s supports compute_90 and comes first, yet %s was chosen",
+              ctx->nvrtc.libs[i].path, lib->path);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(nvrtc, explicit_nvrtc_13_serves_arch_90) {
+  volt8_ctx *ctx = new_ctx();
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_nvrtc_for_arch(ctx, 90, &lib);
+  const char *path_13 = probed_major(ctx, 13);
+  if (!path_13) cr_skip_test("no NVRTC 13 on this host: %s", ctx->nvrtc.tried);
+  setenv("VOLT8_NVRTC", path_13, 1);
+  volt8_ctx *explicit_ctx = new_ctx();
+  cr_assert_eq(volt8_nvrtc_for_arch(explicit_ctx, 90, &lib), VOLT8_OK, "%s", volt8_last_error(explicit_ctx));
+  cr_assert_eq(lib->major, 13, "VOLT8_NVRTC=%s did not come first: got NVRTC %s", path_13, lib->version);
+  volt8_ctx_destroy(explicit_ctx);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(nvrtc, missing_explicit_nvrtc_falls_back_and_is_named) {
+  setenv("VOLT8_NVRTC", "/nonexistent/libnvrtc.so", 1);
+  volt8_ctx *ctx = new_ctx();
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_status status = volt8_nvrtc_for_arch(ctx, 70, &lib);
+  if (status == VOLT8_OK) cr_assert(supports(lib, 70));
+  else cr_assert(probed_major(ctx, 12) == NULL, "NVRTC 12 was loaded but not used: %s", volt8_last_error(ctx));
+
+  status = volt8_nvrtc_for_arch(ctx, 30, &lib);
+  const char *message = volt8_last_error(ctx);
+  cr_assert_eq(status, VOLT8_ERR_ARCH_UNSUPPORTED);
+  cr_assert_null(lib);
+  cr_assert(strstr(message, "compute_30") && strstr(message, "/nonexistent/libnvrtc.so") && strstr(message, "VOLT8_NVRTC") &&
+                strstr(message, "libnvrtc.so.12") && strstr(message, "libnvrtc.so.13"),
+            "message does not name every candidate: %s", message);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(nvrtc, only_nvrtc_13_cannot_target_arch_70) {
+  volt8_ctx *ctx = new_ctx();
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_nvrtc_for_arch(ctx, 90, &lib);
+  char path_13[512];
+  if (!probed_major(ctx, 13)) cr_skip_test("no NVRTC 13 on this host: %s", ctx->nvrtc.tried);
+  snprintf(path_13, sizeof path_13, "%s", probed_major(ctx, 13));
+  volt8_ctx_destroy(ctx);
+
+  setenv("VOLT8_NVRTC", path_13, 1);
+  setenv("VOLT8_NVRTC_ONLY", "1", 1);
+  ctx = new_ctx();
+  volt8_status status = volt8_nvrtc_for_arch(ctx, 70, &lib);
+  const char *message = volt8_last_error(ctx);
+  cr_assert_eq(status, VOLT8_ERR_ARCH_UNSUPPORTED, "NVRTC 13 claimed compute_70: %s", message);
+  cr_assert_eq(ctx->nvrtc.count, 1, "VOLT8_NVRTC_ONLY=1 loaded %d libraries", ctx->nvrtc.count);
+  char version[64];
+  snprintf(version, sizeof version, "NVRTC %s supports compute_", ctx->nvrtc.libs[0].version);
+  cr_assert(strstr(message, "compute_70") && strstr(message, path_13) && strstr(message, version) &&
+                strstr(message, "..compute_"),
+            "message does not name the version and its archs: %s", message);
+  cr_assert_null(strstr(message, "libnvrtc.so.12"), "VOLT8_NVRTC_ONLY=1 still tried NVRTC 12: %s", message);
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 90, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
+  volt8_ctx_destroy(ctx);
+}
+
+Test(nvrtc, disabled_nvrtc_says_so) {
+  setenv("VOLT8_NVRTC_DISABLE", "1", 1);
+  volt8_ctx *ctx = new_ctx();
+  const volt8_nvrtc_lib *lib = NULL;
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 90, &lib), VOLT8_ERR_ARCH_UNSUPPORTED);
+  cr_assert_eq(ctx->nvrtc.count, 0);
+  cr_assert(strstr(volt8_last_error(ctx), "VOLT8_NVRTC_DISABLE=1"), "%s", volt8_last_error(ctx));
+  volt8_ctx_destroy(ctx);
+}
+
+Test(nvrtc, each_library_is_loaded_once) {
+  volt8_ctx *ctx = new_ctx();
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_nvrtc_for_arch(ctx, 90, &lib);
+  for (int i = 0; i < ctx->nvrtc.count; i++)
+    for (int j = i + 1; j < ctx->nvrtc.count; j++)
+      cr_assert_neq(ctx->nvrtc.libs[i].handle, ctx->nvrtc.libs[j].handle, "%s and %s are one library",
+                    ctx->nvrtc.libs[i].path, ctx->nvrtc.libs[j].path);
+  volt8_ctx_destroy(ctx);
+}
+
+static void *select_for_70(void *arg) {
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_nvrtc_for_arch(arg, 70, &lib);
+  return (void *)lib;
+}
+
+Test(nvrtc, concurrent_first_use_probes_once) {
+  volt8_ctx *ctx = new_ctx();
+  pthread_t threads[8];
+  void *chosen[8];
+  for (int i = 0; i < 8; i++) cr_assert_eq(pthread_create(&threads[i], NULL, select_for_70, ctx), 0);
+  for (int i = 0; i < 8; i++) pthread_join(threads[i], &chosen[i]);
+  for (int i = 1; i < 8; i++) cr_assert_eq(chosen[i], chosen[0], "thread %d chose another library", i);
+  for (int i = 0; i < ctx->nvrtc.count; i++)
+    for (int j = i + 1; j < ctx->nvrtc.count; j++) cr_assert_neq(ctx->nvrtc.libs[i].handle, ctx->nvrtc.libs[j].handle);
+  volt8_ctx_destroy(ctx);
+}
