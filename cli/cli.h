@@ -23,6 +23,8 @@ int cli_write_synthetic_checkpoint(const char *dir, const synthetic_checkpoint *
 
 int cli_compile(int argc, char **argv);
 int cli_plan(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+int cli_tune(int argc, char **argv);
 int cli_list(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 

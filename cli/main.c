@@ -13,6 +13,8 @@ static void usage(FILE *stream) {
           "                                        fill a kernel cache ahead of time (PTX for compute_XX)\n"
           "  plan CKPT_DIR --tp N [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]\n"
           "                                        validate a checkpoint and print each rank's memory\n"
+          "  bench [options]                       time the forward against cuBLASLt FP16 and the byte floor\n"
+          "  tune [options]                        measure every variant and write tuning tables\n"
           "  version                               print the library version\n"
           "S is hidden=2560,intermediate=160,num_experts=512,block_n=128,block_k=128,intermediate_offset=32\n"
           "(keys left out keep these defaults: the reference model's TP4 rank 1).\n");
@@ -32,6 +34,8 @@ int main(int argc, char **argv) {
   if (strcmp(command, "list") == 0) return cli_list(argc - 1, argv + 1);
   if (strcmp(command, "compile") == 0) return cli_compile(argc - 1, argv + 1);
   if (strcmp(command, "plan") == 0) return cli_plan(argc - 1, argv + 1);
+  if (strcmp(command, "bench") == 0) return cli_bench(argc - 1, argv + 1);
+  if (strcmp(command, "tune") == 0) return cli_tune(argc - 1, argv + 1);
   fprintf(stderr, "volt8: unknown command \"%s\"\n", command);
   usage(stderr);
   return 2;

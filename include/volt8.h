@@ -186,6 +186,10 @@ VOLT8_API volt8_status volt8_graph_capture(volt8_experts *experts, const volt8_m
 VOLT8_API volt8_status volt8_graph_launch(volt8_graph *graph, void *stream);
 VOLT8_API void volt8_graph_destroy(volt8_graph *graph);
 
+/* Warnings of the tuning-table lookup in this process (no table for a shape, a corrupt table
+ * skipped), newline-separated into buf; *out_count is how many. */
+VOLT8_API volt8_status volt8_tuning_warnings(char *buf, size_t buf_size, int32_t *out_count);
+
 /* Experimental (tests, bench, tuner): pin the gate_up and down variants by name; NULL restores
  * the dispatch policy. */
 VOLT8_API volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant,

@@ -1,0 +1,442 @@
+/* FP16 baselines through cuBLASLt (one matmul per active expert) and cuBLAS grouped GEMM. */
+#include "baseline_fp16.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SUPPORT_THREADS 128
+#define DEQUANT_THREADS 256
+
+enum { OP_GATE_UP = 0, OP_DOWN = 1 };
+
+typedef struct set_plan {
+  int32_t active;         /* experts with at least one pair */
+  int32_t *experts;       /* [active] ascending */
+  int32_t *first_row;     /* [active] first row of each in the gathered order */
+  int32_t *rows;          /* [active] pairs of each */
+  CUdeviceptr row_token;  /* [P] token of each gathered row */
+  CUdeviceptr pair_row;   /* [P] gathered row of each pair */
+  /* grouped GEMM: per op the host arrays cuBLAS reads at capture and the device pointer arrays */
+  int *group_m[2], *group_n[2], *group_k[2], *group_lda[2], *group_ldb[2], *group_ldc[2], *group_size;
+  cublasOperation_t *transa, *transb;
+  float *alpha, *beta;
+  CUdeviceptr pointers;   /* [2 ops][A, B, C][active] device pointers */
+  CUgraph graph;
+  CUgraphExec exec;
+} set_plan;
+
+struct bench_baseline {
+  bench_gpu *gpu;
+  bench_cublas *cublas;
+  bench_baseline_kind kind;
+  volt8_moe_shape shape;
+  const bench_inputs *inputs;
+  const bench_fp16_weights *weights;
+  CUdeviceptr xg, y, h, z; /* gathered x [P][H], y [P][2I], h [P][I], z [P][H], FP16 */
+  set_plan *sets;
+  int32_t max_rows;        /* most pairs of one expert: the layouts below are indexed by it */
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatmulPreference_t preference;
+  cublasLtMatrixLayout_t a_layout[2];
+  cublasLtMatrixLayout_t *b_layout[2], *d_layout[2];
+  cublasLtMatmulHeuristicResult_t *algo[2];
+};
+
+/* Column-major view of op `op` for one expert with `rows` pairs: D (m x n) = op(A) (m x k) . B (k x n). */
+static void gemm_dims(const volt8_moe_shape *shape, int op, int32_t rows, int *m, int *n, int *k) {
+  *m = op == OP_GATE_UP ? 2 * shape->intermediate : shape->hidden;
+  *n = rows;
+  *k = op == OP_GATE_UP ? shape->hidden : shape->intermediate;
+}
+
+static void gemm_pointers(const bench_baseline *baseline, int op, int32_t expert, int32_t first_row, CUdeviceptr *a,
+                          CUdeviceptr *b, CUdeviceptr *c) {
+  int m, n, k;
+  gemm_dims(&baseline->shape, op, 1, &m, &n, &k);
+  CUdeviceptr weights = op == OP_GATE_UP ? baseline->weights->w13 : baseline->weights->w2;
+  CUdeviceptr input = op == OP_GATE_UP ? baseline->xg : baseline->h;
+  CUdeviceptr output = op == OP_GATE_UP ? baseline->y : baseline->z;
+  *a = weights + (CUdeviceptr)expert * (CUdeviceptr)m * (CUdeviceptr)k * 2;
+  *b = input + (CUdeviceptr)first_row * (CUdeviceptr)k * 2;
+  *c = output + (CUdeviceptr)first_row * (CUdeviceptr)m * 2;
+}
+
+static volt8_status dequant_tensor(bench_gpu *gpu, const uint8_t *codes, int64_t code_count, const uint16_t *scales,
+                                   int64_t scale_count, CUdeviceptr out, int cols, int rows, int rows_per_half,
+                                   int half_stride, int row_stride, int row_offset, int col_offset,
+                                   const volt8_moe_shape *shape) {
+  CUdeviceptr device_codes = 0, device_scales = 0;
+  volt8_status status = bench_gpu_alloc(gpu, (size_t)code_count, &device_codes, "cuMemAlloc(FP8 staging)");
+  if (status == VOLT8_OK) status = bench_gpu_alloc(gpu, (size_t)scale_count * 2, &device_scales, "cuMemAlloc(scales)");
+  if (status == VOLT8_OK)
+    status = bench_gpu_check(gpu, gpu->cuda->cuMemcpyHtoD(device_codes, codes, (size_t)code_count), "cuMemcpyHtoD(codes)");
+  if (status == VOLT8_OK)
+    status = bench_gpu_check(gpu, gpu->cuda->cuMemcpyHtoD(device_scales, scales, (size_t)scale_count * 2),
+                             "cuMemcpyHtoD(scales)");
+  long long expert_codes = (long long)rows * cols;
+  int expert_scales = (int)(scale_count / shape->num_experts), block_n = shape->block_n, block_k = shape->block_k;
+  void *params[] = {&device_codes, &device_scales, &out,       &cols,    &rows_per_half, &half_stride, &row_stride,
+                    &row_offset,   &col_offset,    &block_n,   &block_k, &expert_codes,  &expert_scales};
+  if (status == VOLT8_OK)
+    status = bench_gpu_launch(gpu, gpu->dequant, (unsigned)((cols + DEQUANT_THREADS - 1) / DEQUANT_THREADS),
+                              (unsigned)rows, (unsigned)shape->num_experts, DEQUANT_THREADS, gpu->stream, params,
+                              "bench_dequant");
+  if (status == VOLT8_OK) status = bench_gpu_check(gpu, gpu->cuda->cuStreamSynchronize(gpu->stream), "bench_dequant");
+  if (device_codes) gpu->cuda->cuMemFree(device_codes);
+  if (device_scales) gpu->cuda->cuMemFree(device_scales);
+  return status;
+}
+
+volt8_status bench_fp16_weights_create(bench_gpu *gpu, const bench_experts_host *experts, bench_fp16_weights *out) {
+  memset(out, 0, sizeof *out);
+  const volt8_moe_shape *shape = &experts->shape;
+  const volt8_moe_dims *dims = &experts->dims;
+  int64_t num_experts = shape->num_experts;
+  int64_t w13_count = dims->w13_bytes_per_expert * num_experts, w2_count = dims->w2_bytes_per_expert * num_experts;
+  volt8_status status = bench_gpu_alloc(gpu, (size_t)w13_count * 2, &out->w13, "cuMemAlloc(FP16 w13)");
+  if (status == VOLT8_OK) status = bench_gpu_alloc(gpu, (size_t)w2_count * 2, &out->w2, "cuMemAlloc(FP16 w2)");
+  if (status == VOLT8_OK)
+    status = dequant_tensor(gpu, experts->w13, w13_count, experts->s13, dims->s13_elems_per_expert * num_experts, out->w13,
+                            shape->hidden, 2 * shape->intermediate, shape->intermediate, dims->g13 * dims->k13_blocks,
+                            dims->k13_blocks, shape->intermediate_offset, 0, shape);
+  if (status == VOLT8_OK)
+    status = dequant_tensor(gpu, experts->w2, w2_count, experts->s2, dims->s2_elems_per_expert * num_experts, out->w2,
+                            shape->intermediate, shape->hidden, shape->hidden, 0, dims->g2, 0,
+                            shape->intermediate_offset, shape);
+  out->bytes = (w13_count + w2_count) * 2;
+  if (status != VOLT8_OK) bench_fp16_weights_destroy(gpu, out);
+  return status;
+}
+
+void bench_fp16_weights_destroy(bench_gpu *gpu, bench_fp16_weights *weights) {
+  if (weights->w13) gpu->cuda->cuMemFree(weights->w13);
+  if (weights->w2) gpu->cuda->cuMemFree(weights->w2);
+  memset(weights, 0, sizeof *weights);
+}
+
+static volt8_status lt_check(bench_baseline *baseline, cublasStatus_t result, const char *what) {
+  if (result == CUBLAS_STATUS_SUCCESS) return VOLT8_OK;
+  return volt8_fail(baseline->gpu->ctx, result == CUBLAS_STATUS_NOT_SUPPORTED ? VOLT8_ERR_UNSUPPORTED : VOLT8_ERR_CUDA,
+                    "bench: %s failed: %s", what, bench_cublas_status_text(baseline->cublas, result));
+}
+
+/* Sorts set `index`'s pairs by expert (pair order within each) and uploads the gather maps. */
+static volt8_status plan_set(bench_baseline *baseline, int32_t index) {
+  const bench_inputs *inputs = baseline->inputs;
+  const bench_input_set *set = &inputs->sets[index];
+  set_plan *plan = &baseline->sets[index];
+  int32_t num_experts = baseline->shape.num_experts, pairs = inputs->num_tokens * inputs->top_k;
+  int32_t *count = calloc((size_t)num_experts + 1, sizeof *count);
+  int32_t *row_token = malloc((size_t)pairs * sizeof *row_token), *pair_row = malloc((size_t)pairs * sizeof *pair_row);
+  plan->experts = malloc((size_t)num_experts * sizeof *plan->experts);
+  plan->first_row = malloc((size_t)num_experts * sizeof *plan->first_row);
+  plan->rows = malloc((size_t)num_experts * sizeof *plan->rows);
+  volt8_status status = VOLT8_OK;
+  if (!count || !row_token || !pair_row || !plan->experts || !plan->first_row || !plan->rows)
+    status = volt8_fail(baseline->gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for the baseline plan");
+  for (int32_t p = 0; status == VOLT8_OK && p < pairs; p++) count[set->ids[p] + 1]++;
+  for (int32_t e = 0; status == VOLT8_OK && e < num_experts; e++) {
+    if (count[e + 1] > 0) {
+      plan->experts[plan->active] = e;
+      plan->first_row[plan->active] = count[e];
+      plan->rows[plan->active] = count[e + 1];
+      if (count[e + 1] > baseline->max_rows) baseline->max_rows = count[e + 1];
+      plan->active++;
+    }
+    count[e + 1] += count[e];
+  }
+  for (int32_t p = 0; status == VOLT8_OK && p < pairs; p++) { /* count[e] is expert e's cursor now */
+    int32_t row = count[set->ids[p]]++;
+    row_token[row] = p / inputs->top_k;
+    pair_row[p] = row;
+  }
+  size_t bytes = (size_t)pairs * 4;
+  if (status == VOLT8_OK) status = bench_gpu_alloc(baseline->gpu, bytes, &plan->row_token, "cuMemAlloc(row_token)");
+  if (status == VOLT8_OK) status = bench_gpu_alloc(baseline->gpu, bytes, &plan->pair_row, "cuMemAlloc(pair_row)");
+  if (status == VOLT8_OK)
+    status = bench_gpu_check(baseline->gpu, baseline->gpu->cuda->cuMemcpyHtoD(plan->row_token, row_token, bytes),
+                             "cuMemcpyHtoD(row_token)");
+  if (status == VOLT8_OK)
+    status = bench_gpu_check(baseline->gpu, baseline->gpu->cuda->cuMemcpyHtoD(plan->pair_row, pair_row, bytes),
+                             "cuMemcpyHtoD(pair_row)");
+  free(count);
+  free(row_token);
+  free(pair_row);
+  return status;
+}
+
+/* The grouped GEMM's argument arrays of one set: host arrays per op, device pointer arrays. */
+static volt8_status plan_grouped(bench_baseline *baseline, set_plan *plan) {
+  int32_t groups = plan->active;
+  for (int op = 0; op < 2; op++) {
+    int **arrays[6] = {&plan->group_m[op], &plan->group_n[op], &plan->group_k[op],
+                       &plan->group_lda[op], &plan->group_ldb[op], &plan->group_ldc[op]};
+    for (int i = 0; i < 6; i++)
+      if (!(*arrays[i] = malloc((size_t)groups * sizeof(int))))
+        return volt8_fail(baseline->gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
+  }
+  plan->group_size = malloc((size_t)groups * sizeof(int));
+  plan->transa = malloc((size_t)groups * sizeof *plan->transa);
+  plan->transb = malloc((size_t)groups * sizeof *plan->transb);
+  plan->alpha = malloc((size_t)groups * sizeof(float));
+  plan->beta = malloc((size_t)groups * sizeof(float));
+  CUdeviceptr *pointers = malloc((size_t)groups * 6 * sizeof *pointers);
+  if (!plan->group_size || !plan->transa || !plan->transb || !plan->alpha || !plan->beta || !pointers) {
+    free(pointers);
+    return volt8_fail(baseline->gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
+  }
+  for (int32_t g = 0; g < groups; g++) {
+    plan->group_size[g] = 1;
+    plan->transa[g] = CUBLAS_OP_T;
+    plan->transb[g] = CUBLAS_OP_N;
+    plan->alpha[g] = 1.0f;
+    plan->beta[g] = 0.0f;
+    for (int op = 0; op < 2; op++) {
+      gemm_dims(&baseline->shape, op, plan->rows[g], &plan->group_m[op][g], &plan->group_n[op][g], &plan->group_k[op][g]);
+      plan->group_lda[op][g] = plan->group_k[op][g];
+      plan->group_ldb[op][g] = plan->group_k[op][g];
+      plan->group_ldc[op][g] = plan->group_m[op][g];
+      gemm_pointers(baseline, op, plan->experts[g], plan->first_row[g], &pointers[(op * 3 + 0) * groups + g],
+                    &pointers[(op * 3 + 1) * groups + g], &pointers[(op * 3 + 2) * groups + g]);
+    }
+  }
+  size_t bytes = (size_t)groups * 6 * sizeof *pointers;
+  volt8_status status = bench_gpu_alloc(baseline->gpu, bytes, &plan->pointers, "cuMemAlloc(grouped pointers)");
+  if (status == VOLT8_OK)
+    status = bench_gpu_check(baseline->gpu, baseline->gpu->cuda->cuMemcpyHtoD(plan->pointers, pointers, bytes),
+                             "cuMemcpyHtoD(grouped pointers)");
+  free(pointers);
+  return status;
+}
+
+/* cuBLASLt descriptors: one matmul description, A's layout per op, B/D layouts and the heuristic's
+ * algorithm per (op, rows), made once for every row count the sets use. */
+static volt8_status prepare_lt(bench_baseline *baseline) {
+  bench_cublas *cublas = baseline->cublas;
+  cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  uint64_t workspace_bytes = BENCH_CUBLAS_WORKSPACE_BYTES;
+  volt8_status status = lt_check(baseline, cublas->ltMatmulDescCreate(&baseline->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                                 "cublasLtMatmulDescCreate");
+  if (status == VOLT8_OK)
+    status = lt_check(baseline, cublas->ltMatmulDescSetAttribute(baseline->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                                                 sizeof transpose), "set TRANSA");
+  if (status == VOLT8_OK)
+    status = lt_check(baseline, cublas->ltMatmulDescSetAttribute(baseline->desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep,
+                                                                 sizeof keep), "set TRANSB");
+  if (status == VOLT8_OK)
+    status = lt_check(baseline, cublas->ltMatmulPreferenceCreate(&baseline->preference), "cublasLtMatmulPreferenceCreate");
+  if (status == VOLT8_OK)
+    status = lt_check(baseline, cublas->ltMatmulPreferenceSetAttribute(baseline->preference,
+                                                                       CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                       &workspace_bytes, sizeof workspace_bytes),
+                      "set the workspace preference");
+  for (int op = 0; op < 2 && status == VOLT8_OK; op++) {
+    int m, n, k;
+    gemm_dims(&baseline->shape, op, 1, &m, &n, &k);
+    status = lt_check(baseline, cublas->ltMatrixLayoutCreate(&baseline->a_layout[op], CUDA_R_16F, (uint64_t)k, (uint64_t)m, k),
+                      "cublasLtMatrixLayoutCreate(A)");
+    baseline->b_layout[op] = calloc((size_t)baseline->max_rows + 1, sizeof(cublasLtMatrixLayout_t));
+    baseline->d_layout[op] = calloc((size_t)baseline->max_rows + 1, sizeof(cublasLtMatrixLayout_t));
+    baseline->algo[op] = calloc((size_t)baseline->max_rows + 1, sizeof(cublasLtMatmulHeuristicResult_t));
+    if (status == VOLT8_OK && (!baseline->b_layout[op] || !baseline->d_layout[op] || !baseline->algo[op]))
+      status = volt8_fail(baseline->gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
+  }
+  return status;
+}
+
+static volt8_status lt_rows_ready(bench_baseline *baseline, int op, int32_t rows) {
+  if (baseline->b_layout[op][rows]) return VOLT8_OK;
+  bench_cublas *cublas = baseline->cublas;
+  int m, n, k, returned = 0;
+  gemm_dims(&baseline->shape, op, rows, &m, &n, &k);
+  volt8_status status = lt_check(baseline, cublas->ltMatrixLayoutCreate(&baseline->b_layout[op][rows], CUDA_R_16F,
+                                                                        (uint64_t)k, (uint64_t)n, k),
+                                 "cublasLtMatrixLayoutCreate(B)");
+  if (status == VOLT8_OK)
+    status = lt_check(baseline, cublas->ltMatrixLayoutCreate(&baseline->d_layout[op][rows], CUDA_R_16F, (uint64_t)m,
+                                                             (uint64_t)n, m),
+                      "cublasLtMatrixLayoutCreate(D)");
+  if (status == VOLT8_OK)
+    status = lt_check(baseline, cublas->ltMatmulAlgoGetHeuristic(cublas->lt, baseline->desc, baseline->a_layout[op],
+                                                                 baseline->b_layout[op][rows], baseline->d_layout[op][rows],
+                                                                 baseline->d_layout[op][rows], baseline->preference, 1,
+                                                                 &baseline->algo[op][rows], &returned),
+                      "cublasLtMatmulAlgoGetHeuristic");
+  if (status == VOLT8_OK && returned == 0)
+    status = volt8_fail(baseline->gpu->ctx, VOLT8_ERR_UNSUPPORTED,
+                        "bench: cuBLASLt has no FP16 algorithm for %d x %d x %d", m, n, k);
+  return status;
+}
+
+static volt8_status enqueue_gemms(bench_baseline *baseline, const set_plan *plan, int op, CUstream stream) {
+  bench_cublas *cublas = baseline->cublas;
+  if (baseline->kind == BENCH_BASELINE_GROUPED) {
+    int32_t groups = plan->active;
+    CUdeviceptr arrays = plan->pointers + (CUdeviceptr)op * 3 * groups * sizeof(CUdeviceptr);
+    volt8_status status = lt_check(baseline, cublas->blasSetStream(cublas->blas, stream), "cublasSetStream");
+    if (status != VOLT8_OK) return status;
+    return lt_check(baseline,
+                    cublas->blasGemmGroupedBatchedEx(
+                        cublas->blas, plan->transa, plan->transb, plan->group_m[op], plan->group_n[op],
+                        plan->group_k[op], plan->alpha, (const void *const *)arrays, CUDA_R_16F, plan->group_lda[op],
+                        (const void *const *)(arrays + groups * sizeof(CUdeviceptr)), CUDA_R_16F, plan->group_ldb[op],
+                        plan->beta, (void *const *)(arrays + 2 * groups * sizeof(CUdeviceptr)), CUDA_R_16F,
+                        plan->group_ldc[op], groups, plan->group_size, CUBLAS_COMPUTE_32F),
+                    "cublasGemmGroupedBatchedEx");
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  volt8_status status = VOLT8_OK;
+  for (int32_t g = 0; g < plan->active && status == VOLT8_OK; g++) {
+    int32_t rows = plan->rows[g];
+    CUdeviceptr a, b, c;
+    gemm_pointers(baseline, op, plan->experts[g], plan->first_row[g], &a, &b, &c);
+    status = lt_check(baseline,
+                      cublas->ltMatmul(cublas->lt, baseline->desc, &alpha, (const void *)a, baseline->a_layout[op],
+                                       (const void *)b, baseline->b_layout[op][rows], &beta, (const void *)c,
+                                       baseline->d_layout[op][rows], (void *)c, baseline->d_layout[op][rows],
+                                       &baseline->algo[op][rows].algo, (void *)cublas->workspace,
+                                       BENCH_CUBLAS_WORKSPACE_BYTES, stream),
+                      "cublasLtMatmul");
+  }
+  return status;
+}
+
+/* One forward of set `index` onto `stream` (eager or under capture). */
+static volt8_status enqueue_forward(bench_baseline *baseline, int32_t index, CUstream stream) {
+  bench_gpu *gpu = baseline->gpu;
+  const bench_input_set *set = &baseline->inputs->sets[index];
+  const set_plan *plan = &baseline->sets[index];
+  int hidden = baseline->shape.hidden, intermediate = baseline->shape.intermediate, top_k = baseline->inputs->top_k;
+  unsigned pairs = (unsigned)(baseline->inputs->num_tokens * top_k);
+  CUdeviceptr x = set->d_x, weights = set->d_weights, out = set->d_out;
+  CUdeviceptr row_token = plan->row_token, pair_row = plan->pair_row;
+  void *gather_params[] = {&x, &row_token, &baseline->xg, &hidden};
+  void *silu_params[] = {&baseline->y, &baseline->h, &intermediate};
+  void *reduce_params[] = {&baseline->z, &pair_row, &weights, &out, &hidden, &top_k};
+  unsigned gather_blocks = (unsigned)((hidden / 8 + SUPPORT_THREADS - 1) / SUPPORT_THREADS);
+  volt8_status status = bench_gpu_launch(gpu, gpu->gather, gather_blocks, pairs, 1, SUPPORT_THREADS, stream,
+                                         gather_params, "bench_gather");
+  if (status == VOLT8_OK) status = enqueue_gemms(baseline, plan, OP_GATE_UP, stream);
+  if (status == VOLT8_OK)
+    status = bench_gpu_launch(gpu, gpu->silu_mul, (unsigned)((intermediate + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
+                              pairs, 1, SUPPORT_THREADS, stream, silu_params, "bench_silu_mul");
+  if (status == VOLT8_OK) status = enqueue_gemms(baseline, plan, OP_DOWN, stream);
+  if (status == VOLT8_OK)
+    status = bench_gpu_launch(gpu, gpu->weighted_reduce, (unsigned)((hidden + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
+                              (unsigned)baseline->inputs->num_tokens, 1, SUPPORT_THREADS, stream, reduce_params,
+                              "bench_weighted_reduce");
+  return status;
+}
+
+static volt8_status capture_set(bench_baseline *baseline, int32_t index) {
+  bench_gpu *gpu = baseline->gpu;
+  set_plan *plan = &baseline->sets[index];
+  /* Relaxed: cuBLAS may query the runtime while the stream captures. */
+  volt8_status status = bench_gpu_check(gpu, gpu->cuda->cuStreamBeginCapture(gpu->stream, CU_STREAM_CAPTURE_MODE_RELAXED),
+                                        "cuStreamBeginCapture");
+  if (status != VOLT8_OK) return status;
+  volt8_status forward = enqueue_forward(baseline, index, gpu->stream);
+  CUresult end = gpu->cuda->cuStreamEndCapture(gpu->stream, &plan->graph);
+  status = forward != VOLT8_OK ? forward : bench_gpu_check(gpu, end, "cuStreamEndCapture");
+  if (status == VOLT8_OK)
+    status = bench_gpu_check(gpu, gpu->cuda->cuGraphInstantiate(&plan->exec, plan->graph, 0), "cuGraphInstantiate");
+  return status;
+}
+
+static volt8_status allocate_scratch(bench_baseline *baseline) {
+  size_t pairs = (size_t)baseline->inputs->num_tokens * baseline->inputs->top_k;
+  size_t hidden = (size_t)baseline->shape.hidden, intermediate = (size_t)baseline->shape.intermediate;
+  volt8_status status = bench_gpu_alloc(baseline->gpu, pairs * hidden * 2, &baseline->xg, "cuMemAlloc(xg)");
+  if (status == VOLT8_OK) status = bench_gpu_alloc(baseline->gpu, pairs * intermediate * 4, &baseline->y, "cuMemAlloc(y)");
+  if (status == VOLT8_OK) status = bench_gpu_alloc(baseline->gpu, pairs * intermediate * 2, &baseline->h, "cuMemAlloc(h)");
+  if (status == VOLT8_OK) status = bench_gpu_alloc(baseline->gpu, pairs * hidden * 2, &baseline->z, "cuMemAlloc(z)");
+  return status;
+}
+
+volt8_status bench_baseline_create(bench_gpu *gpu, bench_cublas *cublas, bench_baseline_kind kind,
+                                   const bench_fp16_weights *weights, const volt8_moe_shape *shape,
+                                   const bench_inputs *inputs, bench_baseline **out) {
+  *out = NULL;
+  const char *unavailable = kind == BENCH_BASELINE_LT ? cublas->lt_unavailable : cublas->grouped_unavailable;
+  if (unavailable[0]) return volt8_fail(gpu->ctx, VOLT8_ERR_UNSUPPORTED, "%s", unavailable);
+  bench_baseline *baseline = calloc(1, sizeof *baseline);
+  if (!baseline) return volt8_fail(gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
+  *baseline = (bench_baseline){.gpu = gpu, .cublas = cublas, .kind = kind, .shape = *shape, .inputs = inputs,
+                               .weights = weights};
+  baseline->sets = calloc((size_t)inputs->count, sizeof *baseline->sets);
+  volt8_status status = baseline->sets ? allocate_scratch(baseline)
+                                       : volt8_fail(gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
+  for (int32_t s = 0; s < inputs->count && status == VOLT8_OK; s++) status = plan_set(baseline, s);
+  if (status == VOLT8_OK && kind == BENCH_BASELINE_LT) {
+    status = prepare_lt(baseline);
+    for (int32_t s = 0; s < inputs->count && status == VOLT8_OK; s++)
+      for (int32_t g = 0; g < baseline->sets[s].active && status == VOLT8_OK; g++)
+        for (int op = 0; op < 2 && status == VOLT8_OK; op++) status = lt_rows_ready(baseline, op, baseline->sets[s].rows[g]);
+  }
+  for (int32_t s = 0; kind == BENCH_BASELINE_GROUPED && s < inputs->count && status == VOLT8_OK; s++)
+    status = plan_grouped(baseline, &baseline->sets[s]);
+  if (status == VOLT8_OK) status = enqueue_forward(baseline, 0, gpu->stream);
+  if (status == VOLT8_OK) status = bench_gpu_check(gpu, gpu->cuda->cuStreamSynchronize(gpu->stream), "baseline forward");
+  for (int32_t s = 0; s < inputs->count && status == VOLT8_OK; s++) status = capture_set(baseline, s);
+  if (status != VOLT8_OK) {
+    bench_baseline_destroy(baseline);
+    return status;
+  }
+  *out = baseline;
+  return VOLT8_OK;
+}
+
+volt8_status bench_baseline_launch(void *user, int32_t set, CUstream stream) {
+  bench_baseline *baseline = user;
+  return bench_gpu_check(baseline->gpu, baseline->gpu->cuda->cuGraphLaunch(baseline->sets[set].exec, stream),
+                         "cuGraphLaunch(baseline)");
+}
+
+static void free_plan(const volt8_cuda_driver *cuda, set_plan *plan) {
+  if (plan->exec) cuda->cuGraphExecDestroy(plan->exec);
+  if (plan->graph) cuda->cuGraphDestroy(plan->graph);
+  CUdeviceptr device[3] = {plan->row_token, plan->pair_row, plan->pointers};
+  for (int i = 0; i < 3; i++)
+    if (device[i]) cuda->cuMemFree(device[i]);
+  for (int op = 0; op < 2; op++) {
+    free(plan->group_m[op]);
+    free(plan->group_n[op]);
+    free(plan->group_k[op]);
+    free(plan->group_lda[op]);
+    free(plan->group_ldb[op]);
+    free(plan->group_ldc[op]);
+  }
+  free(plan->group_size);
+  free(plan->transa);
+  free(plan->transb);
+  free(plan->alpha);
+  free(plan->beta);
+  free(plan->experts);
+  free(plan->first_row);
+  free(plan->rows);
+}
+
+void bench_baseline_destroy(bench_baseline *baseline) {
+  if (!baseline) return;
+  const volt8_cuda_driver *cuda = baseline->gpu->cuda;
+  bench_cublas *cublas = baseline->cublas;
+  cuda->cuStreamSynchronize(baseline->gpu->stream);
+  for (int32_t s = 0; baseline->sets && s < baseline->inputs->count; s++) free_plan(cuda, &baseline->sets[s]);
+  free(baseline->sets);
+  for (int op = 0; op < 2; op++) {
+    for (int32_t rows = 0; baseline->b_layout[op] && rows <= baseline->max_rows; rows++) {
+      if (baseline->b_layout[op][rows]) cublas->ltMatrixLayoutDestroy(baseline->b_layout[op][rows]);
+      if (baseline->d_layout[op][rows]) cublas->ltMatrixLayoutDestroy(baseline->d_layout[op][rows]);
+    }
+    if (baseline->a_layout[op]) cublas->ltMatrixLayoutDestroy(baseline->a_layout[op]);
+    free(baseline->b_layout[op]);
+    free(baseline->d_layout[op]);
+    free(baseline->algo[op]);
+  }
+  if (baseline->preference) cublas->ltMatmulPreferenceDestroy(baseline->preference);
+  if (baseline->desc) cublas->ltMatmulDescDestroy(baseline->desc);
+  CUdeviceptr scratch[4] = {baseline->xg, baseline->y, baseline->h, baseline->z};
+  for (int i = 0; i < 4; i++)
+    if (scratch[i]) cuda->cuMemFree(scratch[i]);
+  free(baseline);
+}

@@ -1,0 +1,201 @@
+/* `volt8 bench` options: defaults are the (reference TP4 rank 1, M = 1..128, top-10). */
+#include "bench_options.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int32_t DEFAULT_M[] = {1, 2, 4, 8, 16, 32, 64, 128};
+static const int32_t QUICK_M[] = {1, 8, 64};
+
+void bench_options_default(bench_options *options) {
+  memset(options, 0, sizeof *options);
+  bench_reference_shape(4, 1, &options->shape);
+  options->top_k = REFERENCE_TOP_K;
+  options->m_count = (int32_t)(sizeof DEFAULT_M / sizeof DEFAULT_M[0]);
+  memcpy(options->m_values, DEFAULT_M, sizeof DEFAULT_M);
+  options->seed = 1;
+  options->warmup_batches = 3;
+  options->timed_batches = 30;
+  options->spin_ms = 5.0;
+  options->copy_mib = 512;
+  options->baselines = 1;
+}
+
+int bench_reference_shape(int32_t tp, int32_t rank, volt8_moe_shape *out) {
+  if (tp <= 0 || REFERENCE_INTERMEDIATE % tp != 0 || (REFERENCE_INTERMEDIATE / tp) % 16 != 0 || rank < 0 || rank >= tp)
+    return -1;
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.hidden = REFERENCE_HIDDEN;
+  shape.num_experts = REFERENCE_EXPERTS;
+  shape.intermediate = REFERENCE_INTERMEDIATE / tp;
+  shape.block_n = 128;
+  shape.block_k = 128;
+  shape.intermediate_offset = (shape.intermediate * rank) % shape.block_n;
+  *out = shape;
+  return 0;
+}
+
+int32_t bench_parse_int_list(const char *text, int32_t *values, int32_t capacity) {
+  int32_t count = 0;
+  const char *cursor = text;
+  while (*cursor) {
+    char *end = NULL;
+    long value = strtol(cursor, &end, 10);
+    if (end == cursor || value < 1 || value > 65535 || count == capacity || (*end != ',' && *end != '\0')) return -1;
+    values[count++] = (int32_t)value;
+    cursor = *end == ',' ? end + 1 : end;
+    if (*end == ',' && !*cursor) return -1;
+  }
+  return count > 0 ? count : -1;
+}
+
+static int compare_ints(const void *a, const void *b) {
+  int32_t left = *(const int32_t *)a, right = *(const int32_t *)b;
+  return (left > right) - (left < right);
+}
+
+/* Parses a positive integer option value within [low, high]. */
+static int parse_bounded(const char *text, long low, long high, long *out) {
+  char *end = NULL;
+  long value = strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < low || value > high) return -1;
+  *out = value;
+  return 0;
+}
+
+const char *bench_usage(void) {
+  return "usage: volt8 bench [options]\n"
+         "  --tp N [--rank R]     the reference model's TP rank (default: --tp 4 --rank 1: I=160 at offset 32)\n"
+         "  --shape S             any shape (hidden=...,intermediate=...,...; see volt8 --help)\n"
+         "  --m 1,2,4,...         token counts (default 1,2,4,8,16,32,64,128)\n"
+         "  --top-k K             experts per token (default 10)\n"
+         "  --seed N              weights, inputs and routing (default 1)\n"
+         "  --sets N              input sets replayed in turn (default: touched weights >= 4x L2)\n"
+         "  --warmup N --batches N  untimed and timed passes over the sets (default 3 and 30)\n"
+         "  --target-arch sm_XX   volt8 kernels for this arch (default: the device's)\n"
+         "  --device N            CUDA device (default 0)\n"
+         "  --variants G,D        pin volt8's gate_up and down variants\n"
+         "  --no-baselines        volt8 and the byte floor only\n"
+         "  --quick               M = 1,8,64 and 10 timed passes\n"
+         "  --json PATH --svg PATH --markdown PATH   also write the report there\n";
+}
+
+/* 1 for an option followed by a value, 0 for a flag, -1 for an unknown argument. */
+static int takes_a_value(const char *name) {
+  static const char *const flags[] = {"--no-baselines", "--quick", "--help", "-h"};
+  static const char *const valued[] = {"--tp",     "--rank",   "--shape",  "--m",           "--top-k",
+                                       "--seed",   "--sets",   "--warmup", "--batches",     "--device",
+                                       "--target-arch", "--variants", "--json", "--svg", "--markdown"};
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+    if (strcmp(name, flags[i]) == 0) return 0;
+  for (size_t i = 0; i < sizeof valued / sizeof valued[0]; i++)
+    if (strcmp(name, valued[i]) == 0) return 1;
+  return -1;
+}
+
+/* Splits "GATE_UP,DOWN" into two names pointing into `storage`. */
+static int parse_variants(const char *text, char *storage, size_t storage_size, const char **gate_up,
+                          const char **down) {
+  if (strlen(text) >= storage_size) return -1;
+  snprintf(storage, storage_size, "%s", text);
+  char *comma = strchr(storage, ',');
+  if (!comma || comma == storage || !comma[1] || strchr(comma + 1, ',')) return -1;
+  *comma = '\0';
+  *gate_up = storage;
+  *down = comma + 1;
+  return 0;
+}
+
+int bench_options_parse(int argc, char **argv, bench_shape_parser parse_shape, bench_options *out, char *error,
+                        size_t error_size) {
+  bench_options_default(out);
+  long tp = 0, rank = -1, value = 0;
+  int shape_given = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *name = argv[i];
+    const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+    int takes_value = takes_a_value(name);
+    if (takes_value < 0) {
+      snprintf(error, error_size, "unknown argument \"%s\"", name);
+      return -1;
+    }
+    if (takes_value && !next) {
+      snprintf(error, error_size, "%s needs a value", name);
+      return -1;
+    }
+    int bad = 0;
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+      return 1;
+    } else if (strcmp(name, "--no-baselines") == 0) {
+      out->baselines = 0;
+    } else if (strcmp(name, "--quick") == 0) {
+      out->m_count = (int32_t)(sizeof QUICK_M / sizeof QUICK_M[0]);
+      memcpy(out->m_values, QUICK_M, sizeof QUICK_M);
+      out->timed_batches = 10;
+    } else if (strcmp(name, "--tp") == 0) {
+      bad = parse_bounded(next, 1, 64, &tp);
+    } else if (strcmp(name, "--rank") == 0) {
+      bad = parse_bounded(next, 0, 63, &rank);
+    } else if (strcmp(name, "--shape") == 0) {
+      bad = !parse_shape || parse_shape(next, &out->shape) != 0;
+      shape_given = 1;
+    } else if (strcmp(name, "--m") == 0) {
+      out->m_count = bench_parse_int_list(next, out->m_values, BENCH_MAX_M);
+      bad = out->m_count < 0;
+    } else if (strcmp(name, "--top-k") == 0) {
+      bad = parse_bounded(next, 1, 64, &value);
+      out->top_k = (int32_t)value;
+    } else if (strcmp(name, "--seed") == 0) {
+      bad = parse_bounded(next, 0, 0x7FFFFFFF, &value);
+      out->seed = (uint64_t)value;
+    } else if (strcmp(name, "--sets") == 0) {
+      bad = parse_bounded(next, 1, 256, &value);
+      out->input_sets = (int32_t)value;
+    } else if (strcmp(name, "--warmup") == 0) {
+      bad = parse_bounded(next, 0, 1000, &value);
+      out->warmup_batches = (int32_t)value;
+    } else if (strcmp(name, "--batches") == 0) {
+      bad = parse_bounded(next, 1, 10000, &value);
+      out->timed_batches = (int32_t)value;
+    } else if (strcmp(name, "--device") == 0) {
+      bad = parse_bounded(next, 0, 255, &value);
+      out->device = (int32_t)value;
+    } else if (strcmp(name, "--target-arch") == 0) {
+      out->target_arch = next;
+    } else if (strcmp(name, "--variants") == 0) {
+      bad = parse_variants(next, out->variant_storage, sizeof out->variant_storage, &out->gate_up, &out->down);
+    } else if (strcmp(name, "--json") == 0) {
+      out->json_path = next;
+    } else if (strcmp(name, "--svg") == 0) {
+      out->svg_path = next;
+    } else if (strcmp(name, "--markdown") == 0) {
+      out->markdown_path = next;
+    }
+    if (bad) {
+      snprintf(error, error_size, "bad value \"%s\" for %s", next ? next : "", name);
+      return -1;
+    }
+    if (takes_value) i++;
+  }
+  if (tp && shape_given) {
+    snprintf(error, error_size, "--tp and --shape exclude each other");
+    return -1;
+  }
+  if (!tp && rank >= 0) {
+    snprintf(error, error_size, "--rank needs --tp");
+    return -1;
+  }
+  if (tp && bench_reference_shape((int32_t)tp, rank >= 0 ? (int32_t)rank : (tp > 1 ? 1 : 0), &out->shape) != 0) {
+    snprintf(error, error_size, "--tp %ld --rank %ld does not split the reference intermediate %d into multiples of 16",
+             tp, rank, REFERENCE_INTERMEDIATE);
+    return -1;
+  }
+  qsort(out->m_values, (size_t)out->m_count, sizeof out->m_values[0], compare_ints);
+  for (int32_t i = 1; i < out->m_count; i++)
+    if (out->m_values[i] == out->m_values[i - 1]) {
+      snprintf(error, error_size, "--m lists %d twice", out->m_values[i]);
+      return -1;
+    }
+  return 0;
+}

@@ -1,0 +1,228 @@
+/* The bench report as printed tables, JSON and Markdown (the SVG plot is in bench_plot.c). */
+#include "bench_report.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "text_buffer.h"
+
+#define MIB (1024.0 * 1024.0)
+
+const char *bench_method_key(bench_method method) {
+  static const char *const keys[BENCH_METHOD_COUNT] = {"volt8", "cublaslt_fp16", "cublas_grouped_fp16"};
+  return method >= 0 && method < BENCH_METHOD_COUNT ? keys[method] : "unknown";
+}
+
+const char *bench_method_label(bench_method method) {
+  static const char *const labels[BENCH_METHOD_COUNT] = {"volt8 FP8", "cuBLASLt FP16 (A)", "cuBLAS grouped FP16 (B)"};
+  return method >= 0 && method < BENCH_METHOD_COUNT ? labels[method] : "unknown";
+}
+
+void bench_report_derive(bench_report *report) {
+  for (int32_t i = 0; i < report->count; i++) {
+    bench_m_result *result = &report->results[i];
+    result->floor_us = report->copy_gbps > 0 ? result->bytes_fp8 / (report->copy_gbps * 1e3) : 0.0;
+    double volt8_us = result->methods[BENCH_METHOD_VOLT8].ran ? result->methods[BENCH_METHOD_VOLT8].timing.median_us : 0;
+    for (int method = 0; method < BENCH_METHOD_COUNT; method++) {
+      bench_method_result *measured = &result->methods[method];
+      if (!measured->ran || measured->timing.median_us <= 0) continue;
+      measured->gbps = measured->bytes / (measured->timing.median_us * 1e3);
+      measured->copy_fraction = report->copy_gbps > 0 ? measured->gbps / report->copy_gbps : 0.0;
+      measured->volt8_speedup = method != BENCH_METHOD_VOLT8 && volt8_us > 0 ? measured->timing.median_us / volt8_us : 0;
+    }
+  }
+}
+
+static void format_us(char *buf, size_t size, const bench_method_result *result) {
+  if (!result->ran) snprintf(buf, size, "-");
+  else snprintf(buf, size, "%.1f%s", result->timing.median_us, result->timing.host_limited ? "*" : "");
+}
+
+void bench_report_print(const bench_report *report, FILE *stream) {
+  const volt8_moe_shape *shape = &report->shape;
+  fprintf(stream, "volt8 bench %s on %s (%s, kernels for %s, %d SMs, L2 %.0f MiB)\n", report->library_version,
+          report->device_name, report->device_arch, report->target_arch, report->sm_count, report->l2_bytes / MIB);
+  fprintf(stream, "shape: hidden %d, intermediate %d (offset %d), %d experts, top-%d, block %dx%d; seed %llu\n",
+          shape->hidden, shape->intermediate, shape->intermediate_offset, shape->num_experts, report->top_k,
+          shape->block_n, shape->block_k, (unsigned long long)report->seed);
+  fprintf(stream, "device-to-device copy: %.0f GB/s (read + write); median of %d timed passes after %d warm-up\n",
+          report->copy_gbps, report->timed_batches, report->warmup_batches);
+  fprintf(stream, "cuBLASLt: %s; cuBLAS: %s\n\n", report->cublaslt, report->cublas);
+  const volt8_memory_report *memory = &report->memory;
+  fprintf(stream, "memory per rank     FP16 %8.1f MiB | padded to 128-row blocks %8.1f MiB | volt8 %8.1f MiB "
+                  "(%.1f weights + %.2f scales)\n\n",
+          memory->fp16_bytes / MIB, memory->padded_bytes / MIB, memory->resident_bytes / MIB,
+          memory->weight_bytes / MIB, memory->scale_bytes / MIB);
+  fprintf(stream, "%5s %4s %6s %8s | %9s %7s %6s %8s | %9s %6s %8s | %9s %6s %8s\n", "M", "sets", "active", "floor_us",
+          "volt8_us", "GB/s", "%copy", "rel_l2", "A_us", "A/v8", "rel_l2", "B_us", "B/v8", "rel_l2");
+  for (int32_t i = 0; i < report->count; i++) {
+    const bench_m_result *result = &report->results[i];
+    const bench_method_result *volt8 = &result->methods[BENCH_METHOD_VOLT8];
+    char times[BENCH_METHOD_COUNT][32];
+    for (int method = 0; method < BENCH_METHOD_COUNT; method++)
+      format_us(times[method], sizeof times[method], &result->methods[method]);
+    fprintf(stream, "%5d %4d %6.1f %8.1f | %9s %7.0f %5.1f%% %8.1e", result->m, result->input_sets,
+            result->active_experts, result->floor_us, times[0], volt8->gbps, 100.0 * volt8->copy_fraction,
+            volt8->relative_l2);
+    for (int method = 1; method < BENCH_METHOD_COUNT; method++) {
+      const bench_method_result *baseline = &result->methods[method];
+      if (baseline->ran) fprintf(stream, " | %9s %5.2fx %8.1e", times[method], baseline->volt8_speedup, baseline->relative_l2);
+      else fprintf(stream, " | %9s %6s %8s", "-", "-", "-");
+    }
+    fputc('\n', stream);
+  }
+  fprintf(stream, "\n(A/v8, B/v8: the baseline's time over volt8's, so > 1 means volt8 is faster; * the host may have "
+                  "limited the rate)\n");
+  for (int32_t i = 0; i < report->count; i++) {
+    const bench_m_result *result = &report->results[i];
+    fprintf(stream, "M=%-4d %s [%s]  %s [%s]\n", result->m, result->gate_up, result->gate_up_origin, result->down,
+            result->down_origin);
+  }
+  for (int method = 1; method < BENCH_METHOD_COUNT; method++) {
+    for (int32_t i = 0; i < report->count; i++) {
+      if (report->results[i].methods[method].ran) continue;
+      fprintf(stream, "%s did not run: %s\n", bench_method_label(method), report->results[i].methods[method].reason);
+      break;
+    }
+  }
+  if (report->tuning_warnings[0]) fprintf(stream, "tuning warnings:\n%s", report->tuning_warnings);
+}
+
+static cJSON *method_json(const bench_method_result *result, bench_method method) {
+  cJSON *object = cJSON_CreateObject();
+  cJSON_AddBoolToObject(object, "ran", result->ran);
+  if (!result->ran) {
+    cJSON_AddStringToObject(object, "reason", result->reason);
+    return object;
+  }
+  cJSON_AddNumberToObject(object, "median_us", result->timing.median_us);
+  cJSON_AddNumberToObject(object, "p10_us", result->timing.p10_us);
+  cJSON_AddNumberToObject(object, "p90_us", result->timing.p90_us);
+  cJSON_AddNumberToObject(object, "min_us", result->timing.min_us);
+  cJSON_AddNumberToObject(object, "samples", result->timing.samples);
+  cJSON_AddBoolToObject(object, "host_limited", result->timing.host_limited);
+  cJSON_AddNumberToObject(object, "bytes", result->bytes);
+  cJSON_AddNumberToObject(object, "gbps", result->gbps);
+  cJSON_AddNumberToObject(object, "copy_fraction", result->copy_fraction);
+  if (isfinite(result->relative_l2)) cJSON_AddNumberToObject(object, "relative_l2", result->relative_l2);
+  else cJSON_AddNullToObject(object, "relative_l2");
+  if (method != BENCH_METHOD_VOLT8) cJSON_AddNumberToObject(object, "volt8_speedup", result->volt8_speedup);
+  return object;
+}
+
+static cJSON *shape_json(const bench_report *report) {
+  cJSON *shape = cJSON_CreateObject();
+  cJSON_AddNumberToObject(shape, "hidden", report->shape.hidden);
+  cJSON_AddNumberToObject(shape, "intermediate", report->shape.intermediate);
+  cJSON_AddNumberToObject(shape, "num_experts", report->shape.num_experts);
+  cJSON_AddNumberToObject(shape, "block_n", report->shape.block_n);
+  cJSON_AddNumberToObject(shape, "block_k", report->shape.block_k);
+  cJSON_AddNumberToObject(shape, "intermediate_offset", report->shape.intermediate_offset);
+  cJSON_AddNumberToObject(shape, "top_k", report->top_k);
+  return shape;
+}
+
+static cJSON *memory_json(const volt8_memory_report *memory) {
+  cJSON *object = cJSON_CreateObject();
+  cJSON_AddNumberToObject(object, "fp16_bytes", (double)memory->fp16_bytes);
+  cJSON_AddNumberToObject(object, "padded_bytes", (double)memory->padded_bytes);
+  cJSON_AddNumberToObject(object, "volt8_resident_bytes", (double)memory->resident_bytes);
+  cJSON_AddNumberToObject(object, "volt8_weight_bytes", (double)memory->weight_bytes);
+  cJSON_AddNumberToObject(object, "volt8_scale_bytes", (double)memory->scale_bytes);
+  return object;
+}
+
+static cJSON *result_json(const bench_m_result *result) {
+  cJSON *object = cJSON_CreateObject();
+  cJSON_AddNumberToObject(object, "m", result->m);
+  cJSON_AddNumberToObject(object, "input_sets", result->input_sets);
+  cJSON_AddNumberToObject(object, "active_experts", result->active_experts);
+  cJSON_AddNumberToObject(object, "floor_bytes", result->bytes_fp8);
+  cJSON_AddNumberToObject(object, "floor_us", result->floor_us);
+  cJSON *variants = cJSON_AddObjectToObject(object, "variants");
+  cJSON_AddStringToObject(variants, "gate_up", result->gate_up);
+  cJSON_AddStringToObject(variants, "gate_up_origin", result->gate_up_origin);
+  cJSON_AddStringToObject(variants, "down", result->down);
+  cJSON_AddStringToObject(variants, "down_origin", result->down_origin);
+  for (int method = 0; method < BENCH_METHOD_COUNT; method++)
+    cJSON_AddItemToObject(object, bench_method_key(method), method_json(&result->methods[method], method));
+  return object;
+}
+
+char *bench_report_json(const bench_report *report) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "schema", BENCH_JSON_SCHEMA);
+  cJSON_AddStringToObject(root, "library_version", report->library_version);
+  cJSON_AddStringToObject(root, "command", report->command);
+  cJSON_AddStringToObject(root, "date", report->date);
+  cJSON *device = cJSON_AddObjectToObject(root, "device");
+  cJSON_AddStringToObject(device, "name", report->device_name);
+  cJSON_AddStringToObject(device, "arch", report->device_arch);
+  cJSON_AddStringToObject(device, "target_arch", report->target_arch);
+  cJSON_AddNumberToObject(device, "sm_count", report->sm_count);
+  cJSON_AddNumberToObject(device, "l2_bytes", (double)report->l2_bytes);
+  cJSON_AddNumberToObject(device, "copy_gbps", report->copy_gbps);
+  cJSON_AddItemToObject(root, "shape", shape_json(report));
+  cJSON_AddItemToObject(root, "memory", memory_json(&report->memory));
+  cJSON *settings = cJSON_AddObjectToObject(root, "settings");
+  cJSON_AddNumberToObject(settings, "seed", (double)report->seed);
+  cJSON_AddNumberToObject(settings, "warmup_batches", report->warmup_batches);
+  cJSON_AddNumberToObject(settings, "timed_batches", report->timed_batches);
+  cJSON *libraries = cJSON_AddObjectToObject(root, "libraries");
+  cJSON_AddStringToObject(libraries, "cublaslt", report->cublaslt);
+  cJSON_AddStringToObject(libraries, "cublas", report->cublas);
+  cJSON_AddStringToObject(root, "tuning_warnings", report->tuning_warnings);
+  cJSON *results = cJSON_AddArrayToObject(root, "results");
+  for (int32_t i = 0; i < report->count; i++) cJSON_AddItemToArray(results, result_json(&report->results[i]));
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  return text;
+}
+
+char *bench_report_markdown(const bench_report *report) {
+  text_buffer out = {0};
+  text_append(&out, "Device: %s (%s; volt8 kernels for %s), copy bandwidth %.0f GB/s. Command: `%s`, %s.\n\n",
+              report->device_name, report->device_arch, report->target_arch, report->copy_gbps, report->command,
+              report->date);
+  text_append(&out, "| M | byte floor (us) | volt8 (us) | GB/s | %% of copy | A: cuBLASLt FP16 (us) | A / volt8 | "
+                    "B: grouped FP16 (us) | B / volt8 | rel. L2 volt8 |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int32_t i = 0; i < report->count; i++) {
+    const bench_m_result *result = &report->results[i];
+    const bench_method_result *volt8 = &result->methods[BENCH_METHOD_VOLT8];
+    const bench_method_result *a = &result->methods[BENCH_METHOD_CUBLASLT_FP16];
+    const bench_method_result *b = &result->methods[BENCH_METHOD_GROUPED_FP16];
+    text_append(&out, "| %d | %.1f | %.1f | %.0f | %.1f%% | ", result->m, result->floor_us, volt8->timing.median_us,
+                volt8->gbps, 100.0 * volt8->copy_fraction);
+    if (a->ran) text_append(&out, "%.1f | %.2fx | ", a->timing.median_us, a->volt8_speedup);
+    else text_append(&out, "- | - | ");
+    if (b->ran) text_append(&out, "%.1f | %.2fx | ", b->timing.median_us, b->volt8_speedup);
+    else text_append(&out, "- | - | ");
+    text_append(&out, "%.1e |\n", volt8->relative_l2);
+  }
+  const volt8_memory_report *memory = &report->memory;
+  text_append(&out, "\nMemory per rank: FP16 %.1f MiB, padded to 128-row blocks %.1f MiB, volt8 %.1f MiB.\n",
+              memory->fp16_bytes / MIB, memory->padded_bytes / MIB, memory->resident_bytes / MIB);
+  return text_take(&out);
+}
+
+int bench_write_file(const char *path, const char *text) {
+  size_t length = strlen(path) + 32;
+  char *temporary = malloc(length);
+  if (!temporary) return ENOMEM;
+  snprintf(temporary, length, "%s.tmp.%ld", path, (long)getpid());
+  FILE *file = fopen(temporary, "wb");
+  int error = file ? 0 : errno;
+  if (file) {
+    size_t size = strlen(text);
+    if (fwrite(text, 1, size, file) != size) error = errno ? errno : EIO;
+    if (fclose(file) != 0 && !error) error = errno;
+    if (!error && rename(temporary, path) != 0) error = errno;
+    if (error) unlink(temporary);
+  }
+  free(temporary);
+  return error;
+}

@@ -1,0 +1,891 @@
+/* Tuning tables (names, parsing, lookup order, nearest M, warnings, dispatch), the tuner with a
+ * fake timer (candidates, table writing, merging), the derived sm_70 model, the shipped tables,
+ * and the bench's and tuner's argument parsing and report shapes. No GPU. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <criterion/criterion.h>
+
+#include <cjson/cJSON.h>
+#include <ftw.h>
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen.h"
+#include "ctx_internal.h"
+#include "dispatch.h"
+#include "embedded_files.h"
+#include "tuning.h"
+
+/* The bench and tuner suites need bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
+#if __has_include("tuner.h")
+#define HAVE_BENCH 1
+#include "bench_options.h"
+#include "bench_report.h"
+#include "derive_model.h"
+#include "table_io.h"
+#include "tune_run.h"
+#include "tuner.h"
+#endif
+
+#ifndef VOLT8_SOURCE_DIR
+#error "VOLT8_SOURCE_DIR must name the source tree (tests/CMakeLists.txt defines it)"
+#endif
+
+#define REFERENCE_GATE_UP_NAME "op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=unknown.json"
+#define REFERENCE_DOWN_NAME "op=down,N=2560,K=160,block=128x128,arch=sm_90,device=unknown.json"
+
+/* ---- fixtures ---- */
+
+static char temp_dir[4096];
+
+static int remove_entry(const char *path, const struct stat *info, int flag, struct FTW *ftw) {
+  (void)info, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static void make_temp_dir(void) {
+  snprintf(temp_dir, sizeof temp_dir, "%s/volt8_tuning_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  cr_assert_not_null(mkdtemp(temp_dir), "mkdtemp failed");
+  volt8_tuning_warnings_reset();
+  unsetenv(VOLT8_TUNING_DIR_ENV);
+}
+
+static void remove_temp_dir(void) {
+  if (temp_dir[0]) nftw(temp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  temp_dir[0] = '\0';
+}
+
+/* A device-less context whose tables are looked up for sm_90 and device "unknown". */
+static volt8_ctx *open_ctx(const char *arch) {
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  options.cache_disable = 1;
+  options.target_arch = arch;
+  volt8_ctx *ctx = NULL;
+  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
+  return ctx;
+}
+
+static volt8_moe_shape reference_shape(void) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  return shape;
+}
+
+static void write_text(const char *name, const char *text) {
+  char path[8192];
+  snprintf(path, sizeof path, "%s/%s", temp_dir, name);
+  FILE *file = fopen(path, "wb");
+  cr_assert_not_null(file, "cannot write %s", path);
+  fputs(text, file);
+  fclose(file);
+}
+
+static char *read_text(const char *path) {
+  FILE *file = fopen(path, "rb");
+  if (!file) return NULL;
+  fseek(file, 0, SEEK_END);
+  long size = ftell(file);
+  fseek(file, 0, SEEK_SET);
+  char *text = calloc(1, (size_t)size + 1);
+  cr_assert_eq(fread(text, 1, (size_t)size, file), (size_t)size);
+  fclose(file);
+  return text;
+}
+
+static int32_t warning_count(char *buf, size_t size) {
+  int32_t count = -1;
+  cr_assert_eq(volt8_tuning_warnings(buf, size, &count), VOLT8_OK);
+  return count;
+}
+
+/* The first variant of `op` the code generator lists for the reference shape, and the last. */
+static void listed_variants(volt8_ctx *ctx, volt8_op op, char *first, char *last) {
+  const char *prefix = op == VOLT8_OP_GATE_UP ? "gate_up." : "down.";
+  char **names = NULL;
+  int32_t count = 0, matched = 0;
+  cr_assert_eq(volt8_codegen_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, &names, &count), VOLT8_OK, "%s",
+               volt8_last_error(ctx));
+  for (int32_t i = 0; i < count; i++) {
+    if (strncmp(names[i], prefix, strlen(prefix)) != 0) continue;
+    if (matched++ == 0) snprintf(first, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
+    snprintf(last, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
+  }
+  cr_assert_gt(matched, 1, "the code generator lists fewer than two %s variants", prefix);
+  volt8_codegen_names_free(names, count);
+}
+
+static volt8_tuning_table parse_written(const char *path, const char *op) {
+  char *text = read_text(path);
+  cr_assert_not_null(text, "no table at %s", path);
+  volt8_tuning_table table;
+  cr_assert_eq(volt8_tuning_table_parse(NULL, text, strlen(text), path, op, &table), VOLT8_OK, "%s",
+               volt8_last_error(NULL));
+  free(text);
+  return table;
+}
+
+/* ---- names ---- */
+
+TestSuite(tuning_names, .timeout = 60);
+
+Test(tuning_names, table_name_of_the_reference_rank) {
+  volt8_moe_shape shape = reference_shape();
+  int32_t n = 0, k = 0;
+  char name[VOLT8_TUNING_NAME_BYTES];
+  cr_assert_eq(volt8_tuning_op_dims(NULL, &shape, VOLT8_OP_GATE_UP, &n, &k), VOLT8_OK);
+  cr_assert(n == 320 && k == 2560, "gate_up N=%d K=%d", n, k);
+  cr_assert_eq(volt8_tuning_table_name(NULL, "gate_up", n, k, 128, 128, 90, "NVIDIA_H200", name, sizeof name), VOLT8_OK);
+  cr_assert_str_eq(name, "op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=NVIDIA_H200.json");
+  cr_assert_eq(volt8_tuning_op_dims(NULL, &shape, VOLT8_OP_DOWN, &n, &k), VOLT8_OK);
+  cr_assert(n == 2560 && k == 160, "down N=%d K=%d", n, k);
+  cr_assert_eq(volt8_tuning_op_dims(NULL, &shape, VOLT8_OP_ROUTE, &n, &k), VOLT8_ERR_INVALID_ARGUMENT);
+  char small[16];
+  cr_assert_eq(volt8_tuning_table_name(NULL, "gate_up", n, k, 128, 128, 90, "NVIDIA_H200", small, sizeof small),
+               VOLT8_ERR_INVALID_ARGUMENT);
+}
+
+Test(tuning_names, device_tokens) {
+  struct { const char *device, *token; } cases[] = {
+      {"NVIDIA H200", "NVIDIA_H200"},
+      {"Tesla V100-SXM2-32GB", "Tesla_V100-SXM2-32GB"},
+      {"odd,name=x/y", "odd_name_x_y"},
+      {"", "unknown"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char token[64];
+    volt8_tuning_device_token(cases[i].device, token, sizeof token);
+    cr_assert_str_eq(token, cases[i].token, "device \"%s\"", cases[i].device);
+  }
+}
+
+/* ---- parsing ---- */
+
+TestSuite(tuning_parse, .timeout = 60);
+
+#define VALID_TABLE                                                                                                   \
+  "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 10, \"measured\": true},"                                   \
+  " \"8\": {\"variant\": \"gate_up.mma.bm16.bn16.w2.sk1\", \"forward_us\": 20.5},"                                   \
+  " \"1\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\","                                                                        \
+  " \"64\": {\"variant\": \"gate_up.mma.bm32.bn32.w8.sk2\"}}"
+
+Test(tuning_parse, valid_table_sorted_by_m) {
+  volt8_tuning_table table;
+  cr_assert_eq(volt8_tuning_table_parse(NULL, VALID_TABLE, strlen(VALID_TABLE), "valid", "gate_up", &table), VOLT8_OK,
+               "%s", volt8_last_error(NULL));
+  cr_assert_eq(table.count, 3);
+  cr_assert_eq(table.top_k, 10);
+  cr_assert_eq(table.measured, 1);
+  int32_t expected_m[3] = {1, 8, 64};
+  const char *expected[3] = {"gate_up.cc.bm1.bn4.w4.sk1.l32", "gate_up.mma.bm16.bn16.w2.sk1", "gate_up.mma.bm32.bn32.w8.sk2"};
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(table.entries[i].m, expected_m[i], "entry %d", i);
+    cr_assert_str_eq(table.entries[i].variant, expected[i], "entry %d", i);
+  }
+  volt8_tuning_table_free(&table);
+}
+
+typedef struct malformed_case {
+  const char *text;
+  const char *message; /* a piece the error must contain */
+} malformed_case;
+
+Test(tuning_parse, malformed_tables_rejected_with_a_clear_error) {
+  malformed_case cases[] = {
+      {"{\"__metadata__\": {\"schema_version\": 1}, \"1\": ", "not valid JSON"},
+      {"[1, 2]", "top level is not a JSON object"},
+      {"{\"1\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}", "no \"__metadata__\" object"},
+      {"{\"__metadata__\": {}, \"1\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}", "schema_version is missing"},
+      {"{\"__metadata__\": {\"schema_version\": 2}, \"1\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}", "schema_version 2"},
+      {"{\"__metadata__\": {\"schema_version\": 1}, \"01\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}", "key \"01\""},
+      {"{\"__metadata__\": {\"schema_version\": 1}, \"abc\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}", "key \"abc\""},
+      {"{\"__metadata__\": {\"schema_version\": 1}, \"0\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}", "key \"0\""},
+      {"{\"__metadata__\": {\"schema_version\": 1}, \"-4\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}", "key \"-4\""},
+      {"{\"__metadata__\": {\"schema_version\": 1}, \"1\": 42}", "M=1 must be a variant name"},
+      {"{\"__metadata__\": {\"schema_version\": 1}, \"1\": {\"time\": 1}}", "M=1 must be a variant name"},
+      {"{\"__metadata__\": {\"schema_version\": 1}, \"1\": \"down.cc.bm1.bn32.w4.sk1.l4\"}", "not a gate_up variant"},
+      {"{\"__metadata__\": {\"schema_version\": 1}, \"1\": \"Gate Up!\"}", "not a variant name"},
+      {"{\"__metadata__\": {\"schema_version\": 1}, \"2\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\", "
+       "\"2\": \"gate_up.cc.bm2.bn4.w4.sk1.l32\"}", "M=2 appears twice"},
+      {"{\"__metadata__\": {\"schema_version\": 1}}", "holds no token counts"},
+      {"{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 0}, \"1\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}", "top_k"},
+      {"{\"__metadata__\": {\"schema_version\": 1, \"measured\": \"yes\"}, \"1\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}",
+       "measured must be true or false"},
+  };
+  volt8_ctx *ctx = open_ctx("sm_90");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    volt8_tuning_table table;
+    volt8_status status = volt8_tuning_table_parse(ctx, cases[i].text, strlen(cases[i].text), "case.json", "gate_up", &table);
+    cr_assert_eq(status, VOLT8_ERR_FORMAT, "case %zu (%s) parsed", i, cases[i].text);
+    cr_assert_not_null(strstr(volt8_last_error(ctx), cases[i].message), "case %zu: \"%s\" lacks \"%s\"", i,
+                       volt8_last_error(ctx), cases[i].message);
+    cr_assert_not_null(strstr(volt8_last_error(ctx), "case.json"), "case %zu: the error does not name the table", i);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
+/* ---- nearest M ---- */
+
+TestSuite(tuning_nearest, .timeout = 60);
+
+Test(tuning_nearest, nearest_token_count_ties_to_the_smaller) {
+  volt8_tuning_entry entries[8];
+  int32_t keys[8] = {1, 2, 4, 8, 16, 32, 64, 128};
+  for (int i = 0; i < 8; i++) {
+    entries[i].m = keys[i];
+    snprintf(entries[i].variant, sizeof entries[i].variant, "gate_up.v%d", keys[i]);
+  }
+  volt8_tuning_table table = {VOLT8_TUNING_SCHEMA_VERSION, 0, -1, 8, entries};
+  struct { int32_t tokens, expected; } cases[] = {{1, 1}, {3, 2}, {5, 4}, {6, 4}, {7, 8}, {12, 8}, {13, 16},
+                                                  {96, 64}, {97, 128}, {1000, 128}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const volt8_tuning_entry *entry = volt8_tuning_table_nearest(&table, cases[i].tokens, 10);
+    cr_assert_eq(entry->m, cases[i].expected, "M=%d served by %d, expected %d", cases[i].tokens, entry->m,
+                 cases[i].expected);
+  }
+  table.count = 0;
+  cr_assert_null(volt8_tuning_table_nearest(&table, 4, 10));
+}
+
+Test(tuning_nearest, other_top_k_matched_by_routed_pairs) {
+  volt8_tuning_entry entries[3] = {{1, "down.a"}, {8, "down.b"}, {64, "down.c"}};
+  volt8_tuning_table table = {VOLT8_TUNING_SCHEMA_VERSION, 10, 1, 3, entries};
+  cr_assert_eq(volt8_tuning_table_nearest(&table, 16, 5)->m, 8, "16 tokens x 5 = 80 pairs = 8 x 10");
+  cr_assert_eq(volt8_tuning_table_nearest(&table, 16, 10)->m, 8, "same top_k: by tokens");
+  cr_assert_eq(volt8_tuning_table_nearest(&table, 2, 40)->m, 8, "80 pairs");
+}
+
+/* ---- lookup order and warnings ---- */
+
+TestSuite(tuning_lookup, .init = make_temp_dir, .fini = remove_temp_dir, .timeout = 120);
+
+static void table_text(char *buf, size_t size, const char *op, const char *m_key, const char *variant) {
+  snprintf(buf, size, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 10}, \"%s\": {\"variant\": \"%s.%s\"}}",
+           m_key, op, variant);
+}
+
+Test(tuning_lookup, environment_directory_serves_the_nearest_m) {
+  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_moe_shape shape = reference_shape();
+  write_text(REFERENCE_GATE_UP_NAME,
+             "{\"__metadata__\": {\"schema_version\": 1}, \"1\": \"gate_up.x1\", \"16\": \"gate_up.x16\", "
+             "\"128\": \"gate_up.x128\"}");
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  volt8_tuning_match match;
+  cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, 12, 10, &match), VOLT8_OK);
+  cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_ENV_DIR);
+  cr_assert_str_eq(match.variant, "gate_up.x16");
+  cr_assert_eq(match.table_m, 16);
+  cr_assert_not_null(strstr(match.origin, temp_dir));
+  cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, 100, 10, &match), VOLT8_OK);
+  cr_assert_str_eq(match.variant, "gate_up.x128");
+  char text[4096];
+  cr_assert_eq(warning_count(text, sizeof text), 0, "unexpected warnings: %s", text);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(tuning_lookup, device_table_before_any_device_table) {
+  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_moe_shape shape = reference_shape();
+  char text[512];
+  table_text(text, sizeof text, "down", "4", "any_device");
+  write_text("op=down,N=2560,K=160,block=128x128,arch=sm_90,device=any.json", text);
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  volt8_tuning_match match;
+  cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_DOWN, 4, 10, &match), VOLT8_OK);
+  cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_ENV_DIR);
+  cr_assert_str_eq(match.variant, "down.any_device");
+  table_text(text, sizeof text, "down", "4", "this_device");
+  write_text(REFERENCE_DOWN_NAME, text);
+  cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_DOWN, 4, 10, &match), VOLT8_OK);
+  cr_assert_str_eq(match.variant, "down.this_device");
+  volt8_ctx_destroy(ctx);
+}
+
+Test(tuning_lookup, missing_table_is_the_heuristic_and_one_warning) {
+  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_moe_shape shape = reference_shape();
+  shape.hidden = 1024; /* no table is built in for this */
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  volt8_tuning_match match;
+  for (int32_t m = 1; m <= 64; m *= 2) {
+    cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, m, 10, &match), VOLT8_OK);
+    cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NONE);
+    cr_assert_str_eq(match.variant, "");
+  }
+  char text[4096];
+  cr_assert_eq(warning_count(text, sizeof text), 1, "warnings: %s", text);
+  cr_assert_not_null(strstr(text, "op=gate_up,N=320,K=1024,block=128x128,arch=sm_90,device=unknown.json"), "%s", text);
+  cr_assert_not_null(strstr(text, "heuristic"), "%s", text);
+  cr_assert_str_eq(volt8_last_error(ctx), "", "a missing table is not an error of the context");
+  volt8_ctx_destroy(ctx);
+}
+
+Test(tuning_lookup, corrupt_table_skipped_with_a_warning) {
+  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_moe_shape shape = reference_shape();
+  shape.hidden = 1024;
+  write_text("op=gate_up,N=320,K=1024,block=128x128,arch=sm_90,device=unknown.json", "{\"__metadata__\": {");
+  char any_text[512];
+  table_text(any_text, sizeof any_text, "gate_up", "2", "fallback");
+  write_text("op=gate_up,N=320,K=1024,block=128x128,arch=sm_90,device=any.json", any_text);
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  volt8_tuning_match match;
+  cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, 2, 10, &match), VOLT8_OK);
+  cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_ENV_DIR, "the next table in the order serves");
+  cr_assert_str_eq(match.variant, "gate_up.fallback");
+  cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, 4, 10, &match), VOLT8_OK);
+  char text[4096];
+  cr_assert_eq(warning_count(text, sizeof text), 1, "warnings: %s", text);
+  cr_assert_not_null(strstr(text, "device=unknown.json"), "%s", text);
+  cr_assert_not_null(strstr(text, "not valid JSON"), "%s", text);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(tuning_lookup, warnings_buffer_truncates_safely) {
+  volt8_tuning_warn("a", "first warning with some length");
+  volt8_tuning_warn("b", "second");
+  volt8_tuning_warn("a", "the same key again is dropped");
+  char tiny[8];
+  int32_t count = 0;
+  cr_assert_eq(volt8_tuning_warnings(tiny, sizeof tiny, &count), VOLT8_OK);
+  cr_assert_eq(count, 2);
+  cr_assert_eq(strlen(tiny), 7);
+  cr_assert_eq(volt8_tuning_warnings(NULL, 0, &count), VOLT8_OK);
+  cr_assert_eq(volt8_tuning_warnings(NULL, 4, &count), VOLT8_ERR_INVALID_ARGUMENT);
+}
+
+Test(tuning_lookup, built_in_derived_sm70_tables) {
+  const char *path = "tuning/tables/op=gate_up,N=320,K=2560,block=128x128,arch=sm_70,device=any.json";
+  if (!volt8_embedded_find(path)) cr_skip_test("the tuning tables are not built into this library yet (%s)", path);
+  volt8_ctx *ctx = open_ctx("sm_70");
+  volt8_moe_shape shape = reference_shape();
+  volt8_tuning_match match;
+  cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, &match), VOLT8_OK);
+  cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_BUILT_IN);
+  cr_assert_not_null(strstr(match.origin, "built-in:"), "%s", match.origin);
+  char text[512];
+  table_text(text, sizeof text, "gate_up", "8", "from_the_environment");
+  write_text("op=gate_up,N=320,K=2560,block=128x128,arch=sm_70,device=any.json", text);
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, &match), VOLT8_OK);
+  cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_ENV_DIR, "VOLT8_TUNING_DIR comes before the built-in tables");
+  volt8_ctx_destroy(ctx);
+}
+
+Test(tuning_lookup, dispatch_follows_the_table) {
+  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_moe_shape shape = reference_shape();
+  char first_gate_up[VOLT8_VARIANT_NAME_BYTES], last_gate_up[VOLT8_VARIANT_NAME_BYTES];
+  char first_down[VOLT8_VARIANT_NAME_BYTES], last_down[VOLT8_VARIANT_NAME_BYTES];
+  listed_variants(ctx, VOLT8_OP_GATE_UP, first_gate_up, last_gate_up);
+  listed_variants(ctx, VOLT8_OP_DOWN, first_down, last_down);
+  volt8_variant_choice heuristic, tuned;
+  cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 8, 10, &heuristic), VOLT8_OK, "%s", volt8_last_error(ctx));
+  char text[512];
+  const char *pick = strcmp(heuristic.gate_up, last_gate_up) != 0 ? last_gate_up : first_gate_up;
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1}, \"8\": \"%s\"}", pick);
+  write_text(REFERENCE_GATE_UP_NAME, text);
+  write_text(REFERENCE_DOWN_NAME, "{\"__metadata__\": {\"schema_version\": 1}, \"8\": \"down.not.offered\"}");
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  volt8_tuning_warnings_reset();
+  cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 8, 10, &tuned), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_str_eq(tuned.gate_up, pick, "the table's gate_up serves");
+  cr_assert_str_eq(tuned.down, heuristic.down, "a variant the generator does not offer falls back to the heuristic");
+  char warnings[4096];
+  cr_assert_eq(warning_count(warnings, sizeof warnings), 1, "%s", warnings);
+  cr_assert_not_null(strstr(warnings, "down.not.offered"), "%s", warnings);
+  volt8_ctx_destroy(ctx);
+}
+
+/* ---- the shipped tables ---- */
+
+/* The shape a table was made for, from its __metadata__. */
+static volt8_moe_shape table_shape(const char *path) {
+  char *text = read_text(path);
+  cJSON *root = cJSON_Parse(text);
+  cJSON *metadata = cJSON_GetObjectItem(root, "__metadata__");
+  cJSON *shape_json = cJSON_GetObjectItem(metadata, "shape"), *block = cJSON_GetObjectItem(metadata, "block");
+  cr_assert(cJSON_IsObject(shape_json) && cJSON_GetArraySize(block) == 2, "%s: __metadata__ lacks shape or block", path);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.hidden = cJSON_GetObjectItem(shape_json, "hidden")->valueint;
+  shape.intermediate = cJSON_GetObjectItem(shape_json, "intermediate")->valueint;
+  shape.num_experts = cJSON_GetObjectItem(shape_json, "num_experts")->valueint;
+  shape.intermediate_offset = cJSON_GetObjectItem(shape_json, "intermediate_offset")->valueint;
+  shape.block_n = cJSON_GetArrayItem(block, 0)->valueint;
+  shape.block_k = cJSON_GetArrayItem(block, 1)->valueint;
+  cJSON_Delete(root);
+  free(text);
+  return shape;
+}
+
+/* Every table in tuning/tables parses, names ops its file name names, and carries metadata. */
+Test(tuning_parse, shipped_tables_are_valid) {
+  glob_t found;
+  int result = glob(VOLT8_SOURCE_DIR "/tuning/tables/*.json", 0, NULL, &found);
+  if (result == GLOB_NOMATCH) cr_skip_test("no tables in tuning/tables");
+  cr_assert_eq(result, 0);
+  for (size_t i = 0; i < found.gl_pathc; i++) {
+    const char *path = found.gl_pathv[i];
+    const char *op = strstr(path, "op=gate_up,") ? "gate_up" : "down";
+    cr_assert(strstr(path, "op=gate_up,") || strstr(path, "op=down,"), "%s names no op", path);
+    volt8_tuning_table table = parse_written(path, op);
+    cr_assert_gt(table.count, 0);
+    cr_assert_neq(table.measured, -1, "%s does not say whether it was measured", path);
+    if (strstr(path, "arch=sm_70,")) cr_assert_eq(table.measured, 0, "%s: no V100 measured the sm_70 tables", path);
+    volt8_moe_shape shape = table_shape(path);
+    char **names = NULL;
+    int32_t count = 0;
+    cr_assert_eq(volt8_codegen_list(NULL, &shape, &names, &count), VOLT8_OK, "%s", volt8_last_error(NULL));
+    for (int32_t e = 0; e < table.count; e++) {
+      int listed = 0;
+      for (int32_t n = 0; n < count; n++) listed |= strcmp(names[n], table.entries[e].variant) == 0;
+      cr_assert(listed, "%s: M=%d names %s, which the code generator no longer offers: regenerate the table", path,
+                table.entries[e].m, table.entries[e].variant);
+    }
+    volt8_codegen_names_free(names, count);
+    volt8_tuning_table_free(&table);
+  }
+  globfree(&found);
+}
+
+#ifdef HAVE_BENCH
+
+/* ---- the tuner with a fake timer ---- */
+
+TestSuite(tuner, .init = make_temp_dir, .fini = remove_temp_dir, .timeout = 120);
+
+typedef struct fake_timer {
+  char fastest[2][VOLT8_VARIANT_NAME_BYTES]; /* gate_up, down: the variants the fake makes fastest */
+  const char *rejected_prefix;                /* candidates starting with this are "wrong" */
+  int begun, ended, measured;
+} fake_timer;
+
+static volt8_status fake_begin(void *state, int32_t m) {
+  ((fake_timer *)state)->begun++;
+  return VOLT8_OK;
+}
+
+static void fake_end(void *state, int32_t m) { ((fake_timer *)state)->ended++; }
+
+/* Deterministic times: 100 us, minus 50 for each fastest variant in the pair, plus a length term. */
+static volt8_status fake_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
+                                 tuner_measurement *out) {
+  fake_timer *fake = state;
+  fake->measured++;
+  const char *names[2] = {gate_up, down};
+  out->accepted = 1;
+  out->relative_l2 = 1e-4;
+  out->forward_us = 100.0 + 0.01 * (double)(strlen(gate_up) + strlen(down));
+  for (int i = 0; i < 2; i++) {
+    if (strcmp(names[i], fake->fastest[i]) == 0) out->forward_us -= 50.0;
+    if (fake->rejected_prefix && strncmp(names[i], fake->rejected_prefix, strlen(fake->rejected_prefix)) == 0)
+      out->accepted = 0;
+  }
+  if (!out->accepted) snprintf(out->reason, sizeof out->reason, "relative L2 1.0 against the reference");
+  return VOLT8_OK;
+}
+
+static tuner_settings fake_settings(const int32_t *m_values, int32_t m_count, FILE *progress) {
+  tuner_settings settings = {
+      .shape = reference_shape(), .top_k = 10, .m_values = m_values, .m_count = m_count, .screen_batches = 2,
+      .final_batches = 4, .finalists = 2, .out_dir = temp_dir, .arch = 90, .device = "Fake GPU",
+      .device_token = "Fake_GPU", .method = "fake timer", .command = "volt8 tune --fake", .nvrtc_version = "13.0",
+      .progress = progress, .progress_tty = 0};
+  return settings;
+}
+
+Test(tuner, candidates_are_the_generators_variants_of_the_op) {
+  volt8_ctx *ctx = open_ctx("sm_90");
+  char **names = NULL, **all = NULL;
+  int32_t count = 0, all_count = 0, expected = 0;
+  cr_assert_eq(volt8_codegen_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, &all, &all_count), VOLT8_OK);
+  for (int32_t i = 0; i < all_count; i++) expected += strncmp(all[i], "down.", 5) == 0;
+  cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_DOWN, &names, &count), VOLT8_OK);
+  cr_assert_eq(count, expected);
+  cr_assert_gt(count, 1);
+  for (int32_t i = 0; i < count; i++) cr_assert_eq(strncmp(names[i], "down.", 5), 0, "%s", names[i]);
+  volt8_codegen_names_free(names, count);
+  volt8_codegen_names_free(all, all_count);
+  cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_REDUCE, &names, &count),
+               VOLT8_ERR_INVALID_ARGUMENT);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(tuner, writes_both_tables_with_metadata_and_progress) {
+  volt8_ctx *ctx = open_ctx("sm_90");
+  fake_timer fake = {0};
+  char unused[VOLT8_VARIANT_NAME_BYTES];
+  listed_variants(ctx, VOLT8_OP_GATE_UP, unused, fake.fastest[0]);
+  listed_variants(ctx, VOLT8_OP_DOWN, fake.fastest[1], unused);
+  fake.rejected_prefix = "gate_up.cc.bm1.";
+  char *progress_text = NULL;
+  size_t progress_size = 0;
+  FILE *progress = open_memstream(&progress_text, &progress_size);
+  int32_t m_values[2] = {1, 8};
+  tuner_settings settings = fake_settings(m_values, 2, progress);
+  tuner_backend backend = {&fake, 1, fake_begin, fake_measure, fake_end};
+  tuner_summary summary;
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
+  fclose(progress);
+  cr_assert_eq(summary.m_done, 2);
+  cr_assert_eq(fake.begun, 2);
+  cr_assert_eq(fake.ended, 2);
+  cr_assert_gt(summary.rejected, 0, "the bm1 cuda-core gate_up candidates were wrong");
+  cr_assert_not_null(strstr(summary.tables[0], "op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=Fake_GPU.json"));
+  volt8_tuning_table gate_up = parse_written(summary.tables[0], "gate_up");
+  volt8_tuning_table down = parse_written(summary.tables[1], "down");
+  cr_assert_eq(gate_up.count, 2);
+  cr_assert_eq(down.count, 2);
+  for (int i = 0; i < 2; i++) {
+    cr_assert_str_eq(gate_up.entries[i].variant, fake.fastest[0]);
+    cr_assert_str_eq(down.entries[i].variant, fake.fastest[1]);
+    cr_assert_neq(strncmp(gate_up.entries[i].variant, "gate_up.cc.bm1.", 15), 0);
+  }
+  cr_assert_eq(gate_up.measured, 1);
+  cr_assert_eq(gate_up.top_k, 10);
+  volt8_tuning_table_free(&gate_up);
+  volt8_tuning_table_free(&down);
+
+  char *text = read_text(summary.tables[0]);
+  cJSON *root = cJSON_Parse(text);
+  cJSON *metadata = cJSON_GetObjectItem(root, "__metadata__");
+  const char *fields[] = {"schema_version", "library_version", "nvrtc_version", "tuner_command", "date", "device",
+                          "arch", "measured", "method", "top_k", "runs"};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+    cr_assert_not_null(cJSON_GetObjectItem(metadata, fields[i]), "__metadata__ lacks %s", fields[i]);
+  cr_assert_str_eq(cJSON_GetObjectItem(metadata, "tuner_command")->valuestring, "volt8 tune --fake");
+  cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(metadata, "runs")), 1, "one run, however many M were written");
+  cJSON *entry = cJSON_GetObjectItem(root, "8");
+  cr_assert_not_null(cJSON_GetObjectItem(entry, "forward_us"));
+  cr_assert_not_null(cJSON_GetObjectItem(entry, "runner_up"));
+  cJSON_Delete(root);
+  free(text);
+  cr_assert_not_null(strstr(progress_text, "M=8"), "%s", progress_text);
+  cr_assert_not_null(strstr(progress_text, "ETA"), "%s", progress_text);
+  cr_assert_not_null(strstr(progress_text, "100%"), "%s", progress_text);
+  free(progress_text);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(tuner, rerun_merges_into_the_existing_table) {
+  volt8_ctx *ctx = open_ctx("sm_90");
+  fake_timer fake = {0};
+  char first[VOLT8_VARIANT_NAME_BYTES], last[VOLT8_VARIANT_NAME_BYTES], down_first[VOLT8_VARIANT_NAME_BYTES];
+  listed_variants(ctx, VOLT8_OP_GATE_UP, first, last);
+  listed_variants(ctx, VOLT8_OP_DOWN, down_first, fake.fastest[1]);
+  tuner_backend backend = {&fake, 1, fake_begin, fake_measure, fake_end};
+  tuner_summary summary;
+  int32_t first_m[2] = {1, 2};
+  snprintf(fake.fastest[0], sizeof fake.fastest[0], "%s", first);
+  tuner_settings settings = fake_settings(first_m, 2, NULL);
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
+  int32_t second_m[2] = {2, 4};
+  snprintf(fake.fastest[0], sizeof fake.fastest[0], "%s", last);
+  settings = fake_settings(second_m, 2, NULL);
+  settings.command = "volt8 tune --fake --again";
+  sleep(1); /* a distinct date: the second run is a run of its own */
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
+  volt8_tuning_table table = parse_written(summary.tables[0], "gate_up");
+  cr_assert_eq(table.count, 3, "M 1, 2 and 4");
+  cr_assert_str_eq(table.entries[0].variant, first, "M=1 kept from the first run");
+  cr_assert_str_eq(table.entries[1].variant, last, "M=2 replaced by the second run");
+  cr_assert_str_eq(table.entries[2].variant, last, "M=4 added");
+  volt8_tuning_table_free(&table);
+  char *text = read_text(summary.tables[0]);
+  cJSON *root = cJSON_Parse(text);
+  cJSON *runs = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "__metadata__"), "runs");
+  cr_assert_eq(cJSON_GetArraySize(runs), 2);
+  cJSON_Delete(root);
+  free(text);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(tuner, corrupt_existing_table_is_left_alone) {
+  volt8_ctx *ctx = open_ctx("sm_90");
+  const char *garbage = "{\"__metadata__\": {\"schema_version\": 1}, \"1\": 7}";
+  write_text("op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=Fake_GPU.json", garbage);
+  fake_timer fake = {0};
+  tuner_backend backend = {&fake, 1, fake_begin, fake_measure, fake_end};
+  tuner_summary summary;
+  int32_t m_values[1] = {1};
+  tuner_settings settings = fake_settings(m_values, 1, NULL);
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_ERR_FORMAT);
+  cr_assert_not_null(strstr(volt8_last_error(ctx), "not merging"), "%s", volt8_last_error(ctx));
+  char path[8192];
+  snprintf(path, sizeof path, "%s/op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=Fake_GPU.json", temp_dir);
+  char *text = read_text(path);
+  cr_assert_str_eq(text, garbage);
+  free(text);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(tuner, no_valid_candidate_is_reported_not_written) {
+  volt8_ctx *ctx = open_ctx("sm_90");
+  fake_timer fake = {0};
+  fake.rejected_prefix = "gate_up.";
+  tuner_backend backend = {&fake, 1, fake_begin, fake_measure, fake_end};
+  tuner_summary summary;
+  int32_t m_values[1] = {4};
+  tuner_settings settings = fake_settings(m_values, 1, NULL);
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(summary.m_failed, 1);
+  cr_assert_eq(summary.m_done, 0);
+  cr_assert_not_null(strstr(summary.failures, "M=4 gate_up"), "%s", summary.failures);
+  cr_assert_not_null(strstr(summary.failures, "relative L2"), "%s", summary.failures);
+  char path[8192];
+  snprintf(path, sizeof path, "%s/op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=Fake_GPU.json", temp_dir);
+  cr_assert_eq(access(path, F_OK), -1, "nothing is written for an M without a winner");
+  volt8_ctx_destroy(ctx);
+}
+
+/* ---- derived tables ---- */
+
+TestSuite(derive, .init = make_temp_dir, .fini = remove_temp_dir, .timeout = 120);
+
+Test(derive, variant_names_parse) {
+  derive_variant variant;
+  cr_assert(derive_parse_variant("gate_up.cc.bm4.bn8.w4.sk1.l16", &variant));
+  cr_assert(variant.op == VOLT8_OP_GATE_UP && variant.cuda_core && variant.block_m == 4 && variant.block_n == 8 &&
+            variant.warps == 4 && variant.split_k == 1);
+  cr_assert(derive_parse_variant("down.mma.bm32.bn32.w4.sk2", &variant));
+  cr_assert(variant.op == VOLT8_OP_DOWN && !variant.cuda_core && variant.block_m == 32 && variant.split_k == 2);
+  cr_assert_not(derive_parse_variant("route", &variant));
+  cr_assert_not(derive_parse_variant("down.xx.bm1.bn1.w1.sk1", &variant));
+  cr_assert_not(derive_parse_variant("down.cc.bm0.bn1.w1.sk1", &variant));
+}
+
+Test(derive, model_grows_with_m_and_every_variant_has_a_time) {
+  volt8_ctx *ctx = open_ctx("sm_70");
+  volt8_moe_shape shape = reference_shape();
+  char **names = NULL;
+  int32_t count = 0;
+  cr_assert_eq(tuner_candidates(ctx, &shape, VOLT8_OP_GATE_UP, &names, &count), VOLT8_OK);
+  for (int32_t i = 0; i < count; i++) {
+    derive_variant variant;
+    cr_assert(derive_parse_variant(names[i], &variant), "%s", names[i]);
+    double one = derive_op_us(&DERIVE_V100, &shape, 10, 1, &variant);
+    double many = derive_op_us(&DERIVE_V100, &shape, 10, 128, &variant);
+    cr_assert(isfinite(one) && one > 0 && many > one, "%s: %g us at M=1, %g at M=128", names[i], one, many);
+  }
+  volt8_codegen_names_free(names, count);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(derive, derived_run_writes_unmeasured_tables) {
+  tune_options options;
+  char error[1024];
+  char *argv[] = {"tune", "--derive", "sm_70", "--tp", "8", "--m", "1,64", "--out", temp_dir};
+  cr_assert_eq(tune_options_parse(9, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  tune_outcome outcome;
+  cr_assert_eq(tune_run(&options, "volt8 tune --derive sm_70 --tp 8", NULL, 0, &outcome, error, sizeof error), VOLT8_OK,
+               "%s", error);
+  cr_assert_eq(outcome.shapes_done, 1);
+  char path[8192];
+  snprintf(path, sizeof path, "%s/op=down,N=2560,K=80,block=128x128,arch=sm_70,device=any.json", temp_dir);
+  volt8_tuning_table table = parse_written(path, "down");
+  cr_assert_eq(table.count, 2);
+  cr_assert_eq(table.measured, 0, "derived tables say they were not measured");
+  volt8_tuning_table_free(&table);
+  char *text = read_text(path);
+  cr_assert_not_null(strstr(text, "not measured on a V100"), "%s", text);
+  free(text);
+}
+
+/* ---- bench and tune options, report shapes ---- */
+
+TestSuite(bench_args, .timeout = 60);
+
+static int fake_shape_parser(const char *text, volt8_moe_shape *shape) {
+  if (strcmp(text, "hidden=1024") != 0) return -1;
+  shape->hidden = 1024;
+  return 0;
+}
+
+Test(bench_args, defaults_are_the_reference_tp4_rank) {
+  bench_options options;
+  char error[256];
+  char *argv[] = {"bench"};
+  cr_assert_eq(bench_options_parse(1, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(options.shape.intermediate, 160);
+  cr_assert_eq(options.shape.intermediate_offset, 32);
+  cr_assert_eq(options.shape.num_experts, 512);
+  cr_assert_eq(options.top_k, 10);
+  cr_assert_eq(options.m_count, 8);
+  cr_assert_eq(options.m_values[0], 1);
+  cr_assert_eq(options.m_values[7], 128);
+  cr_assert_eq(options.baselines, 1);
+}
+
+Test(bench_args, options_parse) {
+  bench_options options;
+  char error[256];
+  char *argv[] = {"bench", "--tp", "8", "--rank", "3", "--m", "64,1,8", "--variants", "gate_up.a,down.b",
+                  "--json", "out.json", "--svg", "out.svg", "--no-baselines", "--sets", "12", "--target-arch", "sm_70"};
+  cr_assert_eq(bench_options_parse(18, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(options.shape.intermediate, 80);
+  cr_assert_eq(options.shape.intermediate_offset, 112, "80 * 3 = 240, 240 mod 128 = 112");
+  cr_assert(options.m_count == 3 && options.m_values[0] == 1 && options.m_values[1] == 8 && options.m_values[2] == 64);
+  cr_assert_str_eq(options.gate_up, "gate_up.a");
+  cr_assert_str_eq(options.down, "down.b");
+  cr_assert_str_eq(options.json_path, "out.json");
+  cr_assert_str_eq(options.svg_path, "out.svg");
+  cr_assert_str_eq(options.target_arch, "sm_70");
+  cr_assert_eq(options.baselines, 0);
+  cr_assert_eq(options.input_sets, 12);
+  char *shape_argv[] = {"bench", "--shape", "hidden=1024"};
+  cr_assert_eq(bench_options_parse(3, shape_argv, fake_shape_parser, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(options.shape.hidden, 1024);
+}
+
+Test(bench_args, bad_arguments_say_which) {
+  struct { int argc; char *argv[5]; const char *message; } cases[] = {
+      {2, {"bench", "--frobnicate"}, "unknown argument \"--frobnicate\""},
+      {3, {"bench", "--m", "1,0"}, "--m"},
+      {3, {"bench", "--m", "1,"}, "--m"},
+      {3, {"bench", "--m", "4,4"}, "twice"},
+      {3, {"bench", "--tp", "3"}, "--tp 3"},
+      {3, {"bench", "--rank", "1"}, "--rank needs --tp"},
+      {3, {"bench", "--variants", "onlyone"}, "--variants"},
+      {2, {"bench", "--json"}, "--json needs a value"},
+      {5, {"bench", "--tp", "4", "--shape", "hidden=1024"}, "exclude"},
+      {3, {"bench", "--shape", "hidden=1024"}, "--shape"}, /* no shape parser given */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bench_options options;
+    char error[256] = "";
+    bench_shape_parser parser = i == 8 ? fake_shape_parser : NULL;
+    cr_assert_eq(bench_options_parse(cases[i].argc, cases[i].argv, parser, &options, error, sizeof error), -1,
+                 "case %zu accepted", i);
+    cr_assert_not_null(strstr(error, cases[i].message), "case %zu: \"%s\" lacks \"%s\"", i, error, cases[i].message);
+  }
+  char *help[] = {"bench", "--help"};
+  bench_options options;
+  char error[256];
+  cr_assert_eq(bench_options_parse(2, help, NULL, &options, error, sizeof error), 1);
+}
+
+Test(bench_args, tune_options_parse) {
+  tune_options options;
+  char error[256];
+  char *argv[] = {"tune", "--tp", "1,2,4,8", "--out", "dir", "--m", "1,2", "--jobs", "3"};
+  cr_assert_eq(tune_options_parse(9, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(options.shape_count, 4);
+  int32_t intermediate[4] = {640, 320, 160, 80}, offset[4] = {0, 64, 32, 80};
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(options.shapes[i].intermediate, intermediate[i], "shape %d", i);
+    cr_assert_eq(options.shapes[i].intermediate_offset, offset[i], "shape %d", i);
+  }
+  cr_assert_str_eq(options.out_dir, "dir");
+  cr_assert_eq(options.jobs, 3);
+  char *bad[] = {"tune", "--derive", "sm_80"};
+  cr_assert_eq(tune_options_parse(3, bad, NULL, &options, error, sizeof error), -1);
+  cr_assert_not_null(strstr(error, "--derive"), "%s", error);
+  char *defaults[] = {"tune"};
+  cr_assert_eq(tune_options_parse(1, defaults, NULL, &options, error, sizeof error), 0);
+  cr_assert_eq(options.shape_count, 1);
+  cr_assert_str_eq(options.out_dir, "tuning/tables");
+}
+
+TestSuite(bench_report, .timeout = 60);
+
+static void fake_report(bench_report *report) {
+  memset(report, 0, sizeof *report);
+  snprintf(report->command, sizeof report->command, "volt8 bench --m 1,8");
+  snprintf(report->device_name, sizeof report->device_name, "Fake <GPU>");
+  snprintf(report->device_arch, sizeof report->device_arch, "sm_90");
+  snprintf(report->target_arch, sizeof report->target_arch, "sm_90");
+  report->copy_gbps = 4000.0;
+  report->shape = reference_shape();
+  report->top_k = 10;
+  report->count = 2;
+  for (int i = 0; i < 2; i++) {
+    bench_m_result *result = &report->results[i];
+    result->m = i == 0 ? 1 : 8;
+    result->bytes_fp8 = i == 0 ? 12.0e6 : 92.0e6;
+    result->methods[BENCH_METHOD_VOLT8] = (bench_method_result){.ran = 1, .bytes = result->bytes_fp8, .relative_l2 = 2e-4};
+    result->methods[BENCH_METHOD_VOLT8].timing.median_us = i == 0 ? 6.0 : 30.0;
+    result->methods[BENCH_METHOD_CUBLASLT_FP16] = (bench_method_result){.ran = 1, .bytes = 2 * result->bytes_fp8,
+                                                                         .relative_l2 = 3e-4};
+    result->methods[BENCH_METHOD_CUBLASLT_FP16].timing.median_us = i == 0 ? 24.0 : 90.0;
+    snprintf(result->methods[BENCH_METHOD_GROUPED_FP16].reason, 64, "no cuBLAS: missing");
+  }
+  bench_report_derive(report);
+}
+
+Test(bench_report, derived_figures) {
+  bench_report *report = malloc(sizeof *report);
+  fake_report(report);
+  const bench_m_result *eight = &report->results[1];
+  cr_assert_float_eq(eight->floor_us, 23.0, 1e-9, "92 MB at 4000 GB/s");
+  cr_assert_float_eq(eight->methods[BENCH_METHOD_VOLT8].gbps, 92.0e6 / 30.0e3, 1e-9);
+  cr_assert_float_eq(eight->methods[BENCH_METHOD_VOLT8].copy_fraction, 92.0e6 / 30.0e3 / 4000.0, 1e-12);
+  cr_assert_float_eq(eight->methods[BENCH_METHOD_CUBLASLT_FP16].volt8_speedup, 3.0, 1e-12);
+  free(report);
+}
+
+Test(bench_report, json_shape) {
+  bench_report *report = malloc(sizeof *report);
+  fake_report(report);
+  char *text = bench_report_json(report);
+  cr_assert_not_null(text);
+  cJSON *root = cJSON_Parse(text);
+  cr_assert_not_null(root, "the report is not JSON");
+  cr_assert_str_eq(cJSON_GetObjectItem(root, "schema")->valuestring, BENCH_JSON_SCHEMA);
+  cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "device"), "copy_gbps")->valuedouble, 4000.0, 1e-9);
+  const char *top[] = {"library_version", "command", "date", "shape", "memory", "settings", "libraries", "results"};
+  for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) cr_assert_not_null(cJSON_GetObjectItem(root, top[i]), "%s", top[i]);
+  cJSON *results = cJSON_GetObjectItem(root, "results");
+  cr_assert_eq(cJSON_GetArraySize(results), 2);
+  cJSON *first = cJSON_GetArrayItem(results, 0);
+  cr_assert_eq(cJSON_GetObjectItem(first, "m")->valueint, 1);
+  cJSON *volt8 = cJSON_GetObjectItem(first, "volt8");
+  const char *fields[] = {"median_us", "p10_us", "p90_us", "gbps", "copy_fraction", "relative_l2", "bytes"};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) cr_assert_not_null(cJSON_GetObjectItem(volt8, fields[i]), "%s", fields[i]);
+  cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(first, "cublaslt_fp16"), "volt8_speedup")->valuedouble, 4.0, 1e-9);
+  cJSON *grouped = cJSON_GetObjectItem(first, "cublas_grouped_fp16");
+  cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(grouped, "ran")));
+  cr_assert_str_eq(cJSON_GetObjectItem(grouped, "reason")->valuestring, "no cuBLAS: missing");
+  cJSON_Delete(root);
+  free(text);
+  free(report);
+}
+
+Test(bench_report, svg_and_markdown) {
+  bench_report *report = malloc(sizeof *report);
+  fake_report(report);
+  char *svg = bench_report_svg(report);
+  cr_assert_not_null(svg);
+  cr_assert_eq(strncmp(svg, "<svg", 4), 0);
+  cr_assert_not_null(strstr(svg, "</svg>"));
+  cr_assert_not_null(strstr(svg, "<polyline"));
+  cr_assert_not_null(strstr(svg, "Fake &lt;GPU&gt;"), "device names are escaped");
+  cr_assert_null(strstr(svg, "nan"), "no NaN coordinates");
+  char *markdown = bench_report_markdown(report);
+  cr_assert_not_null(strstr(markdown, "| M | byte floor (us) | volt8 (us)"), "%s", markdown);
+  cr_assert_not_null(strstr(markdown, "| 8 | 23.0 | 30.0 |"), "%s", markdown);
+  free(svg);
+  free(markdown);
+  free(report);
+}
+
+Test(bench_report, reference_shapes) {
+  volt8_moe_shape shape;
+  int32_t intermediate[4] = {640, 320, 160, 80};
+  int32_t tps[4] = {1, 2, 4, 8};
+  for (int i = 0; i < 4; i++) {
+    for (int32_t rank = 0; rank < tps[i]; rank++) {
+      cr_assert_eq(bench_reference_shape(tps[i], rank, &shape), 0);
+      cr_assert_eq(shape.intermediate, intermediate[i]);
+      cr_assert_eq(shape.intermediate_offset, intermediate[i] * rank % 128, "TP%d rank %d", tps[i], rank);
+    }
+  }
+  cr_assert_eq(bench_reference_shape(16, 0, &shape), -1, "640 / 16 = 40 is not a multiple of 16");
+  cr_assert_eq(bench_reference_shape(4, 4, &shape), -1);
+}
+
+#endif /* HAVE_BENCH */

@@ -1,0 +1,131 @@
+/* The roofline model of derive_model.h and its tuner backend. */
+#include "derive_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe_layout.h"
+
+/* Tesla V100 (SXM2): 80 SMs, 900 GB/s HBM2 of which streaming copies reach about 830, L2 about
+ * 2.5 TB/s, 15.7 TFLOP/s FP32 (90% reachable), 125 TFLOP/s tensor peak of which m8n8k4 tiles this
+ * small reach about a third, E4M3 -> FP16 at about three instructions per value over 5120 lanes at
+ * 1.53 GHz, about 1.5 us per kernel in a graph, 64 warps and 32 CTAs per SM, 8 warps per SM of 16-byte
+ * loads to keep HBM2 busy. */
+const derive_device DERIVE_V100 = {
+    .name = "Tesla V100-SXM2 (modelled, not measured)",
+    .sm_count = 80,
+    .dram_gbps = 830.0,
+    .l2_gbps = 2500.0,
+    .cuda_core_tflops = 14.0,
+    .mma_tflops = 40.0,
+    .conversions_per_ns = 2600.0,
+    .launch_us = 1.5,
+    .saturating_warps_per_sm = 8,
+    .max_warps_per_sm = 64,
+    .max_ctas_per_sm = 32,
+};
+
+static int read_field(const char **cursor, const char *key, int32_t *out) {
+  size_t length = strlen(key);
+  if (strncmp(*cursor, key, length) != 0) return 0;
+  char *end = NULL;
+  long value = strtol(*cursor + length, &end, 10);
+  if (end == *cursor + length || value <= 0 || value > 4096) return 0;
+  *out = (int32_t)value;
+  *cursor = *end == '.' ? end + 1 : end;
+  return 1;
+}
+
+int derive_parse_variant(const char *name, derive_variant *out) {
+  memset(out, 0, sizeof *out);
+  const char *cursor = name;
+  if (strncmp(cursor, "gate_up.", 8) == 0) {
+    out->op = VOLT8_OP_GATE_UP;
+    cursor += 8;
+  } else if (strncmp(cursor, "down.", 5) == 0) {
+    out->op = VOLT8_OP_DOWN;
+    cursor += 5;
+  } else {
+    return 0;
+  }
+  if (strncmp(cursor, "cc.", 3) == 0) out->cuda_core = 1;
+  else if (strncmp(cursor, "mma.", 4) != 0) return 0;
+  cursor += out->cuda_core ? 3 : 4;
+  return read_field(&cursor, "bm", &out->block_m) && read_field(&cursor, "bn", &out->block_n) &&
+         read_field(&cursor, "w", &out->warps) && read_field(&cursor, "sk", &out->split_k);
+}
+
+/* Expected work items per expert, sum_p P(p) ceil(p / bm), and P(p = 0), for p ~ Binomial(M, q). */
+static void expected_items(int32_t num_tokens, double q, int32_t block_m, double *out_items, double *out_idle) {
+  double probability = pow(1.0 - q, num_tokens), items = 0.0;
+  *out_idle = probability;
+  for (int32_t p = 0; p < num_tokens; p++) {
+    probability *= (double)(num_tokens - p) / (p + 1) * q / (1.0 - q);
+    items += probability * (double)((p + 1 + block_m - 1) / block_m);
+  }
+  *out_items = items;
+}
+
+double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                    const derive_variant *variant) {
+  volt8_moe_dims dims;
+  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return NAN;
+  int gate_up = variant->op == VOLT8_OP_GATE_UP;
+  double columns = gate_up ? shape->intermediate : shape->hidden;
+  double rows = gate_up ? 2.0 : 1.0;
+  double k = gate_up ? shape->hidden : shape->intermediate;
+  double expert_bytes = gate_up ? dims.w13_bytes_per_expert + 2.0 * dims.s13_elems_per_expert
+                                : dims.w2_bytes_per_expert + 2.0 * dims.s2_elems_per_expert;
+  double activation_bytes = gate_up ? k * 2 + columns * 2 : k * 2 + columns * 4; /* x in, h out; h in, z out */
+  double q = (double)top_k / shape->num_experts, items_per_expert = 0.0, idle = 0.0;
+  expected_items(num_tokens, q, variant->block_m, &items_per_expert, &idle);
+  double experts = shape->num_experts, pairs = (double)num_tokens * top_k;
+  double items = experts * items_per_expert, active = experts * (1.0 - idle);
+  double ctas = items * ceil(columns / variant->block_n);
+  double dram_bytes = active * expert_bytes + pairs * activation_bytes;
+  double l2_bytes = items * expert_bytes + ctas * variant->block_m * k * 2;
+  double flops = 2.0 * items * variant->block_m * columns * rows * k;
+  double conversions = items * columns * rows * k;
+
+  double resident_warps = fmin(ctas * variant->warps, (double)device->sm_count * device->max_warps_per_sm);
+  double fill = fmin(1.0, resident_warps / ((double)device->sm_count * device->saturating_warps_per_sm));
+  double memory_us = fmax(dram_bytes / (device->dram_gbps * 1e3 * fmax(fill, 1e-3)), l2_bytes / (device->l2_gbps * 1e3));
+  double rate = variant->cuda_core ? device->cuda_core_tflops : device->mma_tflops;
+  double ctas_per_sm = fmin(device->max_ctas_per_sm, floor((double)device->max_warps_per_sm / variant->warps));
+  double waves = ctas / (device->sm_count * ctas_per_sm);
+  double tail = waves > 1 && waves < 8 ? ceil(waves) / waves : 1.0;
+  double math_us = (flops / (rate * 1e6) + conversions / (device->conversions_per_ns * 1e3)) / fmax(fill, 1e-3) * tail;
+  return device->launch_us + fmax(memory_us, math_us) + 0.15 * fmin(memory_us, math_us);
+}
+
+double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  double pairs = (double)num_tokens * top_k;
+  double bytes = pairs * shape->hidden * 4.0 + (double)num_tokens * shape->hidden * 2.0 + pairs * 12.0;
+  return 2.0 * device->launch_us + bytes / (device->dram_gbps * 1e3);
+}
+
+static volt8_status derive_begin(void *state, int32_t m) { return VOLT8_OK; }
+static void derive_end(void *state, int32_t m) {}
+
+static volt8_status derive_measure(void *user, int32_t m, const char *gate_up, const char *down, int32_t batches,
+                                   tuner_measurement *out) {
+  derive_state *state = user;
+  derive_variant variants[2];
+  const char *names[2] = {gate_up, down};
+  out->accepted = 1;
+  out->forward_us = derive_support_us(state->device, &state->shape, state->top_k, m);
+  for (int i = 0; i < 2 && out->accepted; i++) {
+    out->accepted = derive_parse_variant(names[i], &variants[i]);
+    double us = out->accepted ? derive_op_us(state->device, &state->shape, state->top_k, m, &variants[i]) : NAN;
+    out->accepted = isfinite(us);
+    out->forward_us += us;
+  }
+  if (!out->accepted) snprintf(out->reason, sizeof out->reason, "the model cannot read %s or %s", gate_up, down);
+  return VOLT8_OK;
+}
+
+tuner_backend derive_backend(derive_state *state) {
+  return (tuner_backend){state, 0, derive_begin, derive_measure, derive_end};
+}

@@ -1,0 +1,62 @@
+/* Tables derived without the GPU they are for: a roofline model of one kernel variant's time,
+ * used for the shipped sm_70 tables (no V100 was measured; their __metadata__ says so).
+ *
+ * Model of one GEMM op at M tokens, top_k of E experts, variant (family, bm, bn, w, sk):
+ *   pairs per expert p ~ Binomial(M, top_k / E); active experts A = E (1 - P(p = 0));
+ *   work items  W = E * sum_p P(p) ceil(p / bm)        (route splits each expert's pairs by bm)
+ *   CTAs        C = W * ceil(N_out / bn)               (N_out: I for gate_up, H for down)
+ *   DRAM bytes  = A * (expert's FP8 weights + scales) + pairs * (input + output activation bytes)
+ *   L2 bytes    = W * (expert's weights + scales) + C * bm * K * 2   (every item rereads its expert)
+ *   math        = 2 * W * bm * N_out * rows * K flops at the family's rate (cc: FP32 FMA,
+ *                 mma: m8n8k4), plus W * N_out * rows * K E4M3 -> FP16 conversions
+ *   memory time = max(DRAM / (bandwidth * fill), L2 / L2 bandwidth), fill = min(1, resident
+ *                 warps / warps that saturate DRAM), resident warps = min(C * w, SMs * 64)
+ *   math time   = math / (rate * fill), stretched by the last partial wave when there are several
+ *   op time     = launch + max(memory, math) + 15% of min(memory, math) (imperfect overlap)
+ * The forward adds route and reduce (launches plus the z read and out write). Ties keep the
+ * code generator's order. The constants are the device's data-sheet figures derated to what
+ * streaming kernels reach (see DERIVE_V100 in derive_model.c). */
+#ifndef VOLT8_DERIVE_MODEL_H
+#define VOLT8_DERIVE_MODEL_H
+
+#include "tuner.h"
+
+typedef struct derive_device {
+  const char *name;                /* what the tables' "device" says */
+  int32_t sm_count;
+  double dram_gbps;                /* reachable streaming bandwidth */
+  double l2_gbps;
+  double cuda_core_tflops;         /* FP32 FMA */
+  double mma_tflops;               /* mma.sync m8n8k4 f16 -> f32, as small tiles reach it */
+  double conversions_per_ns;       /* E4M3 -> FP16, whole device */
+  double launch_us;                /* one kernel inside a graph */
+  int32_t saturating_warps_per_sm; /* resident warps per SM that keep DRAM busy */
+  int32_t max_warps_per_sm, max_ctas_per_sm;
+} derive_device;
+
+extern const derive_device DERIVE_V100;
+
+/* The parts of a GEMM variant name; 0 when `name` is not one. */
+typedef struct derive_variant {
+  volt8_op op;
+  int32_t cuda_core; /* family cc (1) or mma (0) */
+  int32_t block_m, block_n, warps, split_k;
+} derive_variant;
+int derive_parse_variant(const char *name, derive_variant *out);
+
+/* Modelled microseconds of one op's kernel; NaN when the name does not parse. */
+double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                    const derive_variant *variant);
+/* Modelled route + reduce microseconds (the same for every variant). */
+double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens);
+
+typedef struct derive_state {
+  const derive_device *device;
+  volt8_moe_shape shape;
+  int32_t top_k;
+} derive_state;
+
+/* A backend whose "measurement" is the model (backend.measured = 0). */
+tuner_backend derive_backend(derive_state *state);
+
+#endif

@@ -1,0 +1,263 @@
+/* `volt8 tune` options and the loop over shapes. */
+#include "tune_run.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "derive_model.h"
+#include "nvrtc_loader.h"
+#include "tuner_gpu.h"
+#include "tuning.h"
+
+static const int32_t DEFAULT_M[] = {1, 2, 4, 8, 16, 32, 64, 128};
+
+void tune_options_default(tune_options *options) {
+  memset(options, 0, sizeof *options);
+  options->top_k = REFERENCE_TOP_K;
+  options->m_count = (int32_t)(sizeof DEFAULT_M / sizeof DEFAULT_M[0]);
+  memcpy(options->m_values, DEFAULT_M, sizeof DEFAULT_M);
+  options->out_dir = "tuning/tables";
+  options->seed = 1;
+  options->warmup_batches = 2;
+  options->screen_batches = 8;
+  options->final_batches = 30;
+  options->finalists = 3;
+}
+
+const char *tune_usage(void) {
+  return "usage: volt8 tune [options]\n"
+         "  --tp 1,2,4,8          the reference model's TP sizes (rank 1 of each, rank 0 at TP1; default 4)\n"
+         "  --shape S             any shape instead (may be repeated)\n"
+         "  --m 1,2,4,...         token counts (default 1,2,4,8,16,32,64,128)\n"
+         "  --top-k K             experts per token (default 10)\n"
+         "  --out DIR             where the tables go, merged into any already there (default tuning/tables)\n"
+         "  --target-arch sm_XX   tune the kernels for this arch (default: the device's)\n"
+         "  --device N            CUDA device (default 0)\n"
+         "  --seed N --sets N     problem seed and input sets per M (default 1 and by the L2 size)\n"
+         "  --screen N --final N --finalists N   timed passes per candidate, per finalist, and how many\n"
+         "                        finalists (default 8, 30, 3)\n"
+         "  --jobs N              compile threads (default: processors, at most 16)\n"
+         "  --derive sm_70        no GPU: derive the tables from the V100 model (tuning/derive_model.h)\n";
+}
+
+static int parse_count(const char *text, long low, long high, int32_t *out) {
+  char *end = NULL;
+  long value = strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < low || value > high) return -1;
+  *out = (int32_t)value;
+  return 0;
+}
+
+static int add_tp_shapes(const char *text, tune_options *out) {
+  int32_t tps[TUNE_MAX_SHAPES];
+  int32_t count = bench_parse_int_list(text, tps, TUNE_MAX_SHAPES);
+  for (int32_t i = 0; i < count; i++) {
+    if (out->shape_count == TUNE_MAX_SHAPES || bench_reference_shape(tps[i], tps[i] > 1 ? 1 : 0, &out->shapes[out->shape_count]) != 0)
+      return -1;
+    out->shape_count++;
+  }
+  return count > 0 ? 0 : -1;
+}
+
+int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tune_options *out, char *error,
+                       size_t error_size) {
+  tune_options_default(out);
+  for (int i = 1; i < argc; i++) {
+    const char *name = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) return 1;
+    if (!next) {
+      snprintf(error, error_size, "%s needs a value", name);
+      return -1;
+    }
+    int bad = 0;
+    int32_t value = 0;
+    if (strcmp(name, "--tp") == 0) {
+      bad = add_tp_shapes(next, out);
+    } else if (strcmp(name, "--shape") == 0) {
+      volt8_moe_shape shape;
+      bench_reference_shape(4, 1, &shape);
+      bad = !parse_shape || out->shape_count == TUNE_MAX_SHAPES || parse_shape(next, &shape) != 0;
+      if (!bad) out->shapes[out->shape_count++] = shape;
+    } else if (strcmp(name, "--m") == 0) {
+      out->m_count = bench_parse_int_list(next, out->m_values, BENCH_MAX_M);
+      bad = out->m_count < 0;
+    } else if (strcmp(name, "--top-k") == 0) {
+      bad = parse_count(next, 1, 64, &out->top_k);
+    } else if (strcmp(name, "--out") == 0) {
+      out->out_dir = next;
+    } else if (strcmp(name, "--target-arch") == 0) {
+      out->target_arch = next;
+    } else if (strcmp(name, "--device") == 0) {
+      bad = parse_count(next, 0, 255, &out->device);
+    } else if (strcmp(name, "--seed") == 0) {
+      bad = parse_count(next, 0, 0x7FFFFFFF, &value);
+      out->seed = (uint64_t)value;
+    } else if (strcmp(name, "--sets") == 0) {
+      bad = parse_count(next, 1, 256, &out->input_sets);
+    } else if (strcmp(name, "--screen") == 0) {
+      bad = parse_count(next, 1, 10000, &out->screen_batches);
+    } else if (strcmp(name, "--final") == 0) {
+      bad = parse_count(next, 1, 10000, &out->final_batches);
+    } else if (strcmp(name, "--finalists") == 0) {
+      bad = parse_count(next, 0, 64, &out->finalists);
+    } else if (strcmp(name, "--jobs") == 0) {
+      bad = parse_count(next, 1, 256, &out->jobs);
+    } else if (strcmp(name, "--derive") == 0) {
+      out->derive_arch = next;
+      bad = strcmp(next, "sm_70") != 0; /* the only device with a model */
+    } else {
+      snprintf(error, error_size, "unknown argument \"%s\"", name);
+      return -1;
+    }
+    if (bad) {
+      snprintf(error, error_size, "bad value \"%s\" for %s", next, name);
+      return -1;
+    }
+    i++;
+  }
+  if (out->shape_count == 0) bench_reference_shape(4, 1, &out->shapes[out->shape_count++]);
+  if (out->derive_arch && out->target_arch) {
+    snprintf(error, error_size, "--derive and --target-arch exclude each other");
+    return -1;
+  }
+  return 0;
+}
+
+/* mkdir -p: 0 when `path` is a directory afterwards. */
+static int make_directories(const char *path) {
+  char partial[4096];
+  if (snprintf(partial, sizeof partial, "%s", path) >= (int)sizeof partial) return -1;
+  for (char *slash = strchr(partial + 1, '/');; slash = strchr(slash + 1, '/')) {
+    if (slash) *slash = '\0';
+    if (mkdir(partial, 0755) != 0 && errno != EEXIST) return -1;
+    if (!slash) break;
+    *slash = '/';
+  }
+  struct stat info;
+  return stat(path, &info) == 0 && S_ISDIR(info.st_mode) ? 0 : -1;
+}
+
+static void shape_label(const volt8_moe_shape *shape, char *buf, size_t size) {
+  snprintf(buf, size, "H=%d I=%d (offset %d) E=%d block %dx%d", shape->hidden, shape->intermediate,
+           shape->intermediate_offset, shape->num_experts, shape->block_n, shape->block_k);
+}
+
+static void report_summary(FILE *progress, const tuner_summary *summary) {
+  if (!progress) return;
+  fprintf(progress, "tune: %d token counts done, %d measurements, %d rejected\n  %s\n  %s\n", summary->m_done,
+          summary->measurements, summary->rejected, summary->tables[0], summary->tables[1]);
+  if (summary->failures[0]) fprintf(progress, "tune: failures:\n%s", summary->failures);
+  fflush(progress);
+}
+
+static volt8_status derive_all(const tune_options *options, const char *command, FILE *progress, int tty,
+                               tune_outcome *outcome, char *error, size_t error_size) {
+  volt8_ctx_options context_options = VOLT8_CTX_OPTIONS_INIT;
+  context_options.device = -1;
+  context_options.target_arch = options->derive_arch;
+  volt8_ctx *ctx = NULL;
+  volt8_status status = volt8_ctx_create(&context_options, &ctx);
+  if (status != VOLT8_OK) {
+    snprintf(error, error_size, "%s", volt8_last_error(NULL));
+    return status;
+  }
+  for (int32_t s = 0; s < options->shape_count && status == VOLT8_OK; s++) {
+    char label[160];
+    shape_label(&options->shapes[s], label, sizeof label);
+    if (progress) fprintf(progress, "tune: deriving %s tables for %s\n", options->derive_arch, label);
+    derive_state state = {&DERIVE_V100, options->shapes[s], options->top_k};
+    tuner_backend backend = derive_backend(&state);
+    tuner_settings settings = {
+        .shape = options->shapes[s], .top_k = options->top_k, .m_values = options->m_values,
+        .m_count = options->m_count, .screen_batches = 1, .final_batches = 1, .finalists = 0,
+        .out_dir = options->out_dir, .arch = ctx->target_arch, .device = DERIVE_V100.name,
+        .device_token = VOLT8_TUNING_ANY_DEVICE,
+        .method = "derived, not measured on a V100: the roofline model of tuning/derive_model.h (V100-SXM2: 80 SMs, "
+                  "830 GB/s streaming, 2.5 TB/s L2, 14 TFLOP/s FP32, 40 TFLOP/s m8n8k4) ranks every variant at each M",
+        .command = command, .nvrtc_version = "none (derived; nothing compiled)", .progress = progress,
+        .progress_tty = tty};
+    tuner_summary summary;
+    status = tuner_run(ctx, &settings, &backend, &summary);
+    report_summary(progress, &summary);
+    outcome->m_failed += summary.m_failed;
+    if (status == VOLT8_OK) outcome->shapes_done++;
+  }
+  if (status != VOLT8_OK) snprintf(error, error_size, "%s", volt8_last_error(ctx));
+  volt8_ctx_destroy(ctx);
+  return status;
+}
+
+static void nvrtc_version(volt8_ctx *ctx, char *buf, size_t size) {
+  const volt8_nvrtc_lib *lib = NULL;
+  if (volt8_nvrtc_for_arch(ctx, ctx->target_arch, &lib) == VOLT8_OK) snprintf(buf, size, "%s", lib->version);
+  else snprintf(buf, size, "unknown (kernels from the disk cache)");
+}
+
+static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, const volt8_moe_shape *shape,
+                                  const char *command, FILE *progress, int tty, tune_outcome *outcome) {
+  char **names = NULL;
+  int32_t count = 0;
+  volt8_status status = volt8_codegen_list(ctx, shape, &names, &count);
+  if (status != VOLT8_OK) return status;
+  int32_t jobs = options->jobs ? options->jobs : bench_host_threads(16);
+  if (progress) fprintf(progress, "tune: compiling %d variants with %d threads\n", count, jobs);
+  tuner_precompile(ctx, shape, names, count, jobs);
+  volt8_codegen_names_free(names, count);
+
+  tuner_gpu_settings gpu_settings = {*shape, options->top_k, options->m_values[options->m_count - 1], options->seed,
+                                     options->input_sets, options->warmup_batches, 5.0, 0};
+  tuner_gpu *gpu = NULL;
+  status = tuner_gpu_open(ctx, &gpu_settings, &gpu);
+  if (status != VOLT8_OK) return status;
+  char device_token[128], nvrtc[64], method[256];
+  volt8_tuning_device_token(ctx->device_name, device_token, sizeof device_token);
+  nvrtc_version(ctx, nvrtc, sizeof nvrtc);
+  snprintf(method, sizeof method,
+           "measured: each candidate checked against the reference (relative L2 <= 1e-3), then the median of "
+           "%d (finalists: %d) graph-replayed passes over rotating input sets", options->screen_batches,
+           options->final_batches);
+  tuner_backend backend = tuner_gpu_backend(gpu);
+  tuner_settings settings = {
+      .shape = *shape, .top_k = options->top_k, .m_values = options->m_values, .m_count = options->m_count,
+      .screen_batches = options->screen_batches, .final_batches = options->final_batches,
+      .finalists = options->finalists, .out_dir = options->out_dir, .arch = ctx->target_arch,
+      .device = ctx->device_name, .device_token = device_token, .method = method, .command = command,
+      .nvrtc_version = nvrtc, .progress = progress, .progress_tty = tty};
+  tuner_summary summary;
+  status = tuner_run(ctx, &settings, &backend, &summary);
+  report_summary(progress, &summary);
+  outcome->m_failed += summary.m_failed;
+  tuner_gpu_close(gpu);
+  return status;
+}
+
+volt8_status tune_run(const tune_options *options, const char *command, FILE *progress, int tty,
+                      tune_outcome *out_outcome, char *error, size_t error_size) {
+  memset(out_outcome, 0, sizeof *out_outcome);
+  error[0] = '\0';
+  if (make_directories(options->out_dir) != 0 || access(options->out_dir, W_OK) != 0) {
+    snprintf(error, error_size, "cannot create or write %s: %s", options->out_dir, strerror(errno));
+    return VOLT8_ERR_IO;
+  }
+  if (options->derive_arch) return derive_all(options, command, progress, tty, out_outcome, error, error_size);
+  volt8_ctx_options context_options = VOLT8_CTX_OPTIONS_INIT;
+  context_options.device = options->device;
+  context_options.target_arch = options->target_arch;
+  volt8_ctx *ctx = NULL;
+  volt8_status status = volt8_ctx_create(&context_options, &ctx);
+  if (status == VOLT8_OK) status = volt8_ctx_require_device(ctx);
+  for (int32_t s = 0; s < options->shape_count && status == VOLT8_OK; s++) {
+    char label[160];
+    shape_label(&options->shapes[s], label, sizeof label);
+    if (progress) fprintf(progress, "tune: %s on %s (kernels for sm_%d)\n", label, ctx->device_name, ctx->target_arch);
+    status = measure_shape(ctx, options, &options->shapes[s], command, progress, tty, out_outcome);
+    if (status == VOLT8_OK) out_outcome->shapes_done++;
+  }
+  if (status != VOLT8_OK) snprintf(error, error_size, "%s", volt8_last_error(ctx));
+  volt8_ctx_destroy(ctx);
+  return status;
+}

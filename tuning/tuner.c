@@ -1,0 +1,273 @@
+/* The tuning loop: per M, screen every candidate of gate_up (down held), time the finalists again,
+ * then the same for down with the winning gate_up; write both tables after every M. */
+#include "tuner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctx_internal.h"
+#include "dispatch.h"
+#include "tuning.h"
+
+#define BAR_WIDTH 28
+
+typedef struct scored {
+  const char *name;
+  int32_t index; /* in the code generator's order: ties go to the earlier */
+  tuner_measurement result;
+} scored;
+
+typedef struct progress {
+  const tuner_settings *settings;
+  double start;
+  int64_t total, done;
+} progress;
+
+static double monotonic_seconds(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+static double now_seconds(const tuner_settings *settings) {
+  return settings->clock ? settings->clock() : monotonic_seconds();
+}
+
+static void format_duration(double seconds, char *buf, size_t size) {
+  long whole = (long)(seconds + 0.5);
+  if (whole >= 3600) snprintf(buf, size, "%ldh%02ldm", whole / 3600, whole / 60 % 60);
+  else if (whole >= 60) snprintf(buf, size, "%ldm%02lds", whole / 60, whole % 60);
+  else snprintf(buf, size, "%lds", whole);
+}
+
+/* "[#####.....]  45%  130/288  ETA 1m12s" */
+static void format_bar(const progress *state, char *buf, size_t size) {
+  double fraction = state->total ? (double)state->done / (double)state->total : 1.0;
+  if (fraction > 1.0) fraction = 1.0;
+  char bar[BAR_WIDTH + 1];
+  int filled = (int)(fraction * BAR_WIDTH);
+  for (int i = 0; i < BAR_WIDTH; i++) bar[i] = i < filled ? '#' : '.';
+  bar[BAR_WIDTH] = '\0';
+  char eta[32] = "?";
+  double elapsed = now_seconds(state->settings) - state->start;
+  if (state->done > 0) format_duration(elapsed / (double)state->done * (double)(state->total - state->done), eta, sizeof eta);
+  snprintf(buf, size, "[%s] %3d%% %lld/%lld ETA %s", bar, (int)(fraction * 100.0), (long long)state->done,
+           (long long)state->total, eta);
+}
+
+static void progress_step(progress *state, int32_t m, const char *variant) {
+  state->done++;
+  FILE *stream = state->settings->progress;
+  if (!stream || !state->settings->progress_tty) return;
+  char bar[128];
+  format_bar(state, bar, sizeof bar);
+  fprintf(stream, "\rtune %s  M=%-4d %-36.36s", bar, m, variant);
+  fflush(stream);
+}
+
+static void progress_result(progress *state, int32_t m, const char *op, const tuning_result_entry *entry) {
+  FILE *stream = state->settings->progress;
+  if (!stream) return;
+  char bar[128];
+  format_bar(state, bar, sizeof bar);
+  if (state->settings->progress_tty) fputc('\r', stream);
+  fprintf(stream, "tune: M=%-4d %-7s %-36s %9.2f us (%d candidates, %d rejected)  %s%s\n", m, op, entry->variant,
+          entry->forward_us, entry->candidates, entry->rejected, bar, state->settings->progress_tty ? "    " : "");
+  fflush(stream);
+}
+
+volt8_status tuner_candidates(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, char ***out_names,
+                              int32_t *out_count) {
+  *out_names = NULL;
+  *out_count = 0;
+  const char *op_name = volt8_tuning_op_name(op);
+  if (!op_name) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "tuner: op %d has no candidates", (int)op);
+  char **names = NULL;
+  int32_t count = 0;
+  volt8_status status = volt8_codegen_list(ctx, shape, &names, &count);
+  if (status != VOLT8_OK) return status;
+  size_t prefix = strlen(op_name);
+  int32_t kept = 0;
+  for (int32_t i = 0; i < count; i++) {
+    if (strncmp(names[i], op_name, prefix) == 0 && names[i][prefix] == '.') names[kept++] = names[i];
+    else free(names[i]);
+  }
+  if (kept == 0) {
+    free(names);
+    return volt8_fail(ctx, VOLT8_ERR_NOT_FOUND, "tuner: the code generator offers no %s variant for this shape", op_name);
+  }
+  *out_names = names;
+  *out_count = kept;
+  return VOLT8_OK;
+}
+
+static int compare_scored(const void *a, const void *b) {
+  const scored *left = a, *right = b;
+  if (left->result.forward_us != right->result.forward_us)
+    return left->result.forward_us < right->result.forward_us ? -1 : 1;
+  return (left->index > right->index) - (left->index < right->index);
+}
+
+typedef struct op_phase {
+  volt8_op op;
+  char **names;
+  int32_t count;
+  const char *held; /* the other op's variant */
+} op_phase;
+
+static volt8_status measure_one(const tuner_backend *backend, int32_t m, const op_phase *phase, const char *candidate,
+                                int32_t batches, tuner_measurement *out) {
+  memset(out, 0, sizeof *out);
+  out->relative_l2 = NAN;
+  const char *gate_up = phase->op == VOLT8_OP_GATE_UP ? candidate : phase->held;
+  const char *down = phase->op == VOLT8_OP_GATE_UP ? phase->held : candidate;
+  return backend->measure(backend->state, m, gate_up, down, batches, out);
+}
+
+/* Screens every candidate, times the finalists again, fills `entry`. *out_found = 0 when none passed. */
+static volt8_status tune_op(const tuner_settings *settings, const tuner_backend *backend, int32_t m,
+                            const op_phase *phase, progress *state, tuner_summary *summary,
+                            tuning_result_entry *entry, int *out_found, char *last_reason, size_t reason_size) {
+  scored *accepted = calloc((size_t)phase->count, sizeof *accepted);
+  if (!accepted) return VOLT8_ERR_OUT_OF_MEMORY;
+  int32_t accepted_count = 0, rejected = 0;
+  volt8_status status = VOLT8_OK;
+  for (int32_t i = 0; i < phase->count && status == VOLT8_OK; i++) {
+    tuner_measurement result;
+    status = measure_one(backend, m, phase, phase->names[i], settings->screen_batches, &result);
+    summary->measurements++;
+    progress_step(state, m, phase->names[i]);
+    if (status != VOLT8_OK) break;
+    if (result.accepted) {
+      accepted[accepted_count++] = (scored){phase->names[i], i, result};
+    } else {
+      rejected++;
+      snprintf(last_reason, reason_size, "%s: %.400s", phase->names[i], result.reason);
+    }
+  }
+  summary->rejected += rejected;
+  qsort(accepted, (size_t)accepted_count, sizeof *accepted, compare_scored);
+  int32_t finalists = backend->measured ? settings->finalists : 0;
+  if (finalists > accepted_count) finalists = accepted_count;
+  state->total -= (backend->measured ? settings->finalists : 0) - finalists;
+  for (int32_t i = 0; i < finalists && status == VOLT8_OK; i++) {
+    tuner_measurement again;
+    status = measure_one(backend, m, phase, accepted[i].name, settings->final_batches, &again);
+    summary->measurements++;
+    progress_step(state, m, accepted[i].name);
+    if (status == VOLT8_OK && again.accepted) accepted[i].result = again;
+    else if (status == VOLT8_OK) accepted[i].result.forward_us = INFINITY; /* failed on the second run: last */
+  }
+  qsort(accepted, (size_t)finalists, sizeof *accepted, compare_scored);
+  *out_found = status == VOLT8_OK && accepted_count > 0 && isfinite(accepted[0].result.forward_us);
+  if (*out_found) {
+    memset(entry, 0, sizeof *entry);
+    entry->m = m;
+    snprintf(entry->variant, sizeof entry->variant, "%s", accepted[0].name);
+    entry->forward_us = accepted[0].result.forward_us;
+    entry->relative_l2 = accepted[0].result.relative_l2;
+    snprintf(entry->paired_with, sizeof entry->paired_with, "%s", phase->held);
+    if (accepted_count > 1 && isfinite(accepted[1].result.forward_us)) {
+      snprintf(entry->runner_up, sizeof entry->runner_up, "%s", accepted[1].name);
+      entry->runner_up_us = accepted[1].result.forward_us;
+    }
+    entry->candidates = phase->count;
+    entry->rejected = rejected;
+  }
+  free(accepted);
+  return status;
+}
+
+static void utc_now(char *buf, size_t size) {
+  time_t now = time(NULL);
+  struct tm parts;
+  gmtime_r(&now, &parts);
+  strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &parts);
+}
+
+static volt8_status write_tables(volt8_ctx *ctx, const tuner_settings *settings, const char *date, int measured,
+                                 tuning_result_entry *const entries[2], int32_t count, tuner_summary *summary) {
+  volt8_op ops[2] = {VOLT8_OP_GATE_UP, VOLT8_OP_DOWN};
+  volt8_status status = VOLT8_OK;
+  for (int i = 0; i < 2 && status == VOLT8_OK; i++) {
+    tuning_table_metadata metadata = {
+        .op = volt8_tuning_op_name(ops[i]), .block_n = settings->shape.block_n, .block_k = settings->shape.block_k,
+        .arch = settings->arch, .device_token = settings->device_token, .device = settings->device,
+        .measured = measured, .method = settings->method, .command = settings->command,
+        .nvrtc_version = settings->nvrtc_version, .date = date, .shape = &settings->shape, .top_k = settings->top_k};
+    status = volt8_tuning_op_dims(ctx, &settings->shape, ops[i], &metadata.n, &metadata.k);
+    if (status == VOLT8_OK)
+      status = tuning_table_merge_write(ctx, settings->out_dir, &metadata, entries[i], count, summary->tables[i],
+                                        sizeof summary->tables[i]);
+  }
+  return status;
+}
+
+static void note_failure(tuner_summary *summary, int32_t m, const char *op, const char *reason) {
+  size_t used = strlen(summary->failures);
+  snprintf(summary->failures + used, sizeof summary->failures - used, "M=%d %s: no candidate passed (last: %.300s)\n", m,
+           op, reason[0] ? reason : "none measured");
+  summary->m_failed++;
+}
+
+/* One M: gate_up with the dispatch's down, then down with the winning gate_up. */
+static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend, int32_t m,
+                           op_phase phases[2], progress *state, tuner_summary *summary, tuning_result_entry *gate_up,
+                           tuning_result_entry *down, int *out_done) {
+  *out_done = 0;
+  volt8_variant_choice start;
+  volt8_status status = volt8_dispatch_choose(ctx, &settings->shape, m, settings->top_k, &start);
+  if (status == VOLT8_OK) status = backend->begin_m(backend->state, m);
+  if (status != VOLT8_OK) return status;
+  char reason[512] = "";
+  int found = 0;
+  phases[0].held = start.down;
+  status = tune_op(settings, backend, m, &phases[0], state, summary, gate_up, &found, reason, sizeof reason);
+  if (status == VOLT8_OK && found) progress_result(state, m, "gate_up", gate_up);
+  if (status == VOLT8_OK && !found) note_failure(summary, m, "gate_up", reason);
+  if (status == VOLT8_OK && found) {
+    phases[1].held = gate_up->variant;
+    status = tune_op(settings, backend, m, &phases[1], state, summary, down, &found, reason, sizeof reason);
+    if (status == VOLT8_OK && found) progress_result(state, m, "down", down);
+    if (status == VOLT8_OK && !found) note_failure(summary, m, "down", reason);
+    *out_done = status == VOLT8_OK && found;
+  }
+  backend->end_m(backend->state, m);
+  return status;
+}
+
+volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend,
+                       tuner_summary *out_summary) {
+  memset(out_summary, 0, sizeof *out_summary);
+  op_phase phases[2] = {{VOLT8_OP_GATE_UP, NULL, 0, NULL}, {VOLT8_OP_DOWN, NULL, 0, NULL}};
+  volt8_status status = tuner_candidates(ctx, &settings->shape, VOLT8_OP_GATE_UP, &phases[0].names, &phases[0].count);
+  if (status == VOLT8_OK) status = tuner_candidates(ctx, &settings->shape, VOLT8_OP_DOWN, &phases[1].names, &phases[1].count);
+  tuning_result_entry *entries[2] = {calloc((size_t)settings->m_count + 1, sizeof(tuning_result_entry)),
+                                     calloc((size_t)settings->m_count + 1, sizeof(tuning_result_entry))};
+  if (status == VOLT8_OK && (!entries[0] || !entries[1]))
+    status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "tuner: out of memory");
+  int32_t finals = backend->measured ? settings->finalists : 0;
+  progress state = {settings, now_seconds(settings), 0, 0};
+  for (int i = 0; i < 2; i++)
+    state.total += (int64_t)settings->m_count * (phases[i].count + (finals < phases[i].count ? finals : phases[i].count));
+  char date[32];
+  utc_now(date, sizeof date);
+  int32_t written = 0;
+  for (int32_t i = 0; i < settings->m_count && status == VOLT8_OK; i++) {
+    int done = 0;
+    status = tune_m(ctx, settings, backend, settings->m_values[i], phases, &state, out_summary, &entries[0][written],
+                    &entries[1][written], &done);
+    if (status == VOLT8_OK && done) {
+      written++;
+      out_summary->m_done++;
+      status = write_tables(ctx, settings, date, backend->measured, entries, written, out_summary);
+    }
+  }
+  volt8_codegen_names_free(phases[0].names, phases[0].count);
+  volt8_codegen_names_free(phases[1].names, phases[1].count);
+  free(entries[0]);
+  free(entries[1]);
+  return status;
+}
