@@ -21,6 +21,13 @@ typedef struct synthetic_checkpoint {
  * 128x128 scales under mtp.layers.0) into dir. 0 on success; reports on stderr otherwise. */
 int cli_write_synthetic_checkpoint(const char *dir, const synthetic_checkpoint *spec);
 
+typedef struct compile_totals {
+  int compiled, from_cache;
+  double seconds;
+} compile_totals;
+/* Compiles (or loads from the cache) every variant of `shape`: one line each, or one progress line. */
+volt8_status cli_compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compile_totals *totals, int one_line);
+
 int cli_compile(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_bench(int argc, char **argv);

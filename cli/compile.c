@@ -2,16 +2,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
-typedef struct compile_totals {
-  int compiled, from_cache;
-  double seconds;
-} compile_totals;
-
-/* Compiles (or loads from the cache) every variant of `shape`, one progress line each. */
-static volt8_status compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compile_totals *totals) {
+volt8_status cli_compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compile_totals *totals, int one_line) {
   int32_t count = 0;
   volt8_status status = volt8_variant_count(ctx, shape, &count);
   if (status != VOLT8_OK) return status;
@@ -26,7 +21,13 @@ static volt8_status compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, co
     if (status != VOLT8_OK) return status;
     totals->seconds += seconds;
     if (from_cache) totals->from_cache++; else totals->compiled++;
-    printf("  [%3d/%d] %-44s %s %6.2f s\n", i + 1, count, name, from_cache ? "cached  " : "compiled", seconds);
+    if (one_line) {
+      if (isatty(STDOUT_FILENO) || i + 1 == count)
+        printf("%s  kernels: %d/%d (%d compiled, %d from the cache)%s", isatty(STDOUT_FILENO) ? "\r" : "", i + 1, count,
+               totals->compiled, totals->from_cache, i + 1 == count ? "\n" : "");
+    } else {
+      printf("  [%3d/%d] %-44s %s %6.2f s\n", i + 1, count, name, from_cache ? "cached  " : "compiled", seconds);
+    }
     fflush(stdout);
   }
   return VOLT8_OK;
@@ -94,7 +95,7 @@ int cli_compile(int argc, char **argv) {
     char text[256];
     cli_format_shape(&shapes[s], text, sizeof text);
     printf("volt8 compile: %s for %s into %s\n", text, arch, cache);
-    status = compile_all(ctx, &shapes[s], &totals);
+    status = cli_compile_all(ctx, &shapes[s], &totals, 0);
   }
   if (status == VOLT8_OK) {
     double start = cli_now_seconds();
@@ -106,38 +107,6 @@ int cli_compile(int argc, char **argv) {
     rc = cli_report(ctx, "compile", status);
   } else {
     printf("volt8 compile: %d compiled, %d already cached, %.1f s\n", totals.compiled, totals.from_cache, totals.seconds);
-  }
-  volt8_ctx_destroy(ctx);
-  return rc;
-}
-
-int cli_demo(int argc, char **argv) {
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  volt8_ctx *ctx = NULL;
-  volt8_status status = volt8_ctx_create(&options, &ctx);
-  if (status != VOLT8_OK) return cli_report(NULL, "demo", status);
-  char arch[16];
-  volt8_ctx_target_arch(ctx, arch, sizeof arch);
-  volt8_status device = volt8_ctx_require_device(ctx);
-  printf("volt8 %s demo\n", volt8_version_string());
-  if (device == VOLT8_OK) {
-    printf("device: GPU found, compiling for %s\n", arch);
-  } else {
-    printf("device: none (%s)\n        compiling the SM70 kernels (%s) so a Volta host can load them from the cache\n",
-           volt8_last_error(ctx), arch);
-  }
-  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  char text[256];
-  cli_format_shape(&shape, text, sizeof text);
-  printf("shape: %s (reference model, TP4 rank 1)\n", text);
-  compile_totals totals = {0, 0, 0.0};
-  status = compile_all(ctx, &shape, &totals);
-  int rc = 0;
-  if (status != VOLT8_OK) {
-    rc = cli_report(ctx, "demo", status);
-  } else {
-    printf("demo: %d variants compiled, %d loaded from the disk cache, %.1f s in all\n", totals.compiled,
-           totals.from_cache, totals.seconds);
   }
   volt8_ctx_destroy(ctx);
   return rc;

@@ -118,10 +118,11 @@ static volt8_status allocate_workspace(volt8_experts *experts) {
 volt8_status volt8_experts_alloc(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t max_tokens, int32_t max_top_k,
                                  volt8_experts **out_experts) {
   *out_experts = NULL;
-  if (max_tokens <= 0 || max_top_k <= 0 || max_top_k > shape->num_experts ||
-      (int64_t)max_tokens * max_top_k > MAX_GRID_Y)
+  /* A token routes to distinct experts, so the workspace never needs more than E pairs a token. */
+  if (max_top_k > shape->num_experts && shape->num_experts > 0) max_top_k = shape->num_experts;
+  if (max_tokens <= 0 || max_top_k <= 0 || (int64_t)max_tokens * max_top_k > MAX_GRID_Y)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "max_tokens %d x max_top_k %d must be positive, top_k <= experts, and at most %d routed pairs",
+                      "max_tokens %d x max_top_k %d must be positive and give at most %d routed pairs",
                       max_tokens, max_top_k, MAX_GRID_Y);
   volt8_moe_dims dims;
   volt8_status status = volt8_moe_dims_compute(ctx, shape, &dims);

@@ -23,6 +23,8 @@ gpu_test_shapes=(
   "hidden=2048,intermediate=128,num_experts=64,intermediate_offset=0"
   "hidden=4096,intermediate=256,num_experts=64,intermediate_offset=0"
   "num_experts=64,block_n=1,intermediate_offset=0"
+  "num_experts=2,intermediate_offset=32" "num_experts=2,intermediate_offset=96"
+  "hidden=256,num_experts=4,block_n=1,intermediate_offset=0"
 )
 
 prepare() {
@@ -50,16 +52,21 @@ prepare() {
   du -sh "$carry" | awk '{print "gpu_check prepare: .carry is " $1}'
 }
 
-# GPU_CHECK_EXTRA (bash array, exported as lines in $GPU_CHECK_EXTRA_LINES) adds commands after the suites.
+# Phases (all when none is named): suites (each GPU suite with the carried compute_70 PTX and with
+# native code), sanitize (memcheck and racecheck over the quick suites), tune (sm_90 tables for
+# TP 1/2/4/8), bench (the reference TP4 shape, with the tables just tuned when there are any),
+# demo (volt8 demo on the GPU), profile (ncu over the forward's kernels at M=$PROFILE_M).
+# Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
 run() {
-  local -a GPU_CHECK_EXTRA=()
-  [ -n "${GPU_CHECK_EXTRA_LINES:-}" ] && mapfile -t GPU_CHECK_EXTRA <<<"$GPU_CHECK_EXTRA_LINES"
   local out="${OUT:-$root/out}"
+  local -a phases=("$@")
+  [ ${#phases[@]} -eq 0 ] && phases=(suites sanitize tune bench)
   mkdir -p "$out"
-  local work
+  local work logs
   work="$(mktemp -d)"
+  logs="$work/logs"
+  mkdir -p "$logs" "$work/libs"
   # Carried libraries only where the machine lacks them: its own newer copies win.
-  mkdir -p "$work/libs"
   for lib in "$carry"/libs/*; do
     local name
     name="$(basename "$lib")"
@@ -67,53 +74,74 @@ run() {
   done
   export LD_LIBRARY_PATH="$carry/bin:$work/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PATH="/usr/local/cuda/bin:$PATH"
+  export VOLT8_SOURCE_ROOT="$root"
   cp -r "$carry/cache70" "$work/cache70"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$logs/device.txt"
   local summary="$out/summary.txt"
   : >"$summary"
   step() {
     local name="$1"
     shift
     local start=$SECONDS
-    timeout "${STEP_TIMEOUT:-300}" "$@" >"$out/$name.log" 2>&1
+    timeout "${STEP_TIMEOUT:-300}" "$@" >"$logs/$name.log" 2>&1
     local rc=$?
-    printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) "$(grep -E 'Synthesis|ERROR SUMMARY' "$out/$name.log" | tail -n 1)" |
-      tee -a "$summary"
+    printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
+      "$(grep -E 'Synthesis|ERROR SUMMARY|RACECHECK SUMMARY|volt8 (tune|bench):' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
   }
-  local suite name
-  for suite in "$carry"/bin/gpu_test_*; do
-    name="$(basename "$suite")"
-    name="${name#gpu_test_}"
-    if [ "$name" = bench ]; then  # times cuBLASLt against native code; its support kernels are not in cache70
-      step "$name.native" env VOLT8_CACHE_DIR="$work/native" "$suite" --jobs=1
-      continue
-    fi
-    step "$name.sm70_ptx" env VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70" "$suite" --jobs=1
-    step "$name.native" env VOLT8_CACHE_DIR="$work/native" "$suite" --jobs=1
+  local suite name phase
+  for phase in "${phases[@]}"; do
+    case "$phase" in
+      suites)
+        for suite in "$carry"/bin/gpu_test_*; do
+          name="$(basename "$suite")"
+          name="${name#gpu_test_}"
+          case " ${SKIP_SUITES:-} " in *" $name "*) continue ;; esac
+          if [ "$name" != bench ]; then  # bench's support kernels are not in cache70: native only
+            step "$name.sm70_ptx" env VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70" "$suite" --jobs=1
+          fi
+          step "$name.native" env VOLT8_CACHE_DIR="$work/native" "$suite" --jobs=1
+        done ;;
+      sanitize)
+        for tool in memcheck racecheck; do
+          for suite in "$carry"/bin/gpu_test_*; do
+            name="$(basename "$suite")"
+            name="${name#gpu_test_}"
+            [ "$name" = bench ] && continue
+            step "$name.$tool" env VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70" VOLT8_GPU_TEST_QUICK=1 \
+              compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 7 "$suite" --jobs=1
+          done
+        done ;;
+      tune)
+        step tune env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" tune --tp "${TUNE_TP:-1,2,4,8}" --out "$logs/tables" ;;
+      bench)
+        local tables=()
+        [ -d "$logs/tables" ] && tables=(env VOLT8_TUNING_DIR="$logs/tables")
+        step bench "${tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench \
+          --json "$logs/bench.json" --svg "$logs/bench.svg" --markdown "$logs/bench.md"
+        cat "$logs/bench.log" ;;
+      demo)
+        step demo env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" demo
+        cat "$logs/demo.log" ;;
+      profile)
+        step profile env VOLT8_CACHE_DIR="$work/native" ncu --clock-control none --kernel-name regex:volt8_ \
+          --launch-skip 40 --launch-count 12 --section SpeedOfLight --section Occupancy --section LaunchStats \
+          "$carry/bin/volt8" bench --m "${PROFILE_M:-8}" --no-baselines --warmup 1 --batches 2 --sets 2 ;;
+      *) echo "gpu_check: unknown phase $phase" >&2 ;;
+    esac
   done
-  for tool in memcheck racecheck; do
-    for suite in "$carry"/bin/gpu_test_*; do
-      name="$(basename "$suite")"
-      name="${name#gpu_test_}"
-      [ "$name" = bench ] && continue
-      step "$name.$tool" env VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70" VOLT8_GPU_TEST_QUICK=1 \
-        compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 7 "$suite" --jobs=1
-    done
-  done
-  for extra in "${GPU_CHECK_EXTRA[@]}"; do
-    step "extra" bash -c "$extra"
-  done
-  echo "--- tails ---"
-  for log in "$out"/*.log; do
+  tar -C "$work" -czf "$out/logs.tgz" logs
+  echo "--- failures ---"
+  grep -l -E '\[FAIL\]|Assertion Failed|ERROR SUMMARY: [1-9]' "$logs"/*.log 2>/dev/null | while read -r log; do
     echo "== $(basename "$log")"
-    tail -n 15 "$log"
+    grep -E -A6 '\[----\].*(Assertion|Failed)|\[FAIL\]|=========  *(Invalid|Error|Race)' "$log" | head -n 40
   done
+  echo "--- summary ---"
   cat "$summary"
   rm -rf "$work"
 }
 
 case "$mode" in
   prepare) prepare ;;
-  run) run ;;
+  run) shift; run "$@" ;;
   *) echo "usage: scripts/gpu_check.sh prepare|run" >&2; exit 2 ;;
 esac

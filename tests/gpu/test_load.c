@@ -1,0 +1,118 @@
+/* GPU suite for checkpoint loading: experts loaded onto the device from fixture checkpoints run the
+ * forward that the reference computes on the same rank loaded on the host; memory matches the
+ * plan; a failed load leaves nothing allocated. Fixtures are written by tests/fixtures/
+ * make_checkpoints.py (safetensors + numpy), run with $VOLT8_PYTHON, the .venv's or the system's python3. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu_fixture.h"
+#include "numeric.h"
+
+TestSuite(gpu_load, .timeout = 600);
+
+static char fixture_dir[512];
+
+static const char *source_root(void) {
+  const char *root = getenv("VOLT8_SOURCE_ROOT");
+  return root && *root ? root : VOLT8_SOURCE_DIR;
+}
+
+static void write_fixtures(void) {
+  char venv_python[1024], command[4096];
+  snprintf(venv_python, sizeof venv_python, "%s/.venv/bin/python3", source_root());
+  const char *python = getenv("VOLT8_PYTHON");
+  if (!python) python = access(venv_python, X_OK) == 0 ? venv_python : "python3";
+  snprintf(fixture_dir, sizeof fixture_dir, "/tmp/volt8-gpu-load-XXXXXX");
+  cr_assert_not_null(mkdtemp(fixture_dir));
+  snprintf(command, sizeof command, "'%s' '%s/tests/fixtures/make_checkpoints.py' '%s' --group native --group online "
+           "--group scales >/dev/null", python, source_root(), fixture_dir);
+  cr_assert_eq(system(command), 0, "fixture generation failed: %s", command);
+}
+
+static void remove_fixtures(void) {
+  char command[1024];
+  snprintf(command, sizeof command, "rm -rf '%s'", fixture_dir);
+  if (system(command) != 0) cr_log_warn("could not remove %s", fixture_dir);
+}
+
+/* Loads one rank on the device and on the host, runs M tokens through both, compares. */
+static void check_case(volt8_ctx *ctx, const char *case_dir, int32_t tp, int32_t rank, const char *online,
+                       int32_t online_block_n) {
+  char dir[1024], label[1200];
+  snprintf(dir, sizeof dir, "%s/%s", fixture_dir, case_dir);
+  snprintf(label, sizeof label, "%s tp %d rank %d%s", case_dir, tp, rank, online ? " online" : "");
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = dir;
+  options.tp_size = tp;
+  options.tp_rank = rank;
+  options.mtp_expert_quantization = online;
+  options.online_block_n = online_block_n;
+  volt8_host_checkpoint *host = NULL;
+  cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &host), VOLT8_OK, "%s: host load: %s", label,
+               volt8_last_error(ctx));
+  volt8_experts *experts = NULL;
+  cr_assert_eq(volt8_experts_load(ctx, &options, &experts), VOLT8_OK, "%s: device load: %s", label, volt8_last_error(ctx));
+
+  volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+  cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_OK, "%s: plan: %s", label, volt8_last_error(ctx));
+  volt8_memory_report planned = VOLT8_MEMORY_REPORT_INIT, loaded = VOLT8_MEMORY_REPORT_INIT;
+  cr_assert_eq(volt8_plan_rank(ctx, &plan, rank, NULL, &planned), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(volt8_experts_memory(experts, &loaded), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(loaded.resident_bytes, planned.resident_bytes, "%s: resident %lld bytes, plan said %lld", label,
+               (long long)loaded.resident_bytes, (long long)planned.resident_bytes);
+
+  host_problem problem = {0};
+  problem.shape = host->shape;
+  cr_assert_eq(volt8_moe_dims_compute(ctx, &host->shape, &problem.dims), VOLT8_OK);
+  problem.w13 = (uint8_t *)host->experts.w13;
+  problem.s13 = (uint16_t *)host->experts.s13;
+  problem.w2 = (uint8_t *)host->experts.w2;
+  problem.s2 = (uint16_t *)host->experts.s2;
+  int32_t top_k = host->shape.num_experts < 4 ? host->shape.num_experts : 4;
+  const int32_t ms[] = {1, 8, 33};
+  for (int m = 0; m < 3; m++) {
+    device_batch batch;
+    gpu_make_batch(ctx, &problem, ms[m], top_k, ROUTING_UNIFORM, &batch);
+    char full[1300];
+    snprintf(full, sizeof full, "%s M=%d top_k=%d", label, ms[m], top_k);
+    gpu_check_forward(ctx, experts, host->shape.hidden, &batch, NULL, NULL, full);
+    gpu_free_batch(ctx, &batch);
+  }
+  volt8_experts_destroy(experts);
+  volt8_host_checkpoint_free(host);
+}
+
+Test(gpu_load, loaded_experts_match_the_reference) {
+  volt8_ctx *ctx = gpu_open();
+  write_fixtures();
+  gpu_seed(21);
+  check_case(ctx, "real_shape", 4, 1, NULL, 128);
+  check_case(ctx, "real_shape", 4, 3, NULL, 128);
+  check_case(ctx, "bf16_fused", 4, 1, "fp8", 1);
+  remove_fixtures();
+  volt8_ctx_destroy(ctx);
+}
+
+Test(gpu_load, failed_load_leaves_nothing_allocated) {
+  volt8_ctx *ctx = gpu_open();
+  write_fixtures();
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/scale_zero", fixture_dir);
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = dir;
+  size_t free_before = 0, free_after = 0, total = 0;
+  cr_assert_eq(ctx->cuda->cuMemGetInfo(&free_before, &total), CUDA_SUCCESS);
+  volt8_experts *experts = (volt8_experts *)0x1;
+  volt8_status status = volt8_experts_load(ctx, &options, &experts);
+  cr_assert_eq(status, VOLT8_ERR_SCALE_RANGE, "status %d: %s", status, volt8_last_error(ctx));
+  cr_assert_null(experts);
+  cr_assert(strstr(volt8_last_error(ctx), "expert 1") != NULL, "%s", volt8_last_error(ctx));
+  cr_assert_eq(ctx->cuda->cuMemGetInfo(&free_after, &total), CUDA_SUCCESS);
+  cr_assert_eq(free_after, free_before, "device memory free before %zu, after the failed load %zu", free_before,
+               free_after);
+  remove_fixtures();
+  volt8_ctx_destroy(ctx);
+}
