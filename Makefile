@@ -18,6 +18,7 @@ demo: build
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -L cpu -j $(JOBS)
+	@VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests
 
 clean:
 	rm -rf $(BUILD_DIR)

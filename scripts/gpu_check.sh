@@ -55,7 +55,8 @@ prepare() {
 # Phases (all when none is named): suites (each GPU suite with the carried compute_70 PTX and with
 # native code), sanitize (memcheck and racecheck over the quick suites), tune (sm_90 tables for
 # TP 1/2/4/8), bench (the reference TP4 shape, with the tables just tuned when there are any),
-# demo (volt8 demo on the GPU), profile (ncu over the forward's kernels at M=$PROFILE_M).
+# demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
+# torch), profile (ncu over the forward's kernels at M=$PROFILE_M).
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
 run() {
   local out="${OUT:-$root/out}"
@@ -86,7 +87,7 @@ run() {
     timeout "${STEP_TIMEOUT:-300}" "$@" >"$logs/$name.log" 2>&1
     local rc=$?
     printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
-      "$(grep -E 'Synthesis|ERROR SUMMARY|RACECHECK SUMMARY|volt8 (tune|bench):' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
+      "$(grep -E 'Synthesis|ERROR SUMMARY|RACECHECK SUMMARY|volt8 (tune|bench):| passed| failed|mtp_step' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
   }
   local suite name phase
   for phase in "${phases[@]}"; do
@@ -119,6 +120,12 @@ run() {
         step bench "${tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench \
           --json "$logs/bench.json" --svg "$logs/bench.svg" --markdown "$logs/bench.md"
         cat "$logs/bench.log" ;;
+      python)
+        step python env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" VOLT8_REQUIRE_GPU=1 \
+          PYTHONUNBUFFERED=1 python3 -m pytest -q -p no:cacheprovider "$root/bindings/python/tests"
+        step python_example env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
+          python3 "$root/examples/mtp_step.py"
+        tail -n 3 "$logs/python.log" "$logs/python_example.log" ;;
       demo)
         step demo env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" demo
         cat "$logs/demo.log" ;;

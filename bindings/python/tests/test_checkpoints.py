@@ -1,0 +1,127 @@
+"""plan(), load_host_checkpoint() and the host reference on the fixture checkpoints; the library's
+own error statuses and messages for every broken checkpoint the fixtures hold."""
+import os
+
+import numpy as np
+import pytest
+
+import volt8
+import moe_numpy
+from checkpoint_cases import manifest_options, read_expected
+from volt8.errors import ERROR_CLASSES
+
+
+def test_plan_of_every_valid_checkpoint(checkpoints):
+    folder, manifest = checkpoints
+    for name, case in manifest["valid"].items():
+        tp = max(case["tps"]["128"])
+        report = volt8.plan(os.path.join(folder, case["dir"]), tp, **manifest_options(folder, case["options"]))
+        assert (report.route, report.hidden, report.intermediate, report.num_experts, report.tp_size) == (
+            case["route"], case["hidden"], case["intermediate"], case["experts"], tp), name
+        assert report.tensor_prefix == case["prefix"] and report.scale_dtype == case["scale_dtype"], name
+        assert (report.block_n, report.block_k) == (128, 128)
+        assert [rank.rank for rank in report.ranks] == list(range(tp))
+        for rank in report.ranks:
+            shape = rank.shape
+            width = case["intermediate"] // tp
+            assert (shape.hidden, shape.intermediate, shape.num_experts) == (case["hidden"], width, case["experts"])
+            expected_offset = rank.rank * width % 128 if case["route"] == "native" else 0
+            assert shape.intermediate_offset == expected_offset, (name, rank.rank)
+            memory = rank.memory
+            assert memory.weight_bytes == 3 * shape.num_experts * shape.hidden * shape.intermediate
+            assert memory.fp16_bytes == 2 * memory.weight_bytes
+            scale_elements = sum(int(np.prod(dims[1:])) for key, dims in shape.layout().items() if key[0] == "s")
+            assert memory.scale_bytes == 2 * shape.num_experts * scale_elements
+            assert memory.weight_bytes + memory.scale_bytes <= memory.resident_bytes < memory.padded_bytes + 4096
+            assert memory.workspace_bytes == 0
+
+
+def test_online_route_plan_and_conversion_error(checkpoints):
+    folder, manifest = checkpoints
+    case = manifest["valid"]["bf16_fused"]
+    path = os.path.join(folder, case["dir"])
+    report = volt8.plan(path, 4, mtp_expert_quantization="fp8", online_block_n=1)
+    assert report.route == "online" and report.block_n == 1 and report.scale_dtype == ""
+    assert report.quant_format.startswith("unquantized")
+    host = volt8.load_host_checkpoint(path, tp_size=4, tp_rank=2, mtp_expert_quantization="fp8", online_block_n=1)
+    assert host.report.route == "online" and host.shape.block_n == 1 and host.shape.intermediate_offset == 0
+    assert 0 < host.report.online_relative_l2 < 0.1 and host.report.online_max_abs_error > 0
+    expected = read_expected(folder, "bf16_fused", "bn1_tp4_rank2", host.shape)
+    for key, array in host.arrays().items():
+        np.testing.assert_array_equal(array, expected[key], err_msg=key)
+
+
+def test_host_checkpoint_matches_the_fixture_arrays(checkpoints):
+    folder, manifest = checkpoints
+    for name, tp, rank in (("modelopt_mixed_indexed", 4, 1), ("fp8_runtime_names", 8, 3), ("separate_draft", 4, 2)):
+        case = manifest["valid"][name]
+        host = volt8.load_host_checkpoint(os.path.join(folder, case["dir"]), tp_size=tp, tp_rank=rank,
+                                          **manifest_options(folder, case["options"]))
+        assert host.report.route == "native" and host.report.num_experts == case["experts"]
+        expected = read_expected(folder, name, f"tp{tp}_rank{rank}", host.shape)
+        for key, array in host.arrays().items():
+            assert not array.flags.writeable
+            np.testing.assert_array_equal(array, expected[key], err_msg=f"{name} tp{tp} rank{rank} {key}")
+
+
+def test_host_arrays_outlive_their_checkpoint_object(checkpoints):
+    folder, manifest = checkpoints
+    host = volt8.load_host_checkpoint(os.path.join(folder, "modelopt_mixed_indexed"), tp_size=2, tp_rank=1)
+    w2, shape = host.w2, host.shape
+    del host
+    assert w2.shape == shape.layout()["w2"] and int(w2.astype(np.int64).sum()) > 0
+
+
+def test_reference_forward_against_numpy(checkpoints):
+    folder, _ = checkpoints
+    host = volt8.load_host_checkpoint(os.path.join(folder, "modelopt_mixed_indexed"), tp_size=4, tp_rank=1)
+    shape = host.shape
+    rng = np.random.default_rng(3)
+    tokens, top_k = 5, 2
+    x = rng.normal(0, 1, size=(tokens, shape.hidden)).astype(np.float16)
+    ids = np.stack([rng.choice(shape.num_experts, top_k, replace=False) for _ in range(tokens)]).astype(np.int32)
+    ids[4, 1] = shape.num_experts  # out of range: contributes nothing
+    weights = rng.random((tokens, top_k)).astype(np.float32)
+    result = volt8.reference_moe_forward(host, x, ids, weights)
+    w13, w2 = moe_numpy.dequantize(shape, host.w13, host.s13, host.w2, host.s2)
+    expected = moe_numpy.moe_forward(shape, w13, w2, x, ids, weights)
+    assert moe_numpy.relative_l2(expected, result) < 1e-6
+    assert volt8.relative_l2(expected, result) == pytest.approx(moe_numpy.relative_l2(expected, result), abs=1e-12)
+    assert volt8.relative_l2(expected, result.astype(np.float16)) < 1e-3
+    assert volt8.relative_l2(np.zeros(4), np.zeros(4)) == 0.0
+
+
+@pytest.fixture(scope="module")
+def invalid(checkpoints):
+    folder, manifest = checkpoints
+    return folder, manifest["invalid"]
+
+
+def test_every_broken_checkpoint_raises_its_status(invalid):
+    """Each broken fixture: the Error subclass of the manifest's status, with its message fragments."""
+    folder, cases = invalid
+    assert len(cases) > 30
+    for name, case in sorted(cases.items()):
+        status = volt8.Status[case["status"][len("VOLT8_"):]]
+        options = case["options"]
+        kwargs = manifest_options(folder, options)
+        with pytest.raises(volt8.Error) as caught:
+            volt8.plan(os.path.join(folder, case["dir"]), options.get("tp", 1), **kwargs)
+        error = caught.value
+        assert type(error) is ERROR_CLASSES[status], f"{name}: {error!r}"
+        assert error.status is status, name
+        for fragment in case["contains"]:
+            assert fragment in error.message, f"{name}: {fragment!r} not in {error.message!r}"
+
+
+def test_load_argument_checks(checkpoints):
+    folder, _ = checkpoints
+    path = os.path.join(folder, "modelopt_mixed_indexed")
+    with pytest.raises(volt8.InvalidArgumentError, match="tp_size"):
+        volt8.plan(path, 0)
+    with pytest.raises(volt8.InvalidArgumentError, match="mtp_expert_quantization"):
+        volt8.plan(path, 1, mtp_expert_quantization=8)
+    with pytest.raises(volt8.InvalidArgumentError, match="tp_rank 4 and tp_size 4"):
+        volt8.load_host_checkpoint(path, tp_size=4, tp_rank=4)
+    with pytest.raises(volt8.InvalidArgumentError, match="online_block_n"):
+        volt8.plan(path, 1, online_block_n=64)

@@ -1,0 +1,152 @@
+"""Context: a volt8_ctx (device, kernel cache, last-error message)."""
+import ctypes
+import threading
+import weakref
+
+from . import _abi
+from ._library import check, last_error, load
+from .errors import InvalidArgumentError, NoDeviceError
+from .shape import MoeShape
+
+
+def device_ordinal(device):
+    """An int ordinal (-1: no device) from an int, None, "cpu", "cuda", "cuda:N" or a torch.device."""
+    if device is None:
+        return -1
+    if isinstance(device, bool):
+        raise InvalidArgumentError("device: a bool is not a device")
+    if isinstance(device, int):
+        return device
+    kind, index = (device.split(":") + [None])[:2] if isinstance(device, str) else (
+        getattr(device, "type", None), getattr(device, "index", None))
+    if kind == "cpu":
+        return -1
+    if kind == "cuda" and index is None:
+        import torch
+        return torch.cuda.current_device()
+    if kind == "cuda" and str(index).isdigit():
+        return int(index)
+    raise InvalidArgumentError(f"device: {device!r} is not a CUDA device")
+
+
+class Context:
+    """A volt8 context on one CUDA device (device=-1 or None: CPU paths only). A machine without a GPU
+    driver still gets a context; GPU calls on it raise NoDeviceError.
+
+    Calls on one context are serialised by a lock, so its last-error message always belongs to the
+    failing call. close() (or leaving a `with` block) also closes the experts and graphs made on it."""
+
+    def __init__(self, device=0, *, cache_dir=None, cache_disable=False, target_arch=None):
+        library = load()
+        self.device = device_ordinal(device)
+        options = _abi.CtxOptions(device=self.device, cache_dir=_encode(cache_dir),
+                                  cache_disable=int(bool(cache_disable)), target_arch=_encode(target_arch))
+        handle = ctypes.c_void_p()
+        check(library.volt8_ctx_create(ctypes.byref(options), ctypes.byref(handle)), "volt8_ctx_create")
+        self._handle = handle.value
+        self._lock = threading.RLock()
+        self._children = weakref.WeakSet()
+        self._finalizer = weakref.finalize(self, library.volt8_ctx_destroy, handle.value)
+
+    def __repr__(self):
+        if self._handle is None:
+            return "<volt8.Context closed>"
+        return f"<volt8.Context device={self.device} target_arch={self.target_arch}>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self):
+        """Frees the context, after the experts and graphs made on it. Idempotent."""
+        for child in list(self._children):
+            child.close()
+        self._finalizer()
+        self._handle = None
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    @property
+    def handle(self):
+        """The raw volt8_ctx pointer as an int."""
+        if self._handle is None:
+            raise InvalidArgumentError("the volt8.Context is closed")
+        return self._handle
+
+    def call(self, function, *args):
+        """Calls volt8 `function` (whose errors land in this context) and raises on failure."""
+        library = load()
+        with self._lock:
+            check(getattr(library, function)(*args), function, self.handle)
+
+    def adopt(self, child):
+        """Registers an object to close before this context is destroyed."""
+        self._children.add(child)
+
+    @property
+    def last_error(self):
+        """volt8_last_error(ctx): the message of the last failed call on this context."""
+        return last_error(self.handle)
+
+    @property
+    def target_arch(self):
+        """"sm_90", "sm_70"...: the device's arch, or the target_arch given at creation."""
+        buffer = ctypes.create_string_buffer(32)
+        self.call("volt8_ctx_target_arch", self.handle, buffer, len(buffer))
+        return buffer.value.decode()
+
+    @property
+    def has_device(self):
+        """True when the context holds a usable GPU."""
+        try:
+            self.require_device()
+        except NoDeviceError:
+            return False
+        return True
+
+    def require_device(self):
+        """Raises NoDeviceError (with the reason) unless the context holds a usable GPU."""
+        self.call("volt8_ctx_require_device", self.handle)
+
+    # ---- kernel variants ----
+
+    def variant_names(self, shape=None):
+        """The kernel variants the code generator offers for `shape` (a MoeShape; default: the reference shape)."""
+        c_shape = (shape or MoeShape()).to_c()
+        count = ctypes.c_int32()
+        self.call("volt8_variant_count", self.handle, ctypes.byref(c_shape), ctypes.byref(count))
+        names = []
+        buffer = ctypes.create_string_buffer(256)
+        for index in range(count.value):
+            self.call("volt8_variant_name", self.handle, ctypes.byref(c_shape), index, buffer, len(buffer))
+            names.append(buffer.value.decode())
+        return names
+
+    def compile_variant(self, name, shape=None):
+        """Generates and compiles (or loads from the disk cache) one variant for this context's target arch;
+        returns True when the image came from the cache."""
+        c_shape = (shape or MoeShape()).to_c()
+        from_cache = ctypes.c_int32()
+        self.call("volt8_variant_compile", self.handle, ctypes.byref(c_shape), name.encode(), ctypes.byref(from_cache))
+        return bool(from_cache.value)
+
+    def prepare_sampler(self):
+        """Compiles (or loads from the cache) the rejection-sampler kernels and, with a GPU, loads them:
+        call it before capturing rejection_sample into a CUDA graph."""
+        self.call("volt8_rejection_prepare", self.handle)
+
+
+def _encode(text):
+    return None if text is None else str(text).encode()
+
+
+def tuning_warnings():
+    """Warnings of the tuning-table lookup in this process (no table for a shape, a corrupt table skipped)."""
+    count = ctypes.c_int32()
+    buffer = ctypes.create_string_buffer(1 << 16)
+    check(load().volt8_tuning_warnings(buffer, len(buffer), ctypes.byref(count)), "volt8_tuning_warnings")
+    return [line for line in buffer.value.decode("utf-8", "replace").split("\n") if line]
