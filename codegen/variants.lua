@@ -7,6 +7,7 @@ local MMA_X_TILE_LIMIT_BYTES = 32 * 1024
 local MAX_EXPERTS = 2048                     -- the route kernel keeps four ints per expert in shared memory
 local MAX_DIMENSION = 65536
 local ROUTE_THREADS = 256
+local ROUTE_ID_CAPACITY_LIMIT = 8192         -- ids the route kernel keeps in shared memory at once
 local REDUCE_THREADS = 128
 
 variants.DEFAULT_SHAPE = {
@@ -200,6 +201,14 @@ local function mma_values(spec, s)
   return values
 end
 
+-- Ids the route kernel stages in shared memory at once: what its per-expert tables leave of the
+-- static limit, in whole 1024-id steps.
+local function route_id_capacity(num_experts)
+  local table_bytes = (4 * num_experts + 3) * 4 + 512
+  local capacity = (SHARED_MEMORY_LIMIT_BYTES - table_bytes) // 4 // 1024 * 1024
+  return math.min(ROUTE_ID_CAPACITY_LIMIT, capacity)
+end
+
 local TEMPLATES = {
   cc = "templates/moe_gemm_cc.cu", mma = "templates/moe_gemm_mma.cu",
   route = "templates/moe_route.cu", reduce = "templates/moe_reduce.cu",
@@ -216,7 +225,8 @@ function variants.describe(name, s)
     return {
       op = spec.op, family = "support", block_m = 0, block_n = spec.op == "reduce" and 4 * threads or 0,
       threads = threads, split_k = 1, warps = threads // 32, entry = entry, template = TEMPLATES[spec.op],
-      values = { ENTRY = entry, THREADS = threads, NUM_EXPERTS = s.num_experts, HIDDEN = s.hidden },
+      values = { ENTRY = entry, THREADS = threads, NUM_EXPERTS = s.num_experts, HIDDEN = s.hidden,
+                 ID_CAPACITY = route_id_capacity(s.num_experts) },
       parameters = { variant = name, shape = key, threads = threads },
     }
   end

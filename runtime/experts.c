@@ -339,13 +339,15 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   void *route_params[] = {&ids, &num_pairs, &bm_gate_up, &bm_down, &experts->sorted_pairs, &experts->items_gate_up,
                           &experts->items_down, &experts->counters};
   void *gate_up_params[] = {&x, &experts->w13, &experts->s13, &experts->sorted_pairs, &experts->items_gate_up,
-                            &experts->counters, &top_k, &experts->h};
+                            &experts->counters, &top_k, &experts->h, &ids, &num_pairs};
   void *down_params[] = {&experts->h, &experts->w2, &experts->s2, &experts->sorted_pairs, &experts->items_down,
-                         &experts->counters, &weights, &experts->z};
-  void *reduce_params[] = {&experts->z, &ids, &num_tokens, &top_k, &out};
+                         &experts->counters, &weights, &experts->z, &ids, &num_pairs};
+  void *reduce_params[] = {&experts->z, &ids, &num_tokens, &top_k, &out, &experts->counters};
   unsigned intermediate = (unsigned)experts->shape.intermediate, hidden = (unsigned)experts->shape.hidden;
   unsigned reduce_columns = (unsigned)reduce->threads * 4;
-  if ((status = launch(ctx, route, 1, 1, cu_stream, route_params)) != VOLT8_OK ||
+  /* block_m == 1 kernels take their pair from topk_ids directly; the reduce counts bad ids. */
+  int needs_route = bm_gate_up != 1 || bm_down != 1;
+  if ((needs_route && (status = launch(ctx, route, 1, 1, cu_stream, route_params)) != VOLT8_OK) ||
       (status = launch(ctx, gate_up, (intermediate + gate_up->block_n - 1) / gate_up->block_n, (unsigned)num_pairs,
                        cu_stream, gate_up_params)) != VOLT8_OK ||
       (status = launch(ctx, down, (hidden + down->block_n - 1) / down->block_n, (unsigned)num_pairs, cu_stream,

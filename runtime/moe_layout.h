@@ -25,16 +25,22 @@
  *   route   (const int *topk_ids, int num_pairs, int bm_gate_up, int bm_down, int *sorted_pairs,
  *            int4 *items_gate_up, int4 *items_down, int *counters)            grid (1)
  *   gate_up (const half *x, const uint8 *w13, const half *s13, const int *sorted_pairs,
- *            const int4 *items, const int *counters, int top_k, half *h)       grid (ceil(I/BN), P)
+ *            const int4 *items, const int *counters, int top_k, half *h,
+ *            const int *topk_ids, int num_pairs)                                grid (ceil(I/BN), P)
  *   down    (const half *h, const uint8 *w2, const half *s2, const int *sorted_pairs,
- *            const int4 *items, const int *counters, const float *topk_weights, float *z)
- *                                                                               grid (ceil(H/BN), P)
- *   reduce  (const float *z, const int *topk_ids, int num_tokens, int top_k, half *out)
+ *            const int4 *items, const int *counters, const float *topk_weights, float *z,
+ *            const int *topk_ids, int num_pairs)                                grid (ceil(H/BN), P)
+ *   reduce  (const float *z, const int *topk_ids, int num_tokens, int top_k, half *out, int *counters)
  *                                                                               grid (ceil(H/(threads*4)), M)
- * route groups pairs per expert in pair order, skips ids outside [0, E) (counters[2] counts them),
- * and splits each expert's pairs into work items of at most bm pairs. A GEMM CTA whose blockIdx.y
- * is not below its item count returns. z[p] = topk_weights[p] * (h[p] . W2[e]^T);
+ * route groups pairs per expert in pair order, skips ids outside [0, E), and splits each expert's
+ * pairs into work items of at most bm pairs. A GEMM CTA with bm > 1 whose blockIdx.y is not below
+ * its item count returns. A GEMM CTA with bm == 1 ignores sorted_pairs, items and counters: it
+ * serves pair p = blockIdx.y with expert topk_ids[p] and writes nothing when that id is outside
+ * [0, E). The launcher skips route when both GEMMs have bm == 1 (counters[0..1] are then stale and
+ * unread). z[p] = topk_weights[p] * (h[p] . W2[e]^T);
  * out[t] = sum over j = 0..top_k-1, in that order, of z[t*top_k+j] for valid ids, in FP32.
+ * counters[2]: CTA (0, 0) of reduce stores (does not add) the number of ids outside [0, E) of this
+ * forward, so it needs no reset between forwards or graph replays, with or without route.
  */
 #ifndef VOLT8_MOE_LAYOUT_H
 #define VOLT8_MOE_LAYOUT_H

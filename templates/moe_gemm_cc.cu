@@ -36,6 +36,20 @@ constexpr int kScaleKBlocks = @{SCALE_K_BLOCKS};
 static_assert(kK % 16 == 0 && kWarpsPerSlice * (32 / kLanesPerRow) == kBlockN, "one column per lane group");
 }  // namespace
 
+// Routed pair m of the CTA's work item: with block_m == 1 the item is the pair itself.
+static __device__ __forceinline__ int item_pair(const int *sorted_pairs, int first, int m) {
+  return kBlockM == 1 ? first + m : sorted_pairs[first + m];
+}
+
+// Requests chunk `chunk` of each weight row into one slot; past chunk_end or N it reads as zeros.
+static __device__ __forceinline__ void load_weight_slot(uint4 (&raw)[kRows], const unsigned char *const (&rows)[kRows],
+                                                        bool column_valid, int chunk, int chunk_end) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    raw[r] = (column_valid && chunk < chunk_end) ? load_weights_16(rows[r] + chunk * 16) : zero_uint4();
+  }
+}
+
 // Requests kUnroll chunks of each weight row: chunk_first, chunk_first + kLanesPerRow, ...
 // Chunks at or past chunk_end, and rows past N, read as zeros.
 static __device__ __forceinline__ void load_weight_batch(uint4 (&raw)[kUnroll][kRows], const unsigned char *const (&rows)[kRows],
@@ -81,21 +95,33 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const unsigned short *__restrict__ scales, const int *__restrict__ sorted_pairs,
     const int4 *__restrict__ items, const int *__restrict__ counters,
 #if VOLT8_GATE_UP
-    int top_k, unsigned short *__restrict__ out) {
+    int top_k, unsigned short *__restrict__ out,
 #else
-    const float *__restrict__ topk_weights, float *__restrict__ out) {
+    const float *__restrict__ topk_weights, float *__restrict__ out,
 #endif
+    const int *__restrict__ topk_ids, int num_pairs) {
   // x of the item in FP32, [pair][quarter][chunk]: lanes reading consecutive chunks hit distinct banks.
   __shared__ float4 x_tile[kBlockM * 4 * kChunks];
   __shared__ float scale_tile[kRows * kBlockN * kScaleKBlocks];  // [row kind][column][k block]
   __shared__ float partials[kSplitK * kBlockN * kBlockM * kRows];
   __shared__ int pair_ids[kBlockM];
 
-  if ((int)blockIdx.y >= counters[@{COUNTER_INDEX}]) return;
-  const int4 item = items[blockIdx.y];
-  const int expert = item.x;
-  const int first = item.y;
-  const int count = min(item.z, kBlockM);
+  int expert, first, count;
+  if (kBlockM == 1) {
+    // One routed pair per CTA, straight from topk_ids: no route pass is needed.
+    if ((int)blockIdx.y >= num_pairs) return;
+    expert = topk_ids[blockIdx.y];
+    first = blockIdx.y;
+    count = 1;
+  } else {
+    // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
+    const int item_count = counters[@{COUNTER_INDEX}];
+    const int4 item = items[blockIdx.y];
+    if ((int)blockIdx.y >= item_count) return;
+    expert = item.x;
+    first = item.y;
+    count = min(item.z, kBlockM);
+  }
   if (expert < 0 || expert >= kNumExperts || count <= 0) return;
 #if VOLT8_GATE_UP
   if (top_k <= 0) return;
@@ -122,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   uint4 raw[kUnroll][kRows];
   load_weight_batch(raw, row_weights, column_valid, chunk_begin + lane_in_row, chunk_end);
 
-  if (tid < kBlockM) pair_ids[tid] = tid < count ? sorted_pairs[first + tid] : 0;
+  if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
   // x rows in groups of loads that are all in flight together.
   for (int group_start = 0; group_start < kStageIterations; group_start += kStageGroup) {
     uint4 x_raw[kStageGroup];
@@ -132,9 +158,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
       const int m = index / (kK / 8);
       const bool valid = group_start + g < kStageIterations && index < kBlockM * (kK / 8) && m < count;
 #if VOLT8_GATE_UP
-      const long long row = valid ? sorted_pairs[first + m] / top_k : 0;
+      const long long row = valid ? item_pair(sorted_pairs, first, m) / top_k : 0;
 #else
-      const long long row = valid ? sorted_pairs[first + m] : 0;
+      const long long row = valid ? item_pair(sorted_pairs, first, m) : 0;
 #endif
       x_raw[g] = valid ? *reinterpret_cast<const uint4 *>(activations + row * kK + (index % (kK / 8)) * 8) : zero_uint4();
     }
@@ -167,49 +193,74 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   }
   for (int batch = 0; batch < kBatches; ++batch) {
     const int chunk_base = chunk_begin + lane_in_row + batch * kUnroll * kLanesPerRow;
-    uint4 next[kUnroll][kRows];  // the next batch is in flight while this one is used
-    if (batch + 1 < kBatches) {
-      load_weight_batch(next, row_weights, column_valid, chunk_base + kUnroll * kLanesPerRow, chunk_end);
-    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int chunk = chunk_base + u * kLanesPerRow;
-      if (chunk < chunk_end) {
-        float w[kRows][16];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) e4m3x16_to_float(raw[u][r], w[r]);
-        const int k_block = (kScaleKOffset + chunk * 16) >> 7;
+      if (chunk < chunk_end && kRows == 1) {
+        // down: the whole chunk converted at once (fewer registers here than word by word).
+        float w[16];
+        e4m3x16_to_float(raw[u][0], w);
+        const float scale = scale_tile[group * kScaleKBlocks + ((kScaleKOffset + chunk * 16) >> 7)];
 #pragma unroll
         for (int m = 0; m < kBlockM; ++m) {
           if (m < count) {
-            float x[16];
+            float even = 0.0f, odd = 0.0f;
 #pragma unroll
             for (int quarter = 0; quarter < 4; ++quarter) {
-              const float4 v = x_tile[(m * 4 + quarter) * kChunks + chunk];
-              x[4 * quarter + 0] = v.x;
-              x[4 * quarter + 1] = v.y;
-              x[4 * quarter + 2] = v.z;
-              x[4 * quarter + 3] = v.w;
+              const float4 x = x_tile[(m * 4 + quarter) * kChunks + chunk];
+              even = fmaf(x.x, w[4 * quarter + 0], even);
+              odd = fmaf(x.y, w[4 * quarter + 1], odd);
+              even = fmaf(x.z, w[4 * quarter + 2], even);
+              odd = fmaf(x.w, w[4 * quarter + 3], odd);
             }
+            acc[m][0] = fmaf(even + odd, scale, acc[m][0]);
+          }
+        }
+      } else if (chunk < chunk_end) {
+        // gate_up: one 4-code word of each row at a time, so few converted weights are live at once; the
+        // even/odd sums see the products in the same order as a whole-chunk conversion would.
+        float even[kBlockM][kRows], odd[kBlockM][kRows];
 #pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-              float even = 0.0f, odd = 0.0f;
+        for (int m = 0; m < kBlockM; ++m) {
 #pragma unroll
-              for (int j = 0; j < 16; j += 2) {
-                even = fmaf(x[j], w[r][j], even);
-                odd = fmaf(x[j + 1], w[r][j + 1], odd);
+          for (int r = 0; r < kRows; ++r) even[m][r] = odd[m][r] = 0.0f;
+        }
+#pragma unroll
+        for (int quarter = 0; quarter < 4; ++quarter) {
+          float w[kRows][4];
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const unsigned word = quarter == 0 ? raw[u][r].x : quarter == 1 ? raw[u][r].y : quarter == 2 ? raw[u][r].z : raw[u][r].w;
+            half2_to_float2(e4m3x2_to_half2(word, VOLT8_E4M3_LOW_PAIR), w[r][0], w[r][1]);
+            half2_to_float2(e4m3x2_to_half2(word, VOLT8_E4M3_HIGH_PAIR), w[r][2], w[r][3]);
+          }
+#pragma unroll
+          for (int m = 0; m < kBlockM; ++m) {
+            if (m < count) {
+              const float4 x = x_tile[(m * 4 + quarter) * kChunks + chunk];
+#pragma unroll
+              for (int r = 0; r < kRows; ++r) {
+                even[m][r] = fmaf(x.x, w[r][0], even[m][r]);
+                odd[m][r] = fmaf(x.y, w[r][1], odd[m][r]);
+                even[m][r] = fmaf(x.z, w[r][2], even[m][r]);
+                odd[m][r] = fmaf(x.w, w[r][3], odd[m][r]);
               }
-              const float scale = scale_tile[(r * kBlockN + group) * kScaleKBlocks + k_block];
-              acc[m][r] = fmaf(even + odd, scale, acc[m][r]);
             }
           }
         }
+        const int k_block = (kScaleKOffset + chunk * 16) >> 7;
+#pragma unroll
+        for (int m = 0; m < kBlockM; ++m) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const float scale = scale_tile[(r * kBlockN + group) * kScaleKBlocks + k_block];
+            if (m < count) acc[m][r] = fmaf(even[m][r] + odd[m][r], scale, acc[m][r]);
+          }
+        }
       }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) raw[u][r] = next[u][r];
+      // The slot is used: request its chunk of the next batch, so about kUnroll chunks of each row
+      // stay in flight with one register buffer instead of two.
+      if (batch + 1 < kBatches) load_weight_slot(raw[u], row_weights, column_valid, chunk + kUnroll * kLanesPerRow, chunk_end);
     }
   }
 

@@ -152,17 +152,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const unsigned short *__restrict__ scales, const int *__restrict__ sorted_pairs,
     const int4 *__restrict__ items, const int *__restrict__ counters,
 #if VOLT8_GATE_UP
-    int top_k, unsigned short *__restrict__ out) {
+    int top_k, unsigned short *__restrict__ out,
 #else
-    const float *__restrict__ topk_weights, float *__restrict__ out) {
+    const float *__restrict__ topk_weights, float *__restrict__ out,
 #endif
+    const int *__restrict__ topk_ids, int num_pairs) {
   // x tile [pair][kTileK + 16 halves], later reused for the split-k partial sums.
   __shared__ __align__(16) unsigned char shared_buffer[kSmemBytes];
   __shared__ __align__(16) float scale_tile[kRows * kScaleKBlocks * kBlockN];  // [row kind][k block][column]
   __shared__ int pair_ids[kBlockM];
 
-  if ((int)blockIdx.y >= counters[@{COUNTER_INDEX}]) return;
+  // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
+  // (topk_ids and num_pairs serve block_m == 1 only, which this family does not have.)
+  const int item_count = counters[@{COUNTER_INDEX}];
   const int4 item = items[blockIdx.y];
+  if ((int)blockIdx.y >= item_count) return;
   const int expert = item.x;
   const int first = item.y;
   const int count = min(item.z, kBlockM);

@@ -1,11 +1,13 @@
 // Weighted top-k reduce: out[t][c] = FP16(sum over j = 0..top_k-1, in that order, of
 // z[t * top_k + j][c] for the pairs whose id is in [0, E)). z already carries the routing weight.
-// Four columns per thread.
+// Four columns per thread. CTA (0, 0) also stores (never adds) the number of ids outside [0, E)
+// in counters[2]: every forward overwrites it, so it needs no reset, also when no route ran.
 
 namespace {
 constexpr int kThreads = @{THREADS};
 constexpr int kHidden = @{HIDDEN};
 constexpr int kNumExperts = @{NUM_EXPERTS};
+constexpr int kCountBatch = 8;  // ids each thread loads at once while counting
 }  // namespace
 
 static __device__ __forceinline__ unsigned short reduce_to_half(float value) {
@@ -16,7 +18,22 @@ static __device__ __forceinline__ unsigned short reduce_to_half(float value) {
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const float *__restrict__ z, const int *__restrict__ topk_ids, int num_tokens, int top_k,
-    unsigned short *__restrict__ out) {
+    unsigned short *__restrict__ out, int *__restrict__ counters) {
+  if (blockIdx.x == 0 && blockIdx.y == 0) {
+    const int num_pairs = num_tokens * top_k;
+    int bad_ids = 0;
+    for (int base = 0; base < num_pairs; base += kCountBatch * kThreads) {
+      int ids[kCountBatch];
+#pragma unroll
+      for (int b = 0; b < kCountBatch; ++b) {
+        const int pair = base + b * kThreads + threadIdx.x;
+        ids[b] = pair < num_pairs ? topk_ids[pair] : 0;
+      }
+#pragma unroll
+      for (int b = 0; b < kCountBatch; ++b) bad_ids += __syncthreads_count(ids[b] < 0 || ids[b] >= kNumExperts);
+    }
+    if (threadIdx.x == 0) counters[2] = bad_ids;
+  }
   const int token = blockIdx.y;
   const int column = (blockIdx.x * kThreads + threadIdx.x) * 4;
   if (token >= num_tokens || column >= kHidden) return;

@@ -7,8 +7,36 @@ constexpr int kThreads = @{THREADS};
 constexpr int kWarps = kThreads / 32;
 constexpr int kNumExperts = @{NUM_EXPERTS};
 constexpr int kExpertsPerThread = (kNumExperts + kThreads - 1) / kThreads;
-constexpr int kPlaceBatches = 8;  // batches of 32 ids the placing warp loads at once
+constexpr int kIdCapacity = @{ID_CAPACITY};  // ids held in shared memory at once (a multiple of 4)
+constexpr int kLoadBatch = 4;                 // 16-byte loads each thread has in flight together
+static_assert(kIdCapacity % 4 == 0, "id tiles must keep 16-byte alignment");
 }  // namespace
+
+// Copies ids[0, count) into tile: 16-byte loads, all of a batch in flight together, when ids is
+// 16-byte aligned; single ids otherwise and for the tail.
+static __device__ void route_load_ids(int *tile, const int *ids, int count) {
+  const int tid = threadIdx.x;
+  int vectors = 0;
+  if ((reinterpret_cast<unsigned long long>(ids) & 15ull) == 0ull) {
+    vectors = count >> 2;
+    const int4 *source = reinterpret_cast<const int4 *>(ids);
+    int4 *target = reinterpret_cast<int4 *>(tile);
+    for (int base = 0; base < vectors; base += kLoadBatch * kThreads) {
+      int4 values[kLoadBatch];
+#pragma unroll
+      for (int b = 0; b < kLoadBatch; ++b) {
+        const int v = base + b * kThreads + tid;
+        if (v < vectors) values[b] = source[v];
+      }
+#pragma unroll
+      for (int b = 0; b < kLoadBatch; ++b) {
+        const int v = base + b * kThreads + tid;
+        if (v < vectors) target[v] = values[b];
+      }
+    }
+  }
+  for (int i = vectors * 4 + tid; i < count; i += kThreads) tile[i] = ids[i];
+}
 
 struct RouteScanValues {
   int pairs, gate_up_items, down_items;
@@ -88,19 +116,27 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   __shared__ int down_starts[kNumExperts + 1];       // first down item of each expert
   __shared__ RouteScanValues warp_sums[kWarps + 1];
   __shared__ int bad_ids;
+  __shared__ __align__(16) int id_tile[kIdCapacity];  // ids [tile_start, tile_start + kIdCapacity)
 
   const int tid = threadIdx.x;
   const int bm_up = max(bm_gate_up, 1);
   const int bm_dn = max(bm_down, 1);
+  // All ids fit in shared memory (the usual case): they are read from global memory once.
+  const bool resident = num_pairs <= kIdCapacity;
   for (int e = tid; e < kNumExperts; e += kThreads) cursor[e] = 0;
   if (tid == 0) bad_ids = 0;
-  __syncthreads();
 
   // Counts do not depend on the order of the additions.
-  for (int pair = tid; pair < num_pairs; pair += kThreads) {
-    const int id = topk_ids[pair];
-    if (id >= 0 && id < kNumExperts) atomicAdd(&cursor[id], 1);
-    else atomicAdd(&bad_ids, 1);
+  for (int tile_start = 0; tile_start < num_pairs; tile_start += kIdCapacity) {
+    const int tile_count = min(kIdCapacity, num_pairs - tile_start);
+    if (tile_start > 0) __syncthreads();  // the previous tile is counted
+    route_load_ids(id_tile, topk_ids + tile_start, tile_count);
+    __syncthreads();
+    for (int i = tid; i < tile_count; i += kThreads) {
+      const int id = id_tile[i];
+      if (id >= 0 && id < kNumExperts) atomicAdd(&cursor[id], 1);
+      else atomicAdd(&bad_ids, 1);
+    }
   }
   __syncthreads();
 
@@ -132,38 +168,34 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   for (int e = tid; e < kNumExperts; e += kThreads) cursor[e] = pair_starts[e];
   __syncthreads();
 
-  if (tid < 32) {
-    // One warp places the pairs in pair order: peers with the same id in a batch of 32 are
-    // ranked by lane, then their leader advances the expert's cursor.
-    const unsigned lanes_below = (1u << tid) - 1u;
-    for (int base = 0; base < num_pairs; base += 32 * kPlaceBatches) {
-      int ids[kPlaceBatches];  // loaded together so their latencies overlap
-#pragma unroll
-      for (int b = 0; b < kPlaceBatches; ++b) {
-        const int pair = base + b * 32 + tid;
-        ids[b] = pair < num_pairs ? topk_ids[pair] : -1;
-      }
-#pragma unroll
-      for (int b = 0; b < kPlaceBatches; ++b) {
-        const int pair = base + b * 32 + tid;
-        const int id = ids[b];
+  for (int tile_start = 0; tile_start < num_pairs; tile_start += kIdCapacity) {
+    const int tile_count = min(kIdCapacity, num_pairs - tile_start);
+    if (!resident) {
+      __syncthreads();  // the previous tile is placed
+      route_load_ids(id_tile, topk_ids + tile_start, tile_count);
+      __syncthreads();
+    }
+    if (tid < 32) {
+      // One warp places the pairs in pair order: peers with the same id among 32 are ranked by
+      // lane, then their leader advances the expert's cursor.
+      const unsigned lanes_below = (1u << tid) - 1u;
+      for (int base = 0; base < tile_count; base += 32) {
+        const int index = base + tid;
+        const int id = index < tile_count ? id_tile[index] : -1;
         const bool valid = id >= 0 && id < kNumExperts;
         const unsigned peers = __match_any_sync(0xffffffffu, valid ? id : -1);
         int position = 0;
         if (valid) position = cursor[id] + __popc(peers & lanes_below);
         __syncwarp();
         if (valid) {
-          sorted_pairs[position] = pair;
+          sorted_pairs[position] = tile_start + index;
           if ((peers & lanes_below) == 0u) cursor[id] += __popc(peers);
         }
         __syncwarp();
       }
     }
-  } else {
-    for (int position = totals.pairs + tid - 32; position < num_pairs; position += kThreads - 32) {
-      sorted_pairs[position] = -1;
-    }
   }
+  for (int position = totals.pairs + tid; position < num_pairs; position += kThreads) sorted_pairs[position] = -1;
 
   route_write_items(gate_up_starts, pair_starts, totals.gate_up_items, bm_up, items_gate_up);
   route_write_items(down_starts, pair_starts, totals.down_items, bm_dn, items_down);

@@ -8,6 +8,7 @@
 
 #include "codegen.h"
 #include "gpu_fixture.h"
+#include "reference.h"
 
 TestSuite(gpu_kernels, .timeout = 1200);
 
@@ -147,6 +148,48 @@ Test(gpu_kernels, skewed_routing) {
   }
   volt8_experts_destroy(experts);
   volt8_codegen_names_free(lists.names, lists.count);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* Ids outside [0, E) through both paths: block_m == 1 on both GEMMs (no route launch, the CTAs read
+ * topk_ids themselves) and a routed pair of variants; the device count of bad ids is stored by the
+ * reduce every forward, so a second forward with fewer bad ids must read the new count, not a sum. */
+Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(0x5851f42d4c957f2dull);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 64;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  const char *pairs[3][2] = {{"gate_up.cc.bm1.bn8.w4.sk1.l16", "down.cc.bm1.bn64.w4.sk1.l2"},
+                             {"gate_up.cc.bm1.bn4.w4.sk1.l32", "down.cc.bm2.bn64.w4.sk1.l2"},
+                             {"gate_up.cc.bm2.bn8.w4.sk1.l16", "down.mma.bm8.bn32.w4.sk1"}};
+  const int32_t ms[2] = {1, 17};
+  for (int32_t mi = 0; mi < 2; mi++) {
+    for (int32_t bad_count = 3; bad_count >= 1; bad_count -= 2) {
+      device_batch batch;
+      gpu_make_batch(ctx, &problem, ms[mi], 10, ROUTING_UNIFORM, &batch);
+      int32_t pairs_total = ms[mi] * 10;
+      for (int32_t b = 0; b < bad_count; b++) batch.ids[(b * 7 + 3) % pairs_total] = b % 2 ? -5 : 1 << 20;
+      cr_assert_eq(ctx->cuda->cuMemcpyHtoD(batch.d_ids, batch.ids, (size_t)pairs_total * 4), CUDA_SUCCESS);
+      volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
+      cr_assert_eq(volt8_reference_moe_forward(ctx, &shape, &host, batch.x, batch.ids, batch.weights, ms[mi], 10,
+                                               batch.reference),
+                   VOLT8_OK, "%s", volt8_last_error(ctx));
+      for (int p = 0; p < 3; p++) {
+        char label[160];
+        snprintf(label, sizeof label, "bad ids M=%d bad=%d %s + %s", ms[mi], bad_count, pairs[p][0], pairs[p][1]);
+        gpu_check_forward(ctx, experts, shape.hidden, &batch, pairs[p][0], pairs[p][1], label);
+        int32_t counted = -1;
+        cr_assert_eq(volt8_experts_bad_id_count(experts, &counted), VOLT8_OK, "%s", volt8_last_error(ctx));
+        cr_expect_eq(counted, bad_count, "%s: device counted %d bad ids", label, counted);
+      }
+      gpu_free_batch(ctx, &batch);
+    }
+  }
+  volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);
 }
