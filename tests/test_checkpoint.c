@@ -29,89 +29,9 @@
 #error "VOLT8_SOURCE_DIR must name the source tree (tests/CMakeLists.txt defines it)"
 #endif
 
-/* ---- fixtures: made once by the runner before the tests start (same block in each checkpoint suite) ---- */
+#include "checkpoint_fixture.h"
 
-#define FIXTURE_SCRIPT VOLT8_SOURCE_DIR "/tests/fixtures/make_checkpoints.py"
-#define FIXTURE_PYTHON VOLT8_SOURCE_DIR "/.venv/bin/python3"
-static const char *const fixture_groups[] = {"native", "online", "checkpoint"};
-
-extern char **environ;
-
-static int remove_entry(const char *path, const struct stat *info, int flag, struct FTW *ftw) {
-  (void)info, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-ReportHook(PRE_ALL)(struct criterion_test_set *tests) {
-  (void)tests;
-  const char *fixed = getenv("VOLT8_TEST_SEED");
-  unsigned seed = fixed && *fixed ? (unsigned)strtoul(fixed, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
-  char dir[] = "/tmp/volt8-checkpoints-XXXXXX", seed_text[32], *argv[16];
-  snprintf(seed_text, sizeof seed_text, "%u", seed);
-  setenv("VOLT8_CHECKPOINT_SEED", seed_text, 1);
-  if (!mkdtemp(dir) || access(FIXTURE_PYTHON, X_OK) != 0) return;
-  int argc = 0;
-  argv[argc++] = FIXTURE_PYTHON, argv[argc++] = FIXTURE_SCRIPT, argv[argc++] = dir;
-  argv[argc++] = "--seed", argv[argc++] = seed_text;
-  for (size_t i = 0; i < sizeof fixture_groups / sizeof fixture_groups[0]; i++)
-    argv[argc++] = "--group", argv[argc++] = (char *)fixture_groups[i];
-  argv[argc] = NULL;
-  pid_t pid;
-  int wait_status = 0;
-  if (posix_spawn(&pid, FIXTURE_PYTHON, NULL, NULL, argv, environ) == 0 && waitpid(pid, &wait_status, 0) == pid &&
-      WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0)
-    setenv("VOLT8_CHECKPOINT_FIXTURES", dir, 1);
-  else
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
-  (void)stats;
-  const char *dir = getenv("VOLT8_CHECKPOINT_FIXTURES");
-  if (dir && strncmp(dir, "/tmp/volt8-checkpoints-", 23) == 0) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *seed(void) { return getenv("VOLT8_CHECKPOINT_SEED"); }
-
-static void fixture(const char *relative, char *path, size_t bytes) {
-  const char *dir = getenv("VOLT8_CHECKPOINT_FIXTURES");
-  cr_assert(dir, "no fixtures: %s --seed %s failed or %s is missing (run scripts/bootstrap.sh)", FIXTURE_SCRIPT, seed(),
-            FIXTURE_PYTHON);
-  snprintf(path, bytes, "%s/%s", dir, relative);
-}
-
-static cJSON *manifest(void) {
-  char path[4096];
-  fixture("manifest.json", path, sizeof path);
-  FILE *stream = fopen(path, "rb");
-  cr_assert_not_null(stream, "cannot open %s", path);
-  static char text[1 << 20];
-  size_t bytes = fread(text, 1, sizeof text - 1, stream);
-  fclose(stream);
-  text[bytes] = '\0';
-  cJSON *root = cJSON_Parse(text);
-  cr_assert_not_null(root, "%s is not JSON", path);
-  return root;
-}
-
-static const cJSON *manifest_case(const cJSON *root, const char *kind, const char *name) {
-  const cJSON *entry = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, kind), name);
-  cr_assert_not_null(entry, "manifest has no %s case %s", kind, name);
-  return entry;
-}
-
-/* status and every message fragment the manifest expects of a failure */
-static void expect_failure(const cJSON *entry, const char *name, volt8_status status, const char *message) {
-  const char *expected = cJSON_GetObjectItemCaseSensitive(entry, "status")->valuestring;
-  cr_assert(strncmp(volt8_status_string(status), expected, strlen(expected)) == 0 &&
-                volt8_status_string(status)[strlen(expected)] == ':',
-            "case %s (seed %s): got %s, expected %s; message: %s", name, seed(), volt8_status_string(status), expected,
-            message);
-  const cJSON *fragments = cJSON_GetObjectItemCaseSensitive(entry, "contains");
-  for (const cJSON *fragment = fragments ? fragments->child : NULL; fragment; fragment = fragment->next)
-    cr_assert(strstr(message, fragment->valuestring), "case %s (seed %s): message lacks \"%s\": %s", name, seed(),
-              fragment->valuestring, message);
-}
+CHECKPOINT_FIXTURES("native", "online", "checkpoint")
 
 #define MIB (1024.0 * 1024.0)
 
