@@ -18,7 +18,9 @@ demo: build
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -L cpu -j $(JOBS)
+	@JOBS=$(JOBS) scripts/sanitized_tests.sh
+	@JOBS=$(JOBS) scripts/tsan_tests.sh
 	@VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) build-asan build-tsan

@@ -6,9 +6,19 @@
  *  - options structs begin with `size_t size` (set by their *_INIT macro) and only grow at the end;
  *  - device pointers and streams cross as `void *`; the caller owns its tensors.
  *
- * Thread safety: functions taking distinct handles may run concurrently. A volt8_ctx is not
- * safe for concurrent calls unless stated on the function. volt8_version_*, volt8_status_string
- * and volt8_rejection_sample_host are safe from any thread.
+ * Thread safety:
+ *  - From any thread at any time: volt8_version_*, volt8_status_string, volt8_route_name,
+ *    volt8_tuning_warnings, volt8_ctx_create, volt8_rejection_sample_host,
+ *    volt8_reference_moe_forward and volt8_relative_l2*.
+ *  - One volt8_ctx may serve several threads at once for: volt8_last_error, volt8_ctx_target_arch,
+ *    volt8_ctx_require_device, volt8_variant_count, volt8_variant_name, volt8_variant_compile,
+ *    volt8_plan, volt8_plan_rank, volt8_checkpoint_load_host, volt8_experts_load,
+ *    volt8_experts_create_from_host, volt8_rejection_prepare and volt8_rejection_sample.
+ *    Threads asking for the same kernel at once share one compile; the disk cache is safe across
+ *    processes.
+ *  - A volt8_experts or volt8_graph handle is used by one thread at a time; distinct handles
+ *    (of one ctx or several) may be used at once.
+ *  - Destroy a handle only when no other thread uses it; a ctx outlives the handles made from it.
  */
 #ifndef VOLT8_H
 #define VOLT8_H
@@ -73,9 +83,11 @@ typedef struct volt8_ctx_options {
  * GPU calls on it then return VOLT8_ERR_NO_DEVICE. `options` may be NULL (defaults). */
 VOLT8_API volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_ctx);
 VOLT8_API void volt8_ctx_destroy(volt8_ctx *ctx);
-/* Detailed message of the last failed call on ctx ("" if none). Valid until the next call on ctx.
- * With ctx == NULL: the message of the last failed call made without a context on this thread
- * (volt8_ctx_create, volt8_rejection_sample_host, calls given a NULL handle). */
+/* Detailed message of the calling thread's last failed call on ctx ("" if none; a thread that never
+ * failed on ctx reads the latest failure on ctx from any thread). The pointer stays valid, showing
+ * this thread's later failures, until ctx is destroyed. With ctx == NULL: the message of the last
+ * failed call made without a context on this thread (volt8_ctx_create, volt8_rejection_sample_host,
+ * calls given a NULL handle). */
 VOLT8_API const char *volt8_last_error(const volt8_ctx *ctx);
 
 /* The target arch of ctx ("sm_90", "sm_70"...): the device's, or options.target_arch. */

@@ -347,6 +347,23 @@ static void sync_dir(const char *path) {
   close(fd);
 }
 
+/* Temp files older than this were left by a process that died before its rename (a publish
+ * takes milliseconds); the next publish removes them. */
+#define STALE_TEMP_SECONDS 3600
+
+static void remove_stale_temps(const char *temp_dir) {
+  DIR *listing = opendir(temp_dir);
+  if (!listing) return;
+  time_t now = time(NULL);
+  struct dirent *item;
+  while ((item = readdir(listing)) != NULL) {
+    struct stat info;
+    if (item->d_name[0] == '.' || fstatat(dirfd(listing), item->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (S_ISREG(info.st_mode) && now - info.st_mtime > STALE_TEMP_SECONDS) unlinkat(dirfd(listing), item->d_name, 0);
+  }
+  closedir(listing);
+}
+
 static void encode_header(uint8_t *header, const volt8_cache_inputs *inputs, const char *nvrtc_version,
                           const uint8_t key[VOLT8_SHA256_BYTES], const void *data, size_t size) {
   memset(header, 0, HEADER_BYTES);
@@ -380,6 +397,7 @@ volt8_status volt8_cache_store(const char *dir, const volt8_cache_inputs *inputs
   status = VOLT8_ERR_IO;
   snprintf(temp_path, temp_bytes, "%s/tmp", dir);
   if (make_dirs(temp_path) != 0 || make_dirs(entries_dir) != 0) goto done;
+  remove_stale_temps(temp_path);
   snprintf(temp_path, temp_bytes, "%s/tmp/%ld.%016llx", dir, (long)getpid(), (unsigned long long)random_suffix());
   int fd = open(temp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) goto done;

@@ -219,7 +219,7 @@ static volt8_status run(volt8_ctx *ctx, codegen_job *job) {
 
 static volt8_status check_shape(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *function) {
   if (!shape) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "%s: shape is NULL", function);
-  if (shape->size < sizeof(volt8_moe_shape))
+  if (shape->size != sizeof(volt8_moe_shape))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
                       "%s: shape->size is %zu, expected %zu: initialise the shape with VOLT8_MOE_SHAPE_INIT", function,
                       shape->size, sizeof(volt8_moe_shape));

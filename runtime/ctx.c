@@ -8,27 +8,83 @@
 
 static __thread char create_error[VOLT8_ERROR_MESSAGE_BYTES];
 
+/* One thread's last message on one ctx. Only that thread writes or reads its text, so the pointer
+ * volt8_last_error returns stays valid, and shows later failures, until the ctx is destroyed. */
+typedef struct volt8_error_slot {
+  struct volt8_error_slot *next;
+  pthread_t thread;
+  int failed; /* the thread failed on ctx at least once; until then it sees the ctx-wide message */
+  char text[VOLT8_ERROR_MESSAGE_BYTES];
+} volt8_error_slot;
+
+/* The calling thread's slot, made on first use; NULL for scratch contexts or without memory. */
+static volt8_error_slot *thread_slot(volt8_ctx *ctx) {
+  if (!ctx->per_thread_errors) return NULL;
+  pthread_t self = pthread_self();
+  pthread_mutex_lock(&ctx->error_lock);
+  volt8_error_slot *slot = ctx->error_slots;
+  while (slot && !pthread_equal(slot->thread, self)) slot = slot->next;
+  if (!slot && (slot = calloc(1, sizeof *slot))) {
+    slot->thread = self;
+    slot->next = ctx->error_slots;
+    ctx->error_slots = slot;
+  }
+  pthread_mutex_unlock(&ctx->error_lock);
+  return slot;
+}
+
+static void publish(volt8_ctx *ctx, const char *text) {
+  pthread_mutex_lock(&ctx->error_lock);
+  if (text != ctx->last_error) memcpy(ctx->last_error, text, strlen(text) + 1);
+  pthread_mutex_unlock(&ctx->error_lock);
+}
+
 volt8_status volt8_fail(volt8_ctx *ctx, volt8_status status, const char *fmt, ...) {
-  char *buffer = ctx ? ctx->last_error : create_error;
+  volt8_error_slot *slot = ctx ? thread_slot(ctx) : NULL;
+  /* no slot: the shared text is written unlocked, as before per-thread messages (scratch or no memory) */
+  char *buffer = slot ? slot->text : ctx ? ctx->last_error : create_error;
   va_list args;
   va_start(args, fmt);
   vsnprintf(buffer, VOLT8_ERROR_MESSAGE_BYTES, fmt, args);
   va_end(args);
+  if (slot) {
+    slot->failed = 1;
+    publish(ctx, slot->text);
+  }
   return status;
 }
 
 volt8_status volt8_fail_append(volt8_ctx *ctx, volt8_status status, const char *text) {
-  char *buffer = ctx ? ctx->last_error : create_error;
+  volt8_error_slot *slot = ctx ? thread_slot(ctx) : NULL;
+  char *buffer = slot ? slot->text : ctx ? ctx->last_error : create_error;
   size_t used = strlen(buffer);
   if (used + 1 < VOLT8_ERROR_MESSAGE_BYTES) snprintf(buffer + used, VOLT8_ERROR_MESSAGE_BYTES - used, "%s", text);
+  if (slot) {
+    slot->failed = 1;
+    publish(ctx, slot->text);
+  }
   return status;
 }
 
 void volt8_clear_error(volt8_ctx *ctx) {
-  if (ctx) ctx->last_error[0] = '\0';
+  if (!ctx) return;
+  volt8_error_slot *slot = thread_slot(ctx);
+  if (slot) slot->text[0] = '\0';
+  publish(ctx, "");
 }
 
-const char *volt8_last_error(const volt8_ctx *ctx) { return ctx ? ctx->last_error : create_error; }
+const char *volt8_last_error(const volt8_ctx *ctx) {
+  if (!ctx) return create_error;
+  volt8_ctx *shared = (volt8_ctx *)ctx; /* the slot list and lock are not part of the message's constness */
+  volt8_error_slot *slot = thread_slot(shared);
+  if (!slot) return ctx->last_error;
+  if (!slot->failed) {
+    pthread_mutex_lock(&shared->error_lock);
+    memcpy(slot->text, ctx->last_error, strlen(ctx->last_error) + 1);
+    pthread_mutex_unlock(&shared->error_lock);
+  }
+  return slot->text;
+}
 
 int32_t volt8_parse_arch(const char *name) {
   if (!name || strncmp(name, "sm_", 3) != 0) return 0;
@@ -116,7 +172,10 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
   volt8_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "volt8_ctx_create: out of memory");
   ctx->device_ordinal = defaults.device;
+  ctx->per_thread_errors = 1;
   pthread_mutex_init(&ctx->lock, NULL);
+  pthread_mutex_init(&ctx->error_lock, NULL);
+  pthread_cond_init(&ctx->jit_done, NULL);
   volt8_status status = resolve_cache_dir(ctx, &defaults);
   if (status != VOLT8_OK) {
     volt8_ctx_destroy(ctx);
@@ -142,6 +201,13 @@ void volt8_ctx_destroy(volt8_ctx *ctx) {
     CUdevice device;
     if (ctx->cuda->cuDeviceGet(&device, ctx->device_ordinal) == CUDA_SUCCESS) ctx->cuda->cuDevicePrimaryCtxRelease(device);
   }
+  while (ctx->error_slots) {
+    volt8_error_slot *slot = ctx->error_slots;
+    ctx->error_slots = slot->next;
+    free(slot);
+  }
+  pthread_cond_destroy(&ctx->jit_done);
+  pthread_mutex_destroy(&ctx->error_lock);
   pthread_mutex_destroy(&ctx->lock);
   free(ctx->cache_dir);
   free(ctx);

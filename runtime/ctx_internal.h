@@ -7,6 +7,7 @@
 #include "nvrtc_loader.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define VOLT8_ERROR_MESSAGE_BYTES 8192
 #define VOLT8_ARCH_NAME_BYTES 16
@@ -22,11 +23,20 @@ struct volt8_ctx {
   const volt8_cuda_driver *cuda;     /* NULL without a driver */
   CUcontext cu_context;              /* retained primary context */
   volt8_nvrtc_registry nvrtc;        /* NVRTC libraries opened so far, per arch */
-  pthread_mutex_t lock;              /* guards nvrtc and the module table */
-  char last_error[VOLT8_ERROR_MESSAGE_BYTES];
+  pthread_mutex_t lock;              /* guards nvrtc and jit_flights */
+  pthread_cond_t jit_done;           /* broadcast when a compile other threads wait for ends */
+  struct volt8_jit_flight *jit_flights; /* compiles in progress, one per cache key (jit.c) */
+  _Atomic int64_t jit_compiles;      /* NVRTC compiles run for this ctx */
+  int32_t per_thread_errors;         /* 1 from volt8_ctx_create; 0 in calloc'ed scratch contexts */
+  struct volt8_error_slot *error_slots; /* each thread's own last message (ctx.c) */
+  pthread_mutex_t error_lock;        /* guards last_error and the error_slots list */
+  char last_error[VOLT8_ERROR_MESSAGE_BYTES]; /* the latest failure on ctx from any thread */
 };
 
-/* Records a formatted message as ctx's last error (ctx may be NULL) and returns `status`. */
+/* Records a formatted message as ctx's last error (ctx may be NULL) and returns `status`. The
+ * message is also kept per thread, so volt8_last_error on the failing thread reads its own failure
+ * even while other threads fail on the same ctx. Scratch contexts made with calloc (their
+ * last_error read directly by the code that made them) need no set-up and hold no per-thread copy. */
 volt8_status volt8_fail(volt8_ctx *ctx, volt8_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Appends text to ctx's last error (e.g. a compiler log) and returns `status`. */

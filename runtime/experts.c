@@ -153,7 +153,7 @@ volt8_status volt8_experts_create_from_host(volt8_ctx *ctx, const volt8_moe_shap
   if (!shape || !host || !out_experts)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_create_from_host: shape, host or out_experts is NULL");
   *out_experts = NULL;
-  if (host->size < sizeof(volt8_host_experts) || !host->w13 || !host->s13 || !host->w2 || !host->s2)
+  if (host->size != sizeof(volt8_host_experts) || !host->w13 || !host->s13 || !host->w2 || !host->s2)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
                       "volt8_experts_create_from_host: host experts need size (VOLT8_HOST_EXPERTS_INIT) and all four arrays");
   volt8_experts *experts = NULL;

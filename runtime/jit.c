@@ -4,6 +4,7 @@
 #include "cache.h"
 #include "ctx_internal.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,7 @@ static volt8_status append_log(volt8_ctx *ctx, const volt8_nvrtc_lib *lib, void 
 
 static volt8_status compile_with_nvrtc(volt8_ctx *ctx, const volt8_nvrtc_lib *lib, const volt8_jit_request *request,
                                        const char *const *options, int32_t num_options, volt8_jit_image *out_image) {
+  atomic_fetch_add(&ctx->jit_compiles, 1);
   if (request->kind == VOLT8_IMAGE_CUBIN && !lib->get_cubin_size)
     return volt8_fail(ctx, VOLT8_ERR_COMPILE, "NVRTC %s (%s) cannot emit CUBIN (needs 11.1 or newer) for kernel %s",
                       lib->version, lib->path, request->kernel_name);
@@ -136,6 +138,109 @@ static volt8_status load_without_nvrtc(volt8_ctx *ctx, const volt8_jit_request *
   return volt8_fail_append(ctx, VOLT8_ERR_ARCH_UNSUPPORTED, note);
 }
 
+/* ---- one compile per key at a time within a ctx ---- */
+
+/* A cache-or-compile in progress. Threads asking for the same key wait for it and take a copy of
+ * its image instead of compiling again; the last one out frees it. Guarded by ctx->lock. */
+typedef struct volt8_jit_flight {
+  struct volt8_jit_flight *next;
+  uint8_t key[VOLT8_SHA256_BYTES];
+  int32_t waiters;
+  int32_t done;
+  volt8_status status;
+  volt8_jit_image image;   /* the result, kept when someone waits */
+  char *error;             /* the failure's message, kept when someone waits */
+} volt8_jit_flight;
+
+static void flight_free(volt8_jit_flight *flight) {
+  volt8_jit_image_free(&flight->image);
+  free(flight->error);
+  free(flight);
+}
+
+/* Joins the flight for key and waits for its end (1, *out_status and out_image set), or starts one
+ * (0, *out_flight set: the caller compiles, then calls flight_land). */
+static int flight_join(volt8_ctx *ctx, const volt8_jit_request *request, const uint8_t *key, volt8_jit_image *out_image,
+                       volt8_status *out_status, volt8_jit_flight **out_flight) {
+  *out_flight = NULL;
+  pthread_mutex_lock(&ctx->lock);
+  volt8_jit_flight *flight = ctx->jit_flights;
+  while (flight && memcmp(flight->key, key, VOLT8_SHA256_BYTES) != 0) flight = flight->next;
+  if (!flight) {
+    flight = calloc(1, sizeof *flight);
+    if (flight) {
+      memcpy(flight->key, key, VOLT8_SHA256_BYTES);
+      flight->next = ctx->jit_flights;
+      ctx->jit_flights = flight;
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    *out_flight = flight; /* NULL when out of memory: compile without sharing */
+    return 0;
+  }
+  flight->waiters++;
+  while (!flight->done) pthread_cond_wait(&ctx->jit_done, &ctx->lock);
+  volt8_status status = flight->status;
+  char *error = NULL;
+  if (status == VOLT8_OK) {
+    void *data = malloc(flight->image.size);
+    if (data) {
+      memcpy(data, flight->image.data, flight->image.size);
+      *out_image = flight->image;
+      out_image->data = data;
+    } else {
+      status = VOLT8_ERR_OUT_OF_MEMORY;
+    }
+  } else if (flight->error) {
+    error = strdup(flight->error);
+  }
+  if (--flight->waiters == 0) flight_free(flight);
+  pthread_mutex_unlock(&ctx->lock);
+  if (status == VOLT8_ERR_OUT_OF_MEMORY && !error)
+    volt8_fail(ctx, status, "out of memory copying the image of kernel %s", request->kernel_name);
+  else if (status != VOLT8_OK)
+    volt8_fail(ctx, status, "%s", error ? error : "the compile this call waited for failed");
+  free(error);
+  *out_status = status;
+  return 1;
+}
+
+/* Ends the flight started by this thread: waiters get a copy of the image or of the message. */
+static void flight_land(volt8_ctx *ctx, volt8_jit_flight *flight, volt8_status status, const volt8_jit_image *image) {
+  if (!flight) return;
+  pthread_mutex_lock(&ctx->lock);
+  volt8_jit_flight **link = &ctx->jit_flights;
+  while (*link != flight) link = &(*link)->next;
+  *link = flight->next;
+  flight->done = 1;
+  flight->status = status;
+  if (flight->waiters > 0 && status == VOLT8_OK) {
+    flight->image = *image;
+    flight->image.data = malloc(image->size);
+    if (flight->image.data) memcpy(flight->image.data, image->data, image->size);
+    else flight->status = VOLT8_ERR_OUT_OF_MEMORY;
+  } else if (flight->waiters > 0) {
+    flight->error = strdup(volt8_last_error(ctx));
+  }
+  if (flight->waiters == 0) flight_free(flight);
+  else pthread_cond_broadcast(&ctx->jit_done);
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+int64_t volt8_jit_compile_count(const volt8_ctx *ctx) { return ctx ? atomic_load(&ctx->jit_compiles) : 0; }
+
+/* The disk cache, else NVRTC (and publication to the cache). */
+static volt8_status load_or_compile(volt8_ctx *ctx, const volt8_nvrtc_lib *lib, const volt8_jit_request *request,
+                                    const volt8_cache_inputs *inputs, volt8_jit_image *out_image) {
+  if (ctx->cache_dir && volt8_cache_load(ctx->cache_dir, inputs, lib->version, out_image) == VOLT8_OK) return VOLT8_OK;
+  volt8_status status = compile_with_nvrtc(ctx, lib, request, inputs->options, inputs->num_options, out_image);
+  if (status != VOLT8_OK) return status;
+  out_image->kind = request->kind;
+  snprintf(out_image->nvrtc_version, sizeof out_image->nvrtc_version, "%s", lib->version);
+  /* A cache that cannot be written never fails a compile that worked. */
+  if (ctx->cache_dir) volt8_cache_store(ctx->cache_dir, inputs, lib->version, out_image->data, out_image->size);
+  return VOLT8_OK;
+}
+
 volt8_status volt8_jit_compile(volt8_ctx *ctx, const volt8_jit_request *request, volt8_jit_image *out_image) {
   if (!ctx || !request || !out_image)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_jit_compile: NULL ctx, request or image");
@@ -154,16 +259,13 @@ volt8_status volt8_jit_compile(volt8_ctx *ctx, const volt8_jit_request *request,
   if (status == VOLT8_ERR_ARCH_UNSUPPORTED) {
     status = load_without_nvrtc(ctx, request, &inputs, out_image);
   } else if (status == VOLT8_OK) {
-    if (ctx->cache_dir && volt8_cache_load(ctx->cache_dir, &inputs, lib->version, out_image) == VOLT8_OK) {
-      free(options);
-      return VOLT8_OK;
-    }
-    status = compile_with_nvrtc(ctx, lib, request, options, num_options, out_image);
-    if (status == VOLT8_OK) {
-      out_image->kind = request->kind;
-      snprintf(out_image->nvrtc_version, sizeof out_image->nvrtc_version, "%s", lib->version);
-      /* A cache that cannot be written never fails a compile that worked. */
-      if (ctx->cache_dir) volt8_cache_store(ctx->cache_dir, &inputs, lib->version, out_image->data, out_image->size);
+    uint8_t key[VOLT8_SHA256_BYTES];
+    volt8_jit_flight *flight = NULL;
+    int joined = volt8_cache_key(&inputs, lib->version, key) == VOLT8_OK &&
+                 flight_join(ctx, request, key, out_image, &status, &flight);
+    if (!joined) {
+      status = load_or_compile(ctx, lib, request, &inputs, out_image);
+      flight_land(ctx, flight, status, out_image);
     }
   }
   free(options);

@@ -26,9 +26,13 @@ typedef struct volt8_jit_image {
 /* Loads the image from ctx's disk cache or compiles and publishes it. Compile errors:
  * VOLT8_ERR_COMPILE with the NVRTC log in volt8_last_error. No NVRTC for the arch and no
  * cached entry: VOLT8_ERR_ARCH_UNSUPPORTED naming what was tried. Options must be single tokens
- * ("-DNAME=1", not "-D" "NAME=1"): the cache key sorts them. May run concurrently on one ctx
- * (only the last-error text is shared); the cache is safe across processes. */
+ * ("-DNAME=1", not "-D" "NAME=1"): the cache key sorts them. May run concurrently on one ctx:
+ * threads asking for the same key at once share one compile; the cache is safe across processes. */
 volt8_status volt8_jit_compile(volt8_ctx *ctx, const volt8_jit_request *request, volt8_jit_image *out_image);
 void volt8_jit_image_free(volt8_jit_image *image);
+
+/* NVRTC compiles run for ctx so far. Threads of one ctx asking for the same key at once share one
+ * compile (the others wait and get a copy), so this counts distinct keys missing from the cache. */
+int64_t volt8_jit_compile_count(const volt8_ctx *ctx);
 
 #endif

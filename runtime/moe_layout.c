@@ -3,7 +3,8 @@
 
 #include "ctx_internal.h"
 
-static int32_t ceil_div(int32_t value, int32_t divisor) { return (value + divisor - 1) / divisor; }
+/* value >= 0, divisor > 0; no intermediate sum, so values up to INT32_MAX cannot overflow. */
+static int32_t ceil_div(int32_t value, int32_t divisor) { return value / divisor + (value % divisor != 0); }
 
 static volt8_status check_shape(volt8_ctx *ctx, const volt8_moe_shape *shape) {
   if (shape->size != sizeof(volt8_moe_shape))

@@ -2,10 +2,12 @@
 #include "ctx_internal.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef VOLT8_VENV_NVRTC_PATH
 #define VOLT8_VENV_NVRTC_PATH ""
@@ -87,6 +89,17 @@ static void describe_archs(const volt8_nvrtc_lib *lib, char *buf, size_t buf_siz
   snprintf(buf, buf_size, "compute_%d..compute_%d", lowest, highest);
 }
 
+/* NVRTC opens libnvrtc-builtins.so.<major>.<minor> by name, found through its own $ORIGIN run path.
+ * Where dlopen is interposed (ASan, TSan, some profilers) the run path of the interposer is used
+ * instead and every compile fails with NVRTC_ERROR_BUILTIN_OPERATION_FAILURE. Opening the builtins
+ * from NVRTC's folder first lets NVRTC's later open find them among the loaded libraries. */
+static void preload_builtins(const volt8_nvrtc_lib *lib) {
+  char folder[PATH_MAX], path[PATH_MAX + 64];
+  if (dlinfo(lib->handle, RTLD_DI_ORIGIN, folder) != 0) return;
+  snprintf(path, sizeof path, "%s/libnvrtc-builtins.so.%d.%d", folder, lib->major, lib->minor);
+  if (access(path, F_OK) == 0) dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+}
+
 static void try_candidate(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
   if (registry->count >= VOLT8_NVRTC_MAX_LIBS) return;
   /* NODELETE: NVRTC leaks its static C++ runtime pools on every unload, so a library stays mapped
@@ -119,6 +132,7 @@ static void try_candidate(volt8_nvrtc_registry *registry, const char *path, cons
   char archs[64];
   describe_archs(lib, archs, sizeof archs);
   note_tried(registry, "%s (%s): NVRTC %s supports %s", path, origin, lib->version, archs);
+  preload_builtins(lib);
   registry->count++;
 }
 

@@ -21,27 +21,38 @@ const char *volt8_route_name(int32_t route) {
   }
 }
 
-static int64_t align_resident(int64_t bytes) { return (bytes + RESIDENT_ALIGN - 1) / RESIDENT_ALIGN * RESIDENT_ALIGN; }
+static __int128 align_resident(__int128 bytes) { return (bytes + RESIDENT_ALIGN - 1) / RESIDENT_ALIGN * RESIDENT_ALIGN; }
 
 static volt8_status memory_for_shape(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_memory_report *out) {
   volt8_moe_dims dims, padded_dims;
   volt8_status status = volt8_moe_dims_compute(ctx, shape, &dims);
   if (status != VOLT8_OK) return status;
   volt8_moe_shape padded = *shape;
-  padded.intermediate = (shape->intermediate + VOLT8_CHECKPOINT_BLOCK - 1) / VOLT8_CHECKPOINT_BLOCK * VOLT8_CHECKPOINT_BLOCK;
+  int64_t padded_intermediate =
+      ((int64_t)shape->intermediate + VOLT8_CHECKPOINT_BLOCK - 1) / VOLT8_CHECKPOINT_BLOCK * VOLT8_CHECKPOINT_BLOCK;
+  if (padded_intermediate > INT32_MAX)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "intermediate %d padded to whole 128 blocks overflows",
+                      shape->intermediate);
+  padded.intermediate = (int32_t)padded_intermediate;
   padded.intermediate_offset = 0;
   status = volt8_moe_dims_compute(ctx, &padded, &padded_dims);
   if (status != VOLT8_OK) return status;
-  int64_t experts = shape->num_experts;
-  int64_t w13 = dims.w13_bytes_per_expert * experts, w2 = dims.w2_bytes_per_expert * experts;
-  int64_t s13 = dims.s13_elems_per_expert * 2 * experts, s2 = dims.s2_elems_per_expert * 2 * experts;
+  /* In 128 bits: a shape whose tensors each fit can still give totals past int64 (a forged plan). */
+  __int128 experts = shape->num_experts;
+  __int128 w13 = dims.w13_bytes_per_expert * experts, w2 = dims.w2_bytes_per_expert * experts;
+  __int128 s13 = dims.s13_elems_per_expert * 2 * experts, s2 = dims.s2_elems_per_expert * 2 * experts;
+  __int128 resident = align_resident(w13) + align_resident(s13) + align_resident(w2) + align_resident(s2);
+  __int128 padded_bytes = (padded_dims.w13_bytes_per_expert + padded_dims.w2_bytes_per_expert +
+                           2 * ((__int128)padded_dims.s13_elems_per_expert + padded_dims.s2_elems_per_expert)) * experts;
+  if (2 * (w13 + w2) > INT64_MAX || resident > INT64_MAX || padded_bytes > INT64_MAX)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "%d experts of hidden %d x intermediate %d: byte counts overflow",
+                      shape->num_experts, shape->hidden, shape->intermediate);
   volt8_memory_report report = VOLT8_MEMORY_REPORT_INIT;
-  report.weight_bytes = w13 + w2;
-  report.scale_bytes = s13 + s2;
-  report.resident_bytes = align_resident(w13) + align_resident(s13) + align_resident(w2) + align_resident(s2);
+  report.weight_bytes = (int64_t)(w13 + w2);
+  report.scale_bytes = (int64_t)(s13 + s2);
+  report.resident_bytes = (int64_t)resident;
   report.fp16_bytes = 2 * report.weight_bytes;
-  report.padded_bytes = (padded_dims.w13_bytes_per_expert + padded_dims.w2_bytes_per_expert +
-                         2 * (padded_dims.s13_elems_per_expert + padded_dims.s2_elems_per_expert)) * experts;
+  report.padded_bytes = (int64_t)padded_bytes;
   *out = report;
   return VOLT8_OK;
 }

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,16 +140,26 @@ static int compare_entries(const void *a, const void *b) {
   return (left > right) - (left < right);
 }
 
+/* 1 when item is a number holding an int32 exactly; the range is checked before the cast (UB outside it). */
+static int json_int32(const cJSON *item, int32_t *out) {
+  if (!cJSON_IsNumber(item)) return 0;
+  double value = item->valuedouble;
+  if (!(value >= INT32_MIN && value <= INT32_MAX) || value != (double)(int32_t)value) return 0;
+  *out = (int32_t)value;
+  return 1;
+}
+
 /* Reads an optional positive integer field of __metadata__ into *out (0 when absent). */
 static volt8_status metadata_int(volt8_ctx *ctx, const cJSON *metadata, const char *field, const char *origin,
                                  int32_t *out) {
   *out = 0;
   const cJSON *item = cJSON_GetObjectItemCaseSensitive(metadata, field);
   if (!item) return VOLT8_OK;
-  if (!cJSON_IsNumber(item) || item->valuedouble != (double)(int32_t)item->valuedouble || item->valuedouble < 1)
+  int32_t value = 0;
+  if (!json_int32(item, &value) || value < 1)
     return volt8_fail(ctx, VOLT8_ERR_FORMAT, "tuning table %s: __metadata__.%s must be a positive integer", origin,
                       field);
-  *out = (int32_t)item->valuedouble;
+  *out = value;
   return VOLT8_OK;
 }
 
@@ -156,13 +167,13 @@ static volt8_status parse_metadata(volt8_ctx *ctx, const cJSON *root, const char
   const cJSON *metadata = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
   if (!cJSON_IsObject(metadata))
     return volt8_fail(ctx, VOLT8_ERR_FORMAT, "tuning table %s: no \"__metadata__\" object", origin);
-  const cJSON *version = cJSON_GetObjectItemCaseSensitive(metadata, "schema_version");
-  if (!cJSON_IsNumber(version) || version->valuedouble != (double)(int32_t)version->valuedouble)
+  int32_t version = 0;
+  if (!json_int32(cJSON_GetObjectItemCaseSensitive(metadata, "schema_version"), &version))
     return volt8_fail(ctx, VOLT8_ERR_FORMAT, "tuning table %s: __metadata__.schema_version is missing or not an integer",
                       origin);
-  if ((int32_t)version->valuedouble != VOLT8_TUNING_SCHEMA_VERSION)
+  if (version != VOLT8_TUNING_SCHEMA_VERSION)
     return volt8_fail(ctx, VOLT8_ERR_FORMAT, "tuning table %s: schema_version %d, this library reads version %d",
-                      origin, (int32_t)version->valuedouble, VOLT8_TUNING_SCHEMA_VERSION);
+                      origin, version, VOLT8_TUNING_SCHEMA_VERSION);
   table->schema_version = VOLT8_TUNING_SCHEMA_VERSION;
   volt8_status status = metadata_int(ctx, metadata, "top_k", origin, &table->top_k);
   if (status != VOLT8_OK) return status;

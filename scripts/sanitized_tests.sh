@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included),
+# with the fuzz regression inputs replayed, then every fuzz target run briefly (tests/fuzz).
+# Builds in its own folder: build-asan, or $VOLT8_ASAN_BUILD_DIR.
+#   VOLT8_FUZZ_SMOKE_SECONDS  seconds each fuzz target runs (default 20; 0 skips the fuzz step)
+#   JOBS                      parallel builds and tests (default: nproc)
+# install_consumer is left out: it links the installed library into a program built without ASan,
+# which the ASan runtime refuses; the plain `make test` run covers it.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${VOLT8_ASAN_BUILD_DIR:-$root/build-asan}"
+jobs="${JOBS:-$(nproc)}"
+smoke_seconds="${VOLT8_FUZZ_SMOKE_SECONDS:-20}"
+
+command -v clang >/dev/null || { echo "sanitized_tests: clang is needed (scripts/bootstrap.sh installs it)" >&2; exit 1; }
+# The shared library links the ASan runtime as a shared object (-shared-libasan); the test programs
+# link it statically, as clang does by default, and use the static archive of the runtime.
+runtime_dir="$(dirname "$(clang -print-file-name=libclang_rt.asan-x86_64.so)")"
+sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+CC=clang cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DVOLT8_BUILD_BENCH=OFF \
+  -DVOLT8_FUZZ=ON -DVOLT8_FUZZ_SMOKE_SECONDS="$smoke_seconds" \
+  -DCMAKE_C_FLAGS="-O1 -g -fno-omit-frame-pointer $sanitizers" \
+  -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" \
+  -DCMAKE_SHARED_LINKER_FLAGS="$sanitizers -shared-libasan -Wl,-rpath,$runtime_dir" >/dev/null
+cmake --build "$build" -j "$jobs" >/dev/null
+
+export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:detect_invalid_pointer_pairs=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$root/tests/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+cd "$build"
+echo "sanitized_tests: CPU suites under ASan + UBSan ($build)"
+ctest --output-on-failure -L cpu -E '^install_consumer$' -j "$jobs"
+if [ "$smoke_seconds" -gt 0 ]; then
+  echo "sanitized_tests: each fuzz target for ${smoke_seconds} s"
+  ctest --output-on-failure -L fuzz -j "$jobs"
+fi

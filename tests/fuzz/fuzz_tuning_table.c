@@ -1,0 +1,99 @@
+/* Fuzz target: a tuning table (the JSON files of tuning/tables, or one in $VOLT8_TUNING_DIR).
+ *
+ * Byte 0 picks the op (bit 0: gate_up / down) and the top_k a forward asks at (bits 1-4); the rest
+ * is the table text, parsed from an exact-size copy (no terminating NUL to lean on). An accepted
+ * table has 1..4096 entries, ascending and distinct M, each naming a variant of the op; the
+ * nearest entry for any M is one of them. The same text is then found through $VOLT8_TUNING_DIR by
+ * the lookup, which must serve from it exactly when the parser accepts it, and otherwise leave a
+ * warning and fall back to the heuristic. */
+#include "fuzz_common.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tuning.h"
+
+static char tables_dir[1024];
+/* No table is built in for this shape: a lookup is served by the fuzzed file or by nothing. */
+static const volt8_moe_shape shape = {sizeof(volt8_moe_shape), 2560, 48, 64, 128, 128, 0};
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  fuzz_make_dirs("tuning");
+  fuzz_path(tables_dir, sizeof tables_dir, "tuning");
+  setenv(VOLT8_TUNING_DIR_ENV, tables_dir, 1);
+  return 0;
+}
+
+static void check_table(const volt8_tuning_table *table, const char *op_name, int32_t top_k) {
+  fuzz_require(table->count >= 1 && table->count <= 4096, "entry count", NULL);
+  fuzz_require(table->schema_version == VOLT8_TUNING_SCHEMA_VERSION, "schema version", NULL);
+  fuzz_require(table->top_k >= 0 && (table->measured >= -1 && table->measured <= 1), "metadata fields", NULL);
+  size_t op_length = strlen(op_name);
+  for (int32_t i = 0; i < table->count; i++) {
+    const volt8_tuning_entry *entry = &table->entries[i];
+    fuzz_require(entry->m >= 1 && entry->m <= VOLT8_TUNING_MAX_M, "M out of range", NULL);
+    if (i) fuzz_require(entry->m > table->entries[i - 1].m, "M not ascending and distinct", NULL);
+    fuzz_require(memchr(entry->variant, 0, sizeof entry->variant) != NULL, "variant not terminated", NULL);
+    fuzz_require(strncmp(entry->variant, op_name, op_length) == 0 && entry->variant[op_length] == '.',
+                 "variant of another op", entry->variant);
+  }
+  const int32_t probes[] = {0, 1, 3, 64, 1000, VOLT8_TUNING_MAX_M, INT32_MAX};
+  for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+    const volt8_tuning_entry *nearest = volt8_tuning_table_nearest(table, probes[i], top_k);
+    fuzz_require(nearest >= table->entries && nearest < table->entries + table->count, "nearest outside the table",
+                 NULL);
+  }
+}
+
+/* The same text through the file lookup. */
+static void check_lookup(const uint8_t *text, size_t size, volt8_op op, int32_t top_k, int parsed) {
+  volt8_ctx *ctx = fuzz_ctx();
+  int32_t n = 0, k = 0;
+  char name[VOLT8_TUNING_NAME_BYTES], path[2048];
+  fuzz_require(volt8_tuning_op_dims(ctx, &shape, op, &n, &k) == VOLT8_OK, "op dims", NULL);
+  fuzz_require(volt8_tuning_table_name(ctx, volt8_tuning_op_name(op), n, k, 128, 128, 70, VOLT8_TUNING_ANY_DEVICE, name,
+                                       sizeof name) == VOLT8_OK,
+               "table name", NULL);
+  snprintf(path, sizeof path, "%s/%s", tables_dir, name);
+  fuzz_write_file(path, text, size);
+  volt8_tuning_warnings_reset();
+  volt8_tuning_match match;
+  fuzz_require(volt8_tuning_lookup(ctx, &shape, op, 5, top_k, &match) == VOLT8_OK, "lookup", volt8_last_error(ctx));
+  /* The file reader hands the parser the same bytes plus a terminating NUL, which must not matter. */
+  if (size <= VOLT8_TUNING_MAX_TABLE_BYTES)
+    fuzz_require((match.source == VOLT8_TUNING_SOURCE_ENV_DIR) == parsed, "lookup and parser disagree", path);
+  fuzz_require(match.source != VOLT8_TUNING_SOURCE_BUILT_IN, "a built-in table for a shape that has none", NULL);
+  int32_t warnings = -1;
+  char small[7];
+  fuzz_require(volt8_tuning_warnings(small, sizeof small, &warnings) == VOLT8_OK && strlen(small) < sizeof small,
+               "warnings into a small buffer", NULL);
+  fuzz_require((warnings == 0) == (match.source == VOLT8_TUNING_SOURCE_ENV_DIR), "a warning iff no table served", NULL);
+  fuzz_remove(path);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size == 0) return 0;
+  volt8_op op = data[0] & 1 ? VOLT8_OP_DOWN : VOLT8_OP_GATE_UP;
+  int32_t top_k = (data[0] >> 1) & 15;
+  const char *op_name = volt8_tuning_op_name(op);
+  size_t text_size = size - 1;
+  char *text = malloc(text_size ? text_size : 1);
+  fuzz_require(text != NULL, "malloc", NULL);
+  if (text_size) memcpy(text, data + 1, text_size);
+  volt8_ctx *ctx = fuzz_ctx();
+  volt8_tuning_table table;
+  volt8_status status = volt8_tuning_table_parse(ctx, text, text_size, "fuzz", op_name, &table);
+  if (status == VOLT8_OK) {
+    check_table(&table, op_name, top_k);
+    volt8_tuning_table_free(&table);
+  } else {
+    fuzz_require(status == VOLT8_ERR_FORMAT, "unexpected status", volt8_status_string(status));
+    fuzz_require(table.entries == NULL && table.count == 0, "a rejected table kept entries", NULL);
+  }
+  free(text);
+  check_lookup(data + 1, text_size, op, top_k, status == VOLT8_OK);
+  return 0;
+}

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Writes the fuzz seed corpora, tests/fuzz/seeds/<target>/, from the checkpoint fixtures
+(tests/fixtures/make_checkpoints.py), the shipped tuning tables and the cache entry format.
+
+Usage: .venv/bin/python3 tests/fuzz/make_seeds.py [--seed N]
+Each seed is small (safetensors data is cut to a few KiB); the corpora are committed, and this
+script only needs to run again when the fixtures or the formats change.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import ml_dtypes
+import numpy as np
+from safetensors.numpy import save
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SEEDS = os.path.join(ROOT, "tests", "fuzz", "seeds")
+SEPARATOR = b"\n----\n"
+DATA_KEEP = 2048
+# fuzz_config.c's checkpoint: the sizes a config must state to be consistent with it.
+HARNESS_SIZES = {"hidden_size": 16, "moe_intermediate_size": 32, "num_experts": 2, "n_routed_experts": 2,
+                 "num_local_experts": 2}
+
+
+def write(target, name, data):
+    folder = os.path.join(SEEDS, target)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "wb") as stream:
+        stream.write(data)
+
+
+def read_header(path):
+    with open(path, "rb") as stream:
+        data = stream.read()
+    if len(data) < 8:
+        return data, None
+    length = struct.unpack("<Q", data[:8])[0]
+    try:
+        header = json.loads(data[8:8 + length])
+    except (ValueError, UnicodeDecodeError):
+        header = None
+    return data, header
+
+
+def safetensors_seeds(fixtures):
+    for path in sorted(glob.glob(os.path.join(fixtures, "*", "*.safetensors")) +
+                       glob.glob(os.path.join(fixtures, "*", "*", "*.safetensors"))):
+        if "/expected/" in path:
+            continue
+        data, _ = read_header(path)
+        name = os.path.relpath(path, fixtures).replace("/", "_")
+        if len(data) <= 4 * DATA_KEEP:
+            write("safetensors", name, data)
+            continue
+        length = struct.unpack("<Q", data[:8])[0] if len(data) >= 8 else 0
+        keep = 8 + length + DATA_KEEP if 8 + length <= len(data) else 2 * DATA_KEEP
+        write("safetensors", name + ".cut", data[:keep])
+    arrays = {
+        "f16": np.arange(6, dtype=np.float16).reshape(2, 3),
+        "bf16": np.ones((3,), dtype=ml_dtypes.bfloat16),
+        "f32": np.array([1.5, -2.0], dtype=np.float32),
+        "f64": np.array(3.0, dtype=np.float64),
+        "e4m3": np.arange(8, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).reshape(2, 4),
+        "i64": np.arange(2, dtype=np.int64),
+        "empty": np.zeros((0, 3), dtype=np.float32),
+        "flag": np.array([True, False]),
+    }
+    write("safetensors", "valid_dtypes", save(arrays, metadata={"format": "pt"}))
+    write("safetensors", "valid_one", save({"w": np.zeros((1,), dtype=np.uint8)}))
+    write("safetensors", "valid_none", save({}))
+
+
+def index_seeds(fixtures):
+    for path in sorted(glob.glob(os.path.join(fixtures, "*", "model.safetensors.index.json"))):
+        with open(path, "rb") as stream:
+            write("index", os.path.basename(os.path.dirname(path)), stream.read())
+    weight_map = {}
+    for expert in range(2):
+        for projection in ("gate_proj", "up_proj", "down_proj"):
+            stem = f"mtp.layers.0.mlp.experts.{expert}.{projection}."
+            weight_map[stem + "weight"] = "model-00001-of-00002.safetensors"
+            weight_map[stem + "weight_scale_inv"] = "model-00002-of-00002.safetensors"
+    write("index", "harness_valid", json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}).encode())
+    weight_map["mtp.layers.0.mlp.experts.0.gate_proj.weight"] = "sub/./../../model-00001-of-00002.safetensors"
+    write("index", "harness_escape", json.dumps({"weight_map": weight_map}).encode())
+
+
+def resize_config(config):
+    for place in (config, config.get("text_config")):
+        if isinstance(place, dict):
+            for key, value in HARNESS_SIZES.items():
+                if key in place:
+                    place[key] = value
+    return config
+
+
+def expert_layout(folder):
+    """(tensor name root, flags) of the fixture's MTP experts, as fuzz_config.c spells them."""
+    headers = []
+    for path in glob.glob(os.path.join(folder, "**", "*.safetensors"), recursive=True):
+        _, header = read_header(path)
+        if isinstance(header, dict):
+            headers.append(header)
+    names = {name: entry for header in headers for name, entry in header.items() if name != "__metadata__"}
+    # the MTP layer's own spelling first: a separate draft's target has experts of its own
+    for name, entry in sorted(names.items(), key=lambda item: ("mtp." not in item[0], item[0])):
+        if not isinstance(entry, dict) or "dtype" not in entry or "shape" not in entry:
+            continue
+        at = name.find("mlp.experts.")
+        if at < 0 or not name.endswith(("weight", "gate_up_proj")):
+            continue
+        root, flags = name[:at], ""
+        if name.endswith("gate_up_proj"):
+            flags += "f"
+        elif entry["dtype"] != "F8_E4M3":
+            flags += "b"
+        scale = next((n for n in names if n.startswith(root) and "_scale" in n and isinstance(names[n], dict)), None)
+        if scale and not scale.endswith("_inv"):
+            flags += "4" if len(names[scale]["shape"]) == 4 else "s"
+        if scale and names[scale]["dtype"] in ("F32", "F16"):
+            flags += "F" if names[scale]["dtype"] == "F32" else "h"
+        return root, flags
+    return "mtp.layers.0.", ""
+
+
+def config_seeds(fixtures):
+    for folder in sorted(glob.glob(os.path.join(fixtures, "*"))):
+        case = os.path.basename(folder)
+        if case == "expected" or not os.path.isdir(folder):
+            continue
+        config_path = os.path.join(folder, "config.json")
+        if case == "separate_draft":
+            config_path = os.path.join(folder, "target", "config.json")
+        if not os.path.exists(config_path):
+            continue
+        with open(config_path) as stream:
+            config = resize_config(json.load(stream))
+        quant = os.path.join(folder, "hf_quant_config.json")
+        root, flags = expert_layout(folder)
+        if case == "separate_draft":
+            flags += "d"
+        if "online" in case or "opt_in" in case:
+            flags += "o"
+        parts = [json.dumps(config, indent=1).encode()]
+        parts.append(open(quant, "rb").read() if os.path.exists(quant) else b"")
+        parts += [root.encode(), flags.encode()]
+        write("config", case, SEPARATOR.join(parts))
+    fp8 = {"num_hidden_layers": 4, "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}
+    write("config", "harness_fp8_tp2", SEPARATOR.join([json.dumps(fp8).encode(), b"", b"mtp.layers.0.", b"tr"]))
+    write("config", "harness_runtime_index", SEPARATOR.join([json.dumps(fp8).encode(), b"", b"model.layers.4.", b""]))
+    write("config", "harness_online_rows", SEPARATOR.join([b'{"num_hidden_layers": 4}', b"", b"mtp.layers.0.", b"bo1t"]))
+    write("config", "harness_no_files", b"")
+
+
+def tuning_seeds():
+    for path in sorted(glob.glob(os.path.join(ROOT, "tuning", "tables", "*.json"))):
+        name = os.path.basename(path)
+        op = 1 if name.startswith("op=down") else 0
+        with open(path, "rb") as stream:
+            text = stream.read()
+        for top_k in (0, 8):
+            write("tuning_table", f"{name[:-5]}.k{top_k}".replace(",", "_").replace("=", "-"), bytes([op | top_k << 1]) + text)
+    write("tuning_table", "bare_names", b"\x00" + json.dumps(
+        {"__metadata__": {"schema_version": 1, "top_k": 4, "measured": False}, "1": "gate_up.cc.bm1.bn4.w4.sk1",
+         "16": {"variant": "gate_up.mma.bm16.bn64.w4.sk1"}}).encode())
+
+
+def cache_entry(kind, name, payload, version=b"12.9", payload_bytes=None):
+    header = bytearray(144)
+    header[0:8] = b"VOLT8KCE"
+    struct.pack_into("<IIII", header, 8, 1, kind, 70, len(name))
+    struct.pack_into("<Q", header, 24, len(payload) if payload_bytes is None else payload_bytes)
+    header[96:96 + len(version)] = version
+    return bytes(header) + name + payload
+
+
+def cache_seeds():
+    ptx = b".version 7.0\n.target sm_70\n.address_size 64\n\0"
+    for mode in (0, 1):
+        for any_version in (0, 1):
+            first = mode << 2 | any_version << 1
+            write("cache_entry", f"mode{mode}_ptx_any{any_version}", bytes([first]) + cache_entry(0, b"k", ptx))
+            write("cache_entry", f"mode{mode}_cubin_any{any_version}", bytes([first | 1]) + cache_entry(1, b"k", b"\x7fELF" + bytes(60)))
+    write("cache_entry", "mode1_wrong_name", bytes([4]) + cache_entry(0, b"j", ptx))
+    write("cache_entry", "mode1_long_payload_field", bytes([4]) + cache_entry(0, b"k", ptx, payload_bytes=1 << 40))
+    write("cache_entry", "mode1_version_13", bytes([4]) + cache_entry(0, b"k", ptx, version=b"13.0"))
+    write("cache_entry", "mode0_short", bytes([0]) + b"VOLT8KCE")
+    for flip, mask in ((0, 0), (5, 1), (100, 0x80), (150, 0x20), (1000, 0)):
+        body = bytes([4]) + b"12.9" + struct.pack("<I", flip) + bytes([mask]) + ptx
+        write("cache_entry", f"mode2_flip{flip}_mask{mask}", bytes([8]) + body)
+        write("cache_entry", f"mode2_flip{flip}_mask{mask}_cubin_any", bytes([8 | 2 | 1]) + body)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    for target in ("safetensors", "index", "config", "tuning_table", "cache_entry"):
+        shutil.rmtree(os.path.join(SEEDS, target), ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="volt8-seeds-") as fixtures:
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "fixtures", "make_checkpoints.py"), fixtures,
+                        "--seed", str(args.seed)], check=True, stdout=subprocess.DEVNULL)
+        safetensors_seeds(fixtures)
+        index_seeds(fixtures)
+        config_seeds(fixtures)
+    tuning_seeds()
+    cache_seeds()
+    for target in sorted(os.listdir(SEEDS)):
+        files = os.listdir(os.path.join(SEEDS, target))
+        size = sum(os.path.getsize(os.path.join(SEEDS, target, name)) for name in files)
+        print(f"{target}: {len(files)} seeds, {size} bytes")
+
+
+if __name__ == "__main__":
+    main()
