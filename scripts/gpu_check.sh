@@ -53,7 +53,8 @@ prepare() {
 }
 
 # Phases (all when none is named): suites (each GPU suite with the carried compute_70 PTX and with
-# native code), sanitize (memcheck and racecheck over the quick suites), tune (sm_90 tables for
+# native code), sanitize (compute-sanitizer memcheck, racecheck, initcheck and synccheck over the quick
+# suites; SANITIZE_TOOLS picks some), tune (sm_90 tables for
 # TP 1/2/4/8), bench (the reference TP4 shape, with the tables just tuned when there are any),
 # demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
 # torch), profile (ncu over the forward's kernels at M=$PROFILE_M).
@@ -103,7 +104,7 @@ run() {
           step "$name.native" env VOLT8_CACHE_DIR="$work/native" "$suite" --jobs=1
         done ;;
       sanitize)
-        for tool in memcheck racecheck; do
+        for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
           for suite in "$carry"/bin/gpu_test_*; do
             name="$(basename "$suite")"
             name="${name#gpu_test_}"
