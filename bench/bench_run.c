@@ -8,6 +8,7 @@
 
 #include "baseline_fp16.h"
 #include "bench_gpu.h"
+#include "bench_graphs.h"
 #include "bench_problem.h"
 #include "cublas_loader.h"
 #include "dispatch.h"
@@ -29,16 +30,6 @@ typedef struct bench_state {
   bench_fp16_weights fp16;
   char fp16_unavailable[512];
 } bench_state;
-
-typedef struct volt8_graphs {
-  volt8_graph **graphs;
-  int32_t count;
-} volt8_graphs;
-
-static volt8_status launch_volt8(void *user, int32_t set, CUstream stream) {
-  volt8_graphs *graphs = user;
-  return volt8_graph_launch(graphs->graphs[set], stream);
-}
 
 static void note(bench_state *state, const char *fmt, const char *detail) {
   if (!state->progress) return;
@@ -175,27 +166,15 @@ static volt8_status time_volt8(bench_state *state, const bench_inputs *inputs, c
                                bench_method_result *result) {
   volt8_ctx *ctx = state->ctx;
   int32_t m = inputs->num_tokens;
-  volt8_graphs graphs = {calloc((size_t)inputs->count, sizeof(volt8_graph *)), 0};
-  volt8_status status = graphs.graphs ? volt8_experts_prepare(state->experts, &m, 1)
-                                      : volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
-  for (int32_t s = 0; s < inputs->count && status == VOLT8_OK; s++) {
-    volt8_moe_args args = VOLT8_MOE_ARGS_INIT;
-    args.num_tokens = m;
-    args.top_k = inputs->top_k;
-    args.x = (const void *)inputs->sets[s].d_x;
-    args.topk_ids = (const int32_t *)inputs->sets[s].d_ids;
-    args.topk_weights = (const float *)inputs->sets[s].d_weights;
-    args.out = (void *)inputs->sets[s].d_out;
-    status = volt8_graph_capture(state->experts, &args, state->gpu.stream, &graphs.graphs[s]);
-    if (status == VOLT8_OK) graphs.count++;
-  }
+  bench_graph_set graphs = {NULL, 0};
+  volt8_status status = volt8_experts_prepare(state->experts, &m, 1);
+  if (status == VOLT8_OK) status = bench_graph_set_capture(ctx, state->experts, inputs, state->gpu.stream, &graphs);
   if (status == VOLT8_OK) status = bench_inputs_poison(ctx, inputs, 0);
-  if (status == VOLT8_OK) status = launch_volt8(&graphs, 0, state->gpu.stream);
+  if (status == VOLT8_OK) status = bench_graph_set_launch(&graphs, 0, state->gpu.stream);
   if (status == VOLT8_OK) status = bench_gpu_check(&state->gpu, ctx->cuda->cuStreamSynchronize(state->gpu.stream), "volt8 forward");
   if (status == VOLT8_OK) status = bench_inputs_check(ctx, inputs, 0, &result->relative_l2);
-  if (status == VOLT8_OK) status = bench_time(&state->gpu, launch_volt8, &graphs, plan, &result->timing);
-  for (int32_t s = 0; s < graphs.count; s++) volt8_graph_destroy(graphs.graphs[s]);
-  free(graphs.graphs);
+  if (status == VOLT8_OK) status = bench_time(&state->gpu, bench_graph_set_launch, &graphs, plan, &result->timing);
+  bench_graph_set_destroy(&graphs);
   result->ran = status == VOLT8_OK;
   result->bytes = inputs->bytes_fp8;
   return status;

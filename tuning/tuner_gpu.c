@@ -1,6 +1,8 @@
 /* The tuner measured on the GPU, and the parallel pre-compilation that keeps NVRTC out of its way. */
 #include "tuner_gpu.h"
 
+#include "bench_graphs.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -83,16 +85,6 @@ static void gpu_end(void *user, int32_t m) {
   tuner->inputs_ready = 0;
 }
 
-typedef struct graph_set {
-  volt8_graph **graphs;
-  int32_t count;
-} graph_set;
-
-static volt8_status launch_graph(void *user, int32_t set, CUstream stream) {
-  graph_set *graphs = user;
-  return volt8_graph_launch(graphs->graphs[set], stream);
-}
-
 /* A failure that leaves the device unusable stops the tuner; any other rejects the candidate. */
 static int device_failure(volt8_status status) {
   return status == VOLT8_ERR_CUDA || status == VOLT8_ERR_NO_DEVICE || status == VOLT8_ERR_OUT_OF_MEMORY;
@@ -103,23 +95,6 @@ static volt8_status reject(tuner_gpu *tuner, volt8_status status, tuner_measurem
   out->accepted = 0;
   snprintf(out->reason, sizeof out->reason, "%s: %.480s", volt8_status_string(status), volt8_last_error(tuner->ctx));
   return VOLT8_OK;
-}
-
-static volt8_status capture_all(tuner_gpu *tuner, int32_t m, graph_set *graphs) {
-  volt8_status status = VOLT8_OK;
-  for (int32_t s = 0; s < tuner->inputs.count && status == VOLT8_OK; s++) {
-    const bench_input_set *set = &tuner->inputs.sets[s];
-    volt8_moe_args args = VOLT8_MOE_ARGS_INIT;
-    args.num_tokens = m;
-    args.top_k = tuner->inputs.top_k;
-    args.x = (const void *)set->d_x;
-    args.topk_ids = (const int32_t *)set->d_ids;
-    args.topk_weights = (const float *)set->d_weights;
-    args.out = (void *)set->d_out;
-    status = volt8_graph_capture(tuner->experts, &args, tuner->gpu.stream, &graphs->graphs[s]);
-    if (status == VOLT8_OK) graphs->count++;
-  }
-  return status;
 }
 
 /* Records that the handle will load `variant`, renewing the handle first when it is full. */
@@ -143,13 +118,12 @@ static volt8_status gpu_measure(void *user, int32_t m, const char *gate_up, cons
     volt8_status renewed = note_loaded(tuner, names[i]);
     if (renewed != VOLT8_OK) return renewed;
   }
-  graph_set graphs = {calloc((size_t)tuner->inputs.count, sizeof(volt8_graph *)), 0};
-  if (!graphs.graphs) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "tuner: out of memory");
+  bench_graph_set graphs = {NULL, 0};
   volt8_status status = volt8_experts_set_variants(tuner->experts, gate_up, down);
   if (status == VOLT8_OK) status = volt8_experts_prepare(tuner->experts, &m, 1);
-  if (status == VOLT8_OK) status = capture_all(tuner, m, &graphs);
+  if (status == VOLT8_OK) status = bench_graph_set_capture(ctx, tuner->experts, &tuner->inputs, tuner->gpu.stream, &graphs);
   if (status == VOLT8_OK) status = bench_inputs_poison(ctx, &tuner->inputs, 0);
-  if (status == VOLT8_OK) status = launch_graph(&graphs, 0, tuner->gpu.stream);
+  if (status == VOLT8_OK) status = bench_graph_set_launch(&graphs, 0, tuner->gpu.stream);
   if (status == VOLT8_OK)
     status = bench_gpu_check(&tuner->gpu, ctx->cuda->cuStreamSynchronize(tuner->gpu.stream), "forward");
   if (status == VOLT8_OK) status = bench_inputs_check(ctx, &tuner->inputs, 0, &out->relative_l2);
@@ -157,11 +131,10 @@ static volt8_status gpu_measure(void *user, int32_t m, const char *gate_up, cons
   if (status == VOLT8_OK && !wrong) {
     bench_timing_plan plan = {tuner->inputs.count, tuner->settings.warmup_batches, batches, tuner->settings.spin_ms};
     bench_timing timing;
-    status = bench_time(&tuner->gpu, launch_graph, &graphs, &plan, &timing);
+    status = bench_time(&tuner->gpu, bench_graph_set_launch, &graphs, &plan, &timing);
     out->forward_us = timing.median_us;
   }
-  for (int32_t s = 0; s < graphs.count; s++) volt8_graph_destroy(graphs.graphs[s]);
-  free(graphs.graphs);
+  bench_graph_set_destroy(&graphs);
   volt8_experts_set_variants(tuner->experts, NULL, NULL);
   if (status != VOLT8_OK) return reject(tuner, status, out);
   out->accepted = !wrong;
