@@ -5,6 +5,8 @@
  * answer VOLT8_ERR_NO_DEVICE or VOLT8_ERR_INVALID_ARGUMENT on any machine. */
 #include <criterion/criterion.h>
 
+#include "test_support.h"
+
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,15 +22,6 @@ TestSuite(abi_misuse, .timeout = 120);
 /* Sizes a caller may put in a size field by mistake, for a struct of `good` bytes. */
 #define BAD_SIZES(good) {0, 1, sizeof(size_t) - 1, (good) + 1, (good) + 4096, SIZE_MAX}
 #define BAD_SIZE_COUNT 6
-
-static volt8_ctx *cpu_ctx(void) {
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.device = -1;
-  options.cache_disable = 1;
-  volt8_ctx *ctx = NULL;
-  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
-  return ctx;
-}
 
 /* A failure with a message: from ctx's, or the thread's when ctx is NULL. */
 #define expect_error(ctx, call, expected)                                                                         \
@@ -89,7 +82,7 @@ Test(abi_misuse, ctx_create) {
 }
 
 Test(abi_misuse, ctx_queries) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   char arch[16];
   expect_error(NULL, volt8_ctx_target_arch(NULL, arch, sizeof arch), VOLT8_ERR_INVALID_ARGUMENT);
   expect_error(ctx, volt8_ctx_target_arch(ctx, NULL, sizeof arch), VOLT8_ERR_INVALID_ARGUMENT);
@@ -103,7 +96,7 @@ Test(abi_misuse, ctx_queries) {
 }
 
 Test(abi_misuse, variants) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   int32_t count = -1;
   expect_error(ctx, volt8_variant_count(ctx, NULL, &count), VOLT8_ERR_INVALID_ARGUMENT);
@@ -147,7 +140,7 @@ Test(abi_misuse, variants) {
 }
 
 Test(abi_misuse, experts_without_a_device) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   static const uint8_t byte = 0;
   static const uint16_t half = 0x3c00;
@@ -209,7 +202,7 @@ Test(abi_misuse, experts_without_a_device) {
 }
 
 Test(abi_misuse, reference_and_errors) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   shape.hidden = 16, shape.intermediate = 16, shape.num_experts = 1, shape.intermediate_offset = 0;
   uint8_t w13[2 * 16 * 16] = {0}, w2[16 * 16] = {0};
@@ -264,7 +257,7 @@ Test(abi_misuse, reference_and_errors) {
 }
 
 Test(abi_misuse, sampler) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   int32_t num_draft[1] = {1}, draft_ids[1] = {0}, out_ids[2], accepted[1];
   float target[2 * 2] = {0.5f, 0.5f, 0.5f, 0.5f};
   volt8_rejection_args args = VOLT8_REJECTION_ARGS_INIT;
@@ -315,7 +308,7 @@ static void remove_checkpoint(void) {
 }
 
 Test(abi_misuse, checkpoint_load_host, .init = make_checkpoint, .fini = remove_checkpoint) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
   options.checkpoint_dir = checkpoint_dir;
   volt8_host_checkpoint *host = (volt8_host_checkpoint *)0x1;
@@ -368,7 +361,7 @@ Test(abi_misuse, checkpoint_load_host, .init = make_checkpoint, .fini = remove_c
 }
 
 Test(abi_misuse, plan_and_plan_rank, .init = make_checkpoint, .fini = remove_checkpoint) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
   options.checkpoint_dir = checkpoint_dir;
   volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
@@ -445,7 +438,7 @@ Test(abi_misuse, plan_and_plan_rank, .init = make_checkpoint, .fini = remove_che
 
 Test(abi_misuse, error_text_taken_before_a_call_shows_its_failure) {
   /* printf("%d %s", f(ctx), volt8_last_error(ctx)) may evaluate volt8_last_error first */
-  volt8_ctx *ctx = cpu_ctx(), *other = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL), *other = test_cpu_ctx(NULL);
   const char *message = volt8_last_error(ctx);
   cr_assert_str_eq(message, "");
   expect_error(ctx, volt8_ctx_target_arch(ctx, NULL, 8), VOLT8_ERR_INVALID_ARGUMENT);
@@ -460,7 +453,7 @@ Test(abi_misuse, error_text_taken_before_a_call_shows_its_failure) {
 /* ---- neighbours of a destroyed handle ---- */
 
 Test(abi_misuse, destroying_one_ctx_leaves_its_neighbours_working, .init = make_checkpoint, .fini = remove_checkpoint) {
-  volt8_ctx *contexts[3] = {cpu_ctx(), cpu_ctx(), cpu_ctx()};
+  volt8_ctx *contexts[3] = {test_cpu_ctx(NULL), test_cpu_ctx(NULL), test_cpu_ctx(NULL)};
   cr_assert_eq(volt8_ctx_require_device(contexts[0]), VOLT8_ERR_NO_DEVICE); /* leaves a message in [0] */
   volt8_ctx_destroy(contexts[1]);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;

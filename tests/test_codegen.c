@@ -1,6 +1,8 @@
 /* The embedded code generator: variant list, emitted source, determinism, failures that name
  * their cause, and agreement with `lua5.4 codegen/gen.lua` run standalone. */
 #include <criterion/criterion.h>
+
+#include "test_support.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,15 +16,6 @@
 #endif
 
 TestSuite(codegen, .timeout = 300);
-
-static volt8_ctx *cpu_ctx(void) {
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.device = -1;
-  options.cache_disable = 1;
-  volt8_ctx *ctx = NULL;
-  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
-  return ctx;
-}
 
 typedef struct name_list {
   char **names;
@@ -98,7 +91,7 @@ static void shape_argument(const volt8_moe_shape *shape, char *buf, size_t size)
 }
 
 Test(codegen, list_is_sorted_and_covers_both_families_of_both_ops) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   name_list list = list_ok(ctx, &shape);
   for (int32_t i = 1; i < list.count; i++)
@@ -114,7 +107,7 @@ Test(codegen, list_is_sorted_and_covers_both_families_of_both_ops) {
 }
 
 Test(codegen, route_and_reduce_emit) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   const char *names[] = {"route", "reduce"};
   volt8_op ops[] = {VOLT8_OP_ROUTE, VOLT8_OP_REDUCE};
@@ -133,7 +126,7 @@ Test(codegen, route_and_reduce_emit) {
 }
 
 Test(codegen, every_variant_emits_marked_deterministic_source) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   name_list list = list_ok(ctx, &shape);
   for (int32_t i = 0; i < list.count; i++) {
@@ -168,7 +161,7 @@ Test(codegen, every_variant_emits_marked_deterministic_source) {
 }
 
 Test(codegen, entries_are_unique_per_variant_and_shape) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shapes[2] = {VOLT8_MOE_SHAPE_INIT, VOLT8_MOE_SHAPE_INIT};
   shapes[1].intermediate_offset = 64;
   char *entries[2][128];
@@ -195,7 +188,7 @@ Test(codegen, entries_are_unique_per_variant_and_shape) {
 }
 
 Test(codegen, unknown_substitution_fails_naming_it) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   const char *keys[] = {"THREADS", "HIDDEN", "NUM_EXPERTS", "ENTRY"};
   const char *values[] = {"128", "2560", "512", "volt8_reduce_test"};
   char *source = NULL;
@@ -221,7 +214,7 @@ Test(codegen, unknown_substitution_fails_naming_it) {
 }
 
 Test(codegen, substitution_keeps_template_line_numbers) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   volt8_kernel_source source;
   cr_assert_eq(volt8_codegen_emit(ctx, &shape, "reduce", &source), VOLT8_OK, "%s", volt8_last_error(ctx));
@@ -250,7 +243,7 @@ static void expect_invalid_shape(volt8_ctx *ctx, const volt8_moe_shape *shape, c
 }
 
 Test(codegen, invalid_shapes_are_rejected_naming_the_field) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   shape.intermediate = 150;
   expect_invalid_shape(ctx, &shape, "intermediate");
@@ -283,7 +276,7 @@ Test(codegen, invalid_shapes_are_rejected_naming_the_field) {
 }
 
 Test(codegen, unknown_variant_is_not_found) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   volt8_kernel_source source;
   const char *bad[] = {"gate_up.cc.bm3.bn8.w4.sk1.l16", "down.mma.bm8.bn32.w4.sk1.l4", "sideways", ""};
@@ -297,7 +290,7 @@ Test(codegen, unknown_variant_is_not_found) {
 
 /* K = I = 144 and H = 2064 are multiples of 16 but not of 32 or 128: both families must still be offered. */
 Test(codegen, unpadded_dimensions_keep_both_families) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   shape.hidden = 2064;
   shape.intermediate = 144;
@@ -311,7 +304,7 @@ Test(codegen, unpadded_dimensions_keep_both_families) {
 }
 
 Test(codegen, public_variant_count_and_name) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   name_list list = list_ok(ctx, &shape);
   int32_t count = 0;
@@ -331,7 +324,7 @@ Test(codegen, public_variant_count_and_name) {
 }
 
 Test(codegen, standalone_script_matches_the_embedded_generator) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shapes[3] = {VOLT8_MOE_SHAPE_INIT, VOLT8_MOE_SHAPE_INIT, VOLT8_MOE_SHAPE_INIT};
   shapes[1].intermediate_offset = 96;
   shapes[2].block_n = 1;

@@ -1,6 +1,8 @@
 /* Every variant of the code generator compiles: with NVRTC 12 to sm_70 machine code (ptxas
  * accepting it proves no post-Volta instruction slipped in) and with NVRTC 13 to sm_90. */
 #include <criterion/criterion.h>
+
+#include "test_support.h"
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,16 +13,6 @@
 #include "jit.h"
 
 TestSuite(compile_variants, .timeout = 900);
-
-static volt8_ctx *compile_ctx(const char *arch) {
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.device = -1;
-  options.cache_disable = 1;
-  options.target_arch = arch;
-  volt8_ctx *ctx = NULL;
-  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
-  return ctx;
-}
 
 /* Compiles every listed variant of a few shapes to CUBIN; `expected_major` is the NVRTC that must
  * have done it. */
@@ -58,7 +50,7 @@ static void compile_every_variant(volt8_ctx *ctx, int32_t arch, int expected_maj
 }
 
 Test(compile_variants, every_variant_sm70_with_nvrtc12) {
-  volt8_ctx *ctx = compile_ctx("sm_70");
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   compile_every_variant(ctx, 70, 12);
   volt8_ctx_destroy(ctx);
 }
@@ -66,7 +58,7 @@ Test(compile_variants, every_variant_sm70_with_nvrtc12) {
 Test(compile_variants, every_variant_sm90_with_nvrtc13) {
   /* NVRTC 12 also targets sm_90 and comes first in the search order: name NVRTC 13 explicitly. */
   setenv("VOLT8_NVRTC", VOLT8_CUDA_NVRTC13, 1);
-  volt8_ctx *ctx = compile_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   compile_every_variant(ctx, 90, 13);
   volt8_ctx_destroy(ctx);
 }

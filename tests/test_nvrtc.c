@@ -1,6 +1,8 @@
 /* NVRTC selection per target arch: which library serves which arch, and what failures say. */
 #include <criterion/criterion.h>
 
+#include "test_support.h"
+
 #include "ctx_internal.h"
 #include "nvrtc_loader.h"
 
@@ -8,16 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static volt8_ctx *new_ctx(void) {
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.device = -1;
-  options.target_arch = "sm_70";
-  options.cache_disable = 1;
-  volt8_ctx *ctx = NULL;
-  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "volt8_ctx_create: %s", volt8_last_error(NULL));
-  return ctx;
-}
 
 static int supports(const volt8_nvrtc_lib *lib, int arch) {
   for (int i = 0; i < lib->num_archs; i++)
@@ -35,7 +27,7 @@ static const char *probed_major(volt8_ctx *ctx, int major) {
 TestSuite(nvrtc, .timeout = 60);
 
 Test(nvrtc, arch_70_gets_nvrtc_12) {
-  volt8_ctx *ctx = new_ctx();
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   const volt8_nvrtc_lib *lib = NULL;
   volt8_status status = volt8_nvrtc_for_arch(ctx, 70, &lib);
   if (status != VOLT8_OK) cr_skip_test("no NVRTC for compute_70 on this host: %s", volt8_last_error(ctx));
@@ -45,7 +37,7 @@ Test(nvrtc, arch_70_gets_nvrtc_12) {
 }
 
 Test(nvrtc, arch_90_gets_the_first_candidate_that_supports_it) {
-  volt8_ctx *ctx = new_ctx();
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   const volt8_nvrtc_lib *lib = NULL;
   volt8_status status = volt8_nvrtc_for_arch(ctx, 90, &lib);
   if (status != VOLT8_OK) cr_skip_test("no NVRTC for compute_90 on this host: %s", volt8_last_error(ctx));
@@ -57,13 +49,13 @@ Test(nvrtc, arch_90_gets_the_first_candidate_that_supports_it) {
 }
 
 Test(nvrtc, explicit_nvrtc_13_serves_arch_90) {
-  volt8_ctx *ctx = new_ctx();
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   const volt8_nvrtc_lib *lib = NULL;
   volt8_nvrtc_for_arch(ctx, 90, &lib);
   const char *path_13 = probed_major(ctx, 13);
   if (!path_13) cr_skip_test("no NVRTC 13 on this host: %s", ctx->nvrtc.tried);
   setenv("VOLT8_NVRTC", path_13, 1);
-  volt8_ctx *explicit_ctx = new_ctx();
+  volt8_ctx *explicit_ctx = test_cpu_ctx("sm_70");
   cr_assert_eq(volt8_nvrtc_for_arch(explicit_ctx, 90, &lib), VOLT8_OK, "%s", volt8_last_error(explicit_ctx));
   cr_assert_eq(lib->major, 13, "VOLT8_NVRTC=%s did not come first: got NVRTC %s", path_13, lib->version);
   volt8_ctx_destroy(explicit_ctx);
@@ -72,7 +64,7 @@ Test(nvrtc, explicit_nvrtc_13_serves_arch_90) {
 
 Test(nvrtc, missing_explicit_nvrtc_falls_back_and_is_named) {
   setenv("VOLT8_NVRTC", "/nonexistent/libnvrtc.so", 1);
-  volt8_ctx *ctx = new_ctx();
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   const volt8_nvrtc_lib *lib = NULL;
   volt8_status status = volt8_nvrtc_for_arch(ctx, 70, &lib);
   if (status == VOLT8_OK) cr_assert(supports(lib, 70));
@@ -89,7 +81,7 @@ Test(nvrtc, missing_explicit_nvrtc_falls_back_and_is_named) {
 }
 
 Test(nvrtc, only_nvrtc_13_cannot_target_arch_70) {
-  volt8_ctx *ctx = new_ctx();
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   const volt8_nvrtc_lib *lib = NULL;
   volt8_nvrtc_for_arch(ctx, 90, &lib);
   char path_13[512];
@@ -99,7 +91,7 @@ Test(nvrtc, only_nvrtc_13_cannot_target_arch_70) {
 
   setenv("VOLT8_NVRTC", path_13, 1);
   setenv("VOLT8_NVRTC_ONLY", "1", 1);
-  ctx = new_ctx();
+  ctx = test_cpu_ctx("sm_70");
   volt8_status status = volt8_nvrtc_for_arch(ctx, 70, &lib);
   const char *message = volt8_last_error(ctx);
   cr_assert_eq(status, VOLT8_ERR_ARCH_UNSUPPORTED, "NVRTC 13 claimed compute_70: %s", message);
@@ -116,7 +108,7 @@ Test(nvrtc, only_nvrtc_13_cannot_target_arch_70) {
 
 Test(nvrtc, disabled_nvrtc_says_so) {
   setenv("VOLT8_NVRTC_DISABLE", "1", 1);
-  volt8_ctx *ctx = new_ctx();
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   const volt8_nvrtc_lib *lib = NULL;
   cr_assert_eq(volt8_nvrtc_for_arch(ctx, 90, &lib), VOLT8_ERR_ARCH_UNSUPPORTED);
   cr_assert_eq(ctx->nvrtc.count, 0);
@@ -125,7 +117,7 @@ Test(nvrtc, disabled_nvrtc_says_so) {
 }
 
 Test(nvrtc, each_library_is_loaded_once) {
-  volt8_ctx *ctx = new_ctx();
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   const volt8_nvrtc_lib *lib = NULL;
   volt8_nvrtc_for_arch(ctx, 90, &lib);
   for (int i = 0; i < ctx->nvrtc.count; i++)
@@ -142,7 +134,7 @@ static void *select_for_70(void *arg) {
 }
 
 Test(nvrtc, concurrent_first_use_probes_once) {
-  volt8_ctx *ctx = new_ctx();
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   pthread_t threads[8];
   void *chosen[8];
   for (int i = 0; i < 8; i++) cr_assert_eq(pthread_create(&threads[i], NULL, select_for_70, ctx), 0);

@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #endif
 #include <criterion/criterion.h>
+
+#include "test_support.h"
 #include <criterion/parameterized.h>
 
 #include <cjson/cJSON.h>
@@ -254,15 +256,6 @@ static void small_moe_fill(small_moe *moe, int32_t hidden, int32_t intermediate,
 
 static void small_moe_free(small_moe *moe) { free(moe->w13), free(moe->w2), free(moe->s13), free(moe->s2); }
 
-static volt8_ctx *cpu_ctx(void) {
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.device = -1;
-  options.cache_disable = 1;
-  volt8_ctx *ctx = NULL;
-  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
-  return ctx;
-}
-
 TestSuite(reference, .timeout = 60);
 
 Test(reference, analytic_uniform_weights) {
@@ -301,7 +294,7 @@ Test(reference, out_of_range_ids_contribute_nothing) {
 }
 
 Test(reference, nan_weight_code_in_routed_expert_is_rejected) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   small_moe moe;
   small_moe_fill(&moe, 128, 16, 2, 0x38, 0x3C00);
   moe.w2[moe.dims.w2_bytes_per_expert + 5 * 16 + 3] = 0xFF; /* expert 1, row 5, column 3 */
@@ -326,7 +319,7 @@ Test(reference, nan_weight_code_in_routed_expert_is_rejected) {
 }
 
 Test(reference, arguments_are_checked) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   small_moe moe;
   small_moe_fill(&moe, 128, 16, 2, 0x38, 0x3C00);
   uint16_t x[128] = {0};
@@ -404,7 +397,7 @@ Test(reference, dims_of_the_seed_shape) {
 }
 
 Test(reference, dims_reject_bad_shapes) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   struct {
     const char *field;
     volt8_moe_shape shape;

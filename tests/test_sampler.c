@@ -3,6 +3,8 @@
  * the target p and the acceptance counts follow [1-a0, a0(1-a1), ...], while a mutant sampler that
  * emits the drafts unconditionally fails the same test. All seeds are fixed; messages carry them. */
 #include <criterion/criterion.h>
+
+#include "test_support.h"
 #include <criterion/parameterized.h>
 
 #include <math.h>
@@ -805,18 +807,8 @@ ParameterizedTest(fit_case *c, sampler, mutant_fails_the_fit) {
 
 /* ---- the GPU entry points on a machine without one ---- */
 
-static volt8_ctx *cpu_ctx(const char *target_arch) {
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.device = -1;
-  options.cache_disable = 1;
-  options.target_arch = target_arch;
-  volt8_ctx *ctx = NULL;
-  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
-  return ctx;
-}
-
 Test(sampler, gpu_call_without_device_says_so) {
-  volt8_ctx *ctx = cpu_ctx(NULL);
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   problem p;
   problem_init(&p, 2, 1, 8, 1);
   cr_assert_eq(volt8_rejection_sample(ctx, &p.args, NULL), VOLT8_ERR_NO_DEVICE);
@@ -840,7 +832,7 @@ ParameterizedTestParameters(sampler, kernels_compile) {
 }
 
 ParameterizedTest(arch_case *arch, sampler, kernels_compile, .timeout = 300) {
-  volt8_ctx *ctx = cpu_ctx(arch->name);
+  volt8_ctx *ctx = test_cpu_ctx(arch->name);
   volt8_status status = volt8_rejection_prepare(ctx);
   cr_assert_eq(status, VOLT8_OK, "%s: %s: %s", arch->name, volt8_status_string(status), volt8_last_error(ctx));
   volt8_ctx_destroy(ctx);

@@ -6,6 +6,8 @@
 #endif
 #include <criterion/criterion.h>
 
+#include "test_support.h"
+
 #include <cjson/cJSON.h>
 #include <ftw.h>
 #include <glob.h>
@@ -58,17 +60,6 @@ static void make_temp_dir(void) {
 static void remove_temp_dir(void) {
   if (temp_dir[0]) nftw(temp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   temp_dir[0] = '\0';
-}
-
-/* A device-less context whose tables are looked up for sm_90 and device "unknown". */
-static volt8_ctx *open_ctx(const char *arch) {
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.device = -1;
-  options.cache_disable = 1;
-  options.target_arch = arch;
-  volt8_ctx *ctx = NULL;
-  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
-  return ctx;
 }
 
 static volt8_moe_shape reference_shape(void) {
@@ -216,7 +207,7 @@ Test(tuning_parse, malformed_tables_rejected_with_a_clear_error) {
       {"{\"__metadata__\": {\"schema_version\": 1, \"measured\": \"yes\"}, \"1\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}",
        "measured must be true or false"},
   };
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     volt8_tuning_table table;
     volt8_status status = volt8_tuning_table_parse(ctx, cases[i].text, strlen(cases[i].text), "case.json", "gate_up", &table);
@@ -269,7 +260,7 @@ static void table_text(char *buf, size_t size, const char *op, const char *m_key
 }
 
 Test(tuning_lookup, environment_directory_serves_the_nearest_m) {
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   volt8_moe_shape shape = reference_shape();
   write_text(REFERENCE_GATE_UP_NAME,
              "{\"__metadata__\": {\"schema_version\": 1}, \"1\": \"gate_up.x1\", \"16\": \"gate_up.x16\", "
@@ -289,7 +280,7 @@ Test(tuning_lookup, environment_directory_serves_the_nearest_m) {
 }
 
 Test(tuning_lookup, device_table_before_any_device_table) {
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   volt8_moe_shape shape = reference_shape();
   char text[512];
   table_text(text, sizeof text, "down", "4", "any_device");
@@ -307,7 +298,7 @@ Test(tuning_lookup, device_table_before_any_device_table) {
 }
 
 Test(tuning_lookup, missing_table_is_the_heuristic_and_one_warning) {
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   volt8_moe_shape shape = reference_shape();
   shape.hidden = 1024; /* no table is built in for this */
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
@@ -326,7 +317,7 @@ Test(tuning_lookup, missing_table_is_the_heuristic_and_one_warning) {
 }
 
 Test(tuning_lookup, corrupt_table_skipped_with_a_warning) {
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   volt8_moe_shape shape = reference_shape();
   shape.hidden = 1024;
   write_text("op=gate_up,N=320,K=1024,block=128x128,arch=sm_90,device=unknown.json", "{\"__metadata__\": {");
@@ -362,7 +353,7 @@ Test(tuning_lookup, warnings_buffer_truncates_safely) {
 Test(tuning_lookup, built_in_derived_sm70_tables) {
   const char *path = "tuning/tables/op=gate_up,N=320,K=2560,block=128x128,arch=sm_70,device=any.json";
   if (!volt8_embedded_find(path)) cr_skip_test("the tuning tables are not built into this library yet (%s)", path);
-  volt8_ctx *ctx = open_ctx("sm_70");
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   volt8_moe_shape shape = reference_shape();
   volt8_tuning_match match;
   cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, &match), VOLT8_OK);
@@ -378,7 +369,7 @@ Test(tuning_lookup, built_in_derived_sm70_tables) {
 }
 
 Test(tuning_lookup, dispatch_follows_the_table) {
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   volt8_moe_shape shape = reference_shape();
   char first_gate_up[VOLT8_VARIANT_NAME_BYTES], last_gate_up[VOLT8_VARIANT_NAME_BYTES];
   char first_down[VOLT8_VARIANT_NAME_BYTES], last_down[VOLT8_VARIANT_NAME_BYTES];
@@ -500,7 +491,7 @@ static tuner_settings fake_settings(const int32_t *m_values, int32_t m_count, FI
 }
 
 Test(tuner, candidates_are_the_generators_variants_of_the_op) {
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   char **names = NULL, **all = NULL;
   int32_t count = 0, all_count = 0, expected = 0;
   cr_assert_eq(volt8_codegen_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, &all, &all_count), VOLT8_OK);
@@ -517,7 +508,7 @@ Test(tuner, candidates_are_the_generators_variants_of_the_op) {
 }
 
 Test(tuner, writes_both_tables_with_metadata_and_progress) {
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   fake_timer fake = {0};
   char unused[VOLT8_VARIANT_NAME_BYTES];
   listed_variants(ctx, VOLT8_OP_GATE_UP, unused, fake.fastest[0]);
@@ -573,7 +564,7 @@ Test(tuner, writes_both_tables_with_metadata_and_progress) {
 }
 
 Test(tuner, rerun_merges_into_the_existing_table) {
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   fake_timer fake = {0};
   char first[VOLT8_VARIANT_NAME_BYTES], last[VOLT8_VARIANT_NAME_BYTES], down_first[VOLT8_VARIANT_NAME_BYTES];
   listed_variants(ctx, VOLT8_OP_GATE_UP, first, last);
@@ -606,7 +597,7 @@ Test(tuner, rerun_merges_into_the_existing_table) {
 }
 
 Test(tuner, corrupt_existing_table_is_left_alone) {
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   const char *garbage = "{\"__metadata__\": {\"schema_version\": 1}, \"1\": 7}";
   write_text("op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=Fake_GPU.json", garbage);
   fake_timer fake = {0};
@@ -625,7 +616,7 @@ Test(tuner, corrupt_existing_table_is_left_alone) {
 }
 
 Test(tuner, no_valid_candidate_is_reported_not_written) {
-  volt8_ctx *ctx = open_ctx("sm_90");
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
   fake_timer fake = {0};
   fake.rejected_prefix = "gate_up.";
   tuner_backend backend = {&fake, 1, fake_begin, fake_measure, fake_end};
@@ -660,7 +651,7 @@ Test(derive, variant_names_parse) {
 }
 
 Test(derive, model_grows_with_m_and_every_variant_has_a_time) {
-  volt8_ctx *ctx = open_ctx("sm_70");
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
   volt8_moe_shape shape = reference_shape();
   char **names = NULL;
   int32_t count = 0;

@@ -1,0 +1,11 @@
+/* Small pieces the CPU suites share. */
+#ifndef VOLT8_TEST_SUPPORT_H
+#define VOLT8_TEST_SUPPORT_H
+
+#include "volt8.h"
+
+/* A context with no device and no disk cache, targeting `target_arch` (NULL: the default, sm_70);
+ * fails the test when it cannot be made. */
+volt8_ctx *test_cpu_ctx(const char *target_arch);
+
+#endif
