@@ -350,9 +350,13 @@ VOLT8_API volt8_status volt8_rejection_sample_host(const volt8_rejection_args *a
 VOLT8_API volt8_status volt8_rejection_prepare(volt8_ctx *ctx);
 
 /* The sampler on device pointers, enqueued on `stream` (a CUstream; NULL = the legacy default
- * stream): two kernel launches, no allocation, no host synchronisation; capturable once prepared
- * (unprepared and capturing: VOLT8_ERR_CAPTURE). Probability values are checked on the device:
- * read the per-request flag (out_ids[b][0] == -1) after the stream has run. Pointers must be
+ * stream): three kernel launches, no host synchronisation; capturable once prepared (unprepared
+ * and capturing: VOLT8_ERR_CAPTURE). Rows are cut into chunks so that a small batch still uses the
+ * whole GPU; the passes share a scratch (16 bytes per row chunk, 264 per summed chunk, 32 per
+ * request) taken with cuMemAllocAsync and freed with cuMemFreeAsync on `stream`; a captured graph holds them as an allocation and a free
+ * node, and CUDA's rules for such graphs apply (e.g. no cloning into a child graph node). Calls on
+ * different streams at once are safe. Probability values are checked on the device: read the
+ * per-request flag (out_ids[b][0] == -1) after the stream has run. Pointers must be
  * 4-byte aligned (greedy: any). Outside capture the first call prepares. A captured graph keeps
  * the seed and offset it was captured with. */
 VOLT8_API volt8_status volt8_rejection_sample(volt8_ctx *ctx, const volt8_rejection_args *args, void *stream);

@@ -48,6 +48,8 @@ static void driver_open(void) {
   RESOLVE(cuLaunchKernel, "cuLaunchKernel");
   RESOLVE(cuMemAlloc, "cuMemAlloc_v2");
   RESOLVE(cuMemFree, "cuMemFree_v2");
+  RESOLVE(cuMemAllocAsync, "cuMemAllocAsync");
+  RESOLVE(cuMemFreeAsync, "cuMemFreeAsync");
   RESOLVE(cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   RESOLVE(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   RESOLVE(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");

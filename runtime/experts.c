@@ -112,7 +112,10 @@ static volt8_status allocate_workspace(volt8_experts *experts) {
     *targets[i] = cursor;
     cursor += align_up(bytes[i]);
   }
-  return VOLT8_OK;
+  /* Defined counters before any forward: volt8_experts_bad_id_count may be asked first. */
+  static const int32_t zeros[4] = {0, 0, 0, 0};
+  return cuda_check(experts->ctx, experts->ctx->cuda->cuMemcpyHtoD(experts->counters, zeros, sizeof zeros),
+                    "cuMemcpyHtoD(counters)");
 }
 
 volt8_status volt8_experts_alloc(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t max_tokens, int32_t max_top_k,
@@ -269,11 +272,13 @@ volt8_status volt8_experts_bad_id_count(volt8_experts *experts, int32_t *out_cou
   volt8_ctx *ctx = experts->ctx;
   volt8_status status = volt8_ctx_require_device(ctx);
   if (status != VOLT8_OK) return status;
-  int32_t counters[4];
+  /* Only counters[2]: the others are stale or never written when no route ran (block_m 1 forwards). */
+  int32_t count = 0;
   status = cuda_check(ctx, ctx->cuda->cuCtxSynchronize(), "cuCtxSynchronize");
   if (status == VOLT8_OK)
-    status = cuda_check(ctx, ctx->cuda->cuMemcpyDtoH(counters, experts->counters, sizeof counters), "cuMemcpyDtoH(counters)");
-  if (status == VOLT8_OK) *out_count = counters[2];
+    status = cuda_check(ctx, ctx->cuda->cuMemcpyDtoH(&count, experts->counters + 2 * sizeof(int32_t), sizeof count),
+                        "cuMemcpyDtoH(counters[2])");
+  if (status == VOLT8_OK) *out_count = count;
   return status;
 }
 

@@ -5,6 +5,7 @@
 #include "ctx_internal.h"
 #include "jit.h"
 #include "philox.h"
+#include "sampler.h"
 #include "../templates/rejection_rules.cu"
 
 #include <pthread.h>
@@ -15,8 +16,11 @@
 #define SAMPLER_KERNEL_NAME "volt8_rejection_sample"
 #define ROW_THREADS 512
 #define FINISH_THREADS 1024
+#define FINISH_WARPS (FINISH_THREADS / 32)
 #define MAX_DRAFT 65534 /* the row pass's grid y holds K+1 */
 #define PROBLEM_BYTES 256
+#define ROW_CTAS_PER_SM 4
+#define SUM_CTAS_PER_SM 2
 
 static volt8_status check_args(volt8_ctx *ctx, const volt8_rejection_args *args, const char *function) {
   if (!args) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "%s: args is NULL", function);
@@ -166,11 +170,16 @@ volt8_status volt8_rejection_sample_host(const volt8_rejection_args *args) {
 
 /* ---- the GPU path: kernels loaded once per context ---- */
 
+typedef struct sampler_kernels {
+  CUfunction rows, walk, draw;
+  int32_t multiprocessors;
+} sampler_kernels;
+
 typedef struct sampler_module {
   struct sampler_module *next;
   const volt8_ctx *ctx;
   CUmodule module;
-  CUfunction rows, finish;
+  sampler_kernels kernels;
 } sampler_module;
 
 static pthread_mutex_t modules_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -182,13 +191,10 @@ static sampler_module *find_locked(const volt8_ctx *ctx) {
   return found;
 }
 
-static int find_module(const volt8_ctx *ctx, CUfunction *rows, CUfunction *finish) {
+static int find_module(const volt8_ctx *ctx, sampler_kernels *kernels) {
   pthread_mutex_lock(&modules_lock);
   const sampler_module *found = find_locked(ctx);
-  if (found) {
-    *rows = found->rows;
-    *finish = found->finish;
-  }
+  if (found) *kernels = found->kernels;
   pthread_mutex_unlock(&modules_lock);
   return found != NULL;
 }
@@ -228,21 +234,49 @@ static volt8_status compile_kernels(volt8_ctx *ctx, volt8_jit_image *image) {
   return status;
 }
 
+/* The device facts the launcher needs: its multiprocessor count, and stream-ordered allocation
+ * (the scratch between the passes comes from the device's memory pool, which graphs capture). */
+static volt8_status query_device(volt8_ctx *ctx, int32_t *multiprocessors) {
+  CUdevice device;
+  int count = 0, pools = 0;
+  volt8_status status = cuda_check(ctx, ctx->cuda->cuDeviceGet(&device, ctx->device_ordinal), "cuDeviceGet");
+  if (status == VOLT8_OK)
+    status = cuda_check(ctx, ctx->cuda->cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+                        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  if (status == VOLT8_OK)
+    status = cuda_check(ctx, ctx->cuda->cuDeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device),
+                        "cuDeviceGetAttribute(MEMORY_POOLS_SUPPORTED)");
+  if (status == VOLT8_OK && !pools)
+    status = volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED,
+                        "rejection sampler: device %d (%s) does not support stream-ordered allocation "
+                        "(cuMemAllocAsync), which holds the sampler's scratch between its passes",
+                        ctx->device_ordinal, ctx->device_name);
+  *multiprocessors = count > 0 ? count : 1;
+  return status;
+}
+
 static volt8_status load_kernels(volt8_ctx *ctx, const volt8_jit_image *image) {
   sampler_module *loaded = calloc(1, sizeof *loaded);
   if (!loaded) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "rejection sampler: out of memory");
   loaded->ctx = ctx;
-  volt8_status status = cuda_check(ctx, ctx->cuda->cuModuleLoadDataEx(&loaded->module, image->data, 0, NULL, NULL),
-                                   "cuModuleLoadDataEx");
+  volt8_status status = query_device(ctx, &loaded->kernels.multiprocessors);
   if (status != VOLT8_OK) {
     free(loaded);
     return status;
   }
-  status = cuda_check(ctx, ctx->cuda->cuModuleGetFunction(&loaded->rows, loaded->module, "volt8_rejection_rows"),
-                      "cuModuleGetFunction(volt8_rejection_rows)");
-  if (status == VOLT8_OK)
-    status = cuda_check(ctx, ctx->cuda->cuModuleGetFunction(&loaded->finish, loaded->module, "volt8_rejection_finish"),
-                        "cuModuleGetFunction(volt8_rejection_finish)");
+  status = cuda_check(ctx, ctx->cuda->cuModuleLoadDataEx(&loaded->module, image->data, 0, NULL, NULL),
+                      "cuModuleLoadDataEx");
+  if (status != VOLT8_OK) {
+    free(loaded);
+    return status;
+  }
+  const char *const names[3] = {"volt8_rejection_rows", "volt8_rejection_walk", "volt8_rejection_draw"};
+  CUfunction *const functions[3] = {&loaded->kernels.rows, &loaded->kernels.walk, &loaded->kernels.draw};
+  for (int i = 0; i < 3 && status == VOLT8_OK; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "cuModuleGetFunction(%s)", names[i]);
+    status = cuda_check(ctx, ctx->cuda->cuModuleGetFunction(functions[i], loaded->module, names[i]), what);
+  }
   pthread_mutex_lock(&modules_lock);
   int keep = status == VOLT8_OK && !find_locked(ctx); /* another thread may have loaded them meanwhile */
   if (keep) {
@@ -259,8 +293,8 @@ static volt8_status load_kernels(volt8_ctx *ctx, const volt8_jit_image *image) {
 
 volt8_status volt8_rejection_prepare(volt8_ctx *ctx) {
   if (!ctx) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_rejection_prepare: ctx is NULL");
-  CUfunction rows, finish;
-  if (ctx->has_device && find_module(ctx, &rows, &finish)) return VOLT8_OK;
+  sampler_kernels kernels;
+  if (ctx->has_device && find_module(ctx, &kernels)) return VOLT8_OK;
   volt8_jit_image image = {0};
   volt8_status status = compile_kernels(ctx, &image);
   if (status == VOLT8_OK && ctx->has_device) {
@@ -282,8 +316,8 @@ static volt8_status check_alignment(volt8_ctx *ctx, const volt8_rejection_args *
 }
 
 /* The loaded kernels, preparing them first unless the stream is capturing. */
-static volt8_status get_kernels(volt8_ctx *ctx, CUstream stream, CUfunction *rows, CUfunction *finish) {
-  if (find_module(ctx, rows, finish)) return VOLT8_OK;
+static volt8_status get_kernels(volt8_ctx *ctx, CUstream stream, sampler_kernels *kernels) {
+  if (find_module(ctx, kernels)) return VOLT8_OK;
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   volt8_status status = cuda_check(ctx, ctx->cuda->cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
   if (status != VOLT8_OK) return status;
@@ -292,10 +326,23 @@ static volt8_status get_kernels(volt8_ctx *ctx, CUstream stream, CUfunction *row
                       "volt8_rejection_sample: the sampler kernels are not loaded and the stream is capturing; "
                       "call volt8_rejection_prepare before capturing");
   status = volt8_rejection_prepare(ctx);
-  if (status == VOLT8_OK && !find_module(ctx, rows, finish))
+  if (status == VOLT8_OK && !find_module(ctx, kernels))
     status = volt8_fail(ctx, VOLT8_ERR_INTERNAL, "volt8_rejection_sample: kernels missing after preparing");
   return status;
 }
+
+void volt8_sampler_split(int64_t units, int32_t vocab, int64_t target_ctas, volt8_sampler_cut *cut) {
+  int64_t splits = units < target_ctas ? (target_ctas + units - 1) / units : 1;
+  int64_t most = vocab / SPLIT_MIN_CHUNK;
+  if (splits > most) splits = most;
+  if (splits < 1) splits = 1;
+  int64_t chunk = ((int64_t)vocab + splits - 1) / splits;
+  if (splits > 1) chunk = (chunk + SPLIT_CHUNK_ALIGN - 1) / SPLIT_CHUNK_ALIGN * SPLIT_CHUNK_ALIGN;
+  cut->chunk = (int32_t)chunk;
+  cut->splits = (int32_t)(((int64_t)vocab + chunk - 1) / chunk);
+}
+
+static size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 volt8_status volt8_rejection_sample(volt8_ctx *ctx, const volt8_rejection_args *args, void *stream) {
   if (!ctx) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_rejection_sample: ctx is NULL");
@@ -304,23 +351,56 @@ volt8_status volt8_rejection_sample(volt8_ctx *ctx, const volt8_rejection_args *
   if (status != VOLT8_OK || args->batch == 0) return status;
   if ((status = check_alignment(ctx, args)) != VOLT8_OK) return status;
   CUstream cu_stream = (CUstream)stream;
-  CUfunction rows = NULL, finish = NULL;
-  if ((status = get_kernels(ctx, cu_stream, &rows, &finish)) != VOLT8_OK) return status;
+  sampler_kernels kernels = {0};
+  if ((status = get_kernels(ctx, cu_stream, &kernels)) != VOLT8_OK) return status;
+
+  /* Cut rows so that even one request fills the GPU: the row scans to about ROW_CTAS_PER_SM
+   * CTAs a multiprocessor, the weight sums of the stop rows to about SUM_CTAS_PER_SM. */
+  const size_t batch = (size_t)args->batch, rows = (size_t)args->max_draft + 1;
+  volt8_sampler_cut row_cut, sum_cut;
+  volt8_sampler_split((int64_t)(batch * rows), args->vocab, (int64_t)kernels.multiprocessors * ROW_CTAS_PER_SM, &row_cut);
+  volt8_sampler_split((int64_t)batch, args->vocab, (int64_t)kernels.multiprocessors * SUM_CTAS_PER_SM, &sum_cut);
+  if (batch * (size_t)row_cut.splits > INT32_MAX || batch * (size_t)sum_cut.splits > INT32_MAX)
+    row_cut.splits = sum_cut.splits = 1, row_cut.chunk = sum_cut.chunk = args->vocab;
+  const size_t scan_bytes = align_up(batch * rows * (size_t)row_cut.splits * sizeof(volt8_row_scan));
+  const size_t stop_bytes = align_up(batch * sizeof(volt8_stop_record));
+  const size_t chunk_sum_bytes = align_up(batch * (size_t)sum_cut.splits * sizeof(volt8_u64));
+  const size_t part_sum_bytes = batch * (size_t)sum_cut.splits * FINISH_WARPS * sizeof(volt8_u64);
+  CUdeviceptr scratch = 0;
+  status = cuda_check(ctx,
+                      ctx->cuda->cuMemAllocAsync(&scratch, scan_bytes + stop_bytes + chunk_sum_bytes + part_sum_bytes,
+                                                 cu_stream),
+                      "cuMemAllocAsync(scratch)");
+  if (status != VOLT8_OK) return status;
+  CUdeviceptr scans = scratch, stops = scans + scan_bytes, chunk_sums = stops + stop_bytes;
+  CUdeviceptr part_sums = chunk_sums + chunk_sum_bytes;
+
   CUdeviceptr num_draft = (CUdeviceptr)(uintptr_t)args->num_draft, draft_ids = (CUdeviceptr)(uintptr_t)args->draft_ids;
   CUdeviceptr draft_probs = (CUdeviceptr)(uintptr_t)args->draft_probs, target_probs = (CUdeviceptr)(uintptr_t)args->target_probs;
   CUdeviceptr greedy = (CUdeviceptr)(uintptr_t)args->greedy, out_ids = (CUdeviceptr)(uintptr_t)args->out_ids;
   CUdeviceptr num_accepted = (CUdeviceptr)(uintptr_t)args->num_accepted;
   int max_draft = args->max_draft, vocab = args->vocab;
+  int row_splits = row_cut.splits, row_chunk = row_cut.chunk, sum_splits = sum_cut.splits, sum_chunk = sum_cut.chunk;
   unsigned long long seed = args->seed, offset = args->offset;
-  void *row_params[] = {&num_draft, &draft_ids, &draft_probs, &target_probs, &greedy, &max_draft, &vocab, &out_ids};
-  void *finish_params[] = {&num_draft, &draft_ids, &draft_probs, &target_probs, &greedy, &max_draft, &vocab,
-                           &seed, &offset, &out_ids, &num_accepted};
-  status = cuda_check(ctx, ctx->cuda->cuLaunchKernel(rows, (unsigned)args->batch, (unsigned)max_draft + 1, 1, ROW_THREADS, 1, 1,
-                                                     0, cu_stream, row_params, NULL),
+  void *row_params[] = {&num_draft, &draft_ids, &draft_probs, &target_probs, &max_draft, &vocab,
+                        &row_splits, &row_chunk, &scans};
+  void *walk_params[] = {&num_draft, &draft_ids, &draft_probs, &target_probs, &greedy, &max_draft, &vocab,
+                         &row_splits, &scans, &sum_splits, &sum_chunk, &seed, &offset, &out_ids, &stops,
+                         &chunk_sums, &part_sums};
+  void *draw_params[] = {&draft_ids, &draft_probs, &target_probs, &max_draft, &vocab, &sum_splits, &sum_chunk,
+                         &stops, &chunk_sums, &part_sums, &out_ids, &num_accepted};
+  status = cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernels.rows, (unsigned)(batch * (size_t)row_splits), (unsigned)rows, 1,
+                                                     ROW_THREADS, 1, 1, 0, cu_stream, row_params, NULL),
                       "cuLaunchKernel(volt8_rejection_rows)");
   if (status == VOLT8_OK)
-    status = cuda_check(ctx, ctx->cuda->cuLaunchKernel(finish, (unsigned)args->batch, 1, 1, FINISH_THREADS, 1, 1, 0,
-                                                       cu_stream, finish_params, NULL),
-                        "cuLaunchKernel(volt8_rejection_finish)");
-  return status;
+    status = cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernels.walk, (unsigned)(batch * (size_t)sum_splits), 1, 1,
+                                                       FINISH_THREADS, 1, 1, 0, cu_stream, walk_params, NULL),
+                        "cuLaunchKernel(volt8_rejection_walk)");
+  if (status == VOLT8_OK)
+    status = cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernels.draw, (unsigned)batch, 1, 1, FINISH_THREADS, 1, 1, 0,
+                                                       cu_stream, draw_params, NULL),
+                        "cuLaunchKernel(volt8_rejection_draw)");
+  /* Freed in stream order after the passes, also when a launch failed. */
+  volt8_status freed = cuda_check(ctx, ctx->cuda->cuMemFreeAsync(scratch, cu_stream), "cuMemFreeAsync(scratch)");
+  return status != VOLT8_OK ? status : freed;
 }

@@ -54,7 +54,7 @@ prepare() {
 
 # Phases (all when none is named): suites (each GPU suite with the carried compute_70 PTX and with
 # native code), sanitize (compute-sanitizer memcheck, racecheck, initcheck and synccheck over the quick
-# suites; SANITIZE_TOOLS picks some), tune (sm_90 tables for
+# suites; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites), tune (sm_90 tables for
 # TP 1/2/4/8), bench (the reference TP4 shape, with the tables just tuned when there are any),
 # demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
 # torch), profile (ncu over the forward's kernels at M=$PROFILE_M).
@@ -109,6 +109,9 @@ run() {
             name="$(basename "$suite")"
             name="${name#gpu_test_}"
             [ "$name" = bench ] && continue
+            if [ -n "${SANITIZE_SUITES:-}" ]; then
+              case " $SANITIZE_SUITES " in *" $name "*) ;; *) continue ;; esac
+            fi
             step "$name.$tool" env VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70" VOLT8_GPU_TEST_QUICK=1 \
               compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 7 "$suite" --jobs=1
           done

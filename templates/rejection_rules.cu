@@ -141,45 +141,61 @@ typedef struct volt8_rejection_stop {
   volt8_u64 random;   // 64 bits for the draw
 } volt8_rejection_stop;
 
+// The stop of one request as the GPU's walk pass hands it to the draw pass (valid 0: bad input).
+typedef struct volt8_stop_record {
+  volt8_rejection_stop stop;
+  int valid;
+} volt8_stop_record;
+
 VOLT8_HD volt8_u64 volt8_stop_weight(const volt8_rejection_stop *stop, float target, float draft) {
   return volt8_scaled_weight(stop->use_residual ? volt8_residual(target, draft) : target, stop->scale_exponent);
 }
 
+// Whether the draft at `position` (< num_draft) is accepted; row_info, draft_ids, target and draft
+// as in volt8_rejection_walk. Greedy: the draft is the argmax. Else: u * q < p with Philox word 0.
+VOLT8_HD int volt8_draft_accepted(const int *row_info, const int *draft_ids, const float *target, const float *draft,
+                                  long long vocab, int greedy, volt8_u64 seed, volt8_u64 offset, int request,
+                                  int position) {
+  const long long token = draft_ids[position];
+  if (greedy) return token == row_info[position];
+  const volt8_philox_block block = volt8_sampler_random(seed, offset, request, position);
+  const float draft_prob = draft ? draft[position * vocab + token] : 1.0f;
+  return volt8_accept_draft(block.word[0], target[position * vocab + token], draft_prob);
+}
+
+// The stop of a request whose first rejected draft is at `position` (num_draft: all accepted).
+VOLT8_HD void volt8_rejection_stop_at(const int *row_info, int num_draft, int greedy, volt8_u64 seed, volt8_u64 offset,
+                                      int request, int position, volt8_rejection_stop *stop) {
+  stop->accepted = position;
+  stop->token = -1;
+  stop->use_residual = 0;
+  stop->random = 0;
+  if (greedy) {
+    stop->token = row_info[position];
+    stop->scale_exponent = 0;
+    return;
+  }
+  const volt8_philox_block block = volt8_sampler_random(seed, offset, request, position);
+  const int residual_exponent = position < num_draft ? (row_info[position] >> 8) & 0xFF : 0;
+  stop->use_residual = residual_exponent != 0;
+  stop->scale_exponent = residual_exponent != 0 ? residual_exponent : row_info[position] & 0xFF;
+  stop->random = volt8_draw_bits(block);
+}
+
 // Walks one request's drafts. row_info[0..num_draft] come from the row pass; target and draft
 // point at the request's [K+1][V] and [K][V] rows (draft NULL: one-hot drafts). Returns 0 when a
-// row is invalid. A rejection whose residual is all zero (p <= q everywhere) draws from p.
+// row is invalid. A rejection whose residual is all zero (p <= q everywhere) draws from p. The GPU
+// decides the positions in parallel and takes the first rejection: the same stop.
 VOLT8_HD int volt8_rejection_walk(const int *row_info, int num_draft, const int *draft_ids, const float *target,
                                   const float *draft, long long vocab, int greedy, volt8_u64 seed, volt8_u64 offset,
                                   int request, volt8_rejection_stop *stop) {
   for (int position = 0; position <= num_draft; ++position)
     if (row_info[position] < 0) return 0;
   int position = 0;
-  stop->token = -1;
-  stop->use_residual = 0;
-  stop->random = 0;
-  if (greedy) {
-    while (position < num_draft && draft_ids[position] == row_info[position]) ++position;
-    stop->accepted = position;
-    stop->token = row_info[position];
-    stop->scale_exponent = 0;
-    return 1;
-  }
-  for (; position < num_draft; ++position) {
-    const volt8_philox_block block = volt8_sampler_random(seed, offset, request, position);
-    const long long token = draft_ids[position];
-    const float draft_prob = draft ? draft[position * vocab + token] : 1.0f;
-    if (!volt8_accept_draft(block.word[0], target[position * vocab + token], draft_prob)) {
-      const int residual_exponent = (row_info[position] >> 8) & 0xFF;
-      stop->accepted = position;
-      stop->use_residual = residual_exponent != 0;
-      stop->scale_exponent = residual_exponent != 0 ? residual_exponent : row_info[position] & 0xFF;
-      stop->random = volt8_draw_bits(block);
-      return 1;
-    }
-  }
-  stop->accepted = num_draft;
-  stop->scale_exponent = row_info[num_draft] & 0xFF;
-  stop->random = volt8_draw_bits(volt8_sampler_random(seed, offset, request, num_draft));
+  while (position < num_draft &&
+         volt8_draft_accepted(row_info, draft_ids, target, draft, vocab, greedy, seed, offset, request, position))
+    ++position;
+  volt8_rejection_stop_at(row_info, num_draft, greedy, seed, offset, request, position, stop);
   return 1;
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "philox.h"
+#include "sampler.h"
 #include "volt8.h"
 
 /* A fit passes when every chi-square p-value is at least this: with 32 fits in the suite a correct
@@ -836,4 +837,36 @@ ParameterizedTest(arch_case *arch, sampler, kernels_compile, .timeout = 300) {
   volt8_status status = volt8_rejection_prepare(ctx);
   cr_assert_eq(status, VOLT8_OK, "%s: %s: %s", arch->name, volt8_status_string(status), volt8_last_error(ctx));
   volt8_ctx_destroy(ctx);
+}
+
+/* How the GPU path cuts rows: chunks cover [0, V) exactly, none empty, none under the minimum
+ * (unless the row is one chunk), aligned, and enough of them to fill the GPU when rows are few. */
+Test(sampler, row_cuts_cover_the_vocabulary) {
+  const int32_t vocabs[] = {1, 100, 2047, 2048, 4095, 8193, 32000, 151936, 1 << 24};
+  const int64_t units[] = {1, 2, 6, 64, 528, 100000};
+  for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) {
+    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++) {
+      const int32_t vocab = vocabs[v];
+      volt8_sampler_cut cut;
+      volt8_sampler_split(units[u], vocab, 528, &cut);
+      cr_assert_geq(cut.splits, 1);
+      cr_assert_geq((int64_t)cut.splits * cut.chunk, vocab, "V %d units %lld: %d x %d", vocab, (long long)units[u],
+                    cut.splits, cut.chunk);
+      cr_assert_lt((int64_t)(cut.splits - 1) * cut.chunk, vocab, "V %d: last chunk empty", vocab);
+      if (cut.splits > 1) {
+        cr_assert_eq(cut.chunk % SPLIT_CHUNK_ALIGN, 0);
+        cr_assert_geq(cut.chunk, SPLIT_MIN_CHUNK);
+      } else {
+        cr_assert_eq(cut.chunk, vocab);
+      }
+      if (units[u] >= 528) cr_assert_eq(cut.splits, 1, "V %d units %lld", vocab, (long long)units[u]);
+      /* Few rows: about 528 chunks in all, or as many as the minimum chunk allows. */
+      const int32_t most = vocab / SPLIT_MIN_CHUNK > 1 ? vocab / SPLIT_MIN_CHUNK : 1;
+      if (units[u] * cut.splits < 528 / 2)
+        cr_assert_geq(cut.splits, most - 1, "V %d units %lld: %d chunks", vocab, (long long)units[u], cut.splits);
+    }
+  }
+  volt8_sampler_cut cut;
+  volt8_sampler_split(2, 151936, 528, &cut);
+  cr_assert_gt(cut.splits, 50, "B 1 K 1 at V 151936: %d chunks of %d", cut.splits, cut.chunk);
 }

@@ -163,6 +163,9 @@ Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
   host_problem problem;
   gpu_make_problem(ctx, &shape, &problem);
   volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  int32_t before = -1;
+  cr_assert_eq(volt8_experts_bad_id_count(experts, &before), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(before, 0, "before any forward the count is %d", before);
   const char *pairs[3][2] = {{"gate_up.cc.bm1.bn8.w4.sk1.l16", "down.cc.bm1.bn64.w4.sk1.l2"},
                              {"gate_up.cc.bm1.bn4.w4.sk1.l32", "down.cc.bm2.bn64.w4.sk1.l2"},
                              {"gate_up.cc.bm2.bn8.w4.sk1.l16", "down.mma.bm8.bn32.w4.sk1"}};
