@@ -7,7 +7,8 @@
 #   scripts/gpu_check.sh run       on the GPU machine (only the CUDA toolkit, no network): runs the GPU
 #                                  suite with the carried compute_70 PTX (JIT-compiled by the driver),
 #                                  again with native code from that machine's NVRTC, then under
-#                                  compute-sanitizer memcheck and racecheck. Logs go to $OUT (or out/).
+#                                  compute-sanitizer (memcheck, racecheck, initcheck, synccheck).
+#                                  Logs go to $OUT (or out/).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 carry="$root/.carry"

@@ -30,18 +30,11 @@
 #endif
 
 #include "checkpoint_fixture.h"
+#include "test_support.h"
 
 CHECKPOINT_FIXTURES("native", "online", "checkpoint")
 
 #define MIB (1024.0 * 1024.0)
-
-static volt8_ctx *cpu_ctx(void) {
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.device = -1;
-  volt8_ctx *ctx = NULL;
-  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK);
-  return ctx;
-}
 
 typedef struct case_options {
   char dir[4096], draft[4096];
@@ -80,7 +73,7 @@ static const struct { const char *name, *quant_format; } recognised[] = {
 
 Test(checkpoint, formats_and_layer_spellings_are_recognised) {
   cJSON *root = manifest();
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   for (size_t i = 0; i < sizeof recognised / sizeof recognised[0]; i++) {
     const char *name = recognised[i].name;
     const cJSON *entry = manifest_case(root, "valid", name);
@@ -125,7 +118,7 @@ ParameterizedTest(int *index, checkpoint, wrong_checkpoint_rejected_and_nothing_
   const cJSON *entry = manifest_case(root, "invalid", name);
   case_options load;
   options_for(entry, &load);
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   int64_t held = volt8_checkpoint_live_allocations();
   volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
   expect_failure(entry, name, volt8_plan(ctx, &load.options, &plan), volt8_last_error(ctx));
@@ -139,7 +132,7 @@ ParameterizedTest(int *index, checkpoint, wrong_checkpoint_rejected_and_nothing_
 }
 
 Test(checkpoint, options_are_checked) {
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
   volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
   cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_ERR_INVALID_ARGUMENT);
@@ -166,7 +159,7 @@ Test(checkpoint, options_are_checked) {
 Test(checkpoint, device_load_without_a_gpu_holds_nothing) {
   char dir[4096];
   fixture("modelopt_mixed_indexed", dir, sizeof dir);
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   int64_t held = volt8_checkpoint_live_allocations();
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
   options.checkpoint_dir = dir;
@@ -181,7 +174,7 @@ Test(checkpoint, device_load_without_a_gpu_holds_nothing) {
 Test(checkpoint, reports_respect_the_callers_size) {
   char dir[4096];
   fixture("fp8_runtime_names", dir, sizeof dir);
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_load_report report;
   memset(&report, 0x5A, sizeof report);
   report.size = offsetof(volt8_load_report, scale_max_relative_error);
@@ -241,7 +234,7 @@ Test(checkpoint, reference_model_fits_the_byte_floor) {
 Test(checkpoint, plan_matches_what_a_load_holds) {
   char dir[4096];
   fixture("modelopt_mixed_indexed", dir, sizeof dir);
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
   options.checkpoint_dir = dir;
   options.tp_size = 8;
@@ -268,7 +261,7 @@ Test(checkpoint, plan_matches_what_a_load_holds) {
 Test(checkpoint, plan_of_the_real_shape_stages_one_expert) {
   char dir[4096];
   fixture("real_shape", dir, sizeof dir);
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
   options.checkpoint_dir = dir;
   options.tp_size = 4;
@@ -293,7 +286,7 @@ Test(checkpoint, plan_of_the_real_shape_stages_one_expert) {
 static void sharded_forward_matches_whole(const char *name, int32_t tp) {
   char dir[4096];
   fixture(name, dir, sizeof dir);
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
   options.checkpoint_dir = dir;
   volt8_host_checkpoint *whole = NULL;

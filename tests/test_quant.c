@@ -30,29 +30,9 @@
 #endif
 
 #include "checkpoint_fixture.h"
+#include "test_support.h"
 
 CHECKPOINT_FIXTURES("online")
-
-static void *read_whole(const char *path, size_t *out_bytes) {
-  FILE *stream = fopen(path, "rb");
-  cr_assert_not_null(stream, "cannot open %s", path);
-  fseek(stream, 0, SEEK_END);
-  long bytes = ftell(stream);
-  fseek(stream, 0, SEEK_SET);
-  void *data = malloc(bytes > 0 ? (size_t)bytes : 1);
-  cr_assert(data && fread(data, 1, (size_t)bytes, stream) == (size_t)bytes, "cannot read %s", path);
-  fclose(stream);
-  *out_bytes = (size_t)bytes;
-  return data;
-}
-
-static volt8_ctx *cpu_ctx(void) {
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.device = -1;
-  volt8_ctx *ctx = NULL;
-  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK);
-  return ctx;
-}
 
 TestSuite(quant, .timeout = 300);
 
@@ -157,7 +137,7 @@ static void compare_array(const char *variant, const char *case_name, const char
   snprintf(relative, sizeof relative, "expected/%s/%s/%s.bin", case_name, variant, array);
   fixture(relative, path, sizeof path);
   size_t bytes = 0;
-  uint8_t *expected = read_whole(path, &bytes);
+  uint8_t *expected = test_read_whole(path, &bytes);
   cr_assert_eq(bytes, actual_bytes, "%s %s %s: %zu bytes, numpy has %zu", case_name, variant, array, actual_bytes, bytes);
   const uint8_t *got = actual;
   for (size_t i = 0; i < bytes; i++)
@@ -180,7 +160,7 @@ static void conversion_error(const char *case_name, const volt8_host_checkpoint 
       snprintf(relative, sizeof relative, "expected/%s/source/%d.%s.bin", case_name, e, projections[p]);
       fixture(relative, path, sizeof path);
       size_t bytes = 0;
-      double *source = read_whole(path, &bytes);
+      double *source = test_read_whole(path, &bytes);
       int64_t rows = p == 2 ? hidden : size, cols = p == 2 ? size : hidden;
       for (int64_t r = 0; r < rows; r++) {
         for (int64_t c = 0; c < cols; c++) {
@@ -217,7 +197,7 @@ ParameterizedTest(int *index, quant, online_ranks_match_numpy) {
   int32_t full = cJSON_GetObjectItemCaseSensitive(entry, "intermediate")->valueint;
   snprintf(block_key, sizeof block_key, "%d", test->block_n);
   const cJSON *tps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(entry, "tps"), block_key);
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   int64_t held = volt8_checkpoint_live_allocations();
   for (const cJSON *tp_item = tps->child; tp_item; tp_item = tp_item->next) {
     int32_t tp = tp_item->valueint;
@@ -270,7 +250,7 @@ ParameterizedTest(int *index, quant, online_ranks_match_numpy) {
 Test(quant, peak_host_memory_is_one_slice_of_staging) {
   char dir[4096];
   fixture("bf16_fused", dir, sizeof dir);
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
   options.checkpoint_dir = dir;
   options.mtp_expert_quantization = "fp8";
@@ -308,7 +288,7 @@ static const char *const online_rejections[] = {"online_not_finite", "online_bey
 
 Test(quant, bad_source_values_rejected_and_nothing_held) {
   cJSON *root = manifest();
-  volt8_ctx *ctx = cpu_ctx();
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
   for (size_t i = 0; i < sizeof online_rejections / sizeof online_rejections[0]; i++) {
     const char *name = online_rejections[i];
     char dir[4096];

@@ -27,21 +27,9 @@
 #endif
 
 #include "checkpoint_fixture.h"
+#include "test_support.h"
 
 CHECKPOINT_FIXTURES("native")
-
-static void *read_whole(const char *path, size_t *out_bytes) {
-  FILE *stream = fopen(path, "rb");
-  cr_assert_not_null(stream, "cannot open %s", path);
-  fseek(stream, 0, SEEK_END);
-  long bytes = ftell(stream);
-  fseek(stream, 0, SEEK_SET);
-  void *data = malloc(bytes > 0 ? (size_t)bytes : 1);
-  cr_assert(data && fread(data, 1, (size_t)bytes, stream) == (size_t)bytes, "cannot read %s", path);
-  fclose(stream);
-  *out_bytes = (size_t)bytes;
-  return data;
-}
 
 TestSuite(shard, .timeout = 300);
 
@@ -124,7 +112,7 @@ static void compare_array(const char *name, const char *case_name, int32_t tp, i
   snprintf(relative, sizeof relative, "expected/%s/tp%d_rank%d/%s.bin", case_name, tp, rank, array);
   fixture(relative, path, sizeof path);
   size_t bytes = 0;
-  uint8_t *expected = read_whole(path, &bytes);
+  uint8_t *expected = test_read_whole(path, &bytes);
   cr_assert_eq(bytes, actual_bytes, "%s tp %d rank %d %s: %zu bytes, numpy has %zu", name, tp, rank, array, actual_bytes,
                bytes);
   const uint8_t *got = actual;

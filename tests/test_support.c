@@ -2,6 +2,8 @@
 #include "test_support.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 volt8_ctx *test_cpu_ctx(const char *target_arch) {
   volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
@@ -11,4 +13,17 @@ volt8_ctx *test_cpu_ctx(const char *target_arch) {
   volt8_ctx *ctx = NULL;
   cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "volt8_ctx_create: %s", volt8_last_error(NULL));
   return ctx;
+}
+
+void *test_read_whole(const char *path, size_t *out_bytes) {
+  FILE *stream = fopen(path, "rb");
+  cr_assert_not_null(stream, "cannot open %s", path);
+  fseek(stream, 0, SEEK_END);
+  long bytes = ftell(stream);
+  fseek(stream, 0, SEEK_SET);
+  void *data = malloc(bytes > 0 ? (size_t)bytes : 1);
+  cr_assert(data && fread(data, 1, (size_t)bytes, stream) == (size_t)bytes, "cannot read %s", path);
+  fclose(stream);
+  *out_bytes = (size_t)bytes;
+  return data;
 }

@@ -8,4 +8,8 @@
  * fails the test when it cannot be made. */
 volt8_ctx *test_cpu_ctx(const char *target_arch);
 
+/* The whole file at `path` in a malloc'ed buffer (its size in *out_bytes); fails the test when it
+ * cannot be read. */
+void *test_read_whole(const char *path, size_t *out_bytes);
+
 #endif
