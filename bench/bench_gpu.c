@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "embedded_files.h"
+#include "codegen.h"
 #include "jit.h"
 
 #define SUPPORT_TEMPLATE "templates/bench_kernels.cu"
@@ -14,9 +14,7 @@
 #define COPY_BLOCKS_PER_SM 8
 
 volt8_status bench_gpu_check(const bench_gpu *gpu, CUresult result, const char *what) {
-  if (result == CUDA_SUCCESS) return VOLT8_OK;
-  return volt8_fail(gpu->ctx, result == CUDA_ERROR_OUT_OF_MEMORY ? VOLT8_ERR_OUT_OF_MEMORY : VOLT8_ERR_CUDA,
-                    "bench: %s failed: %s", what, volt8_cuda_error_text(gpu->cuda, result));
+  return volt8_cuda_check(gpu->ctx, result, "bench: ", what);
 }
 
 volt8_status bench_gpu_alloc(const bench_gpu *gpu, size_t bytes, CUdeviceptr *out, const char *what) {
@@ -35,16 +33,18 @@ volt8_status bench_gpu_launch(const bench_gpu *gpu, CUfunction function, unsigne
  * target arch does not matter); PTX for ctx's target arch when no NVRTC builds the device's arch. */
 static volt8_status load_support_module(bench_gpu *gpu, int32_t device_arch) {
   volt8_ctx *ctx = gpu->ctx;
-  const volt8_embedded_file *file = volt8_embedded_find(SUPPORT_TEMPLATE);
-  if (!file) return volt8_fail(ctx, VOLT8_ERR_NOT_FOUND, "bench: %s is not built into the library", SUPPORT_TEMPLATE);
-  volt8_jit_request request = {SUPPORT_KERNEL_NAME, file->data, device_arch, VOLT8_IMAGE_CUBIN, NULL, 0};
+  char *source = NULL;
+  volt8_status status = volt8_codegen_expand_template(ctx, SUPPORT_TEMPLATE, NULL, NULL, 0, &source);
+  if (status != VOLT8_OK) return status;
+  volt8_jit_request request = {SUPPORT_KERNEL_NAME, source, device_arch, VOLT8_IMAGE_CUBIN, NULL, 0};
   volt8_jit_image image = {0};
-  volt8_status status = volt8_jit_compile(ctx, &request, &image);
+  status = volt8_jit_compile(ctx, &request, &image);
   if (status != VOLT8_OK) {
     request.arch = ctx->target_arch;
     request.kind = VOLT8_IMAGE_PTX;
     status = volt8_jit_compile(ctx, &request, &image);
   }
+  free(source);
   if (status != VOLT8_OK) return status;
   status = bench_gpu_check(gpu, gpu->cuda->cuModuleLoadDataEx(&gpu->module, image.data, 0, NULL, NULL),
                            "loading the bench support kernels");

@@ -66,6 +66,12 @@ volt8_status volt8_fail_append(volt8_ctx *ctx, volt8_status status, const char *
   return status;
 }
 
+volt8_status volt8_cuda_check(volt8_ctx *ctx, CUresult result, const char *prefix, const char *what) {
+  if (result == CUDA_SUCCESS) return VOLT8_OK;
+  return volt8_fail(ctx, result == CUDA_ERROR_OUT_OF_MEMORY ? VOLT8_ERR_OUT_OF_MEMORY : VOLT8_ERR_CUDA, "%s%s failed: %s",
+                    prefix, what, volt8_cuda_error_text(ctx->cuda, result));
+}
+
 void volt8_clear_error(volt8_ctx *ctx) {
   if (!ctx) return;
   volt8_error_slot *slot = thread_slot(ctx);

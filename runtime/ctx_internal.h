@@ -42,9 +42,18 @@ volt8_status volt8_fail(volt8_ctx *ctx, volt8_status status, const char *fmt, ..
 /* Appends text to ctx's last error (e.g. a compiler log) and returns `status`. */
 volt8_status volt8_fail_append(volt8_ctx *ctx, volt8_status status, const char *text);
 void volt8_clear_error(volt8_ctx *ctx);
+/* VOLT8_OK for CUDA_SUCCESS; else "<prefix><what> failed: <driver's text>" on ctx, as
+ * VOLT8_ERR_OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY and VOLT8_ERR_CUDA for the rest. */
+volt8_status volt8_cuda_check(volt8_ctx *ctx, CUresult result, const char *prefix, const char *what);
 
 /* Unloads the sampler kernels loaded for ctx (runtime/sampler.c); called by volt8_ctx_destroy. */
 void volt8_sampler_forget_ctx(volt8_ctx *ctx);
+
+/* One device allocation carved into parts: each part starts on a multiple of this many bytes. */
+#define VOLT8_DEVICE_ALIGN 256
+static inline size_t volt8_device_align(size_t bytes) {
+  return (bytes + VOLT8_DEVICE_ALIGN - 1) / VOLT8_DEVICE_ALIGN * VOLT8_DEVICE_ALIGN;
+}
 
 /* "sm_70" -> 70; returns 0 on anything else. */
 int32_t volt8_parse_arch(const char *name);

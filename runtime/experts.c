@@ -12,7 +12,6 @@
 #include <string.h>
 
 #define MAX_LOADED_KERNELS 64
-#define ALLOCATION_ALIGN 256
 #define MAX_GRID_Y 65535
 #define CHOICE_CACHE_ENTRIES 16
 
@@ -42,12 +41,8 @@ struct volt8_experts {
   int32_t choice_count;
 };
 
-static size_t align_up(size_t bytes) { return (bytes + ALLOCATION_ALIGN - 1) / ALLOCATION_ALIGN * ALLOCATION_ALIGN; }
-
 static volt8_status cuda_check(volt8_ctx *ctx, CUresult result, const char *what) {
-  if (result == CUDA_SUCCESS) return VOLT8_OK;
-  return volt8_fail(ctx, result == CUDA_ERROR_OUT_OF_MEMORY ? VOLT8_ERR_OUT_OF_MEMORY : VOLT8_ERR_CUDA, "%s failed: %s",
-                    what, volt8_cuda_error_text(ctx->cuda, result));
+  return volt8_cuda_check(ctx, result, "", what);
 }
 
 static volt8_status allocate_weights(volt8_experts *experts) {
@@ -59,7 +54,7 @@ static volt8_status allocate_weights(volt8_experts *experts) {
                      (size_t)(dims->w2_bytes_per_expert * num_experts),
                      (size_t)(dims->s2_elems_per_expert * num_experts * 2)};
   size_t total = 0;
-  for (int i = 0; i < 4; i++) total += align_up(bytes[i]);
+  for (int i = 0; i < 4; i++) total += volt8_device_align(bytes[i]);
   volt8_status status = cuda_check(ctx, ctx->cuda->cuMemAlloc(&experts->weights, total), "cuMemAlloc(expert weights)");
   if (status != VOLT8_OK) return status;
   experts->weight_bytes = total;
@@ -67,7 +62,7 @@ static volt8_status allocate_weights(volt8_experts *experts) {
   CUdeviceptr cursor = experts->weights;
   for (int i = 0; i < 4; i++) {
     *targets[i] = cursor;
-    cursor += align_up(bytes[i]);
+    cursor += volt8_device_align(bytes[i]);
   }
   return VOLT8_OK;
 }
@@ -102,7 +97,7 @@ static volt8_status allocate_workspace(volt8_experts *experts) {
   CUdeviceptr *targets[6] = {&experts->sorted_pairs, &experts->items_gate_up, &experts->items_down,
                              &experts->counters, &experts->h, &experts->z};
   size_t total = 0;
-  for (int i = 0; i < 6; i++) total += align_up(bytes[i]);
+  for (int i = 0; i < 6; i++) total += volt8_device_align(bytes[i]);
   volt8_status status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemAlloc(&experts->workspace, total),
                                    "cuMemAlloc(workspace)");
   if (status != VOLT8_OK) return status;
@@ -110,7 +105,7 @@ static volt8_status allocate_workspace(volt8_experts *experts) {
   CUdeviceptr cursor = experts->workspace;
   for (int i = 0; i < 6; i++) {
     *targets[i] = cursor;
-    cursor += align_up(bytes[i]);
+    cursor += volt8_device_align(bytes[i]);
   }
   /* Defined counters before any forward: volt8_experts_bad_id_count may be asked first. */
   static const int32_t zeros[4] = {0, 0, 0, 0};

@@ -214,9 +214,7 @@ void volt8_sampler_forget_ctx(volt8_ctx *ctx) {
 }
 
 static volt8_status cuda_check(volt8_ctx *ctx, CUresult result, const char *what) {
-  if (result == CUDA_SUCCESS) return VOLT8_OK;
-  return volt8_fail(ctx, result == CUDA_ERROR_OUT_OF_MEMORY ? VOLT8_ERR_OUT_OF_MEMORY : VOLT8_ERR_CUDA,
-                    "rejection sampler: %s failed: %s", what, volt8_cuda_error_text(ctx->cuda, result));
+  return volt8_cuda_check(ctx, result, "rejection sampler: ", what);
 }
 
 static volt8_status compile_kernels(volt8_ctx *ctx, volt8_jit_image *image) {
@@ -342,8 +340,6 @@ void volt8_sampler_split(int64_t units, int32_t vocab, int64_t target_ctas, volt
   cut->splits = (int32_t)(((int64_t)vocab + chunk - 1) / chunk);
 }
 
-static size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 volt8_status volt8_rejection_sample(volt8_ctx *ctx, const volt8_rejection_args *args, void *stream) {
   if (!ctx) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_rejection_sample: ctx is NULL");
   volt8_status status = check_args(ctx, args, "volt8_rejection_sample");
@@ -362,9 +358,9 @@ volt8_status volt8_rejection_sample(volt8_ctx *ctx, const volt8_rejection_args *
   volt8_sampler_split((int64_t)batch, args->vocab, (int64_t)kernels.multiprocessors * SUM_CTAS_PER_SM, &sum_cut);
   if (batch * (size_t)row_cut.splits > INT32_MAX || batch * (size_t)sum_cut.splits > INT32_MAX)
     row_cut.splits = sum_cut.splits = 1, row_cut.chunk = sum_cut.chunk = args->vocab;
-  const size_t scan_bytes = align_up(batch * rows * (size_t)row_cut.splits * sizeof(volt8_row_scan));
-  const size_t stop_bytes = align_up(batch * sizeof(volt8_stop_record));
-  const size_t chunk_sum_bytes = align_up(batch * (size_t)sum_cut.splits * sizeof(volt8_u64));
+  const size_t scan_bytes = volt8_device_align(batch * rows * (size_t)row_cut.splits * sizeof(volt8_row_scan));
+  const size_t stop_bytes = volt8_device_align(batch * sizeof(volt8_stop_record));
+  const size_t chunk_sum_bytes = volt8_device_align(batch * (size_t)sum_cut.splits * sizeof(volt8_u64));
   const size_t part_sum_bytes = batch * (size_t)sum_cut.splits * FINISH_WARPS * sizeof(volt8_u64);
   CUdeviceptr scratch = 0;
   status = cuda_check(ctx,

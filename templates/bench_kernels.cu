@@ -1,19 +1,9 @@
 // Support kernels of the benchmark harness (bench/): the FP16 baseline's gather, SiLU*up and
 // weighted reduce, the FP16 weights it starts from, the copy that measures device bandwidth, and a
 // spin that holds the stream while the host queues timed work. Not part of the forward.
-// FP16 travels as raw bits (unsigned short) so no header is needed.
+// FP16 travels as raw bits (unsigned short); the conversions and SiLU are the GEMMs' own.
 
-static __device__ __forceinline__ float bench_half_to_float(unsigned short bits) {
-  float value;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(bits));
-  return value;
-}
-
-static __device__ __forceinline__ unsigned short bench_float_to_half(float value) {
-  unsigned short bits;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
-  return bits;
-}
+@{include moe_common.cu}
 
 static __device__ __forceinline__ unsigned long long bench_global_ns() {
   unsigned long long now;
@@ -51,8 +41,8 @@ extern "C" __global__ void bench_dequant(const unsigned char *codes, const unsig
   const unsigned code = codes[at];
   const unsigned short bits = (unsigned short)(((code & 0x80u) << 8) | ((code & 0x7Fu) << 7));
   const int scale_index = half_index * half_stride + ((row_offset + n) / block_n) * row_stride + (col_offset + k) / block_k;
-  const float scale = bench_half_to_float(scales[expert * expert_scales + scale_index]);
-  out[at] = bench_float_to_half(bench_half_to_float(bits) * scale);
+  const float scale = half_to_float(scales[expert * expert_scales + scale_index]);
+  out[at] = float_to_half(half_to_float(bits) * scale);
 }
 
 // xg[row] = x[row_token[row]]: the tokens of each expert's pairs made contiguous. grid
@@ -70,8 +60,8 @@ extern "C" __global__ void bench_silu_mul(const unsigned short *y, unsigned shor
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= intermediate) return;
   const unsigned short *row = y + (long long)blockIdx.y * 2 * intermediate;
-  const float gate = bench_half_to_float(row[i]), up = bench_half_to_float(row[intermediate + i]);
-  h[(long long)blockIdx.y * intermediate + i] = bench_float_to_half(gate / (1.0f + expf(-gate)) * up);
+  const float gate = half_to_float(row[i]), up = half_to_float(row[intermediate + i]);
+  h[(long long)blockIdx.y * intermediate + i] = float_to_half(silu_times(gate, up));
 }
 
 // out[t][c] = sum over j = 0..top_k-1, in order, of weights[t][j] * z[pair_row[t][j]][c] in FP32
@@ -84,7 +74,7 @@ extern "C" __global__ void bench_weighted_reduce(const unsigned short *z, const 
   float sum = 0.0f;
   for (int j = 0; j < top_k; ++j) {
     const int row = pair_row[token * top_k + j];
-    if (row >= 0) sum += weights[token * top_k + j] * bench_half_to_float(z[(long long)row * hidden + c]);
+    if (row >= 0) sum += weights[token * top_k + j] * half_to_float(z[(long long)row * hidden + c]);
   }
-  out[(long long)token * hidden + c] = bench_float_to_half(sum);
+  out[(long long)token * hidden + c] = float_to_half(sum);
 }

@@ -1,5 +1,5 @@
-// Device helpers shared by the GEMM templates. FP16 travels as raw bits (unsigned short) so no
-// header is needed; conversions are single PTX instructions.
+// Device helpers shared by the GEMM, reduce and bench templates. FP16 travels as raw bits
+// (unsigned short) so no header is needed; conversions are single PTX instructions.
 
 static __device__ __forceinline__ float half_to_float(unsigned short bits) {
   float value;

@@ -3,18 +3,14 @@
 // Four columns per thread. CTA (0, 0) also stores (never adds) the number of ids outside [0, E)
 // in counters[2]: every forward overwrites it, so it needs no reset, also when no route ran.
 
+@{include moe_common.cu}
+
 namespace {
 constexpr int kThreads = @{THREADS};
 constexpr int kHidden = @{HIDDEN};
 constexpr int kNumExperts = @{NUM_EXPERTS};
 constexpr int kCountBatch = 8;  // ids each thread loads at once while counting
 }  // namespace
-
-static __device__ __forceinline__ unsigned short reduce_to_half(float value) {
-  unsigned short bits;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
-  return bits;
-}
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const float *__restrict__ z, const int *__restrict__ topk_ids, int num_tokens, int top_k,
@@ -49,7 +45,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     sum.w += value.w;
   }
   uint2 packed;
-  packed.x = (unsigned)reduce_to_half(sum.x) | ((unsigned)reduce_to_half(sum.y) << 16);
-  packed.y = (unsigned)reduce_to_half(sum.z) | ((unsigned)reduce_to_half(sum.w) << 16);
+  packed.x = pack_halves(float_to_half(sum.x), float_to_half(sum.y));
+  packed.y = pack_halves(float_to_half(sum.z), float_to_half(sum.w));
   *reinterpret_cast<uint2 *>(out + (long long)token * kHidden + column) = packed;
 }

@@ -217,8 +217,9 @@ Test(codegen, substitution_keeps_template_line_numbers) {
   volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   volt8_kernel_source source;
-  cr_assert_eq(volt8_codegen_emit(ctx, &shape, "reduce", &source), VOLT8_OK, "%s", volt8_last_error(ctx));
-  const volt8_embedded_file *template_file = volt8_embedded_find("templates/moe_reduce.cu");
+  /* route: a template with substitutions and no @{include} */
+  cr_assert_eq(volt8_codegen_emit(ctx, &shape, "route", &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+  const volt8_embedded_file *template_file = volt8_embedded_find("templates/moe_route.cu");
   cr_assert_not_null(template_file);
   int template_lines = 0, source_lines = 0;
   for (size_t i = 0; i < template_file->size; i++) template_lines += template_file->data[i] == '\n';

@@ -77,6 +77,17 @@ static int has_nvrtc(volt8_ctx *ctx) {
   return 0;
 }
 
+/* Opens a context that can compile into *ctx and returns NULL; or returns why not ("no context",
+ * or `skipped` when no NVRTC builds compute_70) with *ctx NULL. */
+static const char *compiling_ctx(const char *dir, volt8_ctx **ctx) {
+  *ctx = new_ctx(dir);
+  if (!*ctx) return "no context";
+  if (has_nvrtc(*ctx)) return NULL;
+  volt8_ctx_destroy(*ctx);
+  *ctx = NULL;
+  return skipped;
+}
+
 /* ---- the work of one thread ---- */
 
 typedef struct worker {
@@ -224,12 +235,9 @@ static const char *run_workers(volt8_ctx *ctx, worker *workers) {
 }
 
 static const char *each_key_compiled_once(void) {
-  volt8_ctx *ctx = new_ctx(cache_dir);
-  if (!ctx) return "no context";
-  if (!has_nvrtc(ctx)) {
-    volt8_ctx_destroy(ctx);
-    return skipped;
-  }
+  volt8_ctx *ctx = NULL;
+  const char *unusable = compiling_ctx(cache_dir, &ctx);
+  if (unusable) return unusable;
   static worker workers[THREADS];
   const char *problem = run_workers(ctx, workers);
   /* k, one kernel per thread, and the shared variants: each missed the empty cache exactly once */
@@ -248,12 +256,9 @@ static const char *each_key_compiled_once(void) {
 }
 
 static const char *without_a_disk_cache(void) {
-  volt8_ctx *ctx = new_ctx(NULL);
-  if (!ctx) return "no context";
-  if (!has_nvrtc(ctx)) {
-    volt8_ctx_destroy(ctx);
-    return skipped;
-  }
+  volt8_ctx *ctx = NULL;
+  const char *unusable = compiling_ctx(NULL, &ctx);
+  if (unusable) return unusable;
   static worker workers[THREADS];
   const char *problem = run_workers(ctx, workers);
   /* Threads asking at once share a compile; later rounds compile again (nothing keeps images). */
@@ -277,12 +282,9 @@ static void *compile_broken(void *arg) {
 }
 
 static const char *a_failed_compile_fails_every_waiter(void) {
-  volt8_ctx *ctx = new_ctx(cache_dir);
-  if (!ctx) return "no context";
-  if (!has_nvrtc(ctx)) {
-    volt8_ctx_destroy(ctx);
-    return skipped;
-  }
+  volt8_ctx *ctx = NULL;
+  const char *unusable = compiling_ctx(cache_dir, &ctx);
+  if (unusable) return unusable;
   pthread_t threads[THREADS];
   for (int i = 0; i < THREADS; i++)
     if (pthread_create(&threads[i], NULL, compile_broken, ctx) != 0) abort();
