@@ -15,14 +15,20 @@ variants.DEFAULT_SHAPE = {
 }
 variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "block_k", "intermediate_offset" }
 
--- Tile shapes per (op, family); every block_m of the family is crossed with every tile.
-local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 } }
+-- Tile shapes per (op, family); every block_m of the family is crossed with every tile. A cc tile
+-- may set o: the compiler fits o CTAs on an SM, capping registers to match (default 1). tok (down only) fuses the weighted top-k reduce: a CTA walks one token's
+-- pairs, each reading its own expert (block_m 1, no route pass).
+local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 }, tok = { 1 } }
+local FAMILIES = { "cc", "mma", "tok" }
+local TOK_PASS_PAIRS_LIMIT = 16
 local TILES = {
   gate_up = {
     cc = {
       { bn = 4, w = 4, sk = 1, l = 32 },
       { bn = 8, w = 4, sk = 1, l = 16 },
       { bn = 8, w = 8, sk = 2, l = 16 },
+      { bn = 8, w = 4, sk = 1, l = 16, o = 6 },
+      { bn = 8, w = 4, sk = 1, l = 16, o = 8 },
     },
     mma = {
       { bn = 16, w = 2, sk = 1 },
@@ -34,10 +40,18 @@ local TILES = {
       { bn = 32, w = 4, sk = 1, l = 4 },
       { bn = 64, w = 4, sk = 1, l = 2 },
       { bn = 128, w = 8, sk = 1, l = 2 },
+      { bn = 32, w = 4, sk = 1, l = 4, o = 10 },
+      { bn = 64, w = 4, sk = 1, l = 2, o = 10 },
     },
     mma = {
       { bn = 32, w = 4, sk = 1 },
       { bn = 32, w = 4, sk = 2 },
+    },
+    tok = {
+      { bn = 16, w = 4, sk = 1, l = 2 },
+      { bn = 16, w = 8, sk = 1, l = 2 },
+      { bn = 32, w = 8, sk = 1, l = 2 },
+      { bn = 32, w = 4, sk = 1, l = 1 },
     },
   },
 }
@@ -92,7 +106,8 @@ end
 
 function variants.gemm_name(spec)
   local name = string.format("%s.%s.bm%d.bn%d.w%d.sk%d", spec.op, spec.family, spec.bm, spec.bn, spec.w, spec.sk)
-  if spec.family == "cc" then name = name .. string.format(".l%d", spec.l) end
+  if spec.family ~= "mma" then name = name .. string.format(".l%d", spec.l) end
+  if spec.o then name = name .. string.format(".o%d", spec.o) end
   return name
 end
 
@@ -104,7 +119,7 @@ function variants.parse_name(name)
   for key, value in rest:gmatch("(%a+)(%d+)") do spec[key] = tonumber(value) end
   if not (spec.bm and spec.bn and spec.w and spec.sk) then return nil end
   -- Only names that print back identically are accepted.
-  if TILES[op] == nil or FAMILY_BLOCK_M[family] == nil or variants.gemm_name(spec) ~= name then return nil end
+  if TILES[op] == nil or TILES[op][family] == nil or variants.gemm_name(spec) ~= name then return nil end
   return spec
 end
 
@@ -141,6 +156,7 @@ local function common_values(spec, s, geometry)
     SCALE_ROW_OFFSET = geometry.scale_row_offset, SCALE_K_OFFSET = geometry.scale_k_offset,
     SCALE_ROW_STRIDE = geometry.scale_row_stride, SCALE_HALF_STRIDE = geometry.scale_half_stride,
     SCALE_EXPERT_STRIDE = geometry.scale_expert_stride, SCALE_K_BLOCKS = k_blocks,
+    MIN_BLOCKS = spec.o or 1,
   }
 end
 
@@ -201,6 +217,28 @@ local function mma_values(spec, s)
   return values
 end
 
+-- Template values of a token-fused down variant, or nil and the reason it does not fit the shape.
+local function tok_values(spec, s)
+  if spec.op ~= "down" then return nil, "only down fuses the reduce" end
+  local geometry = op_geometry(spec.op, s)
+  local values = common_values(spec, s, geometry)
+  local chunks = geometry.k // 16
+  if 32 % spec.l ~= 0 then return nil, "lanes per row do not divide a warp" end
+  local groups = spec.w * 32 // spec.l
+  if groups % spec.bn ~= 0 then return nil, "block_n does not divide the lane groups" end
+  if spec.bn > geometry.n then return nil, "block_n exceeds the output width" end
+  local slots = groups // spec.bn
+  -- Pairs staged per pass: as many as shared memory holds, a multiple of the slots, at most 16.
+  local per_pair = geometry.k * 4 + spec.bn * 4 + 8
+  local pass_pairs = math.min(TOK_PASS_PAIRS_LIMIT, SHARED_MEMORY_LIMIT_BYTES // per_pair) // slots * slots
+  if pass_pairs < slots then return nil, "no pass of one pair per slot fits in shared memory" end
+  local items = (pass_pairs // slots) * ceil_div(chunks, spec.l)
+  values.LANES = spec.l
+  values.PASS_PAIRS = pass_pairs
+  values.UNROLL = math.min(items, 12)
+  return values
+end
+
 -- Ids the route kernel stages in shared memory at once: what its per-expert tables leave of the
 -- static limit, in whole 1024-id steps.
 local function route_id_capacity(num_experts)
@@ -211,7 +249,7 @@ end
 
 local TEMPLATES = {
   cc = "templates/moe_gemm_cc.cu", mma = "templates/moe_gemm_mma.cu",
-  route = "templates/moe_route.cu", reduce = "templates/moe_reduce.cu",
+  tok = "templates/moe_down_tok.cu", route = "templates/moe_route.cu", reduce = "templates/moe_reduce.cu",
 }
 
 -- Everything needed to emit `name` for the validated shape `s`, or nil and a reason.
@@ -234,11 +272,13 @@ function variants.describe(name, s)
   for _, bm in ipairs(FAMILY_BLOCK_M[spec.family]) do known = known or bm == spec.bm end
   local tile_known = false
   for _, tile in ipairs(TILES[spec.op][spec.family]) do
-    tile_known = tile_known or (tile.bn == spec.bn and tile.w == spec.w and tile.sk == spec.sk and tile.l == spec.l)
+    tile_known = tile_known or (tile.bn == spec.bn and tile.w == spec.w and tile.sk == spec.sk and tile.l == spec.l and
+                                tile.o == spec.o)
   end
   if not (known and tile_known) then return nil, string.format("unknown variant '%s'", name) end
   local values, reason
-  if spec.family == "cc" then values, reason = cc_values(spec, s) else values, reason = mma_values(spec, s) end
+  local family_values = { cc = cc_values, mma = mma_values, tok = tok_values }
+  values, reason = family_values[spec.family](spec, s)
   if not values then return nil, string.format("variant '%s' does not fit shape %s: %s", name, key, reason) end
   local entry = "volt8_" .. name:gsub("%.", "_") .. "__" .. key
   values.ENTRY = entry
@@ -257,11 +297,11 @@ end
 function variants.list(s)
   local names = { "route", "reduce" }
   for _, op in ipairs({ "gate_up", "down" }) do
-    for _, family in ipairs({ "cc", "mma" }) do
+    for _, family in ipairs(FAMILIES) do
       for _, bm in ipairs(FAMILY_BLOCK_M[family]) do
-        for _, tile in ipairs(TILES[op][family]) do
+        for _, tile in ipairs(TILES[op][family] or {}) do
           local name = variants.gemm_name({ op = op, family = family, bm = bm, bn = tile.bn, w = tile.w, sk = tile.sk,
-                                            l = tile.l })
+                                            l = tile.l, o = tile.o })
           if variants.describe(name, s) then names[#names + 1] = name end
         end
       end

@@ -129,6 +129,7 @@ static void copy_emit(lua_State *L, codegen_job *job) {
   else luaL_error(L, "gen.emit returned unknown op '%s'", op);
   if (strcmp(family, "cc") == 0) out->family = VOLT8_FAMILY_CUDA_CORE;
   else if (strcmp(family, "mma") == 0) out->family = VOLT8_FAMILY_MMA884;
+  else if (strcmp(family, "tok") == 0) out->family = VOLT8_FAMILY_TOKEN;
   else if (strcmp(family, "support") == 0) out->family = VOLT8_FAMILY_SUPPORT;
   else luaL_error(L, "gen.emit returned unknown family '%s'", family);
   out->block_m = emit_integer_field(L, table, "block_m");

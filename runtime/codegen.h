@@ -5,7 +5,13 @@
 #include "volt8.h"
 
 typedef enum volt8_op { VOLT8_OP_GATE_UP = 0, VOLT8_OP_DOWN = 1, VOLT8_OP_ROUTE = 2, VOLT8_OP_REDUCE = 3 } volt8_op;
-typedef enum volt8_family { VOLT8_FAMILY_SUPPORT = -1, VOLT8_FAMILY_CUDA_CORE = 0, VOLT8_FAMILY_MMA884 = 1 } volt8_family;
+/* VOLT8_FAMILY_TOKEN: down fused with the weighted top-k reduce, one token per CTA row (no reduce launch). */
+typedef enum volt8_family {
+  VOLT8_FAMILY_SUPPORT = -1,
+  VOLT8_FAMILY_CUDA_CORE = 0,
+  VOLT8_FAMILY_MMA884 = 1,
+  VOLT8_FAMILY_TOKEN = 2
+} volt8_family;
 
 typedef struct volt8_kernel_source {
   char *variant;        /* "gate_up.cc.bm4.bn16.w4.sk1" (route: "route", reduce: "reduce") */

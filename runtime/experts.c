@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_LOADED_KERNELS 64
+#define MAX_LOADED_KERNELS 128
 #define MAX_GRID_Y 65535
 #define CHOICE_CACHE_ENTRIES 16
 
@@ -20,6 +20,7 @@ typedef struct loaded_kernel {
   CUmodule module;
   CUfunction function;
   int32_t block_m, block_n, threads;
+  volt8_family family;
 } loaded_kernel;
 
 struct volt8_experts {
@@ -238,6 +239,7 @@ static volt8_status get_kernel(volt8_experts *experts, const char *variant, int 
     slot->block_m = source.block_m;
     slot->block_n = source.block_n;
     slot->threads = source.threads;
+    slot->family = source.family;
     experts->kernel_count++;
     *out_kernel = slot;
   }
@@ -333,7 +335,9 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
 
   int num_pairs = args->num_tokens * args->top_k;
   int num_tokens = args->num_tokens, top_k = args->top_k;
-  int bm_gate_up = gate_up->block_m, bm_down = down->block_m;
+  /* A token-fused down reads its pairs from topk_ids and does the reduce's work itself. */
+  int fused_down = down->family == VOLT8_FAMILY_TOKEN;
+  int bm_gate_up = gate_up->block_m, bm_down = fused_down ? 1 : down->block_m;
   CUdeviceptr x = (CUdeviceptr)args->x, ids = (CUdeviceptr)args->topk_ids;
   CUdeviceptr weights = (CUdeviceptr)args->topk_weights, out = (CUdeviceptr)args->out;
   void *route_params[] = {&ids, &num_pairs, &bm_gate_up, &bm_down, &experts->sorted_pairs, &experts->items_gate_up,
@@ -342,16 +346,21 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
                             &experts->counters, &top_k, &experts->h, &ids, &num_pairs};
   void *down_params[] = {&experts->h, &experts->w2, &experts->s2, &experts->sorted_pairs, &experts->items_down,
                          &experts->counters, &weights, &experts->z, &ids, &num_pairs};
+  void *fused_down_params[] = {&experts->h, &experts->w2, &experts->s2, &weights, &ids, &num_tokens, &top_k, &out,
+                               &experts->counters};
   void *reduce_params[] = {&experts->z, &ids, &num_tokens, &top_k, &out, &experts->counters};
   unsigned intermediate = (unsigned)experts->shape.intermediate, hidden = (unsigned)experts->shape.hidden;
   unsigned reduce_columns = (unsigned)reduce->threads * 4;
-  /* block_m == 1 kernels take their pair from topk_ids directly; the reduce counts bad ids. */
+  /* block_m == 1 kernels take their pair from topk_ids directly; the reduce (or the fused down)
+   * counts bad ids. */
   int needs_route = bm_gate_up != 1 || bm_down != 1;
+  unsigned down_columns = (hidden + down->block_n - 1) / down->block_n;
   if ((needs_route && (status = launch(ctx, route, 1, 1, cu_stream, route_params)) != VOLT8_OK) ||
       (status = launch(ctx, gate_up, (intermediate + gate_up->block_n - 1) / gate_up->block_n, (unsigned)num_pairs,
-                       cu_stream, gate_up_params)) != VOLT8_OK ||
-      (status = launch(ctx, down, (hidden + down->block_n - 1) / down->block_n, (unsigned)num_pairs, cu_stream,
-                       down_params)) != VOLT8_OK ||
+                       cu_stream, gate_up_params)) != VOLT8_OK)
+    return status;
+  if (fused_down) return launch(ctx, down, down_columns, (unsigned)num_tokens, cu_stream, fused_down_params);
+  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params)) != VOLT8_OK ||
       (status = launch(ctx, reduce, (hidden + reduce_columns - 1) / reduce_columns, (unsigned)num_tokens, cu_stream,
                        reduce_params)) != VOLT8_OK)
     return status;

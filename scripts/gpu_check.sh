@@ -40,6 +40,9 @@ prepare() {
   local shape_args=()
   for shape in "${gpu_test_shapes[@]}"; do shape_args+=(--shape "$shape"); done
   "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${shape_args[@]}" | tail -n 1
+  # PTX compresses about tenfold; the carried folder must stay small.
+  tar -C "$carry" -czf "$carry/cache70.tgz" cache70
+  rm -rf "$carry/cache70"
   cp "$root/build/volt8" "$root"/build/libvolt8.so* "$carry/bin/"
   cp "$root"/build/tests/gpu_test_* "$carry/bin/"
   # Every shared library the binaries load, except the C runtime's own, which the GPU machine has newer.
@@ -58,7 +61,8 @@ prepare() {
 # suites; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites), tune (sm_90 tables for
 # TP 1/2/4/8), bench (the reference TP4 shape, with the tables just tuned when there are any),
 # demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
-# torch), profile (ncu over the forward's kernels at M=$PROFILE_M).
+# torch), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
+# "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any).
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
 run() {
   local out="${OUT:-$root/out}"
@@ -78,7 +82,7 @@ run() {
   export LD_LIBRARY_PATH="$carry/bin:$work/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PATH="/usr/local/cuda/bin:$PATH"
   export VOLT8_SOURCE_ROOT="$root"
-  cp -r "$carry/cache70" "$work/cache70"
+  tar -C "$work" -xzf "$carry/cache70.tgz"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$logs/device.txt"
   local summary="$out/summary.txt"
   : >"$summary"
@@ -135,9 +139,25 @@ run() {
         step demo env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" demo
         cat "$logs/demo.log" ;;
       profile)
-        step profile env VOLT8_CACHE_DIR="$work/native" ncu --clock-control none --kernel-name regex:volt8_ \
-          --launch-skip 40 --launch-count 12 --section SpeedOfLight --section Occupancy --section LaunchStats \
-          "$carry/bin/volt8" bench --m "${PROFILE_M:-8}" --no-baselines --warmup 1 --batches 2 --sets 2 ;;
+        # PROFILE_M: token counts, each optionally pinned to variants ("1 8 8:GATE_UP,DOWN 64").
+        local profile_tables=() entry m pinned
+        [ -d "$logs/tables" ] && profile_tables=(env VOLT8_TUNING_DIR="$logs/tables")
+        for entry in ${PROFILE_M:-8}; do
+          m="${entry%%:*}"
+          pinned=()
+          [ "$entry" != "$m" ] && pinned=(--variants "${entry#*:}")
+          name="profile_m$m${pinned[*]:+_pinned$(echo "${entry#*:}" | tr -c 'a-z0-9\n' '_')}"
+          step "$name" "${profile_tables[@]}" env VOLT8_CACHE_DIR="$work/native" ncu --clock-control none \
+            --kernel-name regex:'volt8_(gate_up|down|route|reduce)' --launch-skip 10 --launch-count 8 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+            --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard \
+              barrier lg_throttle short_scoreboard wait math_pipe_throttle mio_throttle no_instruction drain \
+              not_selected selected membar)smsp__warps_active.avg.per_cycle_active" \
+            "$carry/bin/volt8" bench --m "$m" "${pinned[@]}" --no-baselines --warmup 1 --batches 2 --sets 4
+          echo "== $name"
+          grep -E '^  volt8_|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Grid Size|Block Limit Registers|Waves Per SM|stalled|warps_active' \
+            "$logs/$name.log" | sed -E 's/\(([0-9]+, ){2}[0-9]+\)x\(([0-9]+, ){2}[0-9]+\)//; s/ +/ /g'
+        done ;;
       *) echo "gpu_check: unknown phase $phase" >&2 ;;
     esac
   done

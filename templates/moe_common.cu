@@ -71,3 +71,21 @@ static __device__ __forceinline__ uint4 zero_uint4() {
 static __device__ __forceinline__ float silu_times(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
 }
+
+// Stores (never adds) in *target the number of ids[0, count) outside [0, num_experts). Every thread
+// of the CTA must call it; ids are loaded eight at a time per thread, all in flight together.
+static __device__ void store_bad_id_count(const int *ids, int count, int num_experts, int *target) {
+  constexpr int kBatch = 8;
+  int bad = 0;
+  for (int base = 0; base < count; base += kBatch * (int)blockDim.x) {
+    int values[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int index = base + b * (int)blockDim.x + (int)threadIdx.x;
+      values[b] = index < count ? ids[index] : 0;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) bad += __syncthreads_count(values[b] < 0 || values[b] >= num_experts);
+  }
+  if (threadIdx.x == 0) *target = bad;
+}

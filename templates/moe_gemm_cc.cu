@@ -64,33 +64,49 @@ static __device__ __forceinline__ void load_weight_batch(uint4 (&raw)[kUnroll][k
   }
 }
 
-// FP32 copy of the scales of the CTA's columns, [row kind][column][k block]; zero past N.
-static __device__ __forceinline__ void stage_scales(float *scale_tile, const unsigned short *scales, int expert, int column0) {
-  constexpr int kCount = kRows * kBlockN * kScaleKBlocks;
-  constexpr int kIterations = (kCount + kThreads - 1) / kThreads;
-  constexpr int kGroup = kIterations < 8 ? kIterations : 8;
-  for (int group_start = 0; group_start < kIterations; group_start += kGroup) {
-    unsigned short bits[kGroup];
+// FP32 copy of the scales of the CTA's columns, [row kind][column][k block]; zero past N. Loaded in
+// groups of up to 8 a thread; the first group is requested before x is staged (scale_group_load),
+// the rest by stage_scales after it.
+constexpr int kScaleCount = kRows * kBlockN * kScaleKBlocks;
+constexpr int kScaleIterations = (kScaleCount + kThreads - 1) / kThreads;
+constexpr int kScaleGroup = kScaleIterations < 8 ? kScaleIterations : 8;
+
+static __device__ __forceinline__ void scale_group_load(unsigned short (&bits)[kScaleGroup], const unsigned short *scales,
+                                                        int expert, int column0, int group_start) {
 #pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      const int index = threadIdx.x + (group_start + g) * kThreads;
-      const int kind = index / (kBlockN * kScaleKBlocks);
-      const int column = column0 + (index / kScaleKBlocks) % kBlockN;
-      const int k_block = index % kScaleKBlocks;
-      const bool valid = group_start + g < kIterations && index < kCount && column < kN;
-      bits[g] = valid ? scales[expert * kScaleExpertStride + kind * kScaleHalfStride +
-                               ((kScaleRowOffset + column) / kScaleBlockN) * kScaleRowStride + k_block]
-                      : (unsigned short)0;
-    }
-#pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      const int index = threadIdx.x + (group_start + g) * kThreads;
-      if (group_start + g < kIterations && index < kCount) scale_tile[index] = half_to_float(bits[g]);
-    }
+  for (int g = 0; g < kScaleGroup; ++g) {
+    const int index = threadIdx.x + (group_start + g) * kThreads;
+    const int kind = index / (kBlockN * kScaleKBlocks);
+    const int column = column0 + (index / kScaleKBlocks) % kBlockN;
+    const int k_block = index % kScaleKBlocks;
+    const bool valid = group_start + g < kScaleIterations && index < kScaleCount && column < kN;
+    bits[g] = valid ? scales[expert * kScaleExpertStride + kind * kScaleHalfStride +
+                             ((kScaleRowOffset + column) / kScaleBlockN) * kScaleRowStride + k_block]
+                    : (unsigned short)0;
   }
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
+static __device__ __forceinline__ void scale_group_store(float *scale_tile, const unsigned short (&bits)[kScaleGroup],
+                                                         int group_start) {
+#pragma unroll
+  for (int g = 0; g < kScaleGroup; ++g) {
+    const int index = threadIdx.x + (group_start + g) * kThreads;
+    if (group_start + g < kScaleIterations && index < kScaleCount) scale_tile[index] = half_to_float(bits[g]);
+  }
+}
+
+// Stores the first group (already loaded into first_bits) and loads and stores the others.
+static __device__ __forceinline__ void stage_scales(float *scale_tile, const unsigned short (&first_bits)[kScaleGroup],
+                                                    const unsigned short *scales, int expert, int column0) {
+  scale_group_store(scale_tile, first_bits, 0);
+  for (int group_start = kScaleGroup; group_start < kScaleIterations; group_start += kScaleGroup) {
+    unsigned short bits[kScaleGroup];
+    scale_group_load(bits, scales, expert, column0, group_start);
+    scale_group_store(scale_tile, bits, group_start);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     const unsigned short *__restrict__ activations, const unsigned char *__restrict__ weights,
     const unsigned short *__restrict__ scales, const int *__restrict__ sorted_pairs,
     const int4 *__restrict__ items, const int *__restrict__ counters,
@@ -147,6 +163,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   // The first weights are requested before x and the scales are staged, so the latencies overlap.
   uint4 raw[kUnroll][kRows];
   load_weight_batch(raw, row_weights, column_valid, chunk_begin + lane_in_row, chunk_end);
+  unsigned short first_scale_bits[kScaleGroup];
+  scale_group_load(first_scale_bits, scales, expert, column0, 0);
 
   if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
   // x rows in groups of loads that are all in flight together.
@@ -182,7 +200,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
       }
     }
   }
-  stage_scales(scale_tile, scales, expert, column0);
+  stage_scales(scale_tile, first_scale_bits, scales, expert, column0);
   __syncthreads();
 
   float acc[kBlockM][kRows];

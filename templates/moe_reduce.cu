@@ -9,40 +9,41 @@ namespace {
 constexpr int kThreads = @{THREADS};
 constexpr int kHidden = @{HIDDEN};
 constexpr int kNumExperts = @{NUM_EXPERTS};
-constexpr int kCountBatch = 8;  // ids each thread loads at once while counting
+constexpr int kPairBatch = 8;  // pairs of a token whose ids, then z rows, are in flight together
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const float *__restrict__ z, const int *__restrict__ topk_ids, int num_tokens, int top_k,
     unsigned short *__restrict__ out, int *__restrict__ counters) {
-  if (blockIdx.x == 0 && blockIdx.y == 0) {
-    const int num_pairs = num_tokens * top_k;
-    int bad_ids = 0;
-    for (int base = 0; base < num_pairs; base += kCountBatch * kThreads) {
-      int ids[kCountBatch];
-#pragma unroll
-      for (int b = 0; b < kCountBatch; ++b) {
-        const int pair = base + b * kThreads + threadIdx.x;
-        ids[b] = pair < num_pairs ? topk_ids[pair] : 0;
-      }
-#pragma unroll
-      for (int b = 0; b < kCountBatch; ++b) bad_ids += __syncthreads_count(ids[b] < 0 || ids[b] >= kNumExperts);
-    }
-    if (threadIdx.x == 0) counters[2] = bad_ids;
-  }
+  if (blockIdx.x == 0 && blockIdx.y == 0) store_bad_id_count(topk_ids, num_tokens * top_k, kNumExperts, counters + 2);
   const int token = blockIdx.y;
   const int column = (blockIdx.x * kThreads + threadIdx.x) * 4;
   if (token >= num_tokens || column >= kHidden) return;
-  float4 sum = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int j = 0; j < top_k; ++j) {
-    const long long pair = (long long)token * top_k + j;
-    const int id = topk_ids[pair];
-    if (id < 0 || id >= kNumExperts) continue;
-    const float4 value = *reinterpret_cast<const float4 *>(z + pair * kHidden + column);
-    sum.x += value.x;
-    sum.y += value.y;
-    sum.z += value.z;
-    sum.w += value.w;
+  const float4 zero = {0.0f, 0.0f, 0.0f, 0.0f};
+  float4 sum = zero;
+  for (int first = 0; first < top_k; first += kPairBatch) {
+    bool live[kPairBatch];
+#pragma unroll
+    for (int b = 0; b < kPairBatch; ++b) {
+      const int id = first + b < top_k ? topk_ids[(long long)token * top_k + first + b] : -1;
+      live[b] = id >= 0 && id < kNumExperts;
+    }
+    float4 values[kPairBatch];
+#pragma unroll
+    for (int b = 0; b < kPairBatch; ++b) {
+      const long long pair = (long long)token * top_k + first + b;
+      values[b] = live[b] ? *reinterpret_cast<const float4 *>(z + pair * kHidden + column) : zero;
+    }
+    // Added in pair order, skipping (not adding zero for) the pairs outside [0, E).
+#pragma unroll
+    for (int b = 0; b < kPairBatch; ++b) {
+      if (live[b]) {
+        sum.x += values[b].x;
+        sum.y += values[b].y;
+        sum.z += values[b].z;
+        sum.w += values[b].w;
+      }
+    }
   }
   uint2 packed;
   packed.x = pack_halves(float_to_half(sum.x), float_to_half(sum.y));

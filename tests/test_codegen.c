@@ -97,7 +97,7 @@ Test(codegen, list_is_sorted_and_covers_both_families_of_both_ops) {
   for (int32_t i = 1; i < list.count; i++)
     cr_expect_lt(strcmp(list.names[i - 1], list.names[i]), 0, "not sorted at %d: %s, %s", i, list.names[i - 1],
                  list.names[i]);
-  const char *prefixes[] = {"gate_up.cc.", "gate_up.mma.", "down.cc.", "down.mma."};
+  const char *prefixes[] = {"gate_up.cc.", "gate_up.mma.", "down.cc.", "down.mma.", "down.tok."};
   for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
     cr_expect_geq(count_prefix(&list, prefixes[i]), 3, "too few %s variants", prefixes[i]);
   cr_expect(contains(&list, "route"));
@@ -151,7 +151,11 @@ Test(codegen, every_variant_emits_marked_deterministic_source) {
       cr_expect_gt(first.block_m, 0);
       cr_expect_gt(first.block_n, 0);
       cr_expect_geq(first.split_k, 1);
-      cr_expect_eq(first.family, strstr(list.names[i], ".mma.") ? VOLT8_FAMILY_MMA884 : VOLT8_FAMILY_CUDA_CORE);
+      volt8_family family = strstr(list.names[i], ".mma.")   ? VOLT8_FAMILY_MMA884
+                            : strstr(list.names[i], ".tok.") ? VOLT8_FAMILY_TOKEN
+                                                             : VOLT8_FAMILY_CUDA_CORE;
+      cr_expect_eq(first.family, family, "%s", list.names[i]);
+      if (family == VOLT8_FAMILY_TOKEN) cr_expect_eq(first.op, VOLT8_OP_DOWN, "%s", list.names[i]);
     }
     volt8_kernel_source_free(&first);
     volt8_kernel_source_free(&second);
@@ -280,7 +284,9 @@ Test(codegen, unknown_variant_is_not_found) {
   volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   volt8_kernel_source source;
-  const char *bad[] = {"gate_up.cc.bm3.bn8.w4.sk1.l16", "down.mma.bm8.bn32.w4.sk1.l4", "sideways", ""};
+  const char *bad[] = {"gate_up.cc.bm3.bn8.w4.sk1.l16", "down.mma.bm8.bn32.w4.sk1.l4", "gate_up.tok.bm1.bn16.w4.sk1.l2",
+                       "down.tok.bm2.bn16.w4.sk1.l2", "gate_up.cc.bm1.bn8.w4.sk1.l16.o7", "down.tok.bm1.bn16.w4.sk1.l2.o10",
+                       "sideways", ""};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     cr_expect_eq(volt8_codegen_emit(ctx, &shape, bad[i], &source), VOLT8_ERR_NOT_FOUND, "'%s' accepted", bad[i]);
     cr_expect(strstr(volt8_last_error(ctx), bad[i]) != NULL, "%s", volt8_last_error(ctx));
@@ -297,7 +303,7 @@ Test(codegen, unpadded_dimensions_keep_both_families) {
   shape.intermediate = 144;
   shape.intermediate_offset = 96;
   name_list list = list_ok(ctx, &shape);
-  const char *prefixes[] = {"gate_up.cc.", "gate_up.mma.", "down.cc.", "down.mma."};
+  const char *prefixes[] = {"gate_up.cc.", "gate_up.mma.", "down.cc.", "down.mma.", "down.tok."};
   for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
     cr_expect_gt(count_prefix(&list, prefixes[i]), 0, "no %s variant for H=2064 I=144", prefixes[i]);
   volt8_codegen_names_free(list.names, list.count);

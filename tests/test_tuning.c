@@ -645,6 +645,11 @@ Test(derive, variant_names_parse) {
             variant.warps == 4 && variant.split_k == 1);
   cr_assert(derive_parse_variant("down.mma.bm32.bn32.w4.sk2", &variant));
   cr_assert(variant.op == VOLT8_OP_DOWN && !variant.cuda_core && variant.block_m == 32 && variant.split_k == 2);
+  cr_assert(derive_parse_variant("down.tok.bm1.bn16.w4.sk1.l2", &variant));
+  cr_assert(variant.op == VOLT8_OP_DOWN && variant.cuda_core && variant.fused_reduce && variant.block_n == 16);
+  cr_assert_not(derive_parse_variant("gate_up.tok.bm1.bn16.w4.sk1.l2", &variant));
+  cr_assert(derive_parse_variant("gate_up.cc.bm1.bn8.w4.sk1.l16.o6", &variant));
+  cr_assert(variant.block_m == 1 && variant.block_n == 8 && variant.split_k == 1 && !variant.fused_reduce);
   cr_assert_not(derive_parse_variant("route", &variant));
   cr_assert_not(derive_parse_variant("down.xx.bm1.bn1.w1.sk1", &variant));
   cr_assert_not(derive_parse_variant("down.cc.bm0.bn1.w1.sk1", &variant));
@@ -653,17 +658,19 @@ Test(derive, variant_names_parse) {
 Test(derive, model_grows_with_m_and_every_variant_has_a_time) {
   volt8_ctx *ctx = test_cpu_ctx("sm_70");
   volt8_moe_shape shape = reference_shape();
-  char **names = NULL;
-  int32_t count = 0;
-  cr_assert_eq(tuner_candidates(ctx, &shape, VOLT8_OP_GATE_UP, &names, &count), VOLT8_OK);
-  for (int32_t i = 0; i < count; i++) {
-    derive_variant variant;
-    cr_assert(derive_parse_variant(names[i], &variant), "%s", names[i]);
-    double one = derive_op_us(&DERIVE_V100, &shape, 10, 1, &variant);
-    double many = derive_op_us(&DERIVE_V100, &shape, 10, 128, &variant);
-    cr_assert(isfinite(one) && one > 0 && many > one, "%s: %g us at M=1, %g at M=128", names[i], one, many);
+  for (int op = VOLT8_OP_GATE_UP; op <= VOLT8_OP_DOWN; op++) {
+    char **names = NULL;
+    int32_t count = 0;
+    cr_assert_eq(tuner_candidates(ctx, &shape, (volt8_op)op, &names, &count), VOLT8_OK);
+    for (int32_t i = 0; i < count; i++) {
+      derive_variant variant;
+      cr_assert(derive_parse_variant(names[i], &variant), "%s", names[i]);
+      double one = derive_op_us(&DERIVE_V100, &shape, 10, 1, &variant);
+      double many = derive_op_us(&DERIVE_V100, &shape, 10, 128, &variant);
+      cr_assert(isfinite(one) && one > 0 && many > one, "%s: %g us at M=1, %g at M=128", names[i], one, many);
+    }
+    volt8_codegen_names_free(names, count);
   }
-  volt8_codegen_names_free(names, count);
   volt8_ctx_destroy(ctx);
 }
 

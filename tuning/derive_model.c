@@ -50,9 +50,11 @@ int derive_parse_variant(const char *name, derive_variant *out) {
   } else {
     return 0;
   }
-  if (strncmp(cursor, "cc.", 3) == 0) out->cuda_core = 1;
+  if (strncmp(cursor, "cc.", 3) == 0 || strncmp(cursor, "tok.", 4) == 0) out->cuda_core = 1;
   else if (strncmp(cursor, "mma.", 4) != 0) return 0;
-  cursor += out->cuda_core ? 3 : 4;
+  out->fused_reduce = strncmp(cursor, "tok.", 4) == 0;
+  if (out->fused_reduce && out->op != VOLT8_OP_DOWN) return 0;
+  cursor += out->cuda_core && !out->fused_reduce ? 3 : 4;
   return read_field(&cursor, "bm", &out->block_m) && read_field(&cursor, "bn", &out->block_n) &&
          read_field(&cursor, "w", &out->warps) && read_field(&cursor, "sk", &out->split_k);
 }
@@ -78,12 +80,15 @@ double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, i
   double k = gate_up ? shape->hidden : shape->intermediate;
   double expert_bytes = gate_up ? dims.w13_bytes_per_expert + 2.0 * dims.s13_elems_per_expert
                                 : dims.w2_bytes_per_expert + 2.0 * dims.s2_elems_per_expert;
-  double activation_bytes = gate_up ? k * 2 + columns * 2 : k * 2 + columns * 4; /* x in, h out; h in, z out */
+  /* x in, h out; h in, z out (fused: h in, a top_k-th of the token's out row) */
+  double activation_bytes = gate_up                 ? k * 2 + columns * 2
+                            : variant->fused_reduce ? k * 2 + columns * 2 / top_k
+                                                    : k * 2 + columns * 4;
   double q = (double)top_k / shape->num_experts, items_per_expert = 0.0, idle = 0.0;
   expected_items(num_tokens, q, variant->block_m, &items_per_expert, &idle);
   double experts = shape->num_experts, pairs = (double)num_tokens * top_k;
   double items = experts * items_per_expert, active = experts * (1.0 - idle);
-  double ctas = items * ceil(columns / variant->block_n);
+  double ctas = (variant->fused_reduce ? (double)num_tokens : items) * ceil(columns / variant->block_n);
   double dram_bytes = active * expert_bytes + pairs * activation_bytes;
   double l2_bytes = items * expert_bytes + ctas * variant->block_m * k * 2;
   double flops = 2.0 * items * variant->block_m * columns * rows * k;
@@ -100,8 +105,10 @@ double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, i
   return device->launch_us + fmax(memory_us, math_us) + 0.15 * fmin(memory_us, math_us);
 }
 
-double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                         int32_t fused_reduce) {
   double pairs = (double)num_tokens * top_k;
+  if (fused_reduce) return device->launch_us + pairs * 12.0 / (device->dram_gbps * 1e3);
   double bytes = pairs * shape->hidden * 4.0 + (double)num_tokens * shape->hidden * 2.0 + pairs * 12.0;
   return 2.0 * device->launch_us + bytes / (device->dram_gbps * 1e3);
 }
@@ -115,13 +122,15 @@ static volt8_status derive_measure(void *user, int32_t m, const char *gate_up, c
   derive_variant variants[2];
   const char *names[2] = {gate_up, down};
   out->accepted = 1;
-  out->forward_us = derive_support_us(state->device, &state->shape, state->top_k, m);
+  out->forward_us = 0.0;
   for (int i = 0; i < 2 && out->accepted; i++) {
     out->accepted = derive_parse_variant(names[i], &variants[i]);
     double us = out->accepted ? derive_op_us(state->device, &state->shape, state->top_k, m, &variants[i]) : NAN;
     out->accepted = isfinite(us);
     out->forward_us += us;
   }
+  if (out->accepted)
+    out->forward_us += derive_support_us(state->device, &state->shape, state->top_k, m, variants[1].fused_reduce);
   if (!out->accepted) snprintf(out->reason, sizeof out->reason, "the model cannot read %s or %s", gate_up, down);
   return VOLT8_OK;
 }

@@ -39,7 +39,8 @@ extern const derive_device DERIVE_V100;
 /* The parts of a GEMM variant name; 0 when `name` is not one. */
 typedef struct derive_variant {
   volt8_op op;
-  int32_t cuda_core; /* family cc (1) or mma (0) */
+  int32_t cuda_core;    /* family cc or tok (1), mma (0) */
+  int32_t fused_reduce; /* family tok: down walks a token's pairs and does the reduce's work */
   int32_t block_m, block_n, warps, split_k;
 } derive_variant;
 int derive_parse_variant(const char *name, derive_variant *out);
@@ -47,8 +48,9 @@ int derive_parse_variant(const char *name, derive_variant *out);
 /* Modelled microseconds of one op's kernel; NaN when the name does not parse. */
 double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
                     const derive_variant *variant);
-/* Modelled route + reduce microseconds (the same for every variant). */
-double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens);
+/* Modelled route + reduce microseconds; with fused_reduce, the route's alone. */
+double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                         int32_t fused_reduce);
 
 typedef struct derive_state {
   const derive_device *device;

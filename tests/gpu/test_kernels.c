@@ -4,6 +4,7 @@
  * VOLT8_GPU_TEST_QUICK=1 shrinks the problem for the sanitizer runs. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen.h"
@@ -31,7 +32,7 @@ static void list_variants(volt8_ctx *ctx, const volt8_moe_shape *shape, variant_
   cr_assert(lists->gate_up_count > 0 && lists->down_count > 0, "no gate_up or down variants listed");
 }
 
-/* The first variant of a family ("cc", "mma") in a list. */
+/* The first variant of a family ("cc", "mma", "tok") in a list. */
 static const char *first_of_family(const char *const *names, int32_t count, const char *family) {
   for (int32_t i = 0; i < count; i++) {
     const char *dot = strchr(names[i], '.');
@@ -100,7 +101,8 @@ Test(gpu_kernels, families_over_offsets_top_k_and_shapes) {
     gpu_make_problem(ctx, &shapes[s], &problem);
     variant_lists lists;
     list_variants(ctx, &shapes[s], &lists);
-    const char *families[2] = {"cc", "mma"};
+    /* gate_up family, down family: tok fuses the reduce into down and pairs with a cc gate_up. */
+    const char *families[3][2] = {{"cc", "cc"}, {"mma", "mma"}, {"cc", "tok"}};
     volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
     for (int k = gpu_quick_mode() ? 1 : 0; k < (gpu_quick_mode() ? 2 : 3); k++) {
       for (int32_t mi = 0; mi < m_count; mi++) {
@@ -110,10 +112,10 @@ Test(gpu_kernels, families_over_offsets_top_k_and_shapes) {
         snprintf(label, sizeof label, "H=%d I=%d block=%dx%d offset=%d M=%d top_k=%d", shapes[s].hidden,
                  shapes[s].intermediate, shapes[s].block_n, shapes[s].block_k, shapes[s].intermediate_offset, ms[mi],
                  top_ks[k]);
-        for (int f = 0; f < 2; f++)
+        for (int f = 0; f < 3; f++)
           gpu_check_forward(ctx, experts, shapes[s].hidden, &batch,
-                        first_of_family(lists.gate_up, lists.gate_up_count, families[f]),
-                        first_of_family(lists.down, lists.down_count, families[f]), label);
+                            first_of_family(lists.gate_up, lists.gate_up_count, families[f][0]),
+                            first_of_family(lists.down, lists.down_count, families[f][1]), label);
         gpu_free_batch(ctx, &batch);
       }
     }
@@ -166,9 +168,11 @@ Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
   int32_t before = -1;
   cr_assert_eq(volt8_experts_bad_id_count(experts, &before), VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert_eq(before, 0, "before any forward the count is %d", before);
-  const char *pairs[3][2] = {{"gate_up.cc.bm1.bn8.w4.sk1.l16", "down.cc.bm1.bn64.w4.sk1.l2"},
+  const char *pairs[5][2] = {{"gate_up.cc.bm1.bn8.w4.sk1.l16", "down.cc.bm1.bn64.w4.sk1.l2"},
                              {"gate_up.cc.bm1.bn4.w4.sk1.l32", "down.cc.bm2.bn64.w4.sk1.l2"},
-                             {"gate_up.cc.bm2.bn8.w4.sk1.l16", "down.mma.bm8.bn32.w4.sk1"}};
+                             {"gate_up.cc.bm2.bn8.w4.sk1.l16", "down.mma.bm8.bn32.w4.sk1"},
+                             {"gate_up.cc.bm1.bn8.w4.sk1.l16", "down.tok.bm1.bn16.w4.sk1.l2"},
+                             {"gate_up.cc.bm2.bn8.w4.sk1.l16", "down.tok.bm1.bn32.w4.sk1.l1"}};
   const int32_t ms[2] = {1, 17};
   for (int32_t mi = 0; mi < 2; mi++) {
     for (int32_t bad_count = 3; bad_count >= 1; bad_count -= 2) {
@@ -181,7 +185,7 @@ Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
       cr_assert_eq(volt8_reference_moe_forward(ctx, &shape, &host, batch.x, batch.ids, batch.weights, ms[mi], 10,
                                                batch.reference),
                    VOLT8_OK, "%s", volt8_last_error(ctx));
-      for (int p = 0; p < 3; p++) {
+      for (int p = 0; p < 5; p++) {
         char label[160];
         snprintf(label, sizeof label, "bad ids M=%d bad=%d %s + %s", ms[mi], bad_count, pairs[p][0], pairs[p][1]);
         gpu_check_forward(ctx, experts, shape.hidden, &batch, pairs[p][0], pairs[p][1], label);
@@ -192,6 +196,61 @@ Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
       gpu_free_batch(ctx, &batch);
     }
   }
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* A token-fused down computes each dot product as down.cc.bm1 with the same lanes per row does, and
+ * the weighted sum as the reduce does: the two paths must give the same bits, not just pass the
+ * reference. top_k 20 runs two staging passes of the fused kernel. */
+Test(gpu_kernels, token_fused_down_matches_down_and_reduce_bit_for_bit) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(0x14057b7ef767814full);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 64;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 20);
+  const char *pairs[3][2] = {{"down.cc.bm1.bn64.w4.sk1.l2", "down.tok.bm1.bn16.w8.sk1.l2"},
+                             {"down.cc.bm1.bn64.w4.sk1.l2", "down.tok.bm1.bn32.w8.sk1.l2"},
+                             {"down.cc.bm1.bn32.w4.sk1.l4", "down.tok.bm1.bn16.w4.sk1.l2"}};
+  const int32_t ms[3] = {1, 8, 33}, top_ks[2] = {10, 20};
+  size_t bytes = (size_t)64 * shape.hidden * sizeof(uint16_t);
+  uint16_t *unfused = malloc(bytes), *fused = malloc(bytes);
+  cr_assert(unfused && fused);
+  for (int32_t k = 0; k < 2; k++) {
+    for (int32_t mi = 0; mi < 3; mi++) {
+      device_batch batch;
+      gpu_make_batch(ctx, &problem, ms[mi], top_ks[k], ROUTING_UNIFORM, &batch);
+      batch.ids[ms[mi] * top_ks[k] / 2] = -1; /* one pair outside [0, E): both paths skip it */
+      cr_assert_eq(ctx->cuda->cuMemcpyHtoD(batch.d_ids, batch.ids, (size_t)ms[mi] * top_ks[k] * 4), CUDA_SUCCESS);
+      volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
+      cr_assert_eq(volt8_reference_moe_forward(ctx, &shape, &host, batch.x, batch.ids, batch.weights, ms[mi], top_ks[k],
+                                               batch.reference),
+                   VOLT8_OK, "%s", volt8_last_error(ctx));
+      size_t count = (size_t)ms[mi] * shape.hidden;
+      for (int p = 0; p < 3; p++) {
+        char label[200];
+        snprintf(label, sizeof label, "M=%d top_k=%d %s vs %s", ms[mi], top_ks[k], pairs[p][0], pairs[p][1]);
+        const char *gate_up = "gate_up.cc.bm1.bn8.w4.sk1.l16";
+        gpu_check_forward(ctx, experts, shape.hidden, &batch, gate_up, pairs[p][0], label);
+        cr_assert_eq(ctx->cuda->cuMemcpyDtoH(unfused, batch.d_out, count * 2), CUDA_SUCCESS);
+        gpu_check_forward(ctx, experts, shape.hidden, &batch, gate_up, pairs[p][1], label);
+        cr_assert_eq(ctx->cuda->cuMemcpyDtoH(fused, batch.d_out, count * 2), CUDA_SUCCESS);
+        /* Bits agree only where the lanes per row do; otherwise both just pass the reference. */
+        int same_lanes = strcmp(strrchr(pairs[p][0], '.'), strrchr(pairs[p][1], '.')) == 0;
+        if (same_lanes) {
+          size_t differ = 0;
+          for (size_t i = 0; i < count; i++) differ += unfused[i] != fused[i];
+          cr_expect_eq(differ, 0, "%s: %zu of %zu outputs differ in their bits", label, differ, count);
+        }
+      }
+      gpu_free_batch(ctx, &batch);
+    }
+  }
+  free(unfused);
+  free(fused);
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);
