@@ -68,6 +68,37 @@ static __device__ __forceinline__ uint4 zero_uint4() {
   return value;
 }
 
+// Stores 16-byte vector `vector` (8 FP16 values) of x row m into the FP32 tile the CUDA-core
+// kernels read, laid out [row][quarter][chunk] so lanes reading consecutive chunks hit distinct banks.
+static __device__ __forceinline__ void store_x_vector(float4 *x_tile, int chunks, int m, int vector, uint4 raw) {
+  float4 low, high;
+  half2_to_float2(raw.x, low.x, low.y);
+  half2_to_float2(raw.y, low.z, low.w);
+  half2_to_float2(raw.z, high.x, high.y);
+  half2_to_float2(raw.w, high.z, high.w);
+  const int chunk = vector >> 1;
+  const int quarter = (vector & 1) * 2;
+  x_tile[(m * 4 + quarter) * chunks + chunk] = low;
+  x_tile[(m * 4 + quarter + 1) * chunks + chunk] = high;
+}
+
+// Unscaled dot product of chunk `chunk` of x row m with its 16 converted weights: two interleaved
+// FP32 sums (even and odd positions), added last. The fixed order keeps results bit-identical
+// wherever it is used.
+static __device__ __forceinline__ float chunk_dot(const float4 *x_tile, int chunks, int m, int chunk,
+                                                  const float (&w)[16]) {
+  float even = 0.0f, odd = 0.0f;
+#pragma unroll
+  for (int quarter = 0; quarter < 4; ++quarter) {
+    const float4 x = x_tile[(m * 4 + quarter) * chunks + chunk];
+    even = fmaf(x.x, w[4 * quarter + 0], even);
+    odd = fmaf(x.y, w[4 * quarter + 1], odd);
+    even = fmaf(x.z, w[4 * quarter + 2], even);
+    odd = fmaf(x.w, w[4 * quarter + 3], odd);
+  }
+  return even + odd;
+}
+
 static __device__ __forceinline__ float silu_times(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
 }

@@ -124,17 +124,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
       for (int g = 0; g < kStageGroup; ++g) {
         const int index = tid + (group_start + g) * kThreads;
         if (group_start + g < kStageIterations && index < kPassPairs * (kK / 8)) {
-          const int m = index / (kK / 8);
-          const int vector = index % (kK / 8);
-          float4 low, high;
-          half2_to_float2(x_raw[g].x, low.x, low.y);
-          half2_to_float2(x_raw[g].y, low.z, low.w);
-          half2_to_float2(x_raw[g].z, high.x, high.y);
-          half2_to_float2(x_raw[g].w, high.z, high.w);
-          const int chunk = vector >> 1;
-          const int quarter = (vector & 1) * 2;
-          x_tile[(m * 4 + quarter) * kChunks + chunk] = low;
-          x_tile[(m * 4 + quarter + 1) * kChunks + chunk] = high;
+          store_x_vector(x_tile, kChunks, index / (kK / 8), index % (kK / 8), x_raw[g]);
         }
       }
     }
@@ -154,17 +144,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
         if (item < kItems && live[i] && chunk < kChunks) {
           float w[16];
           e4m3x16_to_float(raw[b], w);
-          const int m = slot + i * kSlots;
-          float even = 0.0f, odd = 0.0f;
-#pragma unroll
-          for (int quarter = 0; quarter < 4; ++quarter) {
-            const float4 x = x_tile[(m * 4 + quarter) * kChunks + chunk];
-            even = fmaf(x.x, w[4 * quarter + 0], even);
-            odd = fmaf(x.y, w[4 * quarter + 1], odd);
-            even = fmaf(x.z, w[4 * quarter + 2], even);
-            odd = fmaf(x.w, w[4 * quarter + 3], odd);
-          }
-          acc[i] = fmaf(even + odd, half_to_float(scale_bits[b]), acc[i]);
+          acc[i] = fmaf(chunk_dot(x_tile, kChunks, slot + i * kSlots, chunk, w), half_to_float(scale_bits[b]), acc[i]);
         }
       }
     }

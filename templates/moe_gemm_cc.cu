@@ -186,17 +186,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     for (int g = 0; g < kStageGroup; ++g) {
       const int index = tid + (group_start + g) * kThreads;
       if (group_start + g < kStageIterations && index < kBlockM * (kK / 8)) {
-        const int m = index / (kK / 8);
-        const int vector = index % (kK / 8);
-        float4 low, high;
-        half2_to_float2(x_raw[g].x, low.x, low.y);
-        half2_to_float2(x_raw[g].y, low.z, low.w);
-        half2_to_float2(x_raw[g].z, high.x, high.y);
-        half2_to_float2(x_raw[g].w, high.z, high.w);
-        const int chunk = vector >> 1;
-        const int quarter = (vector & 1) * 2;
-        x_tile[(m * 4 + quarter) * kChunks + chunk] = low;
-        x_tile[(m * 4 + quarter + 1) * kChunks + chunk] = high;
+        store_x_vector(x_tile, kChunks, index / (kK / 8), index % (kK / 8), x_raw[g]);
       }
     }
   }
@@ -221,18 +211,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
         const float scale = scale_tile[group * kScaleKBlocks + ((kScaleKOffset + chunk * 16) >> 7)];
 #pragma unroll
         for (int m = 0; m < kBlockM; ++m) {
-          if (m < count) {
-            float even = 0.0f, odd = 0.0f;
-#pragma unroll
-            for (int quarter = 0; quarter < 4; ++quarter) {
-              const float4 x = x_tile[(m * 4 + quarter) * kChunks + chunk];
-              even = fmaf(x.x, w[4 * quarter + 0], even);
-              odd = fmaf(x.y, w[4 * quarter + 1], odd);
-              even = fmaf(x.z, w[4 * quarter + 2], even);
-              odd = fmaf(x.w, w[4 * quarter + 3], odd);
-            }
-            acc[m][0] = fmaf(even + odd, scale, acc[m][0]);
-          }
+          if (m < count) acc[m][0] = fmaf(chunk_dot(x_tile, kChunks, m, chunk, w), scale, acc[m][0]);
         }
       } else if (chunk < chunk_end) {
         // gate_up: one 4-code word of each row at a time, so few converted weights are live at once; the
