@@ -58,7 +58,8 @@ prepare() {
 
 # Phases (all when none is named): suites (each GPU suite with the carried compute_70 PTX and with
 # native code), sanitize (compute-sanitizer memcheck, racecheck, initcheck and synccheck over the quick
-# suites; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites), tune (sm_90 tables for
+# suites; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites; SANITIZE_TIMEOUT, default
+# 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
 # TP 1/2/4/8), bench (the reference TP4 shape, with the tables just tuned when there are any),
 # demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
 # torch), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
@@ -90,7 +91,7 @@ run() {
     local name="$1"
     shift
     local start=$SECONDS
-    timeout "${STEP_TIMEOUT:-300}" "$@" >"$logs/$name.log" 2>&1
+    timeout "${step_timeout:-${STEP_TIMEOUT:-300}}" "$@" >"$logs/$name.log" 2>&1
     local rc=$?
     printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
       "$(grep -E 'Synthesis|ERROR SUMMARY|RACECHECK SUMMARY|volt8 (tune|bench):| passed| failed|mtp_step' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
@@ -117,7 +118,7 @@ run() {
             if [ -n "${SANITIZE_SUITES:-}" ]; then
               case " $SANITIZE_SUITES " in *" $name "*) ;; *) continue ;; esac
             fi
-            step "$name.$tool" env VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70" VOLT8_GPU_TEST_QUICK=1 \
+            step_timeout="${SANITIZE_TIMEOUT:-600}" step "$name.$tool" env VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70" VOLT8_GPU_TEST_QUICK=1 \
               compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 7 "$suite" --jobs=1
           done
         done ;;
