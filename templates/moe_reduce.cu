@@ -9,7 +9,6 @@ namespace {
 constexpr int kThreads = @{THREADS};
 constexpr int kHidden = @{HIDDEN};
 constexpr int kNumExperts = @{NUM_EXPERTS};
-constexpr int kPairBatch = 8;  // pairs of a token whose ids, then z rows, are in flight together
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
@@ -19,31 +18,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   const int token = blockIdx.y;
   const int column = (blockIdx.x * kThreads + threadIdx.x) * 4;
   if (token >= num_tokens || column >= kHidden) return;
-  const float4 zero = {0.0f, 0.0f, 0.0f, 0.0f};
-  float4 sum = zero;
-  for (int first = 0; first < top_k; first += kPairBatch) {
-    bool live[kPairBatch];
-#pragma unroll
-    for (int b = 0; b < kPairBatch; ++b) {
-      const int id = first + b < top_k ? topk_ids[(long long)token * top_k + first + b] : -1;
-      live[b] = id >= 0 && id < kNumExperts;
-    }
-    float4 values[kPairBatch];
-#pragma unroll
-    for (int b = 0; b < kPairBatch; ++b) {
-      const long long pair = (long long)token * top_k + first + b;
-      values[b] = live[b] ? *reinterpret_cast<const float4 *>(z + pair * kHidden + column) : zero;
-    }
-    // Added in pair order, skipping (not adding zero for) the pairs outside [0, E).
-#pragma unroll
-    for (int b = 0; b < kPairBatch; ++b) {
-      if (live[b]) {
-        sum.x += values[b].x;
-        sum.y += values[b].y;
-        sum.z += values[b].z;
-        sum.w += values[b].w;
-      }
-    }
+  float4 sum = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int j = 0; j < top_k; ++j) {
+    const long long pair = (long long)token * top_k + j;
+    const int id = topk_ids[pair];
+    if (id < 0 || id >= kNumExperts) continue;
+    const float4 value = *reinterpret_cast<const float4 *>(z + pair * kHidden + column);
+    sum.x += value.x;
+    sum.y += value.y;
+    sum.z += value.z;
+    sum.w += value.w;
   }
   uint2 packed;
   packed.x = pack_halves(float_to_half(sum.x), float_to_half(sum.y));
