@@ -4,9 +4,9 @@
 #define _GNU_SOURCE
 #endif
 #include "checkpoint_fixture.h"
+#include "test_support.h"
 
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +25,6 @@
 extern char **environ;
 
 static pid_t fixture_owner; /* test workers are forked from the runner: only it removes the folder */
-
-static int remove_entry(const char *path, const struct stat *info, int flag, struct FTW *ftw) {
-  (void)info, (void)flag, (void)ftw;
-  return remove(path);
-}
 
 void checkpoint_fixture_make(const char *const *fixture_groups, size_t group_count) {
   const char *fixed = getenv("VOLT8_TEST_SEED");
@@ -50,13 +45,13 @@ void checkpoint_fixture_make(const char *const *fixture_groups, size_t group_cou
       WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0)
     setenv("VOLT8_CHECKPOINT_FIXTURES", dir, 1), fixture_owner = getpid(), atexit(checkpoint_fixture_remove);
   else
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_remove_tree(dir);
 }
 
 void checkpoint_fixture_remove(void) {
   if (getpid() != fixture_owner) return;
   const char *dir = getenv("VOLT8_CHECKPOINT_FIXTURES");
-  if (dir && strncmp(dir, "/tmp/volt8-checkpoints-", 23) == 0) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (dir && strncmp(dir, "/tmp/volt8-checkpoints-", 23) == 0) test_remove_tree(dir);
 }
 
 const char *fixture_seed(void) { return getenv("VOLT8_CHECKPOINT_SEED"); }

@@ -6,6 +6,7 @@
 #include "ctx_internal.h"
 #include "jit.h"
 #include "sha256.h"
+#include "test_support.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -147,10 +148,8 @@ static void make_cache_dir(void) {
   cr_assert(mkdtemp(cache_dir), "mkdtemp %s: %s", cache_dir, strerror(errno));
 }
 
-static int remove_one(const char *path, const struct stat *info, int type, struct FTW *walk) { return remove(path); }
-
 static void remove_cache_dir(void) {
-  if (cache_dir[0]) nftw(cache_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+  test_remove_tree(cache_dir);
 }
 
 static volt8_ctx *new_ctx(const char *target_arch, const char *dir) {

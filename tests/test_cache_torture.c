@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "test_support.h"
+
 #ifndef VOLT8_CACHE_RACE_WORKER
 #error "VOLT8_CACHE_RACE_WORKER must name the worker (tests/CMakeLists.txt defines it)"
 #endif
@@ -39,11 +41,6 @@ static char work_dir[256];
 static unsigned seed;
 static char reference[KEYS][65];
 
-static int remove_one(const char *path, const struct stat *info, int type, struct FTW *walk) {
-  (void)info, (void)type, (void)walk;
-  return remove(path);
-}
-
 static void setup(void) {
   const char *fixed = getenv("VOLT8_TEST_SEED");
   seed = fixed && *fixed ? (unsigned)strtoul(fixed, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
@@ -53,7 +50,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-  if (work_dir[0]) nftw(work_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+  test_remove_tree(work_dir);
 }
 
 /* ---- workers ---- */

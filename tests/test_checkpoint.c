@@ -9,14 +9,11 @@
 #include <criterion/parameterized.h>
 
 #include <cjson/cJSON.h>
-#include <ftw.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -24,10 +21,6 @@
 #include "moe_layout.h"
 #include "numeric.h"
 #include "reference.h"
-
-#ifndef VOLT8_SOURCE_DIR
-#error "VOLT8_SOURCE_DIR must name the source tree (tests/CMakeLists.txt defines it)"
-#endif
 
 #include "checkpoint_fixture.h"
 #include "test_support.h"

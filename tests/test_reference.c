@@ -10,7 +10,6 @@
 #include <criterion/parameterized.h>
 
 #include <cjson/cJSON.h>
-#include <ftw.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -52,16 +51,11 @@ static unsigned test_seed(void) {
   return (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
 }
 
-static int remove_entry(const char *path, const struct stat *info, int flag, struct FTW *ftw) {
-  (void)info, (void)flag, (void)ftw;
-  return remove(path);
-}
-
 /* The fixture directory of the running test; removed by its fini, which runs after a failed assertion too. */
 static char oracle_dir[4096];
 
 static void remove_oracle_dir(void) {
-  if (oracle_dir[0]) nftw(oracle_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  test_remove_tree(oracle_dir);
   oracle_dir[0] = '\0';
 }
 
@@ -84,21 +78,6 @@ static void run_oracle(const char *out_dir, const char *case_name, unsigned seed
             case_name, WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1);
 }
 
-static char *read_file(const char *path, size_t *out_bytes) {
-  FILE *file = fopen(path, "rb");
-  cr_assert_not_null(file, "cannot open %s", path);
-  fseek(file, 0, SEEK_END);
-  long bytes = ftell(file);
-  fseek(file, 0, SEEK_SET);
-  char *data = malloc((size_t)bytes + 1);
-  cr_assert_not_null(data);
-  cr_assert_eq(fread(data, 1, (size_t)bytes, file), (size_t)bytes, "short read of %s", path);
-  data[bytes] = '\0';
-  fclose(file);
-  *out_bytes = (size_t)bytes;
-  return data;
-}
-
 static int32_t json_int(const cJSON *object, const char *key) {
   const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
   cr_assert(cJSON_IsNumber(item), "manifest: \"%s\" missing or not a number", key);
@@ -113,7 +92,7 @@ static void *load_array(const char *dir, const cJSON *case_json, const char *key
   char path[8192];
   cr_assert_lt((size_t)snprintf(path, sizeof path, "%s/%s", dir, relative->valuestring), sizeof path, "path too long");
   size_t bytes = 0;
-  char *data = read_file(path, &bytes);
+  char *data = test_read_whole(path, &bytes);
   cr_assert_eq(bytes, (size_t)count * element_bytes,
                "%s: %zu bytes, the layout of moe_layout.h expects %lld elements of %zu bytes", path, bytes,
                (long long)count, element_bytes);
@@ -124,7 +103,7 @@ static void load_case(const char *dir, const char *name, oracle_case *out) {
   char path[8192];
   snprintf(path, sizeof path, "%s/manifest.json", dir);
   size_t bytes = 0;
-  char *text = read_file(path, &bytes);
+  char *text = test_read_whole(path, &bytes);
   cJSON *manifest = cJSON_Parse(text);
   cr_assert_not_null(manifest, "manifest.json does not parse");
   const cJSON *case_json = NULL, *item = NULL;

@@ -9,23 +9,14 @@
 #include <criterion/parameterized.h>
 
 #include <cjson/cJSON.h>
-#include <ftw.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "checkpoint.h"
 #include "ctx_internal.h"
 #include "safetensors.h"
-
-#ifndef VOLT8_SOURCE_DIR
-#error "VOLT8_SOURCE_DIR must name the source tree (tests/CMakeLists.txt defines it)"
-#endif
 
 #include "checkpoint_fixture.h"
 

@@ -8,23 +8,14 @@
 #include <criterion/parameterized.h>
 
 #include <cjson/cJSON.h>
-#include <ftw.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "checkpoint.h"
 #include "ctx_internal.h"
 #include "moe_layout.h"
 #include "shard.h"
-
-#ifndef VOLT8_SOURCE_DIR
-#error "VOLT8_SOURCE_DIR must name the source tree (tests/CMakeLists.txt defines it)"
-#endif
 
 #include "checkpoint_fixture.h"
 #include "test_support.h"

@@ -2,6 +2,7 @@
 #include "test_support.h"
 
 #include <criterion/criterion.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,9 +22,19 @@ void *test_read_whole(const char *path, size_t *out_bytes) {
   fseek(stream, 0, SEEK_END);
   long bytes = ftell(stream);
   fseek(stream, 0, SEEK_SET);
-  void *data = malloc(bytes > 0 ? (size_t)bytes : 1);
+  char *data = malloc(bytes > 0 ? (size_t)bytes + 1 : 1);
   cr_assert(data && fread(data, 1, (size_t)bytes, stream) == (size_t)bytes, "cannot read %s", path);
+  data[bytes > 0 ? bytes : 0] = '\0';
   fclose(stream);
   *out_bytes = (size_t)bytes;
   return data;
+}
+
+static int remove_entry(const char *path, const struct stat *info, int flag, struct FTW *walk) {
+  (void)info, (void)flag, (void)walk;
+  return remove(path);
+}
+
+void test_remove_tree(const char *dir) {
+  if (dir && dir[0]) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

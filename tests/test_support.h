@@ -8,8 +8,12 @@
  * fails the test when it cannot be made. */
 volt8_ctx *test_cpu_ctx(const char *target_arch);
 
-/* The whole file at `path` in a malloc'ed buffer (its size in *out_bytes); fails the test when it
- * cannot be read. */
+/* The whole file at `path` in a malloc'ed buffer, followed by a NUL byte so text can be parsed in
+ * place (its size, without the NUL, in *out_bytes); fails the test when it cannot be read. */
 void *test_read_whole(const char *path, size_t *out_bytes);
+
+/* Removes `dir` and everything below it, depth first, without following links; a missing or empty
+ * path does nothing. Safe in fixture teardowns. */
+void test_remove_tree(const char *dir);
 
 #endif

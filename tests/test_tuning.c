@@ -9,7 +9,6 @@
 #include "test_support.h"
 
 #include <cjson/cJSON.h>
-#include <ftw.h>
 #include <glob.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,11 +44,6 @@
 
 static char temp_dir[4096];
 
-static int remove_entry(const char *path, const struct stat *info, int flag, struct FTW *ftw) {
-  (void)info, (void)flag, (void)ftw;
-  return remove(path);
-}
-
 static void make_temp_dir(void) {
   snprintf(temp_dir, sizeof temp_dir, "%s/volt8_tuning_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   cr_assert_not_null(mkdtemp(temp_dir), "mkdtemp failed");
@@ -58,7 +52,7 @@ static void make_temp_dir(void) {
 }
 
 static void remove_temp_dir(void) {
-  if (temp_dir[0]) nftw(temp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  test_remove_tree(temp_dir);
   temp_dir[0] = '\0';
 }
 
