@@ -4,7 +4,7 @@ local variants = {}
 
 local SHARED_MEMORY_LIMIT_BYTES = 48 * 1024  -- static shared memory per CTA
 local MMA_X_TILE_LIMIT_BYTES = 32 * 1024
-local MAX_EXPERTS = 2048                     -- the route kernel keeps four ints per expert in shared memory
+local MAX_EXPERTS = 2048                     -- the route kernel keeps two to nine ints per expert in shared memory
 local MAX_DIMENSION = 65536
 local ROUTE_THREADS = 256
 local ROUTE_ID_CAPACITY_LIMIT = 8192         -- ids the route kernel keeps in shared memory at once
@@ -239,10 +239,17 @@ local function tok_values(spec, s)
   return values
 end
 
--- Ids the route kernel stages in shared memory at once: what its per-expert tables leave of the
--- static limit, in whole 1024-id steps.
+-- The route kernel's shared memory: a cursor per expert, one more per expert for each placing warp,
+-- and ids. Placing warps: as many as leave room for 1024 ids (at most 8, at least 1); id capacity:
+-- what is left, in whole 1024-id steps.
+local ROUTE_FIXED_BYTES = 512  -- the scan's warp sums and the bad-id count
+local function route_place_warps(num_experts)
+  local room = SHARED_MEMORY_LIMIT_BYTES - ROUTE_FIXED_BYTES - 4 * num_experts - 4 * 1024
+  return math.max(1, math.min(ROUTE_THREADS // 32, room // (4 * num_experts)))
+end
+
 local function route_id_capacity(num_experts)
-  local table_bytes = (4 * num_experts + 3) * 4 + 512
+  local table_bytes = (1 + route_place_warps(num_experts)) * 4 * num_experts + ROUTE_FIXED_BYTES
   local capacity = (SHARED_MEMORY_LIMIT_BYTES - table_bytes) // 4 // 1024 * 1024
   return math.min(ROUTE_ID_CAPACITY_LIMIT, capacity)
 end
@@ -264,7 +271,7 @@ function variants.describe(name, s)
       op = spec.op, family = "support", block_m = 0, block_n = spec.op == "reduce" and 4 * threads or 0,
       threads = threads, split_k = 1, warps = threads // 32, entry = entry, template = TEMPLATES[spec.op],
       values = { ENTRY = entry, THREADS = threads, NUM_EXPERTS = s.num_experts, HIDDEN = s.hidden,
-                 ID_CAPACITY = route_id_capacity(s.num_experts) },
+                 ID_CAPACITY = route_id_capacity(s.num_experts), PLACE_WARPS = route_place_warps(s.num_experts) },
       parameters = { variant = name, shape = key, threads = threads },
     }
   end

@@ -15,7 +15,7 @@ carry="$root/.carry"
 mode="${1:-}"
 
 # Shapes of the GPU suites: the seed shape (E=512 and E=64) at offsets 0/32/64/96,
-# H=2048/I=128, H=4096/I=256, and online (1,128) scales.
+# H=2048/I=128, H=4096/I=256, online (1,128) scales, and E=2048 (the route over several id tiles).
 gpu_test_shapes=(
   "num_experts=512,intermediate_offset=0" "num_experts=512" "num_experts=512,intermediate_offset=64"
   "num_experts=512,intermediate_offset=96"
@@ -26,6 +26,7 @@ gpu_test_shapes=(
   "num_experts=64,block_n=1,intermediate_offset=0"
   "num_experts=2,intermediate_offset=32" "num_experts=2,intermediate_offset=96"
   "hidden=256,num_experts=4,block_n=1,intermediate_offset=0"
+  "hidden=256,intermediate=128,num_experts=2048,intermediate_offset=0"
 )
 
 prepare() {

@@ -1,6 +1,8 @@
 // Groups routed pairs per expert on the device (one CTA), in pair order within each expert, and
 // cuts each expert's pairs into work items of at most bm pairs for both GEMMs.
 // counters: [0] gate_up items, [1] down items, [2] ids outside [0, E), [3] 0.
+// Placement runs on kPlaceWarps warps at once: each takes a contiguous segment of an id tile and
+// places it from its own per-expert cursors, which start where the segments before it end.
 
 namespace {
 constexpr int kThreads = @{THREADS};
@@ -8,8 +10,10 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kNumExperts = @{NUM_EXPERTS};
 constexpr int kExpertsPerThread = (kNumExperts + kThreads - 1) / kThreads;
 constexpr int kIdCapacity = @{ID_CAPACITY};  // ids held in shared memory at once (a multiple of 4)
+constexpr int kPlaceWarps = @{PLACE_WARPS};  // warps placing pairs side by side (per-warp cursors fit)
 constexpr int kLoadBatch = 4;                 // 16-byte loads each thread has in flight together
 static_assert(kIdCapacity % 4 == 0, "id tiles must keep 16-byte alignment");
+static_assert(kPlaceWarps >= 1 && kPlaceWarps <= kWarps, "placing warps are warps of the CTA");
 }  // namespace
 
 // Copies ids[0, count) into tile: 16-byte loads, all of a batch in flight together, when ids is
@@ -81,44 +85,30 @@ static __device__ RouteScanValues route_exclusive_scan(RouteScanValues own, Rout
   return exclusive;
 }
 
-// The expert whose item range [starts[e], starts[e + 1]) holds `item`.
-static __device__ int route_find_expert(const int *starts, int item) {
-  int low = 0, high = kNumExperts - 1;
-  while (low < high) {
-    const int middle = (low + high + 1) >> 1;
-    if (starts[middle] <= item) low = middle;
-    else high = middle - 1;
-  }
-  return low;
-}
-
-static __device__ void route_write_items(const int *item_starts, const int *pair_starts, int total_items, int bm,
-                                         int4 *items) {
-  for (int item = threadIdx.x; item < total_items; item += kThreads) {
-    const int expert = route_find_expert(item_starts, item);
-    const int index = item - item_starts[expert];
-    const int expert_pairs = pair_starts[expert + 1] - pair_starts[expert];
+// Work items [first, first + ceil(pairs / bm)) of one expert whose pairs start at pair_start.
+static __device__ void route_write_expert_items(int4 *items, int first, int expert, int pair_start, int pairs, int bm) {
+  for (int index = 0; index * bm < pairs; ++index) {
     int4 value;
     value.x = expert;
-    value.y = pair_starts[expert] + index * bm;
-    value.z = min(bm, expert_pairs - index * bm);
+    value.y = pair_start + index * bm;
+    value.z = min(bm, pairs - index * bm);
     value.w = 0;
-    items[item] = value;
+    items[first + index] = value;
   }
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const int *__restrict__ topk_ids, int num_pairs, int bm_gate_up, int bm_down, int *__restrict__ sorted_pairs,
     int4 *__restrict__ items_gate_up, int4 *__restrict__ items_down, int *__restrict__ counters) {
-  __shared__ int pair_starts[kNumExperts + 1];       // first sorted position of each expert
-  __shared__ int cursor[kNumExperts];                // pair counts, then the next free position
-  __shared__ int gate_up_starts[kNumExperts + 1];    // first gate_up item of each expert
-  __shared__ int down_starts[kNumExperts + 1];       // first down item of each expert
+  __shared__ int cursor[kNumExperts];                     // pair counts, then the next free position
+  __shared__ int warp_cursor[kPlaceWarps][kNumExperts];   // a tile segment's counts, then its cursors
   __shared__ RouteScanValues warp_sums[kWarps + 1];
   __shared__ int bad_ids;
-  __shared__ __align__(16) int id_tile[kIdCapacity];  // ids [tile_start, tile_start + kIdCapacity)
+  __shared__ __align__(16) int id_tile[kIdCapacity];     // ids [tile_start, tile_start + kIdCapacity)
 
   const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
   const int bm_up = max(bm_gate_up, 1);
   const int bm_dn = max(bm_down, 1);
   // All ids fit in shared memory (the usual case): they are read from global memory once.
@@ -150,55 +140,68 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   }
   RouteScanValues totals;
   RouteScanValues start = route_exclusive_scan(own, warp_sums, totals);
+  // Each thread writes its own experts' items, in expert order, and turns their counts into cursors.
   for (int e = expert0; e < expert0 + kExpertsPerThread && e < kNumExperts; ++e) {
     const int pairs = cursor[e];
-    pair_starts[e] = start.pairs;
-    gate_up_starts[e] = start.gate_up_items;
-    down_starts[e] = start.down_items;
+    route_write_expert_items(items_gate_up, start.gate_up_items, e, start.pairs, pairs, bm_up);
+    route_write_expert_items(items_down, start.down_items, e, start.pairs, pairs, bm_dn);
+    cursor[e] = start.pairs;
     start.pairs += pairs;
     start.gate_up_items += (pairs + bm_up - 1) / bm_up;
     start.down_items += (pairs + bm_dn - 1) / bm_dn;
   }
-  if (tid == 0) {
-    pair_starts[kNumExperts] = totals.pairs;
-    gate_up_starts[kNumExperts] = totals.gate_up_items;
-    down_starts[kNumExperts] = totals.down_items;
-  }
-  __syncthreads();
-  for (int e = tid; e < kNumExperts; e += kThreads) cursor[e] = pair_starts[e];
-  __syncthreads();
 
+  const unsigned lanes_below = (1u << lane) - 1u;
   for (int tile_start = 0; tile_start < num_pairs; tile_start += kIdCapacity) {
     const int tile_count = min(kIdCapacity, num_pairs - tile_start);
+    const int segment = (tile_count + kPlaceWarps - 1) / kPlaceWarps;
+    const int segment_begin = min(warp * segment, tile_count);
+    const int segment_end = min(segment_begin + segment, tile_count);
+    __syncthreads();  // cursors are set; the previous tile is placed
     if (!resident) {
-      __syncthreads();  // the previous tile is placed
       route_load_ids(id_tile, topk_ids + tile_start, tile_count);
-      __syncthreads();
     }
-    if (tid < 32) {
-      // One warp places the pairs in pair order: peers with the same id among 32 are ranked by
-      // lane, then their leader advances the expert's cursor.
-      const unsigned lanes_below = (1u << tid) - 1u;
-      for (int base = 0; base < tile_count; base += 32) {
-        const int index = base + tid;
-        const int id = index < tile_count ? id_tile[index] : -1;
+    for (int i = tid; i < kPlaceWarps * kNumExperts; i += kThreads) (&warp_cursor[0][0])[i] = 0;
+    __syncthreads();
+    if (warp < kPlaceWarps) {
+      for (int i = segment_begin + lane; i < segment_end; i += 32) {
+        const int id = id_tile[i];
+        if (id >= 0 && id < kNumExperts) atomicAdd(&warp_cursor[warp][id], 1);
+      }
+    }
+    __syncthreads();
+    // Segment w of expert e starts after segments 0..w-1 of this tile and every earlier tile.
+    for (int e = tid; e < kNumExperts; e += kThreads) {
+      int running = cursor[e];
+#pragma unroll
+      for (int w = 0; w < kPlaceWarps; ++w) {
+        const int count = warp_cursor[w][e];
+        warp_cursor[w][e] = running;
+        running += count;
+      }
+      cursor[e] = running;
+    }
+    __syncthreads();
+    if (warp < kPlaceWarps) {
+      // Pairs in pair order: peers with the same id among 32 are ranked by lane, then their leader
+      // advances the segment's cursor for that expert.
+      for (int base = segment_begin; base < segment_end; base += 32) {
+        const int index = base + lane;
+        const int id = index < segment_end ? id_tile[index] : -1;
         const bool valid = id >= 0 && id < kNumExperts;
         const unsigned peers = __match_any_sync(0xffffffffu, valid ? id : -1);
         int position = 0;
-        if (valid) position = cursor[id] + __popc(peers & lanes_below);
+        if (valid) position = warp_cursor[warp][id] + __popc(peers & lanes_below);
         __syncwarp();
         if (valid) {
           sorted_pairs[position] = tile_start + index;
-          if ((peers & lanes_below) == 0u) cursor[id] += __popc(peers);
+          if ((peers & lanes_below) == 0u) warp_cursor[warp][id] += __popc(peers);
         }
         __syncwarp();
       }
     }
   }
   for (int position = totals.pairs + tid; position < num_pairs; position += kThreads) sorted_pairs[position] = -1;
-
-  route_write_items(gate_up_starts, pair_starts, totals.gate_up_items, bm_up, items_gate_up);
-  route_write_items(down_starts, pair_starts, totals.down_items, bm_dn, items_down);
   if (tid == 0) {
     counters[0] = totals.gate_up_items;
     counters[1] = totals.down_items;

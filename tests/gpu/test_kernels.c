@@ -154,6 +154,48 @@ Test(gpu_kernels, skewed_routing) {
   volt8_ctx_destroy(ctx);
 }
 
+/* With 2048 experts the route keeps 1024 ids in shared memory at once and places them with four
+ * warps: 1280 and 2000 routed pairs take two tiles, uniform and skewed, with a bad id in the second
+ * tile. Pairs must still be grouped in pair order for the routed kernels to match the reference. */
+Test(gpu_kernels, route_over_several_id_tiles) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(0x61c8864680b583ebull);
+  volt8_moe_shape shape = {sizeof shape, 256, 128, 2048, 128, 128, 0};
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, 128, 20);
+  const char *pairs[3][2] = {{"gate_up.cc.bm2.bn8.w4.sk1.l16", "down.cc.bm4.bn64.w4.sk1.l2"},
+                             {"gate_up.cc.bm4.bn8.w4.sk1.l16", "down.cc.bm2.bn32.w4.sk1.l4"},
+                             {"gate_up.mma.bm8.bn16.w2.sk1", "down.mma.bm16.bn32.w4.sk1"}};
+  const int32_t ms[2] = {128, 100}, top_ks[2] = {10, 20};
+  const routing modes[2] = {ROUTING_UNIFORM, ROUTING_FEW_EXPERTS};
+  for (int32_t c = 0; c < 2; c++) {
+    for (int32_t mode = 0; mode < 2; mode++) {
+      device_batch batch;
+      gpu_make_batch(ctx, &problem, ms[c], top_ks[c], modes[mode], &batch);
+      int32_t pairs_total = ms[c] * top_ks[c];
+      batch.ids[pairs_total - 7] = -3;
+      cr_assert_eq(ctx->cuda->cuMemcpyHtoD(batch.d_ids, batch.ids, (size_t)pairs_total * 4), CUDA_SUCCESS);
+      volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
+      cr_assert_eq(volt8_reference_moe_forward(ctx, &shape, &host, batch.x, batch.ids, batch.weights, ms[c], top_ks[c],
+                                               batch.reference),
+                   VOLT8_OK, "%s", volt8_last_error(ctx));
+      for (int p = 0; p < 3; p++) {
+        char label[160];
+        snprintf(label, sizeof label, "E=2048 M=%d top_k=%d routing %d", ms[c], top_ks[c], mode);
+        gpu_check_forward(ctx, experts, shape.hidden, &batch, pairs[p][0], pairs[p][1], label);
+        int32_t counted = -1;
+        cr_assert_eq(volt8_experts_bad_id_count(experts, &counted), VOLT8_OK, "%s", volt8_last_error(ctx));
+        cr_expect_eq(counted, 1, "%s: device counted %d bad ids", label, counted);
+      }
+      gpu_free_batch(ctx, &batch);
+    }
+  }
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
 /* Ids outside [0, E) through both paths: block_m == 1 on both GEMMs (no route launch, the CTAs read
  * topk_ids themselves) and a routed pair of variants; the device count of bad ids is stored by the
  * reduce every forward, so a second forward with fewer bad ids must read the new count, not a sum. */
