@@ -64,6 +64,73 @@ static __device__ __forceinline__ void load_weight_batch(uint4 (&raw)[kUnroll][k
   }
 }
 
+// Streams the lane's chunks of its k slice into acc for the item's first kActive pairs: per chunk the
+// raw products are summed in FP32 (even and odd positions), then scaled. Each slot of raw is
+// refilled with its chunk of the next batch as soon as it is used.
+template <int kActive>
+static __device__ __forceinline__ void stream_chunks(float (&acc)[kBlockM][kRows], uint4 (&raw)[kUnroll][kRows],
+                                                     const unsigned char *const (&row_weights)[kRows], bool column_valid,
+                                                     int chunk_begin, int chunk_end, int lane_in_row, int group,
+                                                     const float4 *x_tile, const float *scale_tile) {
+  for (int batch = 0; batch < kBatches; ++batch) {
+    const int chunk_base = chunk_begin + lane_in_row + batch * kUnroll * kLanesPerRow;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int chunk = chunk_base + u * kLanesPerRow;
+      if (chunk < chunk_end && kRows == 1) {
+        // down: the whole chunk converted at once (fewer registers here than word by word).
+        float w[16];
+        e4m3x16_to_float(raw[u][0], w);
+        const float scale = scale_tile[group * kScaleKBlocks + ((kScaleKOffset + chunk * 16) >> 7)];
+#pragma unroll
+        for (int m = 0; m < kActive; ++m) acc[m][0] = fmaf(chunk_dot(x_tile, kChunks, m, chunk, w), scale, acc[m][0]);
+      } else if (chunk < chunk_end) {
+        // gate_up: one 4-code word of each row at a time, so few converted weights are live at once; the
+        // even/odd sums see the products in the same order as a whole-chunk conversion would.
+        float even[kActive][kRows], odd[kActive][kRows];
+#pragma unroll
+        for (int m = 0; m < kActive; ++m) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) even[m][r] = odd[m][r] = 0.0f;
+        }
+#pragma unroll
+        for (int quarter = 0; quarter < 4; ++quarter) {
+          float w[kRows][4];
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const unsigned word = quarter == 0 ? raw[u][r].x : quarter == 1 ? raw[u][r].y : quarter == 2 ? raw[u][r].z : raw[u][r].w;
+            half2_to_float2(e4m3x2_to_half2(word, VOLT8_E4M3_LOW_PAIR), w[r][0], w[r][1]);
+            half2_to_float2(e4m3x2_to_half2(word, VOLT8_E4M3_HIGH_PAIR), w[r][2], w[r][3]);
+          }
+#pragma unroll
+          for (int m = 0; m < kActive; ++m) {
+            const float4 x = x_tile[(m * 4 + quarter) * kChunks + chunk];
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              even[m][r] = fmaf(x.x, w[r][0], even[m][r]);
+              odd[m][r] = fmaf(x.y, w[r][1], odd[m][r]);
+              even[m][r] = fmaf(x.z, w[r][2], even[m][r]);
+              odd[m][r] = fmaf(x.w, w[r][3], odd[m][r]);
+            }
+          }
+        }
+        const int k_block = (kScaleKOffset + chunk * 16) >> 7;
+#pragma unroll
+        for (int m = 0; m < kActive; ++m) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const float scale = scale_tile[(r * kBlockN + group) * kScaleKBlocks + k_block];
+            acc[m][r] = fmaf(even[m][r] + odd[m][r], scale, acc[m][r]);
+          }
+        }
+      }
+      // The slot is used: request its chunk of the next batch, so about kUnroll chunks of each row
+      // stay in flight with one register buffer instead of two.
+      if (batch + 1 < kBatches) load_weight_slot(raw[u], row_weights, column_valid, chunk + kUnroll * kLanesPerRow, chunk_end);
+    }
+  }
+}
+
 // FP32 copy of the scales of the CTA's columns, [row kind][column][k block]; zero past N. Loaded in
 // groups of up to 8 a thread; the first group is requested before x is staged (scale_group_load),
 // the rest by stage_scales after it.
@@ -199,66 +266,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[m][r] = 0.0f;
   }
-  for (int batch = 0; batch < kBatches; ++batch) {
-    const int chunk_base = chunk_begin + lane_in_row + batch * kUnroll * kLanesPerRow;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int chunk = chunk_base + u * kLanesPerRow;
-      if (chunk < chunk_end && kRows == 1) {
-        // down: the whole chunk converted at once (fewer registers here than word by word).
-        float w[16];
-        e4m3x16_to_float(raw[u][0], w);
-        const float scale = scale_tile[group * kScaleKBlocks + ((kScaleKOffset + chunk * 16) >> 7)];
-#pragma unroll
-        for (int m = 0; m < kBlockM; ++m) {
-          if (m < count) acc[m][0] = fmaf(chunk_dot(x_tile, kChunks, m, chunk, w), scale, acc[m][0]);
-        }
-      } else if (chunk < chunk_end) {
-        // gate_up: one 4-code word of each row at a time, so few converted weights are live at once; the
-        // even/odd sums see the products in the same order as a whole-chunk conversion would.
-        float even[kBlockM][kRows], odd[kBlockM][kRows];
-#pragma unroll
-        for (int m = 0; m < kBlockM; ++m) {
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) even[m][r] = odd[m][r] = 0.0f;
-        }
-#pragma unroll
-        for (int quarter = 0; quarter < 4; ++quarter) {
-          float w[kRows][4];
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            const unsigned word = quarter == 0 ? raw[u][r].x : quarter == 1 ? raw[u][r].y : quarter == 2 ? raw[u][r].z : raw[u][r].w;
-            half2_to_float2(e4m3x2_to_half2(word, VOLT8_E4M3_LOW_PAIR), w[r][0], w[r][1]);
-            half2_to_float2(e4m3x2_to_half2(word, VOLT8_E4M3_HIGH_PAIR), w[r][2], w[r][3]);
-          }
-#pragma unroll
-          for (int m = 0; m < kBlockM; ++m) {
-            if (m < count) {
-              const float4 x = x_tile[(m * 4 + quarter) * kChunks + chunk];
-#pragma unroll
-              for (int r = 0; r < kRows; ++r) {
-                even[m][r] = fmaf(x.x, w[r][0], even[m][r]);
-                odd[m][r] = fmaf(x.y, w[r][1], odd[m][r]);
-                even[m][r] = fmaf(x.z, w[r][2], even[m][r]);
-                odd[m][r] = fmaf(x.w, w[r][3], odd[m][r]);
-              }
-            }
-          }
-        }
-        const int k_block = (kScaleKOffset + chunk * 16) >> 7;
-#pragma unroll
-        for (int m = 0; m < kBlockM; ++m) {
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            const float scale = scale_tile[(r * kBlockN + group) * kScaleKBlocks + k_block];
-            if (m < count) acc[m][r] = fmaf(even[m][r] + odd[m][r], scale, acc[m][r]);
-          }
-        }
-      }
-      // The slot is used: request its chunk of the next batch, so about kUnroll chunks of each row
-      // stay in flight with one register buffer instead of two.
-      if (batch + 1 < kBatches) load_weight_slot(raw[u], row_weights, column_valid, chunk + kUnroll * kLanesPerRow, chunk_end);
-    }
+  // The loop is compiled once per pair count, so it tests no pair index; the sums and their order
+  // per pair are the same in every copy.
+  if (kBlockM == 1 || count >= kBlockM) {
+    stream_chunks<kBlockM>(acc, raw, row_weights, column_valid, chunk_begin, chunk_end, lane_in_row, group, x_tile, scale_tile);
+  } else if (count == 1) {
+    stream_chunks<1>(acc, raw, row_weights, column_valid, chunk_begin, chunk_end, lane_in_row, group, x_tile, scale_tile);
+  } else if (count == 2) {
+    stream_chunks<(kBlockM > 2 ? 2 : 1)>(acc, raw, row_weights, column_valid, chunk_begin, chunk_end, lane_in_row, group,
+                                         x_tile, scale_tile);
+  } else {
+    stream_chunks<(kBlockM > 3 ? 3 : 1)>(acc, raw, row_weights, column_valid, chunk_begin, chunk_end, lane_in_row, group,
+                                         x_tile, scale_tile);
   }
 
 #pragma unroll
