@@ -139,11 +139,16 @@ void gpu_make_batch(volt8_ctx *ctx, const host_problem *problem, int32_t num_tok
   cr_assert_eq(cuda->cuMemcpyHtoD(batch->d_weights, batch->weights, pairs * 4), CUDA_SUCCESS);
 }
 
-void gpu_reroute_batch(volt8_ctx *ctx, const host_problem *problem, device_batch *batch) {
-  size_t pairs = (size_t)batch->num_tokens * batch->top_k;
-  route_tokens(problem, batch, ROUTING_UNIFORM);
+void gpu_update_ids(volt8_ctx *ctx, const host_problem *problem, device_batch *batch) {
   compute_reference(ctx, problem, batch);
+  size_t pairs = (size_t)batch->num_tokens * batch->top_k;
   cr_assert_eq(ctx->cuda->cuMemcpyHtoD(batch->d_ids, batch->ids, pairs * 4), CUDA_SUCCESS);
+}
+
+void gpu_reroute_batch(volt8_ctx *ctx, const host_problem *problem, device_batch *batch) {
+  route_tokens(problem, batch, ROUTING_UNIFORM);
+  gpu_update_ids(ctx, problem, batch);
+  size_t pairs = (size_t)batch->num_tokens * batch->top_k;
   cr_assert_eq(ctx->cuda->cuMemcpyHtoD(batch->d_weights, batch->weights, pairs * 4), CUDA_SUCCESS);
 }
 

@@ -42,6 +42,8 @@ void gpu_make_batch(volt8_ctx *ctx, const host_problem *problem, int32_t num_tok
                     device_batch *batch);
 /* New routing (ids and weights) for the same batch, uploaded into the same device buffers. */
 void gpu_reroute_batch(volt8_ctx *ctx, const host_problem *problem, device_batch *batch);
+/* After a test changed batch->ids on the host: uploads them and recomputes the reference. */
+void gpu_update_ids(volt8_ctx *ctx, const host_problem *problem, device_batch *batch);
 void gpu_free_batch(volt8_ctx *ctx, device_batch *batch);
 volt8_moe_args gpu_batch_args(const device_batch *batch);
 /* Poisons out, runs the forward with the given variants (NULL: dispatch), checks against the reference. */

@@ -134,10 +134,7 @@ Test(gpu_forward, bad_ids_are_skipped_on_the_device) {
   /* The reference skips such pairs too. */
   batch.ids[3] = -5;
   batch.ids[17] = 1 << 20;
-  cr_assert_eq(ctx->cuda->cuMemcpyHtoD(batch.d_ids, batch.ids, (size_t)4 * 10 * 4), CUDA_SUCCESS);
-  volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
-  cr_assert_eq(volt8_reference_moe_forward(ctx, &shape, &host, batch.x, batch.ids, batch.weights, 4, 10, batch.reference),
-               VOLT8_OK, "%s", volt8_last_error(ctx));
+  gpu_update_ids(ctx, &problem, &batch);
   gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, "bad ids skipped");
   gpu_free_batch(ctx, &batch);
   volt8_experts_destroy(experts);

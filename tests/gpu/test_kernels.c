@@ -175,11 +175,7 @@ Test(gpu_kernels, route_over_several_id_tiles) {
       gpu_make_batch(ctx, &problem, ms[c], top_ks[c], modes[mode], &batch);
       int32_t pairs_total = ms[c] * top_ks[c];
       batch.ids[pairs_total - 7] = -3;
-      cr_assert_eq(ctx->cuda->cuMemcpyHtoD(batch.d_ids, batch.ids, (size_t)pairs_total * 4), CUDA_SUCCESS);
-      volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
-      cr_assert_eq(volt8_reference_moe_forward(ctx, &shape, &host, batch.x, batch.ids, batch.weights, ms[c], top_ks[c],
-                                               batch.reference),
-                   VOLT8_OK, "%s", volt8_last_error(ctx));
+      gpu_update_ids(ctx, &problem, &batch);
       for (int p = 0; p < 3; p++) {
         char label[160];
         snprintf(label, sizeof label, "E=2048 M=%d top_k=%d routing %d", ms[c], top_ks[c], mode);
@@ -222,11 +218,7 @@ Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
       gpu_make_batch(ctx, &problem, ms[mi], 10, ROUTING_UNIFORM, &batch);
       int32_t pairs_total = ms[mi] * 10;
       for (int32_t b = 0; b < bad_count; b++) batch.ids[(b * 7 + 3) % pairs_total] = b % 2 ? -5 : 1 << 20;
-      cr_assert_eq(ctx->cuda->cuMemcpyHtoD(batch.d_ids, batch.ids, (size_t)pairs_total * 4), CUDA_SUCCESS);
-      volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
-      cr_assert_eq(volt8_reference_moe_forward(ctx, &shape, &host, batch.x, batch.ids, batch.weights, ms[mi], 10,
-                                               batch.reference),
-                   VOLT8_OK, "%s", volt8_last_error(ctx));
+      gpu_update_ids(ctx, &problem, &batch);
       for (int p = 0; p < 5; p++) {
         char label[160];
         snprintf(label, sizeof label, "bad ids M=%d bad=%d %s + %s", ms[mi], bad_count, pairs[p][0], pairs[p][1]);
@@ -266,11 +258,7 @@ Test(gpu_kernels, token_fused_down_matches_down_and_reduce_bit_for_bit) {
       device_batch batch;
       gpu_make_batch(ctx, &problem, ms[mi], top_ks[k], ROUTING_UNIFORM, &batch);
       batch.ids[ms[mi] * top_ks[k] / 2] = -1; /* one pair outside [0, E): both paths skip it */
-      cr_assert_eq(ctx->cuda->cuMemcpyHtoD(batch.d_ids, batch.ids, (size_t)ms[mi] * top_ks[k] * 4), CUDA_SUCCESS);
-      volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
-      cr_assert_eq(volt8_reference_moe_forward(ctx, &shape, &host, batch.x, batch.ids, batch.weights, ms[mi], top_ks[k],
-                                               batch.reference),
-                   VOLT8_OK, "%s", volt8_last_error(ctx));
+      gpu_update_ids(ctx, &problem, &batch);
       size_t count = (size_t)ms[mi] * shape.hidden;
       for (int p = 0; p < 3; p++) {
         char label[200];
