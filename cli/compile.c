@@ -35,9 +35,12 @@ volt8_status cli_compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compi
 
 int cli_list(int argc, char **argv) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  const char *arch = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
       if (cli_parse_shape(argv[++i], &shape) != 0) return 2;
+    } else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
+      arch = argv[++i];
     } else {
       fprintf(stderr, "volt8 list: unexpected argument \"%s\"\n", argv[i]);
       return 2;
@@ -45,6 +48,7 @@ int cli_list(int argc, char **argv) {
   }
   volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
   options.device = -1;
+  options.target_arch = arch;  /* NULL: sm_70 (no device is opened) */
   volt8_ctx *ctx = NULL;
   volt8_status status = volt8_ctx_create(&options, &ctx);
   if (status != VOLT8_OK) return cli_report(NULL, "list", status);

@@ -8,7 +8,7 @@ static void usage(FILE *stream) {
   fprintf(stream,
           "usage: volt8 <command> [options]\n"
           "  demo                                  the main job: generate and compile every kernel variant\n"
-          "  list [--shape S]                      list the kernel variants for a shape\n"
+          "  list [--arch sm_XX] [--shape S]       list the kernel variants for a shape (default sm_70)\n"
           "  compile --arch sm_XX --cache DIR [--shape S]...\n"
           "                                        fill a kernel cache ahead of time (PTX for compute_XX)\n"
           "  plan CKPT_DIR --tp N [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]\n"

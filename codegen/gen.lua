@@ -47,21 +47,22 @@ local gen = {}
 
 gen.DEFAULT_SHAPE = variants.DEFAULT_SHAPE
 
-function gen.list(shape)
-  return variants.list(variants.validate_shape(shape))
+-- arch: the target arch as an integer (70 for sm_70); nil means 70.
+function gen.list(shape, arch)
+  return variants.list(variants.validate_shape(shape), arch)
 end
 
-local function describe_or_fail(name, shape)
+local function describe_or_fail(name, shape, arch)
   if type(name) ~= "string" then error("variant name must be a string", 0) end
   local s = variants.validate_shape(shape)
-  local description, reason = variants.describe(name, s)
+  local description, reason = variants.describe(name, s, arch)
   if not description then error(reason, 0) end
   return description
 end
 
 -- Generated source of variant `name` for `shape` and what the launcher needs to know about it.
-function gen.emit(name, shape)
-  local d = describe_or_fail(name, shape)
+function gen.emit(name, shape, arch)
+  local d = describe_or_fail(name, shape, arch)
   local text = read_file(d.template)
   if not text then error("cannot read template '" .. d.template .. "'", 0) end
   return {
@@ -94,7 +95,7 @@ local function parse_shape_argument(text)
 end
 
 local function main(args)
-  local mode, name, shape = nil, nil, {}
+  local mode, name, shape, arch = nil, nil, {}, nil
   local i = 1
   while i <= #args do
     local argument = args[i]
@@ -102,6 +103,10 @@ local function main(args)
       mode = "list"
     elseif argument == "--emit" then
       mode, name, i = "emit", args[i + 1], i + 1
+    elseif argument == "--arch" then
+      local digits = (args[i + 1] or ""):match("^sm_(%d+)$")
+      if not digits then error("--arch needs sm_XX, e.g. sm_90", 0) end
+      arch, i = tonumber(digits), i + 1
     elseif argument == "--shape" then
       shape, i = parse_shape_argument(args[i + 1] or ""), i + 1
     else
@@ -110,11 +115,11 @@ local function main(args)
     i = i + 1
   end
   if mode == "list" then
-    for _, variant in ipairs(gen.list(shape)) do io.write(variant, "\n") end
+    for _, variant in ipairs(gen.list(shape, arch)) do io.write(variant, "\n") end
   elseif mode == "emit" and name then
-    io.write(gen.emit(name, shape).source)
+    io.write(gen.emit(name, shape, arch).source)
   else
-    error("usage: lua5.4 codegen/gen.lua --list | --emit NAME [--shape hidden=2560,intermediate=160,"
+    error("usage: lua5.4 codegen/gen.lua --list | --emit NAME [--arch sm_70] [--shape hidden=2560,intermediate=160,"
           .. "num_experts=512,block_n=128,block_k=128,intermediate_offset=32]", 0)
   end
 end

@@ -18,8 +18,12 @@ variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "b
 -- Tile shapes per (op, family); every block_m of the family is crossed with every tile. A cc tile
 -- may set o: the compiler fits o CTAs on an SM, capping registers to match (default 1). tok (down only) fuses the weighted top-k reduce: a CTA walks one token's
 -- pairs, each reading its own expert (block_m 1, no route pass).
-local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 }, tok = { 1 } }
-local FAMILIES = { "cc", "mma", "tok" }
+-- hmma (sm_80 and later only) runs m16n8k16 with the weights as the 16-row operand, so one product
+-- serves up to 8 pairs.
+local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 }, tok = { 1 }, hmma = { 1, 2, 4, 8 } }
+local FAMILIES = { "cc", "mma", "tok", "hmma" }
+local FAMILY_MIN_ARCH = { hmma = 80 }  -- families whose instructions need a newer target than sm_70
+local DEFAULT_ARCH = 70
 local TOK_PASS_PAIRS_LIMIT = 16
 local TILES = {
   gate_up = {
@@ -34,6 +38,14 @@ local TILES = {
       { bn = 16, w = 2, sk = 1 },
       { bn = 32, w = 8, sk = 2 },
     },
+    hmma = {
+      { bn = 8, w = 4, sk = 4 },
+      { bn = 8, w = 8, sk = 8 },
+      { bn = 16, w = 4, sk = 4 },
+      { bn = 16, w = 8, sk = 4 },
+      { bn = 16, w = 4, sk = 4, o = 4 },
+      { bn = 32, w = 4, sk = 4 },
+    },
   },
   down = {
     cc = {
@@ -46,6 +58,13 @@ local TILES = {
     mma = {
       { bn = 32, w = 4, sk = 1 },
       { bn = 32, w = 4, sk = 2 },
+    },
+    hmma = {
+      { bn = 32, w = 2, sk = 1 },
+      { bn = 64, w = 4, sk = 1 },
+      { bn = 128, w = 8, sk = 1 },
+      { bn = 128, w = 4, sk = 1 },
+      { bn = 128, w = 4, sk = 1, o = 5 },
     },
     tok = {
       { bn = 16, w = 4, sk = 1, l = 2 },
@@ -106,7 +125,7 @@ end
 
 function variants.gemm_name(spec)
   local name = string.format("%s.%s.bm%d.bn%d.w%d.sk%d", spec.op, spec.family, spec.bm, spec.bn, spec.w, spec.sk)
-  if spec.family ~= "mma" then name = name .. string.format(".l%d", spec.l) end
+  if spec.family ~= "mma" and spec.family ~= "hmma" then name = name .. string.format(".l%d", spec.l) end
   if spec.o then name = name .. string.format(".o%d", spec.o) end
   return name
 end
@@ -217,6 +236,39 @@ local function mma_values(spec, s)
   return values
 end
 
+-- Template values of an sm_80+ tensor-core variant, or nil and the reason it does not fit the shape.
+local function hmma_values(spec, s)
+  local geometry = op_geometry(spec.op, s)
+  local values = common_values(spec, s, geometry)
+  if spec.w % spec.sk ~= 0 then return nil, "split_k does not divide warps" end
+  local warps_n = spec.w // spec.sk
+  -- A 16-row tile is 16 output columns of down, or the gate and up rows of 8 columns of gate_up.
+  local tile_columns = 16 // geometry.rows
+  if spec.bn % (tile_columns * warps_n) ~= 0 then
+    return nil, string.format("block_n is not a multiple of %d columns per warp", tile_columns)
+  end
+  local n_tiles = spec.bn // (tile_columns * warps_n)
+  if spec.bn > round_up(geometry.n, tile_columns * warps_n) then return nil, "block_n exceeds the output width" end
+  -- 64-code windows aligned to the scale grid: the first starts pad codes before k = 0.
+  local pad = geometry.scale_k_offset % 64
+  local windows = ceil_div(pad + geometry.k, 64)
+  if windows < spec.sk then return nil, "fewer 64-wide k windows than split_k slices" end
+  local accumulators = n_tiles * 4
+  local x_bytes = spec.bm * (windows * 64 + 8) * 2
+  local partial_bytes = (spec.sk - 1) * warps_n * 32 * accumulators * 4
+  local scale_bytes = geometry.rows * spec.bn * values.SCALE_K_BLOCKS * 4
+  if math.max(x_bytes, partial_bytes) + scale_bytes + spec.bm * 4 > SHARED_MEMORY_LIMIT_BYTES then
+    return nil, "needs more than 48 KiB of shared memory"
+  end
+  values.K_PAD = pad
+  values.WINDOWS = windows
+  -- Windows in flight: 16 chunk registers of four words each at most, 8 when o caps the registers.
+  local chunks_per_window = n_tiles * 2
+  local chunk_registers = (spec.o or 1) >= 4 and 8 or 16
+  values.UNROLL = math.max(1, math.min(ceil_div(windows, spec.sk), chunk_registers // chunks_per_window))
+  return values
+end
+
 -- Template values of a token-fused down variant, or nil and the reason it does not fit the shape.
 local function tok_values(spec, s)
   if spec.op ~= "down" then return nil, "only down fuses the reduce" end
@@ -255,12 +307,22 @@ local function route_id_capacity(num_experts)
 end
 
 local TEMPLATES = {
-  cc = "templates/moe_gemm_cc.cu", mma = "templates/moe_gemm_mma.cu",
+  cc = "templates/moe_gemm_cc.cu", mma = "templates/moe_gemm_mma.cu", hmma = "templates/moe_gemm_hmma.cu",
   tok = "templates/moe_down_tok.cu", route = "templates/moe_route.cu", reduce = "templates/moe_reduce.cu",
 }
 
--- Everything needed to emit `name` for the validated shape `s`, or nil and a reason.
-function variants.describe(name, s)
+-- The target arch (70 for sm_70) a description or list is for: default sm_70.
+local function target_arch(arch)
+  if arch == nil then return DEFAULT_ARCH end
+  local integer = math.tointeger(arch)
+  if integer == nil or integer < 10 then error("invalid arch: " .. tostring(arch) .. " is not of the form 70, 80, 90", 0) end
+  return integer
+end
+
+-- Everything needed to emit `name` for the validated shape `s` and target arch (default 70), or
+-- nil and a reason.
+function variants.describe(name, s, arch)
+  arch = target_arch(arch)
   local spec = variants.parse_name(name)
   if not spec then return nil, string.format("unknown variant '%s'", name) end
   local key = variants.shape_key(s)
@@ -283,8 +345,12 @@ function variants.describe(name, s)
                                 tile.o == spec.o)
   end
   if not (known and tile_known) then return nil, string.format("unknown variant '%s'", name) end
+  local min_arch = FAMILY_MIN_ARCH[spec.family]
+  if min_arch and arch < min_arch then
+    return nil, string.format("unsupported arch: variant '%s' needs sm_%d or newer, the target is sm_%d", name, min_arch, arch)
+  end
   local values, reason
-  local family_values = { cc = cc_values, mma = mma_values, tok = tok_values }
+  local family_values = { cc = cc_values, mma = mma_values, tok = tok_values, hmma = hmma_values }
   values, reason = family_values[spec.family](spec, s)
   if not values then return nil, string.format("variant '%s' does not fit shape %s: %s", name, key, reason) end
   local entry = "volt8_" .. name:gsub("%.", "_") .. "__" .. key
@@ -300,8 +366,10 @@ function variants.describe(name, s)
   }
 end
 
--- Sorted names of every variant that fits the validated shape `s`, route and reduce included.
-function variants.list(s)
+-- Sorted names of every variant that fits the validated shape `s` and target arch (default 70),
+-- route and reduce included.
+function variants.list(s, arch)
+  arch = target_arch(arch)
   local names = { "route", "reduce" }
   for _, op in ipairs({ "gate_up", "down" }) do
     for _, family in ipairs(FAMILIES) do
@@ -309,7 +377,7 @@ function variants.list(s)
         for _, tile in ipairs(TILES[op][family] or {}) do
           local name = variants.gemm_name({ op = op, family = family, bm = bm, bn = tile.bn, w = tile.w, sk = tile.sk,
                                             l = tile.l, o = tile.o })
-          if variants.describe(name, s) then names[#names + 1] = name end
+          if variants.describe(name, s, arch) then names[#names + 1] = name end
         end
       end
     end

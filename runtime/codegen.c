@@ -20,6 +20,7 @@ typedef enum codegen_job_kind { JOB_LIST, JOB_EMIT, JOB_EXPAND } codegen_job_kin
 typedef struct codegen_job {
   codegen_job_kind kind;
   const volt8_moe_shape *shape;
+  int32_t arch;                        /* target arch the variant space is for (70: sm_70) */
   const char *variant;                 /* JOB_EMIT */
   const char *template_path;           /* JOB_EXPAND */
   const char *const *keys, *const *values;
@@ -130,6 +131,7 @@ static void copy_emit(lua_State *L, codegen_job *job) {
   if (strcmp(family, "cc") == 0) out->family = VOLT8_FAMILY_CUDA_CORE;
   else if (strcmp(family, "mma") == 0) out->family = VOLT8_FAMILY_MMA884;
   else if (strcmp(family, "tok") == 0) out->family = VOLT8_FAMILY_TOKEN;
+  else if (strcmp(family, "hmma") == 0) out->family = VOLT8_FAMILY_HMMA16816;
   else if (strcmp(family, "support") == 0) out->family = VOLT8_FAMILY_SUPPORT;
   else luaL_error(L, "gen.emit returned unknown family '%s'", family);
   out->block_m = emit_integer_field(L, table, "block_m");
@@ -162,14 +164,16 @@ static int run_job(lua_State *L) {
   case JOB_LIST:
     push_gen_function(L, "list");
     push_shape(L, job->shape);
-    lua_call(L, 1, 1);
+    lua_pushinteger(L, job->arch);
+    lua_call(L, 2, 1);
     copy_list(L, job);
     break;
   case JOB_EMIT:
     push_gen_function(L, "emit");
     lua_pushstring(L, job->variant);
     push_shape(L, job->shape);
-    lua_call(L, 2, 1);
+    lua_pushinteger(L, job->arch);
+    lua_call(L, 3, 1);
     copy_emit(L, job);
     break;
   case JOB_EXPAND:
@@ -195,8 +199,12 @@ static int run_job(lua_State *L) {
 static volt8_status status_for_message(const char *message) {
   if (strncmp(message, "invalid shape", 13) == 0) return VOLT8_ERR_INVALID_ARGUMENT;
   if (strncmp(message, "unknown variant", 15) == 0) return VOLT8_ERR_NOT_FOUND;
+  if (strncmp(message, "unsupported arch", 16) == 0) return VOLT8_ERR_ARCH_UNSUPPORTED;
   return VOLT8_ERR_CODEGEN;
 }
+
+/* The arch the variant space is listed for: ctx's target arch; sm_70 without a ctx. */
+static int32_t codegen_arch(const volt8_ctx *ctx) { return ctx && ctx->target_arch ? ctx->target_arch : 70; }
 
 static volt8_status run(volt8_ctx *ctx, codegen_job *job) {
   lua_State *L = luaL_newstate();
@@ -234,7 +242,7 @@ volt8_status volt8_codegen_list(volt8_ctx *ctx, const volt8_moe_shape *shape, ch
   *out_count = 0;
   volt8_status status = check_shape(ctx, shape, "volt8_codegen_list");
   if (status != VOLT8_OK) return status;
-  codegen_job job = {.kind = JOB_LIST, .shape = shape};
+  codegen_job job = {.kind = JOB_LIST, .shape = shape, .arch = codegen_arch(ctx)};
   status = run(ctx, &job);
   if (status != VOLT8_OK) return status;
   *out_names = job.names;
@@ -249,7 +257,7 @@ volt8_status volt8_codegen_emit(volt8_ctx *ctx, const volt8_moe_shape *shape, co
   memset(out_source, 0, sizeof *out_source);
   volt8_status status = check_shape(ctx, shape, "volt8_codegen_emit");
   if (status != VOLT8_OK) return status;
-  codegen_job job = {.kind = JOB_EMIT, .shape = shape, .variant = variant, .source = out_source};
+  codegen_job job = {.kind = JOB_EMIT, .shape = shape, .arch = codegen_arch(ctx), .variant = variant, .source = out_source};
   return run(ctx, &job);
 }
 

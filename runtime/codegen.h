@@ -5,12 +5,14 @@
 #include "volt8.h"
 
 typedef enum volt8_op { VOLT8_OP_GATE_UP = 0, VOLT8_OP_DOWN = 1, VOLT8_OP_ROUTE = 2, VOLT8_OP_REDUCE = 3 } volt8_op;
-/* VOLT8_FAMILY_TOKEN: down fused with the weighted top-k reduce, one token per CTA row (no reduce launch). */
+/* VOLT8_FAMILY_TOKEN: down fused with the weighted top-k reduce, one token per CTA row (no reduce launch).
+ * VOLT8_FAMILY_HMMA16816: m16n8k16 tensor cores, listed only for a target of sm_80 or newer. */
 typedef enum volt8_family {
   VOLT8_FAMILY_SUPPORT = -1,
   VOLT8_FAMILY_CUDA_CORE = 0,
   VOLT8_FAMILY_MMA884 = 1,
-  VOLT8_FAMILY_TOKEN = 2
+  VOLT8_FAMILY_TOKEN = 2,
+  VOLT8_FAMILY_HMMA16816 = 3
 } volt8_family;
 
 typedef struct volt8_kernel_source {
@@ -27,6 +29,8 @@ typedef struct volt8_kernel_source {
   int32_t warps;
 } volt8_kernel_source;
 
+/* Lists and emits for ctx's target arch (sm_70 when ctx is NULL): a family that needs a newer arch
+ * is not listed, and emitting one fails with VOLT8_ERR_ARCH_UNSUPPORTED. */
 volt8_status volt8_codegen_list(volt8_ctx *ctx, const volt8_moe_shape *shape, char ***out_names, int32_t *out_count);
 volt8_status volt8_codegen_emit(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *variant,
                                 volt8_kernel_source *out_source);

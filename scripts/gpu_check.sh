@@ -58,9 +58,10 @@ prepare() {
 }
 
 # Phases (all when none is named): suites (each GPU suite with the carried compute_70 PTX and with
-# native code), sanitize (compute-sanitizer memcheck, racecheck, initcheck and synccheck over the quick
-# suites; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites; SANITIZE_TIMEOUT, default
-# 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
+# native code; SUITE_MODES="native" or "sm70_ptx" runs one), sanitize (compute-sanitizer memcheck,
+# racecheck, initcheck and synccheck over the quick suites, on the compute_70 PTX or, with
+# SANITIZE_NATIVE=1, on native code; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites;
+# SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
 # TP 1/2/4/8), bench (the reference TP4 shape, with the tables just tuned when there are any),
 # demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
 # torch), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
@@ -105,10 +106,13 @@ run() {
           name="$(basename "$suite")"
           name="${name#gpu_test_}"
           case " ${SKIP_SUITES:-} " in *" $name "*) continue ;; esac
-          if [ "$name" != bench ]; then  # bench's support kernels are not in cache70: native only
+          # bench's support kernels are not in cache70: native only
+          if [ "$name" != bench ] && [[ " ${SUITE_MODES:-sm70_ptx native} " == *" sm70_ptx "* ]]; then
             step "$name.sm70_ptx" env VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70" "$suite" --jobs=1
           fi
-          step "$name.native" env VOLT8_CACHE_DIR="$work/native" "$suite" --jobs=1
+          if [[ " ${SUITE_MODES:-sm70_ptx native} " == *" native "* ]]; then
+            step "$name.native" env VOLT8_CACHE_DIR="$work/native" "$suite" --jobs=1
+          fi
         done ;;
       sanitize)
         for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
@@ -119,7 +123,10 @@ run() {
             if [ -n "${SANITIZE_SUITES:-}" ]; then
               case " $SANITIZE_SUITES " in *" $name "*) ;; *) continue ;; esac
             fi
-            step_timeout="${SANITIZE_TIMEOUT:-600}" step "$name.$tool" env VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70" VOLT8_GPU_TEST_QUICK=1 \
+            # SANITIZE_NATIVE=1: native code (the sm_80+ families included) instead of the compute_70 PTX.
+            local arch_env=(VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70") mode=sm70_ptx
+            [ "${SANITIZE_NATIVE:-0}" = 1 ] && arch_env=(VOLT8_CACHE_DIR="$work/native") mode=native
+            step_timeout="${SANITIZE_TIMEOUT:-600}" step "$name.$tool.$mode" env "${arch_env[@]}" VOLT8_GPU_TEST_QUICK=1 \
               compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 7 "$suite" --jobs=1
           done
         done ;;

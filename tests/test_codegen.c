@@ -125,8 +125,9 @@ Test(codegen, route_and_reduce_emit) {
   volt8_ctx_destroy(ctx);
 }
 
-Test(codegen, every_variant_emits_marked_deterministic_source) {
-  volt8_ctx *ctx = test_cpu_ctx(NULL);
+/* Every variant listed for `target_arch` emits marked, deterministic source of its family. */
+static void check_every_variant_emits(const char *target_arch) {
+  volt8_ctx *ctx = test_cpu_ctx(target_arch);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   name_list list = list_ok(ctx, &shape);
   for (int32_t i = 0; i < list.count; i++) {
@@ -151,9 +152,10 @@ Test(codegen, every_variant_emits_marked_deterministic_source) {
       cr_expect_gt(first.block_m, 0);
       cr_expect_gt(first.block_n, 0);
       cr_expect_geq(first.split_k, 1);
-      volt8_family family = strstr(list.names[i], ".mma.")   ? VOLT8_FAMILY_MMA884
-                            : strstr(list.names[i], ".tok.") ? VOLT8_FAMILY_TOKEN
-                                                             : VOLT8_FAMILY_CUDA_CORE;
+      volt8_family family = strstr(list.names[i], ".mma.")    ? VOLT8_FAMILY_MMA884
+                            : strstr(list.names[i], ".tok.")  ? VOLT8_FAMILY_TOKEN
+                            : strstr(list.names[i], ".hmma.") ? VOLT8_FAMILY_HMMA16816
+                                                              : VOLT8_FAMILY_CUDA_CORE;
       cr_expect_eq(first.family, family, "%s", list.names[i]);
       if (family == VOLT8_FAMILY_TOKEN) cr_expect_eq(first.op, VOLT8_OP_DOWN, "%s", list.names[i]);
     }
@@ -162,6 +164,48 @@ Test(codegen, every_variant_emits_marked_deterministic_source) {
   }
   volt8_codegen_names_free(list.names, list.count);
   volt8_ctx_destroy(ctx);
+}
+
+Test(codegen, every_variant_emits_marked_deterministic_source) {
+  check_every_variant_emits(NULL);
+  check_every_variant_emits("sm_90");
+}
+
+/* The m16n8k16 family is listed for sm_80 and later only; asked for by name on sm_70 it fails
+ * with the arch error and the arch it needs, and a table naming it cannot slip through. */
+Test(codegen, hmma_family_is_offered_from_sm_80_only) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  const char *archs[3] = {"sm_70", "sm_80", "sm_90"};
+  for (int a = 0; a < 3; a++) {
+    volt8_ctx *ctx = test_cpu_ctx(archs[a]);
+    name_list list = list_ok(ctx, &shape);
+    int gate_up = count_prefix(&list, "gate_up.hmma."), down = count_prefix(&list, "down.hmma.");
+    if (a == 0) {
+      cr_expect_eq(gate_up + down, 0, "sm_70 lists %d hmma variants", gate_up + down);
+    } else {
+      cr_expect_gt(gate_up, 0, "%s lists no gate_up hmma variant", archs[a]);
+      cr_expect_gt(down, 0, "%s lists no down hmma variant", archs[a]);
+      cr_expect(contains(&list, "gate_up.hmma.bm8.bn16.w4.sk4"), "%s", archs[a]);
+      cr_expect(contains(&list, "down.hmma.bm1.bn64.w4.sk1"), "%s", archs[a]);
+    }
+    /* The rest of the space does not depend on the arch. */
+    cr_expect(contains(&list, "gate_up.cc.bm1.bn8.w4.sk1.l16") && contains(&list, "down.mma.bm16.bn32.w4.sk1"), "%s",
+              archs[a]);
+    volt8_kernel_source source = {0};
+    volt8_status status = volt8_codegen_emit(ctx, &shape, "gate_up.hmma.bm2.bn16.w4.sk4", &source);
+    if (a == 0) {
+      cr_expect_eq(status, VOLT8_ERR_ARCH_UNSUPPORTED);
+      cr_expect(strstr(volt8_last_error(ctx), "needs sm_80") != NULL, "message: %s", volt8_last_error(ctx));
+      cr_expect_null(source.source);
+    } else {
+      cr_expect_eq(status, VOLT8_OK, "%s", volt8_last_error(ctx));
+      cr_expect_eq(source.family, VOLT8_FAMILY_HMMA16816);
+      cr_expect(strstr(source.source, "mma.sync.aligned.m16n8k16") != NULL);
+      volt8_kernel_source_free(&source);
+    }
+    volt8_codegen_names_free(list.names, list.count);
+    volt8_ctx_destroy(ctx);
+  }
 }
 
 Test(codegen, entries_are_unique_per_variant_and_shape) {

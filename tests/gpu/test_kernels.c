@@ -32,14 +32,19 @@ static void list_variants(volt8_ctx *ctx, const volt8_moe_shape *shape, variant_
   cr_assert(lists->gate_up_count > 0 && lists->down_count > 0, "no gate_up or down variants listed");
 }
 
-/* The first variant of a family ("cc", "mma", "tok") in a list. */
-static const char *first_of_family(const char *const *names, int32_t count, const char *family) {
+/* The first variant of a family ("cc", "mma", "tok", "hmma") in a list, or NULL. */
+static const char *find_family(const char *const *names, int32_t count, const char *family) {
   for (int32_t i = 0; i < count; i++) {
     const char *dot = strchr(names[i], '.');
     if (dot && strncmp(dot + 1, family, strlen(family)) == 0 && dot[1 + strlen(family)] == '.') return names[i];
   }
-  cr_assert_fail("no %s variant listed", family);
   return NULL;
+}
+
+static const char *first_of_family(const char *const *names, int32_t count, const char *family) {
+  const char *name = find_family(names, count, family);
+  cr_assert_not_null(name, "no %s variant listed", family);
+  return name;
 }
 
 /* Every variant of each op (paired with the first variant of the other op) at each M. */
@@ -101,8 +106,11 @@ Test(gpu_kernels, families_over_offsets_top_k_and_shapes) {
     gpu_make_problem(ctx, &shapes[s], &problem);
     variant_lists lists;
     list_variants(ctx, &shapes[s], &lists);
-    /* gate_up family, down family: tok fuses the reduce into down and pairs with a cc gate_up. */
-    const char *families[3][2] = {{"cc", "cc"}, {"mma", "mma"}, {"cc", "tok"}};
+    /* gate_up family, down family: tok fuses the reduce into down and pairs with a cc gate_up;
+     * hmma (m16n8k16) is listed only when the target is sm_80 or newer. */
+    const char *families[4][2] = {{"cc", "cc"}, {"mma", "mma"}, {"cc", "tok"}, {"hmma", "hmma"}};
+    int family_count = find_family(lists.gate_up, lists.gate_up_count, "hmma") ? 4 : 3;
+    if (s == 0) cr_log_info("families checked over the shapes: %d (hmma %s)", family_count, family_count == 4 ? "listed" : "not listed for this target");
     volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
     for (int k = gpu_quick_mode() ? 1 : 0; k < (gpu_quick_mode() ? 2 : 3); k++) {
       for (int32_t mi = 0; mi < m_count; mi++) {
@@ -112,7 +120,7 @@ Test(gpu_kernels, families_over_offsets_top_k_and_shapes) {
         snprintf(label, sizeof label, "H=%d I=%d block=%dx%d offset=%d M=%d top_k=%d", shapes[s].hidden,
                  shapes[s].intermediate, shapes[s].block_n, shapes[s].block_k, shapes[s].intermediate_offset, ms[mi],
                  top_ks[k]);
-        for (int f = 0; f < 3; f++)
+        for (int f = 0; f < family_count; f++)
           gpu_check_forward(ctx, experts, shapes[s].hidden, &batch,
                             first_of_family(lists.gate_up, lists.gate_up_count, families[f][0]),
                             first_of_family(lists.down, lists.down_count, families[f][1]), label);
