@@ -19,7 +19,7 @@ variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "b
 -- may set o: the compiler fits o CTAs on an SM, capping registers to match (default 1). tok (down only) fuses the weighted top-k reduce: a CTA walks one token's
 -- pairs, each reading its own expert (block_m 1, no route pass).
 -- hmma (sm_80 and later only) runs m16n8k16 with the weights as the 16-row operand, so one product
--- serves up to 8 pairs.
+-- serves up to 8 pairs; its tiles may set c: the CTA's block_n columns are walked as c groups.
 local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 }, tok = { 1 }, hmma = { 1, 2, 4, 8 } }
 local FAMILIES = { "cc", "mma", "tok", "hmma" }
 local FAMILY_MIN_ARCH = { hmma = 80 }  -- families whose instructions need a newer target than sm_70
@@ -65,6 +65,10 @@ local TILES = {
       { bn = 128, w = 8, sk = 1 },
       { bn = 128, w = 4, sk = 1 },
       { bn = 128, w = 4, sk = 1, o = 5 },
+      { bn = 256, w = 4, sk = 1, c = 2 },
+      { bn = 512, w = 4, sk = 1, c = 4 },
+      { bn = 256, w = 2, sk = 1, c = 4 },
+      { bn = 512, w = 8, sk = 1, c = 4 },
     },
     tok = {
       { bn = 16, w = 4, sk = 1, l = 2 },
@@ -126,6 +130,7 @@ end
 function variants.gemm_name(spec)
   local name = string.format("%s.%s.bm%d.bn%d.w%d.sk%d", spec.op, spec.family, spec.bm, spec.bn, spec.w, spec.sk)
   if spec.family ~= "mma" and spec.family ~= "hmma" then name = name .. string.format(".l%d", spec.l) end
+  if spec.c then name = name .. string.format(".c%d", spec.c) end
   if spec.o then name = name .. string.format(".o%d", spec.o) end
   return name
 end
@@ -237,17 +242,22 @@ local function mma_values(spec, s)
 end
 
 -- Template values of an sm_80+ tensor-core variant, or nil and the reason it does not fit the shape.
-local function hmma_values(spec, s)
+local function hmma_values(spec, s, arch)
   local geometry = op_geometry(spec.op, s)
   local values = common_values(spec, s, geometry)
   if spec.w % spec.sk ~= 0 then return nil, "split_k does not divide warps" end
   local warps_n = spec.w // spec.sk
+  -- c column groups of block_n / c columns are walked one after the other (split_k 1 only).
+  local groups = spec.c or 1
+  if spec.bn % groups ~= 0 then return nil, "column groups do not divide block_n" end
+  if groups > 1 and spec.sk ~= 1 then return nil, "column groups need split_k 1" end
+  local group_columns = spec.bn // groups
   -- A 16-row tile is 16 output columns of down, or the gate and up rows of 8 columns of gate_up.
   local tile_columns = 16 // geometry.rows
-  if spec.bn % (tile_columns * warps_n) ~= 0 then
-    return nil, string.format("block_n is not a multiple of %d columns per warp", tile_columns)
+  if group_columns % (tile_columns * warps_n) ~= 0 then
+    return nil, string.format("a column group is not a multiple of %d columns per warp", tile_columns)
   end
-  local n_tiles = spec.bn // (tile_columns * warps_n)
+  local n_tiles = group_columns // (tile_columns * warps_n)
   if spec.bn > round_up(geometry.n, tile_columns * warps_n) then return nil, "block_n exceeds the output width" end
   -- 64-code windows aligned to the scale grid: the first starts pad codes before k = 0.
   local pad = geometry.scale_k_offset % 64
@@ -260,12 +270,15 @@ local function hmma_values(spec, s)
   if math.max(x_bytes, partial_bytes) + scale_bytes + spec.bm * 4 > SHARED_MEMORY_LIMIT_BYTES then
     return nil, "needs more than 48 KiB of shared memory"
   end
+  -- sm_89 and later convert E4M3 with one instruction per two codes.
+  values.FP8_CVT = arch >= 89 and 1 or 0
   values.K_PAD = pad
   values.WINDOWS = windows
+  values.COLUMN_GROUPS = groups
   -- Windows in flight: 16 chunk registers of four words each at most, 8 when o caps the registers.
   local chunks_per_window = n_tiles * 2
   local chunk_registers = (spec.o or 1) >= 4 and 8 or 16
-  values.UNROLL = math.max(1, math.min(ceil_div(windows, spec.sk), chunk_registers // chunks_per_window))
+  values.UNROLL = math.max(1, math.min(groups * ceil_div(windows, spec.sk), chunk_registers // chunks_per_window))
   return values
 end
 
@@ -342,7 +355,7 @@ function variants.describe(name, s, arch)
   local tile_known = false
   for _, tile in ipairs(TILES[spec.op][spec.family]) do
     tile_known = tile_known or (tile.bn == spec.bn and tile.w == spec.w and tile.sk == spec.sk and tile.l == spec.l and
-                                tile.o == spec.o)
+                                tile.o == spec.o and tile.c == spec.c)
   end
   if not (known and tile_known) then return nil, string.format("unknown variant '%s'", name) end
   local min_arch = FAMILY_MIN_ARCH[spec.family]
@@ -351,7 +364,7 @@ function variants.describe(name, s, arch)
   end
   local values, reason
   local family_values = { cc = cc_values, mma = mma_values, tok = tok_values, hmma = hmma_values }
-  values, reason = family_values[spec.family](spec, s)
+  values, reason = family_values[spec.family](spec, s, arch)
   if not values then return nil, string.format("variant '%s' does not fit shape %s: %s", name, key, reason) end
   local entry = "volt8_" .. name:gsub("%.", "_") .. "__" .. key
   values.ENTRY = entry
@@ -376,7 +389,7 @@ function variants.list(s, arch)
       for _, bm in ipairs(FAMILY_BLOCK_M[family]) do
         for _, tile in ipairs(TILES[op][family] or {}) do
           local name = variants.gemm_name({ op = op, family = family, bm = bm, bn = tile.bn, w = tile.w, sk = tile.sk,
-                                            l = tile.l, o = tile.o })
+                                            l = tile.l, o = tile.o, c = tile.c })
           if variants.describe(name, s, arch) then names[#names + 1] = name end
         end
       end

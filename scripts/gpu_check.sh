@@ -58,7 +58,7 @@ prepare() {
 }
 
 # Phases (all when none is named): suites (each GPU suite with the carried compute_70 PTX and with
-# native code; SUITE_MODES="native" or "sm70_ptx" runs one), sanitize (compute-sanitizer memcheck,
+# native code; SUITE_MODES picks among "sm70_ptx native sm80_ptx", default the first two), sanitize (compute-sanitizer memcheck,
 # racecheck, initcheck and synccheck over the quick suites, on the compute_70 PTX or, with
 # SANITIZE_NATIVE=1, on native code; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites;
 # SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
@@ -112,6 +112,11 @@ run() {
           fi
           if [[ " ${SUITE_MODES:-sm70_ptx native} " == *" native "* ]]; then
             step "$name.native" env VOLT8_CACHE_DIR="$work/native" "$suite" --jobs=1
+          fi
+          # sm80_ptx: compute_80 PTX compiled here, so the hmma family's bit-level E4M3 conversion
+          # (sm_80..sm_88; native sm_90 code uses the FP8 instruction) runs too.
+          if [ "$name" != bench ] && [[ " ${SUITE_MODES:-sm70_ptx native} " == *" sm80_ptx "* ]]; then
+            step "$name.sm80_ptx" env VOLT8_TARGET_ARCH=sm_80 VOLT8_CACHE_DIR="$work/ptx80" "$suite" --jobs=1
           fi
         done ;;
       sanitize)

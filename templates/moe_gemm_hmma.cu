@@ -17,28 +17,36 @@
 // rows g and g+8, and product s (0..3) reads its word s: logical k 2c, 2c+1 <- codes 16c+4s+0,1 and
 // logical k 2c+8, 2c+9 <- codes 16c+4s+2,3. B takes x at the same codes: 8 bytes of the pair's row.
 // After the window's four products the sums are scaled and added in FP32.
+// E4M3 -> FP16: on sm_89 and later (FP8_CVT) one cvt.rn.f16x2.e4m3x2 per two codes gives the exact
+// values, and the staged scales carry the 2^-8 the bit-level conversion (sm_80..sm_88) folds in.
+// With column groups (c > 1, split_k 1 only) a CTA's block_n columns are walked as c groups one after
+// the other: x and the scales are staged once, a warp's loads run on across group boundaries, and
+// each group's results are stored when its last window is done.
 @{include moe_common.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}
 
 namespace {
 constexpr int kBlockM = @{BLOCK_M};
-constexpr int kBlockN = @{BLOCK_N};
+constexpr int kBlockN = @{BLOCK_N};                     // output columns of the CTA
+constexpr int kColumnGroups = @{COLUMN_GROUPS};         // walked one after the other
+constexpr int kGroupColumns = kBlockN / kColumnGroups;
 constexpr int kThreads = @{THREADS};
 constexpr int kSplitK = @{SPLIT_K};
-constexpr int kUnroll = @{UNROLL};  // windows whose weights are in flight at once
+constexpr int kUnroll = @{UNROLL};  // steps (windows) whose weights are in flight at once
 constexpr int kRows = @{ROWS};      // weight rows per output column: gate and up, or one
 constexpr int kK = @{K_DIM};
 constexpr int kN = @{N_DIM};
 constexpr int kChunks = kK / 16;
 constexpr int kWarpsN = @{WARPS} / kSplitK;
 constexpr int kTileColumns = 16 / kRows;  // output columns of one 16-row tile
-constexpr int kNTiles = kBlockN / (kTileColumns * kWarpsN);
+constexpr int kNTiles = kGroupColumns / (kTileColumns * kWarpsN);
 constexpr int kPad = @{K_PAD};          // codes before k = 0 in the first window
 constexpr int kWindows = @{WINDOWS};    // 64-code windows covering [-kPad, K)
 constexpr int kRowHalves = kWindows * 64 + 8;  // x tile row stride: 16 bytes past a multiple of 128
 constexpr int kSliceWindows = (kWindows + kSplitK - 1) / kSplitK;
-constexpr int kBatches = (kSliceWindows + kUnroll - 1) / kUnroll;
+constexpr int kSteps = kColumnGroups * kSliceWindows;  // (group, window) steps of a warp
+constexpr int kBatches = (kSteps + kUnroll - 1) / kUnroll;
 constexpr int kAccumulators = kNTiles * 4;
 constexpr int kNumExperts = @{NUM_EXPERTS};
 constexpr long long kExpertWeightBytes = @{EXPERT_WEIGHT_BYTES}LL;
@@ -50,12 +58,17 @@ constexpr int kScaleRowStride = @{SCALE_ROW_STRIDE};
 constexpr int kScaleHalfStride = @{SCALE_HALF_STRIDE};
 constexpr long long kScaleExpertStride = @{SCALE_EXPERT_STRIDE}LL;
 constexpr int kScaleKBlocks = @{SCALE_K_BLOCKS};
+constexpr bool kFp8Convert = @{FP8_CVT};  // the target has cvt.rn.f16x2.e4m3x2 (sm_89 and later)
+// The bit-level conversion yields e4m3 * 2^-8, the instruction e4m3 itself: scales are staged to match.
+constexpr float kScaleFactor = kFp8Convert ? 1.0f / 256.0f : 1.0f;
 constexpr int kXTileBytes = kBlockM * kRowHalves * 2;
 constexpr int kPartialBytes = (kSplitK - 1) * kWarpsN * 32 * kAccumulators * 4;
 constexpr int kSharedBytes = kXTileBytes > kPartialBytes ? kXTileBytes : kPartialBytes;
 static_assert(kK % 16 == 0 && kPad % 16 == 0 && kPad < 64, "k must split into 16-code chunks");
 static_assert(kBlockM >= 1 && kBlockM <= 8, "one product serves at most 8 pairs");
-static_assert(kNTiles * kTileColumns * kWarpsN == kBlockN && kWarpsN * kSplitK == @{WARPS}, "tile does not fit the warps");
+static_assert(kNTiles * kTileColumns * kWarpsN * kColumnGroups == kBlockN && kWarpsN * kSplitK == @{WARPS},
+              "tile does not fit the warps");
+static_assert(kColumnGroups == 1 || kSplitK == 1, "column groups need split_k 1");
 }  // namespace
 
 // d = A . B + d for one m16n8k16 product.
@@ -73,18 +86,43 @@ static __device__ __forceinline__ int item_pair(const int *sorted_pairs, int fir
   return kBlockM == 1 ? first + m : sorted_pairs[first + m];
 }
 
-// Requests this thread's chunk of window `window` in each of its weight rows ([tile][tile row g, g+8]).
-// Windows past the slice, chunks outside [0, K) and rows past N read as zeros.
-static __device__ __forceinline__ void load_window(uint4 (&raw)[kNTiles][2], const unsigned char *const (&rows)[kNTiles][2],
-                                                   const bool (&row_valid)[kNTiles][2], int window, int window_end,
-                                                   int quad_lane) {
-  const int chunk = window * 4 - kPad / 16 + quad_lane;
-  const bool chunk_valid = window < window_end && chunk >= 0 && chunk < kChunks;
+// Step t of a warp: window t % kWindows of column group t / kWindows (split_k slices have one group).
+// Requests this thread's chunk of the step's window in each of its weight rows ([tile][tile row g,
+// g+8]) of the step's group. Steps past step_end, chunks outside [0, K) and rows past N read as zeros.
+static __device__ __forceinline__ void load_step(uint4 (&raw)[kNTiles][2], const unsigned char *const (&rows)[kNTiles][2],
+                                                 const int (&columns)[kNTiles][2], int step, int step_end, int quad_lane) {
+  const int group = kColumnGroups == 1 ? 0 : step / kWindows;
+  const int chunk = (kColumnGroups == 1 ? step : step % kWindows) * 4 - kPad / 16 + quad_lane;
+  const bool chunk_valid = step < step_end && chunk >= 0 && chunk < kChunks;
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      raw[nt][h] = (chunk_valid && row_valid[nt][h]) ? load_weights_16(rows[nt][h] + chunk * 16) : zero_uint4();
+    for (int h = 0; h < 2; ++h) {
+      const bool row_valid = columns[nt][h] + group * kGroupColumns < kN;
+      raw[nt][h] = (chunk_valid && row_valid)
+                       ? load_weights_16(rows[nt][h] + (long long)group * kGroupColumns * kK + chunk * 16)
+                       : zero_uint4();
+    }
+}
+
+// Two E4M3 codes (low byte first) -> FP16x2 (low half first).
+#if @{FP8_CVT}
+static __device__ __forceinline__ unsigned e4m3x2_to_half2_exact(unsigned short pair) {
+  unsigned out;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(out) : "h"(pair));
+  return out;
+}
+#endif
+
+// The A-operand halves of word `word`: codes 0,1 (low) and codes 2,3 (high).
+static __device__ __forceinline__ void word_to_halves(unsigned word, unsigned &low, unsigned &high) {
+#if @{FP8_CVT}
+  low = e4m3x2_to_half2_exact((unsigned short)(word & 0xffffu));
+  high = e4m3x2_to_half2_exact((unsigned short)(word >> 16));
+#else
+  low = e4m3x2_to_half2(word, VOLT8_E4M3_LOW_PAIR);
+  high = e4m3x2_to_half2(word, VOLT8_E4M3_HIGH_PAIR);
+#endif
 }
 
 // Word s of a 16-byte chunk.
@@ -113,7 +151,7 @@ static __device__ __forceinline__ void stage_scales(float *scale_tile, const uns
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       const int index = threadIdx.x + (group_start + g) * kThreads;
-      if (group_start + g < kIterations && index < kCount) scale_tile[index] = half_to_float(bits[g]);
+      if (group_start + g < kIterations && index < kCount) scale_tile[index] = half_to_float(bits[g]) * kScaleFactor;
     }
   }
 }
@@ -143,6 +181,33 @@ static __device__ __forceinline__ void stage_x(unsigned short *x_tile, const uns
       if (group_start + g < kIterations && index < kVectors) {
         *reinterpret_cast<uint4 *>(x_tile + (index / kVectorsPerRow) * kRowHalves + (index % kVectorsPerRow) * 8) = raw[g];
       }
+    }
+  }
+}
+
+// Stores column group `group` of the thread's sums. Element i: tile row g + 8 * (i >> 1), pair
+// 2c + (i & 1) of the item; gate_up: elements j and j + 2 are the gate and up sums of one column.
+static __device__ __forceinline__ void store_group(const float (&acc)[kNTiles][4], const int (&columns)[kNTiles][2],
+                                                   int group, const int *pair_ids, int count, int quad_lane,
+#if VOLT8_GATE_UP
+                                                   unsigned short *out
+#else
+                                                   const float *topk_weights, float *out
+#endif
+) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+    for (int i = 0; i < (kRows == 2 ? 2 : 4); ++i) {
+      const int m = quad_lane * 2 + (i & 1);
+      const int column = columns[nt][i >> 1] + group * kGroupColumns;
+      if (m >= kBlockM || m >= count || column >= kN) continue;
+      const long long pair = pair_ids[m];
+#if VOLT8_GATE_UP
+      out[pair * kN + column] = float_to_half(silu_times(acc[nt][i], acc[nt][i + 2]));
+#else
+      out[pair * kN + column] = topk_weights[pair] * acc[nt][i];
+#endif
     }
   }
 }
@@ -195,28 +260,31 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   const int column0 = blockIdx.x * kBlockN;
   const int window_begin = slice * kWindows / kSplitK;
   const int window_end = (slice + 1) * kWindows / kSplitK;
+  // Steps: with one group, the slice's windows; with several (no split_k), every window of each group.
+  const int step_begin = window_begin;
+  const int step_end = kColumnGroups == 1 ? window_end : kColumnGroups * kWindows;
 
   // Tile row g + 8h: gate_up, column g of the tile, gate (h = 0) or up (h = 1); down, column g + 8h.
+  // Row pointers, columns and scale offsets are those of group 0; group j adds j * kGroupColumns.
   const unsigned char *row_weights[kNTiles][2];
-  bool row_valid[kNTiles][2];
-  int tile_column[kNTiles][2], tile_kind[kNTiles][2];  // the row's column in the CTA and its kind
+  int row_column[kNTiles][2], scale_offset[kNTiles][2];
   const unsigned char *expert_weights = weights + expert * kExpertWeightBytes;
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      tile_kind[nt][h] = kRows == 2 ? h : 0;
-      tile_column[nt][h] = (warp_n * kNTiles + nt) * kTileColumns + (kRows == 2 ? 0 : h * 8) + row_in_tile;
-      const int column = column0 + tile_column[nt][h];
-      row_valid[nt][h] = column < kN;
-      row_weights[nt][h] = expert_weights + (long long)(column + tile_kind[nt][h] * kUpRowOffset) * kK;
+      const int kind = kRows == 2 ? h : 0;
+      const int tile_column = (warp_n * kNTiles + nt) * kTileColumns + (kRows == 2 ? 0 : h * 8) + row_in_tile;
+      row_column[nt][h] = column0 + tile_column;
+      scale_offset[nt][h] = (kind * kBlockN + tile_column) * kScaleKBlocks;
+      row_weights[nt][h] = expert_weights + (long long)(row_column[nt][h] + kind * kUpRowOffset) * kK;
     }
   }
 
   // The first weights are requested before x and the scales are staged, so the latencies overlap.
   uint4 raw[kUnroll][kNTiles][2];
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) load_window(raw[u], row_weights, row_valid, window_begin + u, window_end, quad_lane);
+  for (int u = 0; u < kUnroll; ++u) load_step(raw[u], row_weights, row_column, step_begin + u, step_end, quad_lane);
 
   unsigned short *x_tile = reinterpret_cast<unsigned short *>(shared_buffer);
   if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
@@ -236,8 +304,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   for (int batch = 0; batch < kBatches; ++batch) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int window = window_begin + batch * kUnroll + u;
-      if (window < window_end) {  // warp-uniform: the products below stay converged
+      const int step = step_begin + batch * kUnroll + u;
+      if (step < step_end) {  // warp-uniform: the products below stay converged
+        const int group = kColumnGroups == 1 ? 0 : step / kWindows;
+        const int window = kColumnGroups == 1 ? step : step % kWindows;
         uint4 x_low = zero_uint4(), x_high = zero_uint4();
         if (x_row_used) {
           x_low = *reinterpret_cast<const uint4 *>(x_row + window * 64);
@@ -250,22 +320,35 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
           float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
           for (int s = 0; s < 4; ++s) {
-            const unsigned word_low = chunk_word(raw[u][nt][0], s), word_high = chunk_word(raw[u][nt][1], s);
-            mma_16816(d, e4m3x2_to_half2(word_low, VOLT8_E4M3_LOW_PAIR), e4m3x2_to_half2(word_high, VOLT8_E4M3_LOW_PAIR),
-                      e4m3x2_to_half2(word_low, VOLT8_E4M3_HIGH_PAIR), e4m3x2_to_half2(word_high, VOLT8_E4M3_HIGH_PAIR),
-                      b[s][0], b[s][1]);
+            unsigned row_low[2], row_high[2];  // tile rows g and g + 8: codes 0,1 and 2,3 of word s
+            word_to_halves(chunk_word(raw[u][nt][0], s), row_low[0], row_high[0]);
+            word_to_halves(chunk_word(raw[u][nt][1], s), row_low[1], row_high[1]);
+            mma_16816(d, row_low[0], row_low[1], row_high[0], row_high[1], b[s][0], b[s][1]);
           }
-          const float scale_low = scale_tile[(tile_kind[nt][0] * kBlockN + tile_column[nt][0]) * kScaleKBlocks + k_block];
-          const float scale_high = scale_tile[(tile_kind[nt][1] * kBlockN + tile_column[nt][1]) * kScaleKBlocks + k_block];
+          const int group_offset = group * kGroupColumns * kScaleKBlocks + k_block;
+          const float scale_low = scale_tile[scale_offset[nt][0] + group_offset];
+          const float scale_high = scale_tile[scale_offset[nt][1] + group_offset];
           acc[nt][0] = fmaf(d[0], scale_low, acc[nt][0]);
           acc[nt][1] = fmaf(d[1], scale_low, acc[nt][1]);
           acc[nt][2] = fmaf(d[2], scale_high, acc[nt][2]);
           acc[nt][3] = fmaf(d[3], scale_high, acc[nt][3]);
         }
+        if (kColumnGroups > 1 && window == kWindows - 1) {  // the group is done: store it, start the next
+          store_group(acc, row_column, group, pair_ids, count, quad_lane,
+#if VOLT8_GATE_UP
+                      out);
+#else
+                      topk_weights, out);
+#endif
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+        }
       }
-      // The slot is used: request its window of the next batch, so about kUnroll windows stay in
-      // flight with one register buffer.
-      if (batch + 1 < kBatches) load_window(raw[u], row_weights, row_valid, window + kUnroll, window_end, quad_lane);
+      // The slot is used: request its step of the next batch, so about kUnroll steps stay in flight
+      // with one register buffer.
+      if (batch + 1 < kBatches) load_step(raw[u], row_weights, row_column, step + kUnroll, step_end, quad_lane);
     }
   }
 
@@ -293,21 +376,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     }
   }
 
-  // Element i: tile row g + 8 * (i >> 1), pair 2c + (i & 1) of the item. gate_up: elements j and
-  // j + 2 are the gate and up sums of one column.
-#pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-    for (int i = 0; i < (kRows == 2 ? 2 : 4); ++i) {
-      const int m = quad_lane * 2 + (i & 1);
-      const int column = column0 + tile_column[nt][i >> 1];
-      if (m >= kBlockM || m >= count || column >= kN) continue;
-      const long long pair = pair_ids[m];
+  if (kColumnGroups == 1) {
+    store_group(acc, row_column, 0, pair_ids, count, quad_lane,
 #if VOLT8_GATE_UP
-      out[pair * kN + column] = float_to_half(silu_times(acc[nt][i], acc[nt][i + 2]));
+                out);
 #else
-      out[pair * kN + column] = topk_weights[pair] * acc[nt][i];
+                topk_weights, out);
 #endif
-    }
   }
 }
