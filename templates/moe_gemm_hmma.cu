@@ -71,6 +71,8 @@ static_assert(kNTiles * kTileColumns * kWarpsN * kColumnGroups == kBlockN && kWa
 static_assert(kColumnGroups == 1 || kSplitK == 1, "column groups need split_k 1");
 }  // namespace
 
+@{include moe_work_item.cu}
+
 // d = A . B + d for one m16n8k16 product.
 static __device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                                  unsigned b0, unsigned b1) {
@@ -79,11 +81,6 @@ static __device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, uns
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Routed pair m of the CTA's work item: with block_m == 1 the item is the pair itself.
-static __device__ __forceinline__ int item_pair(const int *sorted_pairs, int first, int m) {
-  return kBlockM == 1 ? first + m : sorted_pairs[first + m];
 }
 
 // Step t of a warp: window t % kWindows of column group t / kWindows (split_k slices have one group).
@@ -128,32 +125,6 @@ static __device__ __forceinline__ void word_to_halves(unsigned word, unsigned &l
 // Word s of a 16-byte chunk.
 static __device__ __forceinline__ unsigned chunk_word(const uint4 &chunk, int s) {
   return s == 0 ? chunk.x : s == 1 ? chunk.y : s == 2 ? chunk.z : chunk.w;
-}
-
-// FP32 copy of the scales of the CTA's columns, [row kind][column][k block]; zero past N.
-static __device__ __forceinline__ void stage_scales(float *scale_tile, const unsigned short *scales, int expert, int column0) {
-  constexpr int kCount = kRows * kBlockN * kScaleKBlocks;
-  constexpr int kIterations = (kCount + kThreads - 1) / kThreads;
-  constexpr int kGroup = kIterations < 8 ? kIterations : 8;
-  for (int group_start = 0; group_start < kIterations; group_start += kGroup) {
-    unsigned short bits[kGroup];
-#pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      const int index = threadIdx.x + (group_start + g) * kThreads;
-      const int kind = index / (kBlockN * kScaleKBlocks);
-      const int column = column0 + (index / kScaleKBlocks) % kBlockN;
-      const int k_block = index % kScaleKBlocks;
-      const bool valid = group_start + g < kIterations && index < kCount && column < kN;
-      bits[g] = valid ? scales[expert * kScaleExpertStride + kind * kScaleHalfStride +
-                               ((kScaleRowOffset + column) / kScaleBlockN) * kScaleRowStride + k_block]
-                      : (unsigned short)0;
-    }
-#pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      const int index = threadIdx.x + (group_start + g) * kThreads;
-      if (group_start + g < kIterations && index < kCount) scale_tile[index] = half_to_float(bits[g]) * kScaleFactor;
-    }
-  }
 }
 
 // x rows of the item as FP16, [pair][kPad zeros, K codes, zeros to kWindows * 64]; rows past the
@@ -289,7 +260,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   unsigned short *x_tile = reinterpret_cast<unsigned short *>(shared_buffer);
   if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
   stage_x(x_tile, activations, sorted_pairs, first, count, x_rows_per_pair);
-  stage_scales(scale_tile, scales, expert, column0);
+  unsigned short first_scale_bits[kScaleGroup];
+  scale_group_load(first_scale_bits, scales, expert, column0, 0);
+  stage_scales(scale_tile, first_scale_bits, scales, expert, column0, kScaleFactor);
   __syncthreads();
 
   float acc[kNTiles][4];
