@@ -374,6 +374,63 @@ Test(codegen, public_variant_count_and_name) {
   volt8_ctx_destroy(ctx);
 }
 
+/* The target arch reaches every way into the generator: the embedded list for an sm_90 ctx, gen.lua
+ * --arch sm_90 and `volt8 list --arch sm_90` agree; hmma sources differ between sm_80 (bit-level
+ * conversion) and sm_90 (the FP8 instruction); without --arch, gen.lua refuses an hmma name. */
+Test(codegen, target_arch_reaches_the_script_and_the_cli) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  name_list list = list_ok(ctx, &shape);
+  char *embedded = joined_names(&list);
+  char argument[256], command[1024];
+  shape_argument(&shape, argument, sizeof argument);
+  snprintf(command, sizeof command, "cd / && lua5.4 '%s/codegen/gen.lua' --list --arch sm_90 --shape %s",
+           VOLT8_SOURCE_DIR, argument);
+  char *standalone = command_output(command);
+  cr_assert_not_null(standalone, "failed: %s", command);
+  cr_expect_str_eq(standalone, embedded, "gen.lua --list --arch sm_90 differs from the embedded sm_90 list");
+  free(standalone);
+  snprintf(command, sizeof command, "'%s' list --arch sm_90 --shape %s", VOLT8_CLI_PATH, argument);
+  char *cli = command_output(command);
+  cr_assert_not_null(cli, "failed: %s", command);
+  cr_expect_str_eq(cli, embedded, "volt8 list --arch sm_90 differs from the embedded sm_90 list");
+  free(cli);
+  snprintf(command, sizeof command, "'%s' list --shape %s", VOLT8_CLI_PATH, argument);
+  cli = command_output(command);
+  cr_assert_not_null(cli, "failed: %s", command);
+  cr_expect(strstr(cli, ".hmma.") == NULL, "volt8 list without --arch lists hmma variants");
+  free(cli);
+  free(embedded);
+
+  const char *variant = "gate_up.hmma.bm2.bn16.w4.sk4";
+  volt8_kernel_source source;
+  cr_assert_eq(volt8_codegen_emit(ctx, &shape, variant, &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_expect(strstr(source.source, "constexpr bool kFp8Convert = 1;") != NULL, "sm_90 source does not use the FP8 cvt");
+  snprintf(command, sizeof command, "cd '%s' && lua5.4 codegen/gen.lua --emit %s --arch sm_90 --shape %s",
+           VOLT8_SOURCE_DIR, variant, argument);
+  standalone = command_output(command);
+  cr_assert_not_null(standalone, "failed: %s", command);
+  cr_expect_str_eq(standalone, source.source, "gen.lua --emit %s --arch sm_90 differs from the embedded source", variant);
+  free(standalone);
+  volt8_kernel_source_free(&source);
+  volt8_codegen_names_free(list.names, list.count);
+  volt8_ctx_destroy(ctx);
+
+  ctx = test_cpu_ctx("sm_80");
+  cr_assert_eq(volt8_codegen_emit(ctx, &shape, variant, &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_expect(strstr(source.source, "constexpr bool kFp8Convert = 0;") != NULL, "sm_80 source uses the FP8 cvt");
+  volt8_kernel_source_free(&source);
+  volt8_ctx_destroy(ctx);
+
+  snprintf(command, sizeof command, "cd '%s' && lua5.4 codegen/gen.lua --emit %s --shape %s 2>&1; echo rc=$?",
+           VOLT8_SOURCE_DIR, variant, argument);
+  char *refused = command_output(command);
+  cr_assert_not_null(refused, "failed: %s", command);
+  cr_expect(strstr(refused, "needs sm_80 or newer") != NULL && strstr(refused, "rc=1") != NULL, "gen.lua said: %s",
+            refused);
+  free(refused);
+}
+
 Test(codegen, standalone_script_matches_the_embedded_generator) {
   volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shapes[3] = {VOLT8_MOE_SHAPE_INIT, VOLT8_MOE_SHAPE_INIT, VOLT8_MOE_SHAPE_INIT};
