@@ -15,9 +15,10 @@ variants.DEFAULT_SHAPE = {
 }
 variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "block_k", "intermediate_offset" }
 
--- Tile shapes per (op, family); every block_m of the family is crossed with every tile. A cc tile
--- may set o: the compiler fits o CTAs on an SM, capping registers to match (default 1). tok (down only) fuses the weighted top-k reduce: a CTA walks one token's
--- pairs, each reading its own expert (block_m 1, no route pass).
+-- Tile shapes per (op, family); every block_m of the family is crossed with every tile. A cc or hmma
+-- tile may set o: the compiler fits o CTAs on an SM, capping registers to match (default 1). tok
+-- (down only) fuses the weighted top-k reduce: a CTA walks one token's pairs, each reading its own
+-- expert (block_m 1, no route pass).
 -- hmma (sm_80 and later only) runs m16n8k16 with the weights as the 16-row operand, so one product
 -- serves up to 8 pairs; its tiles may set c: the CTA's block_n columns are walked as c groups.
 local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 }, tok = { 1 }, hmma = { 1, 2, 4, 8 } }

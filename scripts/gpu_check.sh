@@ -98,7 +98,18 @@ run() {
     printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
       "$(grep -E 'Synthesis|ERROR SUMMARY|RACECHECK SUMMARY|volt8 (tune|bench):| passed| failed|mtp_step' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
   }
-  local suite name phase
+  # The environment of a suite mode: sm70_ptx, the carried compute_70 PTX through the driver;
+  # native, the device's own arch; sm80_ptx, compute_80 PTX compiled here, so the hmma family's
+  # bit-level E4M3 conversion (sm_80..sm_88; native sm_90 code uses the FP8 instruction) runs too.
+  local -a arch_env
+  mode_env() {
+    case "$1" in
+      sm70_ptx) arch_env=(VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70") ;;
+      native) arch_env=(VOLT8_CACHE_DIR="$work/native") ;;
+      sm80_ptx) arch_env=(VOLT8_TARGET_ARCH=sm_80 VOLT8_CACHE_DIR="$work/ptx80") ;;
+    esac
+  }
+  local suite name phase mode
   for phase in "${phases[@]}"; do
     case "$phase" in
       suites)
@@ -106,18 +117,13 @@ run() {
           name="$(basename "$suite")"
           name="${name#gpu_test_}"
           case " ${SKIP_SUITES:-} " in *" $name "*) continue ;; esac
-          # bench's support kernels are not in cache70: native only
-          if [ "$name" != bench ] && [[ " ${SUITE_MODES:-sm70_ptx native} " == *" sm70_ptx "* ]]; then
-            step "$name.sm70_ptx" env VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70" "$suite" --jobs=1
-          fi
-          if [[ " ${SUITE_MODES:-sm70_ptx native} " == *" native "* ]]; then
-            step "$name.native" env VOLT8_CACHE_DIR="$work/native" "$suite" --jobs=1
-          fi
-          # sm80_ptx: compute_80 PTX compiled here, so the hmma family's bit-level E4M3 conversion
-          # (sm_80..sm_88; native sm_90 code uses the FP8 instruction) runs too.
-          if [ "$name" != bench ] && [[ " ${SUITE_MODES:-sm70_ptx native} " == *" sm80_ptx "* ]]; then
-            step "$name.sm80_ptx" env VOLT8_TARGET_ARCH=sm_80 VOLT8_CACHE_DIR="$work/ptx80" "$suite" --jobs=1
-          fi
+          for mode in sm70_ptx native sm80_ptx; do
+            [[ " ${SUITE_MODES:-sm70_ptx native} " == *" $mode "* ]] || continue
+            # bench's support kernels are only compiled for the device's own arch: native only
+            [ "$name" = bench ] && [ "$mode" != native ] && continue
+            mode_env "$mode"
+            step "$name.$mode" env "${arch_env[@]}" "$suite" --jobs=1
+          done
         done ;;
       sanitize)
         for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
@@ -129,8 +135,9 @@ run() {
               case " $SANITIZE_SUITES " in *" $name "*) ;; *) continue ;; esac
             fi
             # SANITIZE_NATIVE=1: native code (the sm_80+ families included) instead of the compute_70 PTX.
-            local arch_env=(VOLT8_TARGET_ARCH=sm_70 VOLT8_CACHE_DIR="$work/cache70") mode=sm70_ptx
-            [ "${SANITIZE_NATIVE:-0}" = 1 ] && arch_env=(VOLT8_CACHE_DIR="$work/native") mode=native
+            mode=sm70_ptx
+            [ "${SANITIZE_NATIVE:-0}" = 1 ] && mode=native
+            mode_env "$mode"
             step_timeout="${SANITIZE_TIMEOUT:-600}" step "$name.$tool.$mode" env "${arch_env[@]}" VOLT8_GPU_TEST_QUICK=1 \
               compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 7 "$suite" --jobs=1
           done

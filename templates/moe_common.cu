@@ -59,6 +59,11 @@ static __device__ __forceinline__ uint4 load_weights_16(const unsigned char *add
   return value;
 }
 
+// Word s (0..3) of a 16-byte chunk of codes: codes 4s..4s+3.
+static __device__ __forceinline__ unsigned chunk_word(const uint4 &chunk, int s) {
+  return s == 0 ? chunk.x : s == 1 ? chunk.y : s == 2 ? chunk.z : chunk.w;
+}
+
 static __device__ __forceinline__ uint4 zero_uint4() {
   uint4 value;
   value.x = 0u;

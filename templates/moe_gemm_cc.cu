@@ -99,7 +99,7 @@ static __device__ __forceinline__ void stream_chunks(float (&acc)[kBlockM][kRows
           float w[kRows][4];
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            const unsigned word = quarter == 0 ? raw[u][r].x : quarter == 1 ? raw[u][r].y : quarter == 2 ? raw[u][r].z : raw[u][r].w;
+            const unsigned word = chunk_word(raw[u][r], quarter);
             half2_to_float2(e4m3x2_to_half2(word, VOLT8_E4M3_LOW_PAIR), w[r][0], w[r][1]);
             half2_to_float2(e4m3x2_to_half2(word, VOLT8_E4M3_HIGH_PAIR), w[r][2], w[r][3]);
           }

@@ -122,11 +122,6 @@ static __device__ __forceinline__ void word_to_halves(unsigned word, unsigned &l
 #endif
 }
 
-// Word s of a 16-byte chunk.
-static __device__ __forceinline__ unsigned chunk_word(const uint4 &chunk, int s) {
-  return s == 0 ? chunk.x : s == 1 ? chunk.y : s == 2 ? chunk.z : chunk.w;
-}
-
 // x rows of the item as FP16, [pair][kPad zeros, K codes, zeros to kWindows * 64]; rows past the
 // count are zeros, so every product reads finite values.
 static __device__ __forceinline__ void stage_x(unsigned short *x_tile, const unsigned short *activations,
