@@ -44,8 +44,9 @@ static void format_us(char *buf, size_t size, const bench_method_result *result)
 
 void bench_report_print(const bench_report *report, FILE *stream) {
   const volt8_moe_shape *shape = &report->shape;
-  fprintf(stream, "volt8 bench %s on %s (%s, kernels for %s, %d SMs, L2 %.0f MiB)\n", report->library_version,
-          report->device_name, report->device_arch, report->target_arch, report->sm_count, report->l2_bytes / MIB);
+  fprintf(stream, "volt8 bench %s on %s (%s, kernels for %s, early launch %s, %d SMs, L2 %.0f MiB)\n",
+          report->library_version, report->device_name, report->device_arch, report->target_arch,
+          report->early_launch ? "on" : "off", report->sm_count, report->l2_bytes / MIB);
   fprintf(stream, "shape: hidden %d, intermediate %d (offset %d), %d experts, top-%d, block %dx%d; seed %llu\n",
           shape->hidden, shape->intermediate, shape->intermediate_offset, shape->num_experts, report->top_k,
           shape->block_n, shape->block_k, (unsigned long long)report->seed);
@@ -163,6 +164,7 @@ char *bench_report_json(const bench_report *report) {
   cJSON_AddStringToObject(device, "name", report->device_name);
   cJSON_AddStringToObject(device, "arch", report->device_arch);
   cJSON_AddStringToObject(device, "target_arch", report->target_arch);
+  cJSON_AddBoolToObject(device, "early_launch", report->early_launch);
   cJSON_AddNumberToObject(device, "sm_count", report->sm_count);
   cJSON_AddNumberToObject(device, "l2_bytes", (double)report->l2_bytes);
   cJSON_AddNumberToObject(device, "copy_gbps", report->copy_gbps);
@@ -185,9 +187,9 @@ char *bench_report_json(const bench_report *report) {
 
 char *bench_report_markdown(const bench_report *report) {
   text_buffer out = {0};
-  text_append(&out, "Device: %s (%s; volt8 kernels for %s), copy bandwidth %.0f GB/s. Command: `%s`, %s.\n\n",
-              report->device_name, report->device_arch, report->target_arch, report->copy_gbps, report->command,
-              report->date);
+  text_append(&out, "Device: %s (%s; volt8 kernels for %s, early launch %s), copy bandwidth %.0f GB/s. Command: `%s`, %s.\n\n",
+              report->device_name, report->device_arch, report->target_arch, report->early_launch ? "on" : "off",
+              report->copy_gbps, report->command, report->date);
   text_append(&out, "| M | byte floor (us) | volt8 (us) | GB/s | %% of copy | A: cuBLASLt FP16 (us) | A / volt8 | "
                     "B: grouped FP16 (us) | B / volt8 | rel. L2 volt8 |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (int32_t i = 0; i < report->count; i++) {

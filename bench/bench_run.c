@@ -53,6 +53,7 @@ static void fill_header(bench_state *state, const char *command, bench_report *r
   snprintf(report->device_name, sizeof report->device_name, "%s", ctx->device_name);
   snprintf(report->device_arch, sizeof report->device_arch, "sm_%d", ctx->device_arch);
   snprintf(report->target_arch, sizeof report->target_arch, "sm_%d", ctx->target_arch);
+  report->early_launch = volt8_ctx_early_launch(ctx);
   report->sm_count = state->gpu.sm_count;
   report->l2_bytes = state->gpu.l2_bytes;
   report->shape = options->shape;

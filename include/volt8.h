@@ -76,8 +76,10 @@ typedef struct volt8_ctx_options {
   const char *cache_dir;   /* NULL: VOLT8_CACHE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/volt8 */
   int32_t cache_disable;   /* 1: no disk cache (VOLT8_CACHE_DISABLE=1 does the same) */
   const char *target_arch; /* NULL: the device's own ("sm_90"); "sm_70" runs compute_70 PTX through the driver */
+  int32_t early_launch_disable; /* 1: a forward's kernels start one after the other also where early
+                                 * launch is available (VOLT8_EARLY_LAUNCH_DISABLE=1 does the same) */
 } volt8_ctx_options;
-#define VOLT8_CTX_OPTIONS_INIT {sizeof(volt8_ctx_options), 0, NULL, 0, NULL}
+#define VOLT8_CTX_OPTIONS_INIT {sizeof(volt8_ctx_options), 0, NULL, 0, NULL, 0}
 
 /* Creates a context. A machine without a GPU driver still gets a context (CPU paths work);
  * GPU calls on it then return VOLT8_ERR_NO_DEVICE. `options` may be NULL (defaults). */
@@ -92,6 +94,11 @@ VOLT8_API const char *volt8_last_error(const volt8_ctx *ctx);
 
 /* The target arch of ctx ("sm_90", "sm_70"...): the device's, or options.target_arch. */
 VOLT8_API volt8_status volt8_ctx_target_arch(volt8_ctx *ctx, char *buf, size_t buf_size);
+/* 1 when ctx starts a forward's second and later kernels early (programmatic dependent launch):
+ * kernels compiled for sm_90 or newer, a driver of CUDA 12.3 or newer, not disabled. Each such
+ * kernel may then run its prologue (weight loads) while the kernel before it finishes, and waits for
+ * it before it reads its results. 0 otherwise, and without a device. */
+VOLT8_API int32_t volt8_ctx_early_launch(const volt8_ctx *ctx);
 /* VOLT8_OK when ctx holds a usable GPU, VOLT8_ERR_NO_DEVICE (with a message) otherwise. */
 VOLT8_API volt8_status volt8_ctx_require_device(volt8_ctx *ctx);
 

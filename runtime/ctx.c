@@ -195,9 +195,23 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
     volt8_ctx_destroy(ctx);
     return VOLT8_ERR_ARCH_UNSUPPORTED;
   }
+  if (ctx->has_device) {
+    int driver_version = 0;
+    const char *disable = getenv("VOLT8_EARLY_LAUNCH_DISABLE");
+    int disabled = defaults.early_launch_disable == 1 || (disable && strcmp(disable, "1") == 0);
+    if (ctx->cuda->cuDriverGetVersion(&driver_version) != CUDA_SUCCESS) driver_version = 0;
+    ctx->early_launch = volt8_early_launch_usable(ctx->target_arch, driver_version, ctx->cuda->cuLaunchKernelEx != NULL,
+                                                  disabled);
+  }
   *out_ctx = ctx;
   return VOLT8_OK;
 }
+
+int32_t volt8_early_launch_usable(int32_t target_arch, int driver_version, int has_launch_ex, int disabled) {
+  return target_arch >= 90 && driver_version >= 12030 && has_launch_ex && !disabled;
+}
+
+int32_t volt8_ctx_early_launch(const volt8_ctx *ctx) { return ctx ? ctx->early_launch : 0; }
 
 void volt8_ctx_destroy(volt8_ctx *ctx) {
   if (!ctx) return;

@@ -46,6 +46,7 @@ static void driver_open(void) {
   RESOLVE(cuModuleUnload, "cuModuleUnload");
   RESOLVE(cuModuleGetFunction, "cuModuleGetFunction");
   RESOLVE(cuLaunchKernel, "cuLaunchKernel");
+  *(void **)&driver_table.cuLaunchKernelEx = dlsym(handle, "cuLaunchKernelEx"); /* optional */
   RESOLVE(cuMemAlloc, "cuMemAlloc_v2");
   RESOLVE(cuMemFree, "cuMemFree_v2");
   RESOLVE(cuMemAllocAsync, "cuMemAllocAsync");

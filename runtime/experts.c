@@ -279,8 +279,28 @@ volt8_status volt8_experts_bad_id_count(volt8_experts *experts, int32_t *out_cou
   return status;
 }
 
+/* early: the kernel follows another of the same forward and may start before that one ends
+ * (programmatic dependent launch, where ctx->early_launch); it waits for it itself. */
 static volt8_status launch(volt8_ctx *ctx, const loaded_kernel *kernel, unsigned grid_x, unsigned grid_y, CUstream stream,
-                           void **params) {
+                           void **params, int early) {
+  if (early && ctx->early_launch) {
+    CUlaunchAttribute attribute;
+    memset(&attribute, 0, sizeof attribute);
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config;
+    memset(&config, 0, sizeof config);
+    config.gridDimX = grid_x;
+    config.gridDimY = grid_y;
+    config.gridDimZ = 1;
+    config.blockDimX = (unsigned)kernel->threads;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cuda_check(ctx, ctx->cuda->cuLaunchKernelEx(&config, kernel->function, params, NULL), kernel->variant);
+  }
   return cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernel->function, grid_x, grid_y, 1, (unsigned)kernel->threads, 1, 1,
                                                    0, stream, params, NULL),
                     kernel->variant);
@@ -355,16 +375,23 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
    * counts bad ids. */
   int needs_route = bm_gate_up != 1 || bm_down != 1;
   unsigned down_columns = (hidden + down->block_n - 1) / down->block_n;
-  if ((needs_route && (status = launch(ctx, route, 1, 1, cu_stream, route_params)) != VOLT8_OK) ||
+  /* The forward's first kernel waits for the caller's work as usual; each later one may start early. */
+  if ((needs_route && (status = launch(ctx, route, 1, 1, cu_stream, route_params, 0)) != VOLT8_OK) ||
       (status = launch(ctx, gate_up, (intermediate + gate_up->block_n - 1) / gate_up->block_n, (unsigned)num_pairs,
-                       cu_stream, gate_up_params)) != VOLT8_OK)
+                       cu_stream, gate_up_params, needs_route)) != VOLT8_OK)
     return status;
-  if (fused_down) return launch(ctx, down, down_columns, (unsigned)num_tokens, cu_stream, fused_down_params);
-  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params)) != VOLT8_OK ||
+  if (fused_down) return launch(ctx, down, down_columns, (unsigned)num_tokens, cu_stream, fused_down_params, 1);
+  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params, 1)) != VOLT8_OK ||
       (status = launch(ctx, reduce, (hidden + reduce_columns - 1) / reduce_columns, (unsigned)num_tokens, cu_stream,
-                       reduce_params)) != VOLT8_OK)
+                       reduce_params, 1)) != VOLT8_OK)
     return status;
   return VOLT8_OK;
+}
+
+volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream) {
+  volt8_ctx *ctx = experts->ctx;
+  return cuda_check(ctx, ctx->cuda->cuMemsetD8Async(experts->workspace, byte, experts->workspace_bytes, (CUstream)stream),
+                    "cuMemsetD8Async(workspace)");
 }
 
 volt8_ctx *volt8_experts_ctx(const volt8_experts *experts) { return experts->ctx; }

@@ -1,6 +1,37 @@
 // Device helpers shared by the GEMM, reduce and bench templates. FP16 travels as raw bits
 // (unsigned short) so no header is needed; conversions are single PTX instructions.
 
+// Early launch (programmatic dependent launch, sm_90 and later): the runtime may start a forward's
+// second and later kernels while the kernel before them still runs. Such a kernel reads nothing the
+// kernels before it write, and writes nothing, until wait_for_previous_kernels() has returned in
+// its CTA; every CTA calls it before it returns, so a kernel still completes after the one before it.
+// allow_next_kernel() lets the next kernel's CTAs start. Below sm_90 all three are empty and the
+// runtime launches kernels one after the other.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define VOLT8_EARLY_LAUNCH 1
+#else
+#define VOLT8_EARLY_LAUNCH 0
+#endif
+
+static __device__ __forceinline__ void wait_for_previous_kernels() {
+#if VOLT8_EARLY_LAUNCH
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void allow_next_kernel() {
+#if VOLT8_EARLY_LAUNCH
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks L2 for the line of `address` (weights a CTA reads after its wait); nothing without early launch.
+static __device__ __forceinline__ void prefetch_l2(const void *address) {
+#if VOLT8_EARLY_LAUNCH
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
+#endif
+}
+
 static __device__ __forceinline__ float half_to_float(unsigned short bits) {
   float value;
   asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(bits));

@@ -59,9 +59,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   __shared__ float pair_weight[kPassPairs];
   __shared__ int pair_live[kPassPairs];
 
-  if (blockIdx.x == 0 && blockIdx.y == 0) store_bad_id_count(topk_ids, num_tokens * top_k, kNumExperts, counters + 2);
+  // topk_ids and topk_weights were written before the forward and the weights never change: they
+  // are read before the wait for gate_up's h, counters[2] (which the route pass may write) after it.
+  if (blockIdx.x == 0 && blockIdx.y == 0) {
+    wait_for_previous_kernels();
+    store_bad_id_count(topk_ids, num_tokens * top_k, kNumExperts, counters + 2);
+  }
   const int token = blockIdx.y;
-  if (token >= num_tokens || top_k <= 0) return;
+  if (token >= num_tokens || top_k <= 0) return wait_for_previous_kernels();
   const int tid = threadIdx.x;
   const int column0 = blockIdx.x * kBlockN;
   const int group = tid / kLanesPerRow;
@@ -96,6 +101,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     uint4 raw[kBatch];
     unsigned short scale_bits[kBatch];
     tok_load_batch(raw, scale_bits, 0, rows, scale_rows, live, lane_in_row);
+    if (pass_start == 0) {
+      // Started early: the pass's later weights are asked into L2 while gate_up finishes.
+#pragma unroll
+      for (int item = kBatch; item < kItems; ++item) {
+        const int i = item / kChunksPerLane;
+        const int chunk = lane_in_row + (item % kChunksPerLane) * kLanesPerRow;
+        if (live[i] && chunk < kChunks) prefetch_l2(rows[i] + chunk * 16);
+      }
+      wait_for_previous_kernels();  // gate_up wrote h
+      allow_next_kernel();
+    }
 
     if (tid < kPassPairs) {
       const int j = pass_start + tid;

@@ -152,12 +152,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 
   int expert, first, count;
   if (kBlockM == 1) {
-    // One routed pair per CTA, straight from topk_ids: no route pass is needed.
-    if ((int)blockIdx.y >= num_pairs) return;
+    // One routed pair per CTA, straight from topk_ids (written before the forward): no route pass
+    // is needed, and its weights may be requested before the wait below.
+    if ((int)blockIdx.y >= num_pairs) return wait_for_previous_kernels();
     expert = topk_ids[blockIdx.y];
     first = blockIdx.y;
     count = 1;
   } else {
+    wait_for_previous_kernels();  // the route pass wrote the items
+    allow_next_kernel();
     // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
     const int item_count = counters[@{COUNTER_INDEX}];
     const int4 item = items[blockIdx.y];
@@ -166,9 +169,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     first = item.y;
     count = min(item.z, kBlockM);
   }
-  if (expert < 0 || expert >= kNumExperts || count <= 0) return;
+  if (expert < 0 || expert >= kNumExperts || count <= 0) return wait_for_previous_kernels();
 #if VOLT8_GATE_UP
-  if (top_k <= 0) return;
+  if (top_k <= 0) return wait_for_previous_kernels();
 #endif
   const int tid = threadIdx.x;
   const int column0 = blockIdx.x * kBlockN;
@@ -193,6 +196,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   load_weight_batch(raw, row_weights, column_valid, chunk_begin + lane_in_row, chunk_end);
   unsigned short first_scale_bits[kScaleGroup];
   scale_group_load(first_scale_bits, scales, expert, column0, 0);
+  if (kBlockM == 1) {
+#if !VOLT8_GATE_UP
+    // down starts early: the weights of its later batches are asked into L2 while gate_up finishes.
+    for (int chunk = chunk_begin + lane_in_row + kUnroll * kLanesPerRow; column_valid && chunk < chunk_end;
+         chunk += kLanesPerRow)
+      prefetch_l2(row_weights[0] + chunk * 16);
+#endif
+    wait_for_previous_kernels();  // x (h for down) was written by the kernel before
+    allow_next_kernel();
+  }
 
   if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
   // x rows in groups of loads that are all in flight together.

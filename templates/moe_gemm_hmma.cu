@@ -102,6 +102,20 @@ static __device__ __forceinline__ void load_step(uint4 (&raw)[kNTiles][2], const
     }
 }
 
+// Asks L2 for the lines load_step(step) will read (early launch only).
+static __device__ __forceinline__ void prefetch_step(const unsigned char *const (&rows)[kNTiles][2],
+                                                     const int (&columns)[kNTiles][2], int step, int quad_lane) {
+  const int group = kColumnGroups == 1 ? 0 : step / kWindows;
+  const int chunk = (kColumnGroups == 1 ? step : step % kWindows) * 4 - kPad / 16 + quad_lane;
+  if (chunk < 0 || chunk >= kChunks) return;
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (columns[nt][h] + group * kGroupColumns < kN) prefetch_l2(rows[nt][h] + (long long)group * kGroupColumns * kK + chunk * 16);
+    }
+}
+
 // Two E4M3 codes (low byte first) -> FP16x2 (low half first).
 #if @{FP8_CVT}
 static __device__ __forceinline__ unsigned e4m3x2_to_half2_exact(unsigned short pair) {
@@ -195,12 +209,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 
   int expert, first, count;
   if (kBlockM == 1) {
-    // One routed pair per CTA, straight from topk_ids: no route pass is needed.
-    if ((int)blockIdx.y >= num_pairs) return;
+    // One routed pair per CTA, straight from topk_ids (written before the forward): no route pass
+    // is needed, and its weights may be requested before the wait below.
+    if ((int)blockIdx.y >= num_pairs) return wait_for_previous_kernels();
     expert = topk_ids[blockIdx.y];
     first = blockIdx.y;
     count = 1;
   } else {
+    wait_for_previous_kernels();  // the route pass wrote the items
+    allow_next_kernel();
     // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
     const int item_count = counters[@{COUNTER_INDEX}];
     const int4 item = items[blockIdx.y];
@@ -209,9 +226,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     first = item.y;
     count = min(item.z, kBlockM);
   }
-  if (expert < 0 || expert >= kNumExperts || count <= 0) return;
+  if (expert < 0 || expert >= kNumExperts || count <= 0) return wait_for_previous_kernels();
 #if VOLT8_GATE_UP
-  if (top_k <= 0) return;
+  if (top_k <= 0) return wait_for_previous_kernels();
   const int x_rows_per_pair = top_k;
 #else
   const int x_rows_per_pair = 1;  // rows of h are pairs
@@ -251,6 +268,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   uint4 raw[kUnroll][kNTiles][2];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) load_step(raw[u], row_weights, row_column, step_begin + u, step_end, quad_lane);
+  if (kBlockM == 1) {
+#if !VOLT8_GATE_UP
+    // down starts early: the weights of its later steps are asked into L2 while gate_up finishes.
+    for (int step = step_begin + kUnroll; step < step_end; ++step) prefetch_step(row_weights, row_column, step, quad_lane);
+#endif
+    wait_for_previous_kernels();  // x (h for down) was written by the kernel before
+    allow_next_kernel();
+  }
 
   unsigned short *x_tile = reinterpret_cast<unsigned short *>(shared_buffer);
   if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;

@@ -162,6 +162,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   __shared__ __align__(16) float scale_tile[kRows * kScaleKBlocks * kBlockN];  // [row kind][k block][column]
   __shared__ int pair_ids[kBlockM];
 
+  wait_for_previous_kernels();  // the route pass wrote the items
+  allow_next_kernel();
   // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
   // (topk_ids and num_pairs serve block_m == 1 only, which this family does not have.)
   const int item_count = counters[@{COUNTER_INDEX}];

@@ -14,6 +14,8 @@ constexpr int kNumExperts = @{NUM_EXPERTS};
 extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const float *__restrict__ z, const int *__restrict__ topk_ids, int num_tokens, int top_k,
     unsigned short *__restrict__ out, int *__restrict__ counters) {
+  wait_for_previous_kernels();  // down wrote z
+  allow_next_kernel();
   if (blockIdx.x == 0 && blockIdx.y == 0) store_bad_id_count(topk_ids, num_tokens * top_k, kNumExperts, counters + 2);
   const int token = blockIdx.y;
   const int column = (blockIdx.x * kThreads + threadIdx.x) * 4;

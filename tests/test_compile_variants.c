@@ -62,3 +62,41 @@ Test(compile_variants, every_variant_sm90_with_nvrtc13) {
   compile_every_variant(ctx, 90, 13);
   volt8_ctx_destroy(ctx);
 }
+
+/* The forward's kernels wait for the kernel before them (early launch) in sm_90 code only: the
+ * compute_70 PTX is the Volta code and has no such instruction. */
+static void check_grid_dependency_control(const char *arch_name, int32_t arch, int expect_wait) {
+  volt8_ctx *ctx = test_cpu_ctx(arch_name);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  char **names = NULL;
+  int32_t count = 0;
+  cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK, "%s", volt8_last_error(ctx));
+  const char *extra[] = {"route", "reduce"};
+  for (int32_t i = 0; i < count + 2; i++) {
+    const char *name = i < count ? names[i] : extra[i - count];
+    volt8_kernel_source source = {0};
+    cr_assert_eq(volt8_codegen_emit(ctx, &shape, name, &source), VOLT8_OK, "%s: %s", name, volt8_last_error(ctx));
+    volt8_jit_request request = {source.entry, source.source, arch, VOLT8_IMAGE_PTX, NULL, 0};
+    volt8_jit_image image = {0};
+    cr_assert_eq(volt8_jit_compile(ctx, &request, &image), VOLT8_OK, "%s: %s", name, volt8_last_error(ctx));
+    const char *ptx = image.data; /* NUL-terminated */
+    int has_wait = strstr(ptx, "griddepcontrol.wait") != NULL;
+    int has_launch = strstr(ptx, "griddepcontrol.launch_dependents") != NULL;
+    /* route is the forward's first kernel: never started early, it only lets gate_up start. */
+    if (strcmp(name, "route") != 0)
+      cr_assert_eq(has_wait, expect_wait, "%s for %s: griddepcontrol.wait %s", name, arch_name,
+                   has_wait ? "present" : "missing");
+    cr_assert_eq(has_launch, expect_wait, "%s for %s: griddepcontrol.launch_dependents %s", name, arch_name,
+                 has_launch ? "present" : "missing");
+    if (!expect_wait) cr_assert(strstr(ptx, "prefetch.global.L2") == NULL, "%s for %s prefetches", name, arch_name);
+    volt8_jit_image_free(&image);
+    volt8_kernel_source_free(&source);
+  }
+  volt8_codegen_names_free(names, count);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(compile_variants, forward_kernels_wait_for_the_kernel_before_on_sm90_only) {
+  check_grid_dependency_control("sm_70", 70, 0);
+  check_grid_dependency_control("sm_90", 90, 1);
+}

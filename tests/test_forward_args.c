@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ctx_internal.h"
 #include "moe_args.h"
 
 TestSuite(forward_args, .timeout = 30);
@@ -108,4 +109,27 @@ Test(forward_args, public_entry_points_reject_null) {
   volt8_graph_destroy(NULL);
   int32_t count;
   cr_assert_eq(volt8_experts_bad_id_count(NULL, &count), VOLT8_ERR_INVALID_ARGUMENT);
+}
+
+Test(forward_args, early_launch_needs_sm90_kernels_a_recent_driver_and_no_opt_out) {
+  /* The waits are compiled in only from sm_90 on: compute_70 PTX on an H200 must launch plainly. */
+  cr_assert_eq(volt8_early_launch_usable(90, 12030, 1, 0), 1);
+  cr_assert_eq(volt8_early_launch_usable(100, 13000, 1, 0), 1);
+  cr_assert_eq(volt8_early_launch_usable(89, 13000, 1, 0), 0, "sm_89 kernels carry no wait");
+  cr_assert_eq(volt8_early_launch_usable(70, 13000, 1, 0), 0, "compute_70 PTX carries no wait");
+  cr_assert_eq(volt8_early_launch_usable(90, 12020, 1, 0), 0, "stream capture keeps early launches from 12.3 on");
+  cr_assert_eq(volt8_early_launch_usable(90, 13000, 0, 0), 0, "no cuLaunchKernelEx");
+  cr_assert_eq(volt8_early_launch_usable(90, 13000, 1, 1), 0, "disabled");
+}
+
+Test(forward_args, early_launch_is_off_without_a_device) {
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  options.cache_disable = 1;
+  options.target_arch = "sm_90";
+  volt8_ctx *ctx = NULL;
+  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
+  cr_assert_eq(volt8_ctx_early_launch(ctx), 0);
+  cr_assert_eq(volt8_ctx_early_launch(NULL), 0);
+  volt8_ctx_destroy(ctx);
 }

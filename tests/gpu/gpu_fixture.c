@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "experts_internal.h"
 #include "numeric.h"
 #include "reference.h"
 
@@ -209,6 +210,9 @@ void gpu_check_forward(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, c
   cr_assert_eq(volt8_experts_set_variants(experts, gate_up, down), VOLT8_OK);
   volt8_moe_args args = gpu_batch_args(batch);
   cr_assert_eq(ctx->cuda->cuMemsetD8Async(batch->d_out, 0xFF, (size_t)batch->num_tokens * hidden * 2, NULL), CUDA_SUCCESS);
+  /* NaN h and z, -1 items and counters: a kernel reading them before the kernel that writes them
+   * is done (an early launch waiting too late) shows up as a wrong output. */
+  cr_assert_eq(volt8_experts_fill_workspace(experts, 0xFF, NULL), VOLT8_OK, "%s", volt8_last_error(ctx));
   volt8_status status = volt8_moe_forward(experts, &args, NULL);
   cr_assert_eq(status, VOLT8_OK, "%s: forward: %s", full_label, volt8_last_error(ctx));
   gpu_check_output(ctx, hidden, batch, full_label, NULL);

@@ -46,7 +46,8 @@ void gpu_reroute_batch(volt8_ctx *ctx, const host_problem *problem, device_batch
 void gpu_update_ids(volt8_ctx *ctx, const host_problem *problem, device_batch *batch);
 void gpu_free_batch(volt8_ctx *ctx, device_batch *batch);
 volt8_moe_args gpu_batch_args(const device_batch *batch);
-/* Poisons out, runs the forward with the given variants (NULL: dispatch), checks against the reference. */
+/* Poisons out and the workspace, runs the forward with the given variants (NULL: dispatch), checks
+ * against the reference. */
 void gpu_check_forward(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, const device_batch *batch,
                        const char *gate_up, const char *down, const char *label);
 /* Copies out back and checks it against the reference (after a forward or a graph launch). */

@@ -1,11 +1,12 @@
 /* GPU suite for the forward API: eager vs reference at the TP4 rank offsets, CUDA graph replay
- * bit-identical to eager and stable over 1000 replays, new routing between replays, and the
- * capture guard for unprepared variants. */
+ * bit-identical to eager and stable over 1000 replays, new routing between replays, the capture
+ * guard for unprepared variants, and early launch where the kernels and the driver have it. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "experts_internal.h"
 #include "gpu_fixture.h"
 #include "reference.h"
 
@@ -65,6 +66,8 @@ Test(gpu_forward, graph_replay_matches_eager_bit_for_bit) {
     cr_assert_eq(volt8_graph_capture(experts, &args, stream, &graph), VOLT8_OK, "%s", volt8_last_error(ctx));
     for (int r = 0; r < replays; r++) {
       cr_assert_eq(cuda->cuMemsetD8Async(batch.d_out, 0xFF, elements * 2, stream), CUDA_SUCCESS);
+      /* A kernel that read h, z or the route's output before they are written would see NaN or -1. */
+      cr_assert_eq(volt8_experts_fill_workspace(experts, 0xFF, stream), VOLT8_OK, "%s", volt8_last_error(ctx));
       cr_assert_eq(volt8_graph_launch(graph, stream), VOLT8_OK, "%s", volt8_last_error(ctx));
       if (r == 0 || r == replays - 1 || r % 97 == 0) {
         cr_assert_eq(cuda->cuStreamSynchronize(stream), CUDA_SUCCESS);
@@ -137,6 +140,48 @@ Test(gpu_forward, bad_ids_are_skipped_on_the_device) {
   gpu_update_ids(ctx, &problem, &batch);
   gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, "bad ids skipped");
   gpu_free_batch(ctx, &batch);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(gpu_forward, early_launch_where_the_kernels_and_the_driver_have_it) {
+  /* Every forward check poisons the workspace first, so with early launch on, the kernels suite
+   * checks each variant's wait; this makes sure it is on where it should be, and can be turned off. */
+  volt8_ctx *ctx = gpu_open();
+  int driver_version = 0;
+  cr_assert_eq(ctx->cuda->cuDriverGetVersion(&driver_version), CUDA_SUCCESS);
+  const char *disabled = getenv("VOLT8_EARLY_LAUNCH_DISABLE");
+  int expected = ctx->target_arch >= 90 && driver_version >= 12030 && !(disabled && strcmp(disabled, "1") == 0);
+  printf("early launch: %s (target sm_%d, driver %d)\n", volt8_ctx_early_launch(ctx) ? "on" : "off", ctx->target_arch,
+         driver_version);
+  cr_assert_eq(volt8_ctx_early_launch(ctx), expected, "target sm_%d, driver %d", ctx->target_arch, driver_version);
+  volt8_ctx_destroy(ctx);
+
+  /* The option turns it off; the forward is then still right. */
+  char arch[16];
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = 0;
+  options.early_launch_disable = 1;
+  options.target_arch = getenv("VOLT8_TARGET_ARCH");
+  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
+  cr_assert_eq(volt8_ctx_early_launch(ctx), 0);
+  cr_assert_eq(volt8_ctx_target_arch(ctx, arch, sizeof arch), VOLT8_OK);
+  gpu_seed(15);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 64;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  const int32_t ms[] = {1, 8, 64};
+  for (int m = 0; m < 3; m++) {
+    device_batch batch;
+    gpu_make_batch(ctx, &problem, ms[m], 10, ROUTING_UNIFORM, &batch);
+    char label[64];
+    snprintf(label, sizeof label, "%s, early launch off, M=%d", arch, ms[m]);
+    gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, label);
+    gpu_free_batch(ctx, &batch);
+  }
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);

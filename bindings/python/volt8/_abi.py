@@ -20,7 +20,7 @@ class _Sized(Structure):
 
 class CtxOptions(_Sized):
     _fields_ = [("size", c_size_t), ("device", c_int32), ("cache_dir", c_char_p), ("cache_disable", c_int32),
-                ("target_arch", c_char_p)]
+                ("target_arch", c_char_p), ("early_launch_disable", c_int32)]
 
 
 class MoeShape(_Sized):
@@ -87,6 +87,7 @@ PROTOTYPES = {
     "volt8_last_error": (c_char_p, [c_void_p]),
     "volt8_ctx_target_arch": (c_int, [c_void_p, c_char_p, c_size_t]),
     "volt8_ctx_require_device": (c_int, [c_void_p]),
+    "volt8_ctx_early_launch": (c_int32, [c_void_p]),
     "volt8_variant_count": (c_int, [c_void_p, POINTER(MoeShape), POINTER(c_int32)]),
     "volt8_variant_name": (c_int, [c_void_p, POINTER(MoeShape), c_int32, c_char_p, c_size_t]),
     "volt8_variant_compile": (c_int, [c_void_p, POINTER(MoeShape), c_char_p, POINTER(c_int32)]),

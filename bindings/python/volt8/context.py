@@ -36,11 +36,12 @@ class Context:
     Calls on one context are serialised by a lock, so its last-error message always belongs to the
     failing call. close() (or leaving a `with` block) also closes the experts and graphs made on it."""
 
-    def __init__(self, device=0, *, cache_dir=None, cache_disable=False, target_arch=None):
+    def __init__(self, device=0, *, cache_dir=None, cache_disable=False, target_arch=None, early_launch=True):
         library = load()
         self.device = device_ordinal(device)
         options = _abi.CtxOptions(device=self.device, cache_dir=_encode(cache_dir),
-                                  cache_disable=int(bool(cache_disable)), target_arch=_encode(target_arch))
+                                  cache_disable=int(bool(cache_disable)), target_arch=_encode(target_arch),
+                                  early_launch_disable=int(not early_launch))
         handle = ctypes.c_void_p()
         check(library.volt8_ctx_create(ctypes.byref(options), ctypes.byref(handle)), "volt8_ctx_create")
         self._handle = handle.value
@@ -98,6 +99,12 @@ class Context:
         buffer = ctypes.create_string_buffer(32)
         self.call("volt8_ctx_target_arch", self.handle, buffer, len(buffer))
         return buffer.value.decode()
+
+    @property
+    def early_launch(self):
+        """True when a forward's later kernels start early (sm_90+ kernels, CUDA 12.3+ driver, not
+        disabled by early_launch=False or VOLT8_EARLY_LAUNCH_DISABLE=1)."""
+        return bool(load().volt8_ctx_early_launch(self.handle))
 
     @property
     def has_device(self):
