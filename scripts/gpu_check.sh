@@ -15,7 +15,8 @@ carry="$root/.carry"
 mode="${1:-}"
 
 # Shapes of the GPU suites: the seed shape (E=512 and E=64) at offsets 0/32/64/96,
-# H=2048/I=128, H=4096/I=256, online (1,128) scales, and E=2048 (the route over several id tiles).
+# H=2048/I=128, H=4096/I=256, online (1,128) scales, E=2048 (the route over several id tiles), and the
+# TP8 rank (I=80 at offset 80).
 gpu_test_shapes=(
   "num_experts=512,intermediate_offset=0" "num_experts=512" "num_experts=512,intermediate_offset=64"
   "num_experts=512,intermediate_offset=96"
@@ -27,6 +28,7 @@ gpu_test_shapes=(
   "num_experts=2,intermediate_offset=32" "num_experts=2,intermediate_offset=96"
   "hidden=256,num_experts=4,block_n=1,intermediate_offset=0"
   "hidden=256,intermediate=128,num_experts=2048,intermediate_offset=0"
+  "intermediate=80,intermediate_offset=80" "num_experts=64,intermediate=80,intermediate_offset=80"
 )
 
 prepare() {
@@ -63,7 +65,8 @@ prepare() {
 # SANITIZE_NATIVE=1, on native code; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites;
 # SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
 # TP 1/2/4/8), bench (the reference TP4 shape, with the tables just tuned when there are any),
-# demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
+# order (scripts/check_wait_order.py: in the sm_90 SASS, each forward kernel reads what the kernel
+# before wrote only after its griddepcontrol.wait), demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
 # torch), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
 # "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any).
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
@@ -96,7 +99,7 @@ run() {
     timeout "${step_timeout:-${STEP_TIMEOUT:-300}}" "$@" >"$logs/$name.log" 2>&1
     local rc=$?
     printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
-      "$(grep -E 'Synthesis|ERROR SUMMARY|RACECHECK SUMMARY|volt8 (tune|bench):| passed| failed|mtp_step' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
+      "$(grep -E 'Synthesis|ERROR SUMMARY|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
   }
   # The environment of a suite mode: sm70_ptx, the carried compute_70 PTX through the driver;
   # native, the device's own arch; sm80_ptx, compute_80 PTX compiled here, so the hmma family's
@@ -156,6 +159,13 @@ run() {
         step python_example env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
           python3 "$root/examples/mtp_step.py"
         tail -n 3 "$logs/python.log" "$logs/python_example.log" ;;
+      order)
+        # Where the sm_90 kernels wait for the kernel before them, checked in their SASS: the TP4
+        # and TP8 ranks, every variant.
+        step order_compile "$carry/bin/volt8" compile --arch sm_90 --cache "$work/order" \
+          --shape "intermediate_offset=32" --shape "intermediate=80,intermediate_offset=80"
+        step order python3 "$root/scripts/check_wait_order.py" "$work/order"
+        tail -n 5 "$logs/order.log" ;;
       demo)
         step demo env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" demo
         cat "$logs/demo.log" ;;

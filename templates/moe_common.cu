@@ -25,6 +25,56 @@ static __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
+// Loads of what an earlier kernel of the same forward wrote (h, z, the route's items, sorted pairs and
+// counters). With early launch that data changes while the kernel is resident, so it must not come
+// through the read-only (.nc) path: the compiler treats such loads as invariant and may issue them
+// before the wait. These are L2 loads, kept after the wait as volatile asm; without early launch
+// they are plain loads.
+#if VOLT8_EARLY_LAUNCH
+static __device__ __forceinline__ int load_produced(const int *address) {
+  int value;
+  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(value) : "l"(address));
+  return value;
+}
+
+static __device__ __forceinline__ int4 load_produced(const int4 *address) {
+  int4 value;
+  asm volatile("ld.global.cg.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
+               : "l"(address));
+  return value;
+}
+
+static __device__ __forceinline__ uint4 load_produced(const uint4 *address) {
+  uint4 value;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
+               : "l"(address));
+  return value;
+}
+
+static __device__ __forceinline__ float4 load_produced(const float4 *address) {
+  float4 value;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
+               : "l"(address));
+  return value;
+}
+#else
+template <typename T>
+static __device__ __forceinline__ T load_produced(const T *address) {
+  return *address;
+}
+#endif
+
+// A 16-byte vector of a GEMM's x rows: for gate_up the caller's input (read-only path), for down
+// h, which gate_up wrote.
+template <bool kCallerInput>
+static __device__ __forceinline__ uint4 load_x_vector(const unsigned short *address) {
+  if (kCallerInput) return *reinterpret_cast<const uint4 *>(address);
+  return load_produced(reinterpret_cast<const uint4 *>(address));
+}
+
 // Asks L2 for the line of `address` (weights a CTA reads after its wait); nothing without early launch.
 static __device__ __forceinline__ void prefetch_l2(const void *address) {
 #if VOLT8_EARLY_LAUNCH
@@ -80,11 +130,17 @@ static __device__ __forceinline__ void e4m3x16_to_float(const uint4 raw, float (
   }
 }
 
-// 16-byte load of weights that are read once: read-only path, no L1 allocation. volatile keeps
-// the compiler from sinking a batch of loads into the branches that use them.
+// 16-byte load of weights that are read once: no L1 allocation. volatile keeps the compiler from
+// sinking a batch of loads into the branches that use them. Read-only path (.nc) below sm_90; with
+// early launch a plain load, because the assembler moves .nc loads below griddepcontrol.wait and
+// the loads a kernel requests before its wait must stay there.
 static __device__ __forceinline__ uint4 load_weights_16(const unsigned char *address) {
   uint4 value;
+#if VOLT8_EARLY_LAUNCH
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+#else
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+#endif
       : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
       : "l"(address));
   return value;

@@ -134,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
         const int index = tid + (group_start + g) * kThreads;
         const long long pair = first_pair + pass_start + index / (kK / 8);
         const bool valid = stage_expert[g] >= 0 && stage_expert[g] < kNumExperts;
-        x_raw[g] = valid ? *reinterpret_cast<const uint4 *>(h + pair * kK + (index % (kK / 8)) * 8) : zero_uint4();
+        x_raw[g] = valid ? load_produced(reinterpret_cast<const uint4 *>(h + pair * kK + (index % (kK / 8)) * 8)) : zero_uint4();
       }
 #pragma unroll
       for (int g = 0; g < kStageGroup; ++g) {

@@ -162,8 +162,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     wait_for_previous_kernels();  // the route pass wrote the items
     allow_next_kernel();
     // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
-    const int item_count = counters[@{COUNTER_INDEX}];
-    const int4 item = items[blockIdx.y];
+    const int item_count = load_produced(&counters[@{COUNTER_INDEX}]);
+    const int4 item = load_produced(&items[blockIdx.y]);
     if ((int)blockIdx.y >= item_count) return;
     expert = item.x;
     first = item.y;
@@ -221,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 #else
       const long long row = valid ? item_pair(sorted_pairs, first, m) : 0;
 #endif
-      x_raw[g] = valid ? *reinterpret_cast<const uint4 *>(activations + row * kK + (index % (kK / 8)) * 8) : zero_uint4();
+      x_raw[g] = valid ? load_x_vector<VOLT8_GATE_UP>(activations + row * kK + (index % (kK / 8)) * 8) : zero_uint4();
     }
 #pragma unroll
     for (int g = 0; g < kStageGroup; ++g) {

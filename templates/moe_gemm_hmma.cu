@@ -153,7 +153,7 @@ static __device__ __forceinline__ void stage_x(unsigned short *x_tile, const uns
       const int k = (index % kVectorsPerRow) * 8 - kPad;
       const bool valid = group_start + g < kIterations && index < kVectors && m < count && k >= 0 && k < kK;
       const long long row = valid ? item_pair(sorted_pairs, first, m) / top_k : 0;
-      raw[g] = valid ? *reinterpret_cast<const uint4 *>(activations + row * kK + k) : zero_uint4();
+      raw[g] = valid ? load_x_vector<VOLT8_GATE_UP>(activations + row * kK + k) : zero_uint4();
     }
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
@@ -219,8 +219,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     wait_for_previous_kernels();  // the route pass wrote the items
     allow_next_kernel();
     // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
-    const int item_count = counters[@{COUNTER_INDEX}];
-    const int4 item = items[blockIdx.y];
+    const int item_count = load_produced(&counters[@{COUNTER_INDEX}]);
+    const int4 item = load_produced(&items[blockIdx.y]);
     if ((int)blockIdx.y >= item_count) return;
     expert = item.x;
     first = item.y;

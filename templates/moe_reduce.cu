@@ -25,7 +25,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const long long pair = (long long)token * top_k + j;
     const int id = topk_ids[pair];
     if (id < 0 || id >= kNumExperts) continue;
-    const float4 value = *reinterpret_cast<const float4 *>(z + pair * kHidden + column);
+    const float4 value = load_produced(reinterpret_cast<const float4 *>(z + pair * kHidden + column));
     sum.x += value.x;
     sum.y += value.y;
     sum.z += value.z;

@@ -4,7 +4,7 @@
 
 // Routed pair m of the CTA's work item: with block_m == 1 the item is the pair itself.
 static __device__ __forceinline__ int item_pair(const int *sorted_pairs, int first, int m) {
-  return kBlockM == 1 ? first + m : sorted_pairs[first + m];
+  return kBlockM == 1 ? first + m : load_produced(&sorted_pairs[first + m]);
 }
 
 // FP32 copy of the scales of the CTA's columns, [row kind][column][k block]; zero past N. Loaded in

@@ -558,6 +558,9 @@ Test(tuner, writes_both_tables_with_metadata_and_progress) {
   cJSON_Delete(root);
   free(text);
   cr_assert_not_null(strstr(progress_text, "M=8"), "%s", progress_text);
+  /* Each rejected candidate is named with its reason. */
+  cr_assert(strstr(progress_text, "gate_up.cc.bm1.") && strstr(progress_text, " rejected: relative L2 1.0 against the reference"),
+            "%s", progress_text);
   cr_assert_not_null(strstr(progress_text, "ETA"), "%s", progress_text);
   cr_assert_not_null(strstr(progress_text, "100%"), "%s", progress_text);
   free(progress_text);

@@ -127,6 +127,16 @@ static volt8_status measure_one(const tuner_backend *backend, int32_t m, const o
 }
 
 /* Screens every candidate, times the finalists again, fills `entry`. *out_found = 0 when none passed. */
+/* A rejected candidate, with the reason, on its own line: a disagreement with the reference is a bug
+ * to look into, not only a slower candidate. */
+static void progress_rejection(progress *state, int32_t m, const char *op, const char *variant, const char *reason) {
+  FILE *stream = state->settings->progress;
+  if (!stream) return;
+  if (state->settings->progress_tty) fputc('\r', stream);
+  fprintf(stream, "tune: M=%-4d %-7s %s rejected: %s\n", m, op, variant, reason);
+  fflush(stream);
+}
+
 static volt8_status tune_op(const tuner_settings *settings, const tuner_backend *backend, int32_t m,
                             const op_phase *phase, progress *state, tuner_summary *summary,
                             tuning_result_entry *entry, int *out_found, char *last_reason, size_t reason_size) {
@@ -145,6 +155,7 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
     } else {
       rejected++;
       snprintf(last_reason, reason_size, "%s: %.400s", phase->names[i], result.reason);
+      progress_rejection(state, m, volt8_tuning_op_name(phase->op), phase->names[i], result.reason);
     }
   }
   summary->rejected += rejected;

@@ -1,7 +1,8 @@
 /* GPU suite: every gate_up and down variant against the double-precision reference, on fresh
  * random data with poisoned outputs. Skips with the reason where there is no GPU.
  * VOLT8_TARGET_ARCH=sm_70 runs the compute_70 PTX (from the cache) through the driver;
- * VOLT8_GPU_TEST_QUICK=1 shrinks the problem for the sanitizer runs. */
+ * VOLT8_GPU_TEST_QUICK=1 shrinks the problem for the sanitizer runs. Every forward check poisons the
+ * workspace first, so with early launch (sm_90) each pairing also checks the kernels' waits. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,5 +292,64 @@ Test(gpu_kernels, token_fused_down_matches_down_and_reduce_bit_for_bit) {
   free(fused);
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+static int32_t block_m_of(const char *name) {
+  const char *bm = strstr(name, ".bm");
+  return bm ? atoi(bm + 3) : 0;
+}
+
+/* The first gate_up variant with block_m 1 (routed 0) or above 1 (routed 1) in a list, or NULL. */
+static const char *first_gate_up(const variant_lists *lists, int routed) {
+  for (int32_t i = 0; i < lists->gate_up_count; i++)
+    if ((block_m_of(lists->gate_up[i]) > 1) == routed) return lists->gate_up[i];
+  return NULL;
+}
+
+/* Early launch (sm_90 and later): down, or the token-fused down, starts while gate_up still runs,
+ * and how long gate_up runs decides what an early read would see. So every gate_up variant runs
+ * with every token-fused down, and every down with a block_m 1 and a routed gate_up, at the TP4
+ * and TP8 ranks and few tokens. gpu_check_forward poisons the workspace: a kernel reading h, z or
+ * the route's output before its wait sees NaN or -1. */
+Test(gpu_kernels, every_pairing_at_few_tokens_tp4_and_tp8) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(0x2545f4914f6cdd1dull);
+  const int32_t offsets[2] = {32, 80}, intermediates[2] = {160, 80};
+  const int32_t all_m[] = {1, 2}, quick_m[] = {2};
+  const int32_t *ms = gpu_quick_mode() ? quick_m : all_m;
+  int32_t m_count = gpu_quick_mode() ? 1 : 2, top_k = 10, forwards = 0;
+  for (int s = 0; s < 2; s++) {
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+    shape.intermediate = intermediates[s];
+    shape.intermediate_offset = offsets[s];
+    if (gpu_quick_mode()) shape.num_experts = 64;
+    host_problem problem;
+    gpu_make_problem(ctx, &shape, &problem);
+    variant_lists lists;
+    list_variants(ctx, &shape, &lists);
+    const char *gate_up_pair[2] = {first_gate_up(&lists, 0), first_gate_up(&lists, 1)};
+    cr_assert(gate_up_pair[0] && gate_up_pair[1], "no block_m 1 or no routed gate_up variant listed");
+    volt8_experts *experts = gpu_upload(ctx, &problem, 64, top_k);
+    for (int32_t mi = 0; mi < m_count; mi++) {
+      device_batch batch;
+      gpu_make_batch(ctx, &problem, ms[mi], top_k, ROUTING_UNIFORM, &batch);
+      char label[96];
+      snprintf(label, sizeof label, "I=%d offset %d M=%d", shape.intermediate, shape.intermediate_offset, ms[mi]);
+      for (int32_t d = 0; d < lists.down_count; d++) {
+        if (strncmp(lists.down[d], "down.tok.", 9) == 0) {
+          for (int32_t g = 0; g < lists.gate_up_count; g++, forwards++)
+            gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[g], lists.down[d], label);
+        }
+        for (int g = 0; g < 2; g++, forwards++)
+          gpu_check_forward(ctx, experts, shape.hidden, &batch, gate_up_pair[g], lists.down[d], label);
+      }
+      gpu_free_batch(ctx, &batch);
+    }
+    volt8_experts_destroy(experts);
+    volt8_codegen_names_free(lists.names, lists.count);
+    gpu_free_problem(&problem);
+  }
+  cr_log_info("%d forwards checked (early launch %s)", forwards, volt8_ctx_early_launch(ctx) ? "on" : "off");
   volt8_ctx_destroy(ctx);
 }
