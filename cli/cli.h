@@ -4,7 +4,7 @@
 
 #include "volt8.h"
 
-#define CLI_MAX_SHAPES 16
+#define CLI_MAX_SHAPES 32
 
 /* "hidden=2560,intermediate=160,..." onto `shape` (keys not named keep their value). 0 on success. */
 int cli_parse_shape(const char *text, volt8_moe_shape *shape);

@@ -73,7 +73,11 @@ int cli_compile(int argc, char **argv) {
       arch = argv[++i];
     } else if (strcmp(argv[i], "--cache") == 0 && i + 1 < argc) {
       cache = argv[++i];
-    } else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc && shape_count < CLI_MAX_SHAPES) {
+    } else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+      if (shape_count == CLI_MAX_SHAPES) {
+        fprintf(stderr, "volt8 compile: at most %d --shape options\n", CLI_MAX_SHAPES);
+        return 2;
+      }
       volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
       if (cli_parse_shape(argv[++i], &shape) != 0) return 2;
       shapes[shape_count++] = shape;
