@@ -33,6 +33,8 @@ static_assert(kPassPairs % kSlots == 0 && kPairsPerSlot >= 1, "every slot walks 
 }  // namespace
 
 // Requests the items [first, first + kBatch): weight chunk and the half-precision scale it needs.
+// kBeforeWait: a pass's first batch, requested before the kernel's wait (load_weights_16_at).
+template <bool kBeforeWait>
 static __device__ __forceinline__ void tok_load_batch(uint4 (&raw)[kBatch], unsigned short (&scale_bits)[kBatch], int first,
                                                       const unsigned char *const (&rows)[kPairsPerSlot],
                                                       const unsigned short *const (&scale_rows)[kPairsPerSlot],
@@ -43,7 +45,7 @@ static __device__ __forceinline__ void tok_load_batch(uint4 (&raw)[kBatch], unsi
     const int i = item / kChunksPerLane;
     const int chunk = lane_in_row + (item % kChunksPerLane) * kLanesPerRow;
     const bool valid = item < kItems && live[i] && chunk < kChunks;
-    raw[b] = valid ? load_weights_16(rows[i] + chunk * 16) : zero_uint4();
+    raw[b] = valid ? load_weights_16_at<kBeforeWait>(rows[i] + chunk * 16) : zero_uint4();
     scale_bits[b] = valid ? scale_rows[i][(kScaleKOffset + chunk * 16) >> 7] : (unsigned short)0;
   }
 }
@@ -100,7 +102,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     // The first weights are requested before h is staged, so the latencies overlap.
     uint4 raw[kBatch];
     unsigned short scale_bits[kBatch];
-    tok_load_batch(raw, scale_bits, 0, rows, scale_rows, live, lane_in_row);
+    tok_load_batch<true>(raw, scale_bits, 0, rows, scale_rows, live, lane_in_row);
     if (pass_start == 0) {
       // Started early: the pass's later weights are asked into L2 while gate_up finishes.
 #pragma unroll
@@ -151,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     for (int i = 0; i < kPairsPerSlot; ++i) acc[i] = 0.0f;
 #pragma unroll
     for (int first = 0; first < kItems; first += kBatch) {
-      if (first > 0) tok_load_batch(raw, scale_bits, first, rows, scale_rows, live, lane_in_row);
+      if (first > 0) tok_load_batch<false>(raw, scale_bits, first, rows, scale_rows, live, lane_in_row);
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         const int item = first + b;

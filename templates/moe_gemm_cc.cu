@@ -48,7 +48,9 @@ static __device__ __forceinline__ void load_weight_slot(uint4 (&raw)[kRows], con
 }
 
 // Requests kUnroll chunks of each weight row: chunk_first, chunk_first + kLanesPerRow, ...
-// Chunks at or past chunk_end, and rows past N, read as zeros.
+// Chunks at or past chunk_end, and rows past N, read as zeros. kBeforeWait: requested before the
+// kernel's wait (load_weights_16_at).
+template <bool kBeforeWait>
 static __device__ __forceinline__ void load_weight_batch(uint4 (&raw)[kUnroll][kRows], const unsigned char *const (&rows)[kRows],
                                                          bool column_valid, int chunk_first, int chunk_end) {
 #pragma unroll
@@ -56,7 +58,7 @@ static __device__ __forceinline__ void load_weight_batch(uint4 (&raw)[kUnroll][k
     const int chunk = chunk_first + u * kLanesPerRow;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      raw[u][r] = (column_valid && chunk < chunk_end) ? load_weights_16(rows[r] + chunk * 16) : zero_uint4();
+      raw[u][r] = (column_valid && chunk < chunk_end) ? load_weights_16_at<kBeforeWait>(rows[r] + chunk * 16) : zero_uint4();
     }
   }
 }
@@ -193,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 
   // The first weights are requested before x and the scales are staged, so the latencies overlap.
   uint4 raw[kUnroll][kRows];
-  load_weight_batch(raw, row_weights, column_valid, chunk_begin + lane_in_row, chunk_end);
+  load_weight_batch<kBlockM == 1 && !VOLT8_GATE_UP>(raw, row_weights, column_valid, chunk_begin + lane_in_row, chunk_end);
   unsigned short first_scale_bits[kScaleGroup];
   scale_group_load(first_scale_bits, scales, expert, column0, 0);
   if (kBlockM == 1) {
@@ -208,6 +210,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   }
 
   if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
+  stage_barrier();
   // x rows in groups of loads that are all in flight together.
   for (int group_start = 0; group_start < kStageIterations; group_start += kStageGroup) {
     uint4 x_raw[kStageGroup];
@@ -217,9 +220,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
       const int m = index / (kK / 8);
       const bool valid = group_start + g < kStageIterations && index < kBlockM * (kK / 8) && m < count;
 #if VOLT8_GATE_UP
-      const long long row = valid ? item_pair(sorted_pairs, first, m) / top_k : 0;
+      const long long row = valid ? staged_pair(sorted_pairs, pair_ids, first, m) / top_k : 0;
 #else
-      const long long row = valid ? item_pair(sorted_pairs, first, m) : 0;
+      const long long row = valid ? staged_pair(sorted_pairs, pair_ids, first, m) : 0;
 #endif
       x_raw[g] = valid ? load_x_vector<VOLT8_GATE_UP>(activations + row * kK + (index % (kK / 8)) * 8) : zero_uint4();
     }

@@ -86,6 +86,8 @@ static __device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, uns
 // Step t of a warp: window t % kWindows of column group t / kWindows (split_k slices have one group).
 // Requests this thread's chunk of the step's window in each of its weight rows ([tile][tile row g,
 // g+8]) of the step's group. Steps past step_end, chunks outside [0, K) and rows past N read as zeros.
+// kBeforeWait: requested before the kernel's wait (load_weights_16_at).
+template <bool kBeforeWait>
 static __device__ __forceinline__ void load_step(uint4 (&raw)[kNTiles][2], const unsigned char *const (&rows)[kNTiles][2],
                                                  const int (&columns)[kNTiles][2], int step, int step_end, int quad_lane) {
   const int group = kColumnGroups == 1 ? 0 : step / kWindows;
@@ -97,7 +99,7 @@ static __device__ __forceinline__ void load_step(uint4 (&raw)[kNTiles][2], const
     for (int h = 0; h < 2; ++h) {
       const bool row_valid = columns[nt][h] + group * kGroupColumns < kN;
       raw[nt][h] = (chunk_valid && row_valid)
-                       ? load_weights_16(rows[nt][h] + (long long)group * kGroupColumns * kK + chunk * 16)
+                       ? load_weights_16_at<kBeforeWait>(rows[nt][h] + (long long)group * kGroupColumns * kK + chunk * 16)
                        : zero_uint4();
     }
 }
@@ -139,7 +141,8 @@ static __device__ __forceinline__ void word_to_halves(unsigned word, unsigned &l
 // x rows of the item as FP16, [pair][kPad zeros, K codes, zeros to kWindows * 64]; rows past the
 // count are zeros, so every product reads finite values.
 static __device__ __forceinline__ void stage_x(unsigned short *x_tile, const unsigned short *activations,
-                                               const int *sorted_pairs, int first, int count, int top_k) {
+                                               const int *sorted_pairs, const int *pair_ids, int first, int count,
+                                               int top_k) {
   constexpr int kVectorsPerRow = kWindows * 8;  // 16-byte vectors of a row, padding included
   constexpr int kVectors = kBlockM * kVectorsPerRow;
   constexpr int kIterations = (kVectors + kThreads - 1) / kThreads;
@@ -152,7 +155,7 @@ static __device__ __forceinline__ void stage_x(unsigned short *x_tile, const uns
       const int m = index / kVectorsPerRow;
       const int k = (index % kVectorsPerRow) * 8 - kPad;
       const bool valid = group_start + g < kIterations && index < kVectors && m < count && k >= 0 && k < kK;
-      const long long row = valid ? item_pair(sorted_pairs, first, m) / top_k : 0;
+      const long long row = valid ? staged_pair(sorted_pairs, pair_ids, first, m) / top_k : 0;
       raw[g] = valid ? load_x_vector<VOLT8_GATE_UP>(activations + row * kK + k) : zero_uint4();
     }
 #pragma unroll
@@ -267,7 +270,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   // The first weights are requested before x and the scales are staged, so the latencies overlap.
   uint4 raw[kUnroll][kNTiles][2];
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) load_step(raw[u], row_weights, row_column, step_begin + u, step_end, quad_lane);
+  for (int u = 0; u < kUnroll; ++u)
+    load_step<kBlockM == 1 && !VOLT8_GATE_UP>(raw[u], row_weights, row_column, step_begin + u, step_end, quad_lane);
   if (kBlockM == 1) {
 #if !VOLT8_GATE_UP
     // down starts early: the weights of its later steps are asked into L2 while gate_up finishes.
@@ -279,7 +283,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 
   unsigned short *x_tile = reinterpret_cast<unsigned short *>(shared_buffer);
   if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
-  stage_x(x_tile, activations, sorted_pairs, first, count, x_rows_per_pair);
+  stage_barrier();
+  stage_x(x_tile, activations, sorted_pairs, pair_ids, first, count, x_rows_per_pair);
   unsigned short first_scale_bits[kScaleGroup];
   scale_group_load(first_scale_bits, scales, expert, column0, 0);
   stage_scales(scale_tile, first_scale_bits, scales, expert, column0, kScaleFactor);
@@ -341,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
       }
       // The slot is used: request its step of the next batch, so about kUnroll steps stay in flight
       // with one register buffer.
-      if (batch + 1 < kBatches) load_step(raw[u], row_weights, row_column, step + kUnroll, step_end, quad_lane);
+      if (batch + 1 < kBatches) load_step<false>(raw[u], row_weights, row_column, step + kUnroll, step_end, quad_lane);
     }
   }
 
