@@ -375,15 +375,18 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
    * counts bad ids. */
   int needs_route = bm_gate_up != 1 || bm_down != 1;
   unsigned down_columns = (hidden + down->block_n - 1) / down->block_n;
-  /* The forward's first kernel waits for the caller's work as usual; each later one may start early. */
+  /* The forward's first kernel waits for the caller's work as usual. Without a route pass (few
+   * tokens, where launch latency is most of the time) down and the reduce may start early; routed
+   * kernels run one after the other and carry no waits (templates/moe_common.cu). */
+  int early = !needs_route;
   if ((needs_route && (status = launch(ctx, route, 1, 1, cu_stream, route_params, 0)) != VOLT8_OK) ||
       (status = launch(ctx, gate_up, (intermediate + gate_up->block_n - 1) / gate_up->block_n, (unsigned)num_pairs,
-                       cu_stream, gate_up_params, needs_route)) != VOLT8_OK)
+                       cu_stream, gate_up_params, 0)) != VOLT8_OK)
     return status;
-  if (fused_down) return launch(ctx, down, down_columns, (unsigned)num_tokens, cu_stream, fused_down_params, 1);
-  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params, 1)) != VOLT8_OK ||
+  if (fused_down) return launch(ctx, down, down_columns, (unsigned)num_tokens, cu_stream, fused_down_params, early);
+  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params, early)) != VOLT8_OK ||
       (status = launch(ctx, reduce, (hidden + reduce_columns - 1) / reduce_columns, (unsigned)num_tokens, cu_stream,
-                       reduce_params, 1)) != VOLT8_OK)
+                       reduce_params, early)) != VOLT8_OK)
     return status;
   return VOLT8_OK;
 }

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Checks, in the machine code, where the forward kernels of a kernel cache wait for the kernel before
-them (early launch, sm_90 and later). The source orders the loads around griddepcontrol.wait, but the
-assembler may move loads it believes read-only across it, so the check is made on the SASS:
+"""Checks, in the machine code, where the kernels of a kernel cache that can start early (block_m 1
+GEMMs, the token-fused down and the reduce: early launch, sm_90 and later) wait for the kernel
+before them. The source orders the loads around griddepcontrol.wait, but the assembler may move
+loads it believes read-only across it, so the check is made on the SASS:
 
-  1. every forward kernel but route has its main wait: an ACQBULK followed by the PREEXIT of
+  1. each such kernel has its main wait: an ACQBULK followed by the PREEXIT of
      griddepcontrol.launch_dependents;
-  2. no load of what an earlier kernel wrote (h, z, the route's output: ld.global.cg, SASS
-     LDG...STRONG.GPU) comes before that wait;
+  2. no load of what the kernel before wrote (h, z: ld.global.cg, SASS LDG...STRONG.GPU) comes
+     before that wait;
   3. down and reduce read no 64- or 128-bit vector through the read-only path (h and z would be
      stale there);
-  4. block_m 1 down and token-fused down kernels request weights (LDG.E.NA.128) before the wait.
+  4. block_m 1 down and token-fused down kernels request weights (LDG.E.NA.128) before the wait;
+  5. routed kernels, which are never started early, have no wait at all.
 
 usage: check_wait_order.py CACHE_DIR   (a cache filled by `volt8 compile --arch sm_90`)
 Needs ptxas and cuobjdump (CUDA toolkit): PTXAS and CUOBJDUMP override the ones on PATH or in
@@ -68,9 +70,10 @@ def sass_lines(ptxas, cuobjdump, ptx, arch, work):
 
 
 def problems(name, lines):
-    if name.startswith("volt8_route") or not (name.startswith("volt8_gate_up") or name.startswith("volt8_down")
-                                              or name.startswith("volt8_reduce")):
+    if not re.match(r"volt8_(gate_up|down|reduce|route)", name):
         return []
+    if not re.match(r"volt8_(\w+_bm1_|down_tok_|reduce_)", name):
+        return ["a kernel that never starts early has a wait"] if any("ACQBULK" in line for line in lines) else []
     main = None
     last_wait = None
     for index, line in enumerate(lines):

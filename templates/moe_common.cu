@@ -1,13 +1,15 @@
 // Device helpers shared by the GEMM, reduce and bench templates. FP16 travels as raw bits
 // (unsigned short) so no header is needed; conversions are single PTX instructions.
 
-// Early launch (programmatic dependent launch, sm_90 and later): the runtime may start a forward's
-// second and later kernels while the kernel before them still runs. Such a kernel reads nothing the
-// kernels before it write, and writes nothing, until wait_for_previous_kernels() has returned in
-// its CTA; every CTA calls it before it returns, so a kernel still completes after the one before it.
-// allow_next_kernel() lets the next kernel's CTAs start. Below sm_90 all three are empty and the
-// runtime launches kernels one after the other.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Early launch (programmatic dependent launch, sm_90 and later): in a forward without a route pass
+// the runtime may start down and the reduce while the kernel before them still runs. Such a kernel
+// reads nothing the kernels before it write, and writes nothing, until wait_for_previous_kernels()
+// has returned in its CTA; every CTA calls it before it returns, so a kernel still completes after
+// the one before it. allow_next_kernel() lets the next kernel's CTAs start. A template whose kernel
+// can be in such a forward (block_m 1, token-fused down, reduce) defines VOLT8_MAY_START_EARLY to 1
+// before including this file; routed kernels run one after the other and carry none of it, and
+// below sm_90 all of it is empty.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && VOLT8_MAY_START_EARLY
 #define VOLT8_EARLY_LAUNCH 1
 #else
 #define VOLT8_EARLY_LAUNCH 0
@@ -25,26 +27,11 @@ static __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
-// Loads of what an earlier kernel of the same forward wrote (h, z, the route's items, sorted pairs and
-// counters). With early launch that data changes while the kernel is resident, so it must not come
-// through the read-only (.nc) path: the compiler treats such loads as invariant and may issue them
-// before the wait. These are L2 loads, kept after the wait as volatile asm; without early launch
-// they are plain loads.
+// Loads of what the kernel before wrote (h for down, z for the reduce). With early launch that data
+// changes while the kernel is resident, so it must not come through the read-only (.nc) path: the
+// assembler treats such loads as invariant and may issue them before the wait. These are L2 loads,
+// kept after the wait as volatile asm; without early launch they are plain loads.
 #if VOLT8_EARLY_LAUNCH
-static __device__ __forceinline__ int load_produced(const int *address) {
-  int value;
-  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(value) : "l"(address));
-  return value;
-}
-
-static __device__ __forceinline__ int4 load_produced(const int4 *address) {
-  int4 value;
-  asm volatile("ld.global.cg.v4.s32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
-               : "l"(address));
-  return value;
-}
-
 static __device__ __forceinline__ uint4 load_produced(const uint4 *address) {
   uint4 value;
   asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"

@@ -5,6 +5,7 @@
 // Each dot product is computed chunk for chunk as down.cc.bm1 with the same lanes per row computes
 // it, and the weighted sum as the reduce kernel forms it, so the bits equal those two kernels'.
 // CTA (0, 0) also stores the number of ids outside [0, E) in counters[2], as the reduce does.
+#define VOLT8_MAY_START_EARLY 1
 @{include moe_common.cu}
 
 namespace {

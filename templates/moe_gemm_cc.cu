@@ -3,6 +3,7 @@
 // down:    z[pair][c] = topk_weights[pair] * (h[pair] . W2[e][c]).
 // A group of kLanesPerRow lanes owns one output column; its lanes stream the column's weight
 // rows in 16-byte chunks (16 codes). Per chunk the raw products are summed in FP32, then scaled.
+#define VOLT8_MAY_START_EARLY (@{BLOCK_M} == 1)  // routed kernels follow the route pass in order
 @{include moe_common.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}
@@ -161,11 +162,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     first = blockIdx.y;
     count = 1;
   } else {
-    wait_for_previous_kernels();  // the route pass wrote the items
-    allow_next_kernel();
     // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
-    const int item_count = load_produced(&counters[@{COUNTER_INDEX}]);
-    const int4 item = load_produced(&items[blockIdx.y]);
+    const int item_count = counters[@{COUNTER_INDEX}];
+    const int4 item = items[blockIdx.y];
     if ((int)blockIdx.y >= item_count) return;
     expert = item.x;
     first = item.y;
@@ -210,7 +209,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   }
 
   if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
-  stage_barrier();
   // x rows in groups of loads that are all in flight together.
   for (int group_start = 0; group_start < kStageIterations; group_start += kStageGroup) {
     uint4 x_raw[kStageGroup];
@@ -220,9 +218,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
       const int m = index / (kK / 8);
       const bool valid = group_start + g < kStageIterations && index < kBlockM * (kK / 8) && m < count;
 #if VOLT8_GATE_UP
-      const long long row = valid ? staged_pair(sorted_pairs, pair_ids, first, m) / top_k : 0;
+      const long long row = valid ? item_pair(sorted_pairs, first, m) / top_k : 0;
 #else
-      const long long row = valid ? staged_pair(sorted_pairs, pair_ids, first, m) : 0;
+      const long long row = valid ? item_pair(sorted_pairs, first, m) : 0;
 #endif
       x_raw[g] = valid ? load_x_vector<VOLT8_GATE_UP>(activations + row * kK + (index % (kK / 8)) * 8) : zero_uint4();
     }

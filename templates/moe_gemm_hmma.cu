@@ -22,6 +22,7 @@
 // With column groups (c > 1, split_k 1 only) a CTA's block_n columns are walked as c groups one after
 // the other: x and the scales are staged once, a warp's loads run on across group boundaries, and
 // each group's results are stored when its last window is done.
+#define VOLT8_MAY_START_EARLY (@{BLOCK_M} == 1)  // routed kernels follow the route pass in order
 @{include moe_common.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}
@@ -141,8 +142,7 @@ static __device__ __forceinline__ void word_to_halves(unsigned word, unsigned &l
 // x rows of the item as FP16, [pair][kPad zeros, K codes, zeros to kWindows * 64]; rows past the
 // count are zeros, so every product reads finite values.
 static __device__ __forceinline__ void stage_x(unsigned short *x_tile, const unsigned short *activations,
-                                               const int *sorted_pairs, const int *pair_ids, int first, int count,
-                                               int top_k) {
+                                               const int *sorted_pairs, int first, int count, int top_k) {
   constexpr int kVectorsPerRow = kWindows * 8;  // 16-byte vectors of a row, padding included
   constexpr int kVectors = kBlockM * kVectorsPerRow;
   constexpr int kIterations = (kVectors + kThreads - 1) / kThreads;
@@ -155,7 +155,7 @@ static __device__ __forceinline__ void stage_x(unsigned short *x_tile, const uns
       const int m = index / kVectorsPerRow;
       const int k = (index % kVectorsPerRow) * 8 - kPad;
       const bool valid = group_start + g < kIterations && index < kVectors && m < count && k >= 0 && k < kK;
-      const long long row = valid ? staged_pair(sorted_pairs, pair_ids, first, m) / top_k : 0;
+      const long long row = valid ? item_pair(sorted_pairs, first, m) / top_k : 0;
       raw[g] = valid ? load_x_vector<VOLT8_GATE_UP>(activations + row * kK + k) : zero_uint4();
     }
 #pragma unroll
@@ -219,11 +219,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     first = blockIdx.y;
     count = 1;
   } else {
-    wait_for_previous_kernels();  // the route pass wrote the items
-    allow_next_kernel();
     // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
-    const int item_count = load_produced(&counters[@{COUNTER_INDEX}]);
-    const int4 item = load_produced(&items[blockIdx.y]);
+    const int item_count = counters[@{COUNTER_INDEX}];
+    const int4 item = items[blockIdx.y];
     if ((int)blockIdx.y >= item_count) return;
     expert = item.x;
     first = item.y;
@@ -283,8 +281,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 
   unsigned short *x_tile = reinterpret_cast<unsigned short *>(shared_buffer);
   if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
-  stage_barrier();
-  stage_x(x_tile, activations, sorted_pairs, pair_ids, first, count, x_rows_per_pair);
+  stage_x(x_tile, activations, sorted_pairs, first, count, x_rows_per_pair);
   unsigned short first_scale_bits[kScaleGroup];
   scale_group_load(first_scale_bits, scales, expert, column0, 0);
   stage_scales(scale_tile, first_scale_bits, scales, expert, column0, kScaleFactor);

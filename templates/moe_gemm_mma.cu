@@ -107,7 +107,7 @@ static __device__ __forceinline__ void stage_x_tile(unsigned char *tile_buffer, 
       const int k = tile * kTileK + (index % (kTileK / 8)) * 8;
       const bool valid = group_start + g < kIterations && index < kVectors && m < count && k < kK;
       const long long row = valid ? pair_ids[m] / top_k : 0;  // top_k is 1 for down: rows of h are pairs
-      raw[g] = valid ? load_x_vector<VOLT8_GATE_UP>(activations + row * kK + k) : zero_uint4();
+      raw[g] = valid ? *reinterpret_cast<const uint4 *>(activations + row * kK + k) : zero_uint4();
     }
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
@@ -162,12 +162,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   __shared__ __align__(16) float scale_tile[kRows * kScaleKBlocks * kBlockN];  // [row kind][k block][column]
   __shared__ int pair_ids[kBlockM];
 
-  wait_for_previous_kernels();  // the route pass wrote the items
-  allow_next_kernel();
   // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
   // (topk_ids and num_pairs serve block_m == 1 only, which this family does not have.)
-  const int item_count = load_produced(&counters[@{COUNTER_INDEX}]);
-  const int4 item = load_produced(&items[blockIdx.y]);
+  const int item_count = counters[@{COUNTER_INDEX}];
+  const int4 item = items[blockIdx.y];
   if ((int)blockIdx.y >= item_count) return;
   const int expert = item.x;
   const int first = item.y;
@@ -202,7 +200,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   uint4 raw[kUnroll][kNTiles][kRows];
   load_weight_batch(raw, row_weights, row_valid, 0, slice, quad_pair);
 
-  if (tid < kBlockM) pair_ids[tid] = tid < count ? load_produced(&sorted_pairs[first + tid]) : 0;
+  if (tid < kBlockM) pair_ids[tid] = tid < count ? sorted_pairs[first + tid] : 0;
   stage_scales(scale_tile, scales, expert, column0);
 
   float acc[kMTiles][kNTiles][kRows][8];

@@ -3,6 +3,7 @@
 // Four columns per thread. CTA (0, 0) also stores (never adds) the number of ids outside [0, E)
 // in counters[2]: every forward overwrites it, so it needs no reset, also when no route ran.
 
+#define VOLT8_MAY_START_EARLY 1
 @{include moe_common.cu}
 
 namespace {

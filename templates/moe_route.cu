@@ -106,11 +106,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   __shared__ int bad_ids;
   __shared__ __align__(16) int id_tile[kIdCapacity];     // ids [tile_start, tile_start + kIdCapacity)
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // The forward's first kernel, never started early itself: gate_up's CTAs may start now and wait
-  // for this one (early launch, moe_common.cu).
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;

@@ -4,25 +4,7 @@
 
 // Routed pair m of the CTA's work item: with block_m == 1 the item is the pair itself.
 static __device__ __forceinline__ int item_pair(const int *sorted_pairs, int first, int m) {
-  return kBlockM == 1 ? first + m : load_produced(&sorted_pairs[first + m]);
-}
-
-// Routed pair m of the item while x is staged. With early launch sorted_pairs comes through L2
-// (load_produced), so the pairs are taken from pair_ids, which the CTA stored before staging with a
-// barrier in between (stage_barrier); below sm_90 straight from sorted_pairs, which the L1 serves.
-static __device__ __forceinline__ int staged_pair(const int *sorted_pairs, const int *pair_ids, int first, int m) {
-#if VOLT8_EARLY_LAUNCH
-  return kBlockM == 1 ? first + m : pair_ids[m];
-#else
-  return item_pair(sorted_pairs, first, m);
-#endif
-}
-
-// Between storing pair_ids and staging x (see staged_pair).
-static __device__ __forceinline__ void stage_barrier() {
-#if VOLT8_EARLY_LAUNCH
-  if (kBlockM > 1) __syncthreads();
-#endif
+  return kBlockM == 1 ? first + m : sorted_pairs[first + m];
 }
 
 // FP32 copy of the scales of the CTA's columns, [row kind][column][k block]; zero past N. Loaded in
