@@ -63,7 +63,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   __shared__ int pair_live[kPassPairs];
 
   // topk_ids and topk_weights were written before the forward and the weights never change: they
-  // are read before the wait for gate_up's h, counters[2] (which the route pass may write) after it.
+  // are read before the wait for gate_up's h. counters[2] is written after it, as every write of a
+  // kernel that starts early is.
   if (blockIdx.x == 0 && blockIdx.y == 0) {
     wait_for_previous_kernels();
     store_bad_id_count(topk_ids, num_tokens * top_k, kNumExperts, counters + 2);

@@ -204,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
          chunk += kLanesPerRow)
       prefetch_l2(row_weights[0] + chunk * 16);
 #endif
-    wait_for_previous_kernels();  // x (h for down) was written by the kernel before
+    wait_for_previous_kernels();  // down: gate_up wrote h
     allow_next_kernel();
   }
 

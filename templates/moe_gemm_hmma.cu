@@ -275,7 +275,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     // down starts early: the weights of its later steps are asked into L2 while gate_up finishes.
     for (int step = step_begin + kUnroll; step < step_end; ++step) prefetch_step(row_weights, row_column, step, quad_lane);
 #endif
-    wait_for_previous_kernels();  // x (h for down) was written by the kernel before
+    wait_for_previous_kernels();  // down: gate_up wrote h
     allow_next_kernel();
   }
 
