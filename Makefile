@@ -20,7 +20,7 @@ test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -L cpu -j $(JOBS)
 	@JOBS=$(JOBS) scripts/sanitized_tests.sh
 	@JOBS=$(JOBS) scripts/tsan_tests.sh
-	@VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests
+	@VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/scripts
 
 clean:
 	rm -rf $(BUILD_DIR) build-asan build-tsan
