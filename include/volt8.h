@@ -76,8 +76,8 @@ typedef struct volt8_ctx_options {
   const char *cache_dir;   /* NULL: VOLT8_CACHE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/volt8 */
   int32_t cache_disable;   /* 1: no disk cache (VOLT8_CACHE_DISABLE=1 does the same) */
   const char *target_arch; /* NULL: the device's own ("sm_90"); "sm_70" runs compute_70 PTX through the driver */
-  int32_t early_launch_disable; /* 1: a forward's kernels start one after the other also where early
-                                 * launch is available (VOLT8_EARLY_LAUNCH_DISABLE=1 does the same) */
+  int32_t early_launch_disable; /* 1: no early launch (volt8_ctx_early_launch) even where it is
+                                 * available (VOLT8_EARLY_LAUNCH_DISABLE=1 does the same) */
 } volt8_ctx_options;
 #define VOLT8_CTX_OPTIONS_INIT {sizeof(volt8_ctx_options), 0, NULL, 0, NULL, 0}
 

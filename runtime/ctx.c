@@ -108,8 +108,7 @@ static char *join_path(const char *base, const char *suffix) {
 }
 
 static volt8_status resolve_cache_dir(volt8_ctx *ctx, const volt8_ctx_options *options) {
-  const char *disable = getenv("VOLT8_CACHE_DISABLE");
-  if (options->cache_disable || (disable && strcmp(disable, "1") == 0)) return VOLT8_OK;
+  if (options->cache_disable || volt8_env_is_one("VOLT8_CACHE_DISABLE")) return VOLT8_OK;
   const char *explicit_dir = options->cache_dir ? options->cache_dir : getenv("VOLT8_CACHE_DIR");
   if (explicit_dir && *explicit_dir) {
     ctx->cache_dir = strdup(explicit_dir);
@@ -197,14 +196,18 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
   }
   if (ctx->has_device) {
     int driver_version = 0;
-    const char *disable = getenv("VOLT8_EARLY_LAUNCH_DISABLE");
-    int disabled = defaults.early_launch_disable == 1 || (disable && strcmp(disable, "1") == 0);
+    int disabled = defaults.early_launch_disable == 1 || volt8_env_is_one("VOLT8_EARLY_LAUNCH_DISABLE");
     if (ctx->cuda->cuDriverGetVersion(&driver_version) != CUDA_SUCCESS) driver_version = 0;
     ctx->early_launch = volt8_early_launch_usable(ctx->target_arch, driver_version, ctx->cuda->cuLaunchKernelEx != NULL,
                                                   disabled);
   }
   *out_ctx = ctx;
   return VOLT8_OK;
+}
+
+int volt8_env_is_one(const char *name) {
+  const char *value = getenv(name);
+  return value && strcmp(value, "1") == 0;
 }
 
 int32_t volt8_early_launch_usable(int32_t target_arch, int driver_version, int has_launch_ex, int disabled) {

@@ -17,7 +17,8 @@ struct volt8_ctx {
   int32_t has_device;                /* 1 when the driver, a device and its primary context are up */
   int32_t device_arch;               /* e.g. 90; 0 without a device */
   int32_t target_arch;               /* arch kernels are generated and compiled for, e.g. 70 */
-  int32_t early_launch;              /* 1: a forward's later kernels get programmatic dependent launch */
+  int32_t early_launch;              /* 1: down and the reduce of forwards without a route pass get
+                                      * programmatic dependent launch */
   char device_name[128];
   char no_device_reason[512];        /* why has_device is 0 */
   char *cache_dir;                   /* NULL when the disk cache is disabled */
@@ -56,10 +57,13 @@ static inline size_t volt8_device_align(size_t bytes) {
   return (bytes + VOLT8_DEVICE_ALIGN - 1) / VOLT8_DEVICE_ALIGN * VOLT8_DEVICE_ALIGN;
 }
 
-/* Whether a forward's second and later kernels may be launched early (programmatic dependent launch):
- * the kernels carry the waits only when compiled for sm_90 or newer, and stream capture keeps such
- * launches from CUDA 12.3 (driver version 12030) on. */
+/* Whether kernels may be launched early (programmatic dependent launch): the kernels carry the
+ * waits only when compiled for sm_90 or newer, and stream capture keeps such launches from CUDA 12.3
+ * (driver version 12030) on. */
 int32_t volt8_early_launch_usable(int32_t target_arch, int driver_version, int has_launch_ex, int disabled);
+
+/* 1 when environment variable `name` is set to "1". */
+int volt8_env_is_one(const char *name);
 
 /* "sm_70" -> 70; returns 0 on anything else. */
 int32_t volt8_parse_arch(const char *name);

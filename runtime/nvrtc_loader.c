@@ -16,11 +16,6 @@
 #define VOLT8_CUDA_LIBRARY_DIR "/usr/local/cuda/lib64"
 #endif
 
-static int env_is_one(const char *name) {
-  const char *value = getenv(name);
-  return value && strcmp(value, "1") == 0;
-}
-
 __attribute__((format(printf, 2, 3))) static void note_tried(volt8_nvrtc_registry *registry, const char *fmt, ...) {
   size_t used = strlen(registry->tried);
   if (used + 3 >= sizeof registry->tried) return;
@@ -138,13 +133,13 @@ static void try_candidate(volt8_nvrtc_registry *registry, const char *path, cons
 
 static void probe_candidates(volt8_nvrtc_registry *registry) {
   registry->probed = 1;
-  if (env_is_one("VOLT8_NVRTC_DISABLE")) {
+  if (volt8_env_is_one("VOLT8_NVRTC_DISABLE")) {
     note_tried(registry, "NVRTC disabled by VOLT8_NVRTC_DISABLE=1");
     return;
   }
   const char *explicit_path = getenv("VOLT8_NVRTC");
   if (explicit_path && *explicit_path) try_candidate(registry, explicit_path, "VOLT8_NVRTC");
-  if (env_is_one("VOLT8_NVRTC_ONLY")) {
+  if (volt8_env_is_one("VOLT8_NVRTC_ONLY")) {
     if (!explicit_path || !*explicit_path) note_tried(registry, "VOLT8_NVRTC_ONLY=1 but VOLT8_NVRTC is not set");
     return;
   }

@@ -126,7 +126,6 @@ static volt8_status measure_one(const tuner_backend *backend, int32_t m, const o
   return backend->measure(backend->state, m, gate_up, down, batches, out);
 }
 
-/* Screens every candidate, times the finalists again, fills `entry`. *out_found = 0 when none passed. */
 /* A rejected candidate, with the reason, on its own line: a disagreement with the reference is a bug
  * to look into, not only a slower candidate. */
 static void progress_rejection(progress *state, int32_t m, const char *op, const char *variant, const char *reason) {
@@ -137,6 +136,7 @@ static void progress_rejection(progress *state, int32_t m, const char *op, const
   fflush(stream);
 }
 
+/* Screens every candidate, times the finalists again, fills `entry`. *out_found = 0 when none passed. */
 static volt8_status tune_op(const tuner_settings *settings, const tuner_backend *backend, int32_t m,
                             const op_phase *phase, progress *state, tuner_summary *summary,
                             tuning_result_entry *entry, int *out_found, char *last_reason, size_t reason_size) {
