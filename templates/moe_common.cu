@@ -145,6 +145,18 @@ static __device__ __forceinline__ uint4 load_weights_16_at(const unsigned char *
   return load_weights_16(address);
 }
 
+// A caller input (ids) a kernel that starts early reads before its wait: with early launch a
+// plain load, kept there as volatile asm (a read-only load would be moved below the wait).
+static __device__ __forceinline__ int load_input_before_wait(const int *address) {
+#if VOLT8_EARLY_LAUNCH
+  int value;
+  asm volatile("ld.global.b32 %0, [%1];" : "=r"(value) : "l"(address));
+  return value;
+#else
+  return *address;
+#endif
+}
+
 // Word s (0..3) of a 16-byte chunk of codes: codes 4s..4s+3.
 static __device__ __forceinline__ unsigned chunk_word(const uint4 &chunk, int s) {
   return s == 0 ? chunk.x : s == 1 ? chunk.y : s == 2 ? chunk.z : chunk.w;

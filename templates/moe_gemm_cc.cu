@@ -152,6 +152,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   __shared__ float scale_tile[kRows * kBlockN * kScaleKBlocks];  // [row kind][column][k block]
   __shared__ float partials[kSplitK * kBlockN * kBlockM * kRows];
   __shared__ int pair_ids[kBlockM];
+#if !VOLT8_GATE_UP
+  __shared__ float pair_weights[kBlockM];  // each pair's routing weight, staged with its id
+#endif
 
   int expert, first, count;
   if (kBlockM == 1) {
@@ -208,7 +211,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     allow_next_kernel();
   }
 
-  if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
+  if (tid < kBlockM) {
+    const int pair = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
+    pair_ids[tid] = pair;
+#if !VOLT8_GATE_UP
+    pair_weights[tid] = tid < count ? topk_weights[pair] : 0.0f;
+#endif
+  }
   // x rows in groups of loads that are all in flight together.
   for (int group_start = 0; group_start < kStageIterations; group_start += kStageGroup) {
     uint4 x_raw[kStageGroup];
@@ -284,7 +293,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 #if VOLT8_GATE_UP
     out[(long long)pair * kN + out_column] = float_to_half(silu_times(sums[0], sums[kRows - 1]));
 #else
-    out[(long long)pair * kN + out_column] = topk_weights[pair] * sums[0];
+    out[(long long)pair * kN + out_column] = pair_weights[m] * sums[0];
 #endif
   }
 }

@@ -175,7 +175,7 @@ static __device__ __forceinline__ void store_group(const float (&acc)[kNTiles][4
 #if VOLT8_GATE_UP
                                                    unsigned short *out
 #else
-                                                   const float *topk_weights, float *out
+                                                   const float *pair_weights, float *out
 #endif
 ) {
 #pragma unroll
@@ -189,7 +189,7 @@ static __device__ __forceinline__ void store_group(const float (&acc)[kNTiles][4
 #if VOLT8_GATE_UP
       out[pair * kN + column] = float_to_half(silu_times(acc[nt][i], acc[nt][i + 2]));
 #else
-      out[pair * kN + column] = topk_weights[pair] * acc[nt][i];
+      out[pair * kN + column] = pair_weights[m] * acc[nt][i];
 #endif
     }
   }
@@ -209,6 +209,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   __shared__ __align__(16) unsigned char shared_buffer[kSharedBytes];
   __shared__ float scale_tile[kRows * kBlockN * kScaleKBlocks];  // [row kind][column][k block]
   __shared__ int pair_ids[kBlockM];
+#if !VOLT8_GATE_UP
+  __shared__ float pair_weights[kBlockM];  // each pair's routing weight, staged with its id
+#endif
 
   int expert, first, count;
   if (kBlockM == 1) {
@@ -280,7 +283,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   }
 
   unsigned short *x_tile = reinterpret_cast<unsigned short *>(shared_buffer);
-  if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
+  if (tid < kBlockM) {
+    const int pair = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
+    pair_ids[tid] = pair;
+#if !VOLT8_GATE_UP
+    pair_weights[tid] = tid < count ? topk_weights[pair] : 0.0f;
+#endif
+  }
   stage_x(x_tile, activations, sorted_pairs, first, count, x_rows_per_pair);
   unsigned short first_scale_bits[kScaleGroup];
   scale_group_load(first_scale_bits, scales, expert, column0, 0);
@@ -333,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 #if VOLT8_GATE_UP
                       out);
 #else
-                      topk_weights, out);
+                      pair_weights, out);
 #endif
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
@@ -376,7 +385,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 #if VOLT8_GATE_UP
                 out);
 #else
-                topk_weights, out);
+                pair_weights, out);
 #endif
   }
 }

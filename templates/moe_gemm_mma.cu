@@ -161,6 +161,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   __shared__ __align__(16) unsigned char shared_buffer[kSmemBytes];
   __shared__ __align__(16) float scale_tile[kRows * kScaleKBlocks * kBlockN];  // [row kind][k block][column]
   __shared__ int pair_ids[kBlockM];
+#if !VOLT8_GATE_UP
+  __shared__ float pair_weights[kBlockM];  // each pair's routing weight, staged with its id
+#endif
 
   // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
   // (topk_ids and num_pairs serve block_m == 1 only, which this family does not have.)
@@ -200,7 +203,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   uint4 raw[kUnroll][kNTiles][kRows];
   load_weight_batch(raw, row_weights, row_valid, 0, slice, quad_pair);
 
-  if (tid < kBlockM) pair_ids[tid] = tid < count ? sorted_pairs[first + tid] : 0;
+  if (tid < kBlockM) {
+    const int pair = tid < count ? sorted_pairs[first + tid] : 0;
+    pair_ids[tid] = pair;
+#if !VOLT8_GATE_UP
+    pair_weights[tid] = tid < count ? topk_weights[pair] : 0.0f;
+#endif
+  }
   stage_scales(scale_tile, scales, expert, column0);
 
   float acc[kMTiles][kNTiles][kRows][8];
@@ -353,7 +362,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
         const unsigned short high = float_to_half(silu_times(acc[mt][nt][0][i + 1], acc[mt][nt][kRows - 1][i + 1]));
         *reinterpret_cast<unsigned *>(out + pair * kN + column) = pack_halves(low, high);
 #else
-        const float weight = topk_weights[pair];
+        const float weight = pair_weights[m];
         float2 value;
         value.x = weight * acc[mt][nt][0][i];
         value.y = weight * acc[mt][nt][0][i + 1];

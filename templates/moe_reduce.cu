@@ -10,27 +10,47 @@ namespace {
 constexpr int kThreads = @{THREADS};
 constexpr int kHidden = @{HIDDEN};
 constexpr int kNumExperts = @{NUM_EXPERTS};
+constexpr int kBatch = 8;  // pairs whose z rows are requested together
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const float *__restrict__ z, const int *__restrict__ topk_ids, int num_tokens, int top_k,
     unsigned short *__restrict__ out, int *__restrict__ counters) {
+  const int token = blockIdx.y;
+  const int column = (blockIdx.x * kThreads + threadIdx.x) * 4;
+  const bool active = token < num_tokens && column < kHidden;
+  const long long first_pair = (long long)token * top_k;
+  // The token's ids, kBatch at a time, then the z rows of a batch all in flight together; the sum
+  // still runs in pair order. The ids were written before the forward: the first batch is read
+  // before the wait for down's z.
+  int ids[kBatch];
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) ids[b] = active && b < top_k ? load_input_before_wait(topk_ids + first_pair + b) : -1;
   wait_for_previous_kernels();  // down wrote z
   allow_next_kernel();
   if (blockIdx.x == 0 && blockIdx.y == 0) store_bad_id_count(topk_ids, num_tokens * top_k, kNumExperts, counters + 2);
-  const int token = blockIdx.y;
-  const int column = (blockIdx.x * kThreads + threadIdx.x) * 4;
-  if (token >= num_tokens || column >= kHidden) return;
+  if (!active) return;
   float4 sum = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int j = 0; j < top_k; ++j) {
-    const long long pair = (long long)token * top_k + j;
-    const int id = topk_ids[pair];
-    if (id < 0 || id >= kNumExperts) continue;
-    const float4 value = load_produced(reinterpret_cast<const float4 *>(z + pair * kHidden + column));
-    sum.x += value.x;
-    sum.y += value.y;
-    sum.z += value.z;
-    sum.w += value.w;
+  for (int batch = 0; batch < top_k; batch += kBatch) {
+    if (batch > 0) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) ids[b] = batch + b < top_k ? topk_ids[first_pair + batch + b] : -1;
+    }
+    float4 values[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const bool live = ids[b] >= 0 && ids[b] < kNumExperts;
+      values[b] = live ? load_produced(reinterpret_cast<const float4 *>(z + (first_pair + batch + b) * kHidden + column))
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (ids[b] < 0 || ids[b] >= kNumExperts) continue;
+      sum.x += values[b].x;
+      sum.y += values[b].y;
+      sum.z += values[b].z;
+      sum.w += values[b].w;
+    }
   }
   uint2 packed;
   packed.x = pack_halves(float_to_half(sum.x), float_to_half(sum.y));
