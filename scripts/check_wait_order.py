@@ -11,7 +11,8 @@ loads it believes read-only across it, so the check is made on the SASS:
   3. down and reduce read no 64- or 128-bit vector through the read-only path (h and z would be
      stale there);
   4. block_m 1 down and token-fused down kernels request weights (LDG.E.NA.128) before the wait;
-  5. routed kernels, which are never started early, have no wait at all.
+  5. the reduce requests its token's ids (a 32-bit load, not of produced data) before the wait;
+  6. routed kernels, which are never started early, have no wait at all.
 
 usage: check_wait_order.py CACHE_DIR   (a cache filled by `volt8 compile --arch sm_90`)
 Needs ptxas and cuobjdump (CUDA toolkit): PTXAS and CUOBJDUMP override the ones on PATH or in
@@ -96,6 +97,8 @@ def problems(name, lines):
             found.append(f"h or z read through the read-only path: {read_only_vectors[0].strip()}")
     if re.match(r"volt8_down_(tok_|\w+_bm1_)", name) and not any("LDG.E.NA.128" in line for line in before):
         found.append("no weight load before the wait")
+    if name.startswith("volt8_reduce") and not any(re.search(r"LDG\.E(\.CONSTANT)? ", line) for line in before):
+        found.append("no id load before the wait")
     return found
 
 

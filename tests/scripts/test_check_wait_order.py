@@ -50,7 +50,14 @@ def test_weights_moved_below_the_wait_are_caught():
 
 def test_a_kernel_that_can_start_early_needs_its_wait():
     assert checker.problems(REDUCE, [IDS, H_L2]) == ["no griddepcontrol.wait before griddepcontrol.launch_dependents"]
-    assert checker.problems(REDUCE, [WAIT, LAUNCH, IDS, H_L2]) == []
+    assert checker.problems(REDUCE, [IDS, WAIT, LAUNCH, H_L2]) == []
+
+
+def test_reduce_ids_moved_below_the_wait_are_caught():
+    assert checker.problems(REDUCE, [WAIT, LAUNCH, IDS, H_L2]) == ["no id load before the wait"]
+    # z read before the wait is no id load.
+    found = checker.problems(REDUCE, [H_L2, WAIT, LAUNCH])
+    assert "no id load before the wait" in found and any("produced data before the wait" in f for f in found)
 
 
 def test_routed_kernels_must_not_wait():
