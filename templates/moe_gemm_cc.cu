@@ -211,13 +211,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     allow_next_kernel();
   }
 
-  if (tid < kBlockM) {
-    const int pair = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
-    pair_ids[tid] = pair;
-#if !VOLT8_GATE_UP
-    pair_weights[tid] = tid < count ? topk_weights[pair] : 0.0f;
+#if VOLT8_GATE_UP
+  stage_pairs(pair_ids, nullptr, sorted_pairs, nullptr, first, count, tid);
+#else
+  stage_pairs(pair_ids, pair_weights, sorted_pairs, topk_weights, first, count, tid);
 #endif
-  }
   // x rows in groups of loads that are all in flight together.
   for (int group_start = 0; group_start < kStageIterations; group_start += kStageGroup) {
     uint4 x_raw[kStageGroup];

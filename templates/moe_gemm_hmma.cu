@@ -283,13 +283,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   }
 
   unsigned short *x_tile = reinterpret_cast<unsigned short *>(shared_buffer);
-  if (tid < kBlockM) {
-    const int pair = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
-    pair_ids[tid] = pair;
-#if !VOLT8_GATE_UP
-    pair_weights[tid] = tid < count ? topk_weights[pair] : 0.0f;
+#if VOLT8_GATE_UP
+  stage_pairs(pair_ids, nullptr, sorted_pairs, nullptr, first, count, tid);
+#else
+  stage_pairs(pair_ids, pair_weights, sorted_pairs, topk_weights, first, count, tid);
 #endif
-  }
   stage_x(x_tile, activations, sorted_pairs, first, count, x_rows_per_pair);
   unsigned short first_scale_bits[kScaleGroup];
   scale_group_load(first_scale_bits, scales, expert, column0, 0);

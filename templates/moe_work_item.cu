@@ -7,6 +7,19 @@ static __device__ __forceinline__ int item_pair(const int *sorted_pairs, int fir
   return kBlockM == 1 ? first + m : sorted_pairs[first + m];
 }
 
+// The item's pairs into pair_ids (zero past the count), by threads tid < kBlockM; down also stages
+// each pair's routing weight, which it applies at the store (gate_up passes null for both).
+static __device__ __forceinline__ void stage_pairs(int *pair_ids, float *pair_weights, const int *sorted_pairs,
+                                                   const float *topk_weights, int first, int count, int tid) {
+  if (tid < kBlockM) {
+    const int pair = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
+    pair_ids[tid] = pair;
+#if !VOLT8_GATE_UP
+    pair_weights[tid] = tid < count ? topk_weights[pair] : 0.0f;
+#endif
+  }
+}
+
 // FP32 copy of the scales of the CTA's columns, [row kind][column][k block]; zero past N. Loaded in
 // groups of up to 8 a thread; the first group is requested before x is staged (scale_group_load),
 // the rest by stage_scales after it.
