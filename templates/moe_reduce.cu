@@ -36,16 +36,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) ids[b] = batch + b < top_k ? topk_ids[first_pair + batch + b] : -1;
     }
+    bool live[kBatch];
     float4 values[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const bool live = ids[b] >= 0 && ids[b] < kNumExperts;
-      values[b] = live ? load_produced(reinterpret_cast<const float4 *>(z + (first_pair + batch + b) * kHidden + column))
-                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      live[b] = ids[b] >= 0 && ids[b] < kNumExperts;
+      values[b] = live[b] ? load_produced(reinterpret_cast<const float4 *>(z + (first_pair + batch + b) * kHidden + column))
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      if (ids[b] < 0 || ids[b] >= kNumExperts) continue;
+      if (!live[b]) continue;
       sum.x += values[b].x;
       sum.y += values[b].y;
       sum.z += values[b].z;
