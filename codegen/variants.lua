@@ -347,7 +347,8 @@ function variants.describe(name, s, arch)
       op = spec.op, family = "support", block_m = 0, block_n = spec.op == "reduce" and 4 * threads or 0,
       threads = threads, split_k = 1, warps = threads // 32, entry = entry, template = TEMPLATES[spec.op],
       values = { ENTRY = entry, THREADS = threads, NUM_EXPERTS = s.num_experts, HIDDEN = s.hidden,
-                 ID_CAPACITY = route_id_capacity(s.num_experts), PLACE_WARPS = route_place_warps(s.num_experts) },
+                 ID_CAPACITY = route_id_capacity(s.num_experts), PLACE_WARPS = route_place_warps(s.num_experts),
+                 GATE_UP_EXPERT_BYTES = op_geometry("gate_up", s).expert_weight_bytes },
       parameters = { variant = name, shape = key, threads = threads },
     }
   end

@@ -1,6 +1,7 @@
 /* volt8_ctx: device discovery, cache location, and the last-error message. */
 #include "ctx_internal.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,6 +123,22 @@ static volt8_status resolve_cache_dir(volt8_ctx *ctx, const volt8_ctx_options *o
   return ctx->cache_dir ? VOLT8_OK : volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the cache path");
 }
 
+/* VOLT8_L2_WARM_BYTES, when set, replaces the default L2 warm budget (a fifth of the device's L2);
+ * 0 turns warming off. *out is -1 when the variable is unset. Checked with or without a device. */
+static volt8_status read_l2_warm_bytes(int64_t *out) {
+  *out = -1;
+  const char *text = getenv("VOLT8_L2_WARM_BYTES");
+  if (!text) return VOLT8_OK;
+  char *end = NULL;
+  errno = 0;
+  long long value = strtoll(text, &end, 10);
+  if (!*text || *end || errno || value < 0)
+    return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT,
+                      "VOLT8_L2_WARM_BYTES=\"%s\" is not a byte count (a non-negative decimal integer)", text);
+  *out = value;
+  return VOLT8_OK;
+}
+
 static void open_device(volt8_ctx *ctx) {
   if (ctx->device_ordinal < 0) {
     snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "the context was created without a device (device = -1)");
@@ -145,6 +162,11 @@ static void open_device(volt8_ctx *ctx) {
     return;
   }
   cuda->cuDeviceGetName(ctx->device_name, (int)sizeof ctx->device_name, device);
+  int sm_count = 0, l2_bytes = 0;
+  if (cuda->cuDeviceGetAttribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) != CUDA_SUCCESS) sm_count = 0;
+  if (cuda->cuDeviceGetAttribute(&l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device) != CUDA_SUCCESS) l2_bytes = 0;
+  ctx->sm_count = sm_count;
+  ctx->l2_warm_bytes = l2_bytes / 5;
   result = cuda->cuDevicePrimaryCtxRetain(&ctx->cu_context, device);
   if (result != CUDA_SUCCESS) {
     snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "cuDevicePrimaryCtxRetain failed: %s",
@@ -174,6 +196,9 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
       return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_create: target_arch \"%s\" is not of the form sm_XX",
                         defaults.target_arch);
   }
+  int64_t warm_bytes;
+  volt8_status status = read_l2_warm_bytes(&warm_bytes);
+  if (status != VOLT8_OK) return status;
   volt8_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "volt8_ctx_create: out of memory");
   ctx->device_ordinal = defaults.device;
@@ -181,7 +206,7 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
   pthread_mutex_init(&ctx->lock, NULL);
   pthread_mutex_init(&ctx->error_lock, NULL);
   pthread_cond_init(&ctx->jit_done, NULL);
-  volt8_status status = resolve_cache_dir(ctx, &defaults);
+  status = resolve_cache_dir(ctx, &defaults);
   if (status != VOLT8_OK) {
     volt8_ctx_destroy(ctx);
     return status;
@@ -194,6 +219,7 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
     volt8_ctx_destroy(ctx);
     return VOLT8_ERR_ARCH_UNSUPPORTED;
   }
+  if (ctx->has_device && warm_bytes >= 0) ctx->l2_warm_bytes = warm_bytes;
   if (ctx->has_device) {
     int driver_version = 0;
     int disabled = defaults.early_launch_disable == 1 || volt8_env_is_one("VOLT8_EARLY_LAUNCH_DISABLE");

@@ -360,8 +360,11 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   int bm_gate_up = gate_up->block_m, bm_down = fused_down ? 1 : down->block_m;
   CUdeviceptr x = (CUdeviceptr)args->x, ids = (CUdeviceptr)args->topk_ids;
   CUdeviceptr weights = (CUdeviceptr)args->topk_weights, out = (CUdeviceptr)args->out;
+  /* CTAs past the route's first warm L2 with the first experts' gate_up weights (moe_route.cu). */
+  long long warm_bytes = ctx->l2_warm_bytes;
+  unsigned warm_ctas = warm_bytes > 0 && ctx->sm_count > 1 ? (unsigned)ctx->sm_count / 2 : 0;
   void *route_params[] = {&ids, &num_pairs, &bm_gate_up, &bm_down, &experts->sorted_pairs, &experts->items_gate_up,
-                          &experts->items_down, &experts->counters};
+                          &experts->items_down, &experts->counters, &experts->w13, &warm_bytes};
   void *gate_up_params[] = {&x, &experts->w13, &experts->s13, &experts->sorted_pairs, &experts->items_gate_up,
                             &experts->counters, &top_k, &experts->h, &ids, &num_pairs};
   void *down_params[] = {&experts->h, &experts->w2, &experts->s2, &experts->sorted_pairs, &experts->items_down,
@@ -376,15 +379,19 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   int needs_route = bm_gate_up != 1 || bm_down != 1;
   unsigned down_columns = (hidden + down->block_n - 1) / down->block_n;
   /* The forward's first kernel waits for the caller's work as usual. Without a route pass (few
-   * tokens, where launch latency is most of the time) down and the reduce may start early; routed
-   * kernels run one after the other and carry no waits (templates/moe_common.cu). */
+   * tokens, where launch latency is most of the time) down and the reduce may start early; in a
+   * routed forward only an hmma down does, and the other routed kernels run one after the other
+   * and carry no waits (templates/moe_common.cu). */
   int early = !needs_route;
-  if ((needs_route && (status = launch(ctx, route, 1, 1, cu_stream, route_params, 0)) != VOLT8_OK) ||
+  if ((needs_route && (status = launch(ctx, route, 1 + warm_ctas, 1, cu_stream, route_params, 0)) != VOLT8_OK) ||
       (status = launch(ctx, gate_up, (intermediate + gate_up->block_n - 1) / gate_up->block_n, (unsigned)num_pairs,
                        cu_stream, gate_up_params, 0)) != VOLT8_OK)
     return status;
   if (fused_down) return launch(ctx, down, down_columns, (unsigned)num_tokens, cu_stream, fused_down_params, early);
-  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params, early)) != VOLT8_OK ||
+  /* A routed hmma down may start early too (templates/moe_gemm_hmma.cu): it reads the route's items,
+   * written before its gate_up started, and requests its first weights while gate_up finishes. */
+  int early_down = early || down->family == VOLT8_FAMILY_HMMA16816;
+  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params, early_down)) != VOLT8_OK ||
       (status = launch(ctx, reduce, (hidden + reduce_columns - 1) / reduce_columns, (unsigned)num_tokens, cu_stream,
                        reduce_params, early)) != VOLT8_OK)
     return status;

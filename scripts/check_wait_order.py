@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks, in the machine code, where the kernels of a kernel cache that can start early (block_m 1
-GEMMs, the token-fused down and the reduce: early launch, sm_90 and later) wait for the kernel
-before them. The source orders the loads around griddepcontrol.wait, but the assembler may move
-loads it believes read-only across it, so the check is made on the SASS:
+GEMMs, every hmma down, the token-fused down and the reduce: early launch, sm_90 and later) wait
+for the kernel before them. The source orders the loads around griddepcontrol.wait, but the
+assembler may move loads it believes read-only across it, so the check is made on the SASS:
 
   1. each such kernel has its main wait: an ACQBULK followed by the PREEXIT of
      griddepcontrol.launch_dependents;
@@ -10,9 +10,10 @@ loads it believes read-only across it, so the check is made on the SASS:
      before that wait;
   3. down and reduce read no 64- or 128-bit vector through the read-only path (h and z would be
      stale there);
-  4. block_m 1 down and token-fused down kernels request weights (LDG.E.NA.128) before the wait;
+  4. block_m 1, hmma and token-fused down kernels request weights (LDG.E.NA.128) before the wait;
   5. the reduce requests its token's ids (a 32-bit load, not of produced data) before the wait;
-  6. routed kernels, which are never started early, have no wait at all.
+  6. the other kernels (routed gate_up, routed cc and mma down, route), never started early, have no
+     wait at all.
 
 usage: check_wait_order.py CACHE_DIR   (a cache filled by `volt8 compile --arch sm_90`)
 Needs ptxas and cuobjdump (CUDA toolkit): PTXAS and CUOBJDUMP override the ones on PATH or in
@@ -73,7 +74,7 @@ def sass_lines(ptxas, cuobjdump, ptx, arch, work):
 def problems(name, lines):
     if not re.match(r"volt8_(gate_up|down|reduce|route)", name):
         return []
-    if not re.match(r"volt8_(\w+_bm1_|down_tok_|reduce_)", name):
+    if not re.match(r"volt8_(\w+_bm1_|down_tok_|down_hmma_|reduce_)", name):
         return ["a kernel that never starts early has a wait"] if any("ACQBULK" in line for line in lines) else []
     main = None
     last_wait = None
@@ -95,7 +96,7 @@ def problems(name, lines):
                              and ".NA." not in line]
         if read_only_vectors:
             found.append(f"h or z read through the read-only path: {read_only_vectors[0].strip()}")
-    if re.match(r"volt8_down_(tok_|\w+_bm1_)", name) and not any("LDG.E.NA.128" in line for line in before):
+    if re.match(r"volt8_down_(tok_|hmma_|\w+_bm1_)", name) and not any("LDG.E.NA.128" in line for line in before):
         found.append("no weight load before the wait")
     if name.startswith("volt8_reduce") and not any(re.search(r"LDG\.E(\.CONSTANT)? ", line) for line in before):
         found.append("no id load before the wait")

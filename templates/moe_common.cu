@@ -2,13 +2,13 @@
 // (unsigned short) so no header is needed; conversions are single PTX instructions.
 
 // Early launch (programmatic dependent launch, sm_90 and later): in a forward without a route pass
-// the runtime may start down and the reduce while the kernel before them still runs. Such a kernel
-// reads nothing the kernels before it write, and writes nothing, until wait_for_previous_kernels()
-// has returned in its CTA; every CTA calls it before it returns, so a kernel still completes after
-// the one before it. allow_next_kernel() lets the next kernel's CTAs start. A template whose kernel
-// can be in such a forward (block_m 1, token-fused down, reduce) defines VOLT8_MAY_START_EARLY to 1
-// before including this file; routed kernels run one after the other and carry none of it, and
-// below sm_90 all of it is empty.
+// the runtime may start down and the reduce while the kernel before them still runs, and in a
+// routed forward an hmma down. Such a kernel reads nothing the kernels before it write, and writes
+// nothing, until wait_for_previous_kernels() has returned in its CTA; every CTA calls it before it
+// returns, so a kernel still completes after the one before it. allow_next_kernel() lets the next
+// kernel's CTAs start. A template whose kernel can be in such a forward (block_m 1, token-fused
+// down, reduce, hmma) defines VOLT8_MAY_START_EARLY to 1 before including this file; the other
+// routed kernels run one after the other and carry none of it, and below sm_90 all of it is empty.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && VOLT8_MAY_START_EARLY
 #define VOLT8_EARLY_LAUNCH 1
 #else

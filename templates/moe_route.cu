@@ -3,6 +3,9 @@
 // counters: [0] gate_up items, [1] down items, [2] ids outside [0, E), [3] 0.
 // Placement runs on kPlaceWarps warps at once: each takes a contiguous segment of an id tile and
 // places it from its own per-expert cursors, which start where the segments before it end.
+// CTAs past the first (if the grid has any) only warm L2: while CTA 0 routes, they ask L2 for the
+// gate_up weights of the lowest-numbered experts that have pairs, up to warm_bytes. Those experts'
+// work items come first, so gate_up's first CTAs find their weights on chip or on the way.
 
 namespace {
 constexpr int kThreads = @{THREADS};
@@ -12,6 +15,9 @@ constexpr int kExpertsPerThread = (kNumExperts + kThreads - 1) / kThreads;
 constexpr int kIdCapacity = @{ID_CAPACITY};  // ids held in shared memory at once (a multiple of 4)
 constexpr int kPlaceWarps = @{PLACE_WARPS};  // warps placing pairs side by side (per-warp cursors fit)
 constexpr int kLoadBatch = 4;                 // 16-byte loads each thread has in flight together
+constexpr long long kGateUpExpertBytes = @{GATE_UP_EXPERT_BYTES}LL;  // one expert's gate_up weights
+constexpr int kWarmLineBytes = 128;           // one L2 request per 128-byte line
+constexpr int kPresentWords = (kNumExperts + 31) / 32;
 static_assert(kIdCapacity % 4 == 0, "id tiles must keep 16-byte alignment");
 static_assert(kPlaceWarps >= 1 && kPlaceWarps <= kWarps, "placing warps are warps of the CTA");
 }  // namespace
@@ -97,15 +103,59 @@ static __device__ void route_write_expert_items(int4 *items, int first, int expe
   }
 }
 
+// A warming CTA (blockIdx.x >= 1 of gridDim.x): marks the experts that have pairs, lists the
+// lowest-numbered ones whose gate_up weights fit in warm_bytes (at least one), and requests its share
+// of their lines from L2. present holds kPresentWords words, warm_experts kNumExperts entries.
+static __device__ void route_warm_l2(const int *topk_ids, int num_pairs, const unsigned char *gate_up_weights,
+                                     long long warm_bytes, unsigned *present, int *warm_experts, int *warm_count) {
+  const int tid = threadIdx.x;
+  for (int w = tid; w < kPresentWords; w += kThreads) present[w] = 0u;
+  __syncthreads();
+  for (int i = tid; i < num_pairs; i += kThreads) {
+    const int id = topk_ids[i];
+    if (id >= 0 && id < kNumExperts) atomicOr(&present[id >> 5], 1u << (id & 31));
+  }
+  __syncthreads();
+  if (tid == 0) {
+    const long long budget = warm_bytes / kGateUpExpertBytes;
+    const int limit = budget < 1 ? 1 : budget > kNumExperts ? kNumExperts : (int)budget;
+    int count = 0;
+    for (int w = 0; w < kPresentWords && count < limit; ++w) {
+      unsigned bits = present[w];
+      while (bits != 0u && count < limit) {
+        const int bit = __ffs(bits) - 1;
+        warm_experts[count++] = w * 32 + bit;
+        bits &= bits - 1u;
+      }
+    }
+    *warm_count = count;
+  }
+  __syncthreads();
+  constexpr long long kLinesPerExpert = (kGateUpExpertBytes + kWarmLineBytes - 1) / kWarmLineBytes;
+  const long long lines = *warm_count * kLinesPerExpert;
+  const long long stride = (long long)(gridDim.x - 1) * kThreads;
+  for (long long line = (long long)(blockIdx.x - 1) * kThreads + tid; line < lines; line += stride) {
+    const int expert = warm_experts[line / kLinesPerExpert];
+    const unsigned char *address =
+        gate_up_weights + expert * kGateUpExpertBytes + (line % kLinesPerExpert) * kWarmLineBytes;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const int *__restrict__ topk_ids, int num_pairs, int bm_gate_up, int bm_down, int *__restrict__ sorted_pairs,
-    int4 *__restrict__ items_gate_up, int4 *__restrict__ items_down, int *__restrict__ counters) {
+    int4 *__restrict__ items_gate_up, int4 *__restrict__ items_down, int *__restrict__ counters,
+    const unsigned char *__restrict__ gate_up_weights, long long warm_bytes) {
   __shared__ int cursor[kNumExperts];                     // pair counts, then the next free position
   __shared__ int warp_cursor[kPlaceWarps][kNumExperts];   // a tile segment's counts, then its cursors
   __shared__ RouteScanValues warp_sums[kWarps + 1];
   __shared__ int bad_ids;
   __shared__ __align__(16) int id_tile[kIdCapacity];     // ids [tile_start, tile_start + kIdCapacity)
 
+  if (blockIdx.x > 0) {
+    return route_warm_l2(topk_ids, num_pairs, gate_up_weights, warm_bytes, reinterpret_cast<unsigned *>(cursor),
+                         &warp_cursor[0][0], &bad_ids);
+  }
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;

@@ -66,6 +66,29 @@ Test(abi, ctx_create_rejects_bad_options) {
   cr_assert(strstr(volt8_last_error(NULL), "volta") != NULL, "message: %s", volt8_last_error(NULL));
 }
 
+Test(abi, l2_warm_budget_from_the_environment_is_checked) {
+  /* Checked with or without a device: a bad value fails the create and names the variable. */
+  setenv("VOLT8_DISABLE_CUDA", "1", 1);
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.cache_disable = 1;
+  const char *bad[] = {"", "12MiB", "-1", "1e6", "99999999999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("VOLT8_L2_WARM_BYTES", bad[i], 1);
+    volt8_ctx *ctx = (volt8_ctx *)0x1;
+    cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_ERR_INVALID_ARGUMENT, "value \"%s\"", bad[i]);
+    cr_assert_null(ctx);
+    cr_assert(strstr(volt8_last_error(NULL), "VOLT8_L2_WARM_BYTES") != NULL, "message: %s", volt8_last_error(NULL));
+  }
+  const char *good[] = {"0", "12582912"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    setenv("VOLT8_L2_WARM_BYTES", good[i], 1);
+    volt8_ctx *ctx = NULL;
+    cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "value \"%s\": %s", good[i], volt8_last_error(NULL));
+    volt8_ctx_destroy(ctx);
+  }
+  unsetenv("VOLT8_L2_WARM_BYTES");
+}
+
 Test(abi, older_options_size_is_accepted) {
   /* A caller compiled against a header that only had `size` and `device`. */
   volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;

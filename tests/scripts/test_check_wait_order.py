@@ -22,7 +22,9 @@ EARLY_EXIT = ["        /*0060*/                   ACQBULK ;", "        /*0070*/ 
 DOWN_BM1 = "volt8_down_hmma_bm1_bn64_w4_sk1__H2560_I160_E512_b128x128_o32"
 TOK = "volt8_down_tok_bm1_bn16_w4_sk1_l2__H2560_I160_E512_b128x128_o32"
 REDUCE = "volt8_reduce__H2560_I160_E512_b128x128_o32"
-ROUTED = "volt8_down_hmma_bm4_bn128_w4_sk1_o5__H2560_I160_E512_b128x128_o32"
+ROUTED = "volt8_down_cc_bm4_bn64_w4_sk1_l2_o10__H2560_I160_E512_b128x128_o32"
+ROUTED_GATE_UP = "volt8_gate_up_hmma_bm4_bn16_w4_sk4__H2560_I160_E512_b128x128_o32"
+ROUTED_HMMA_DOWN = "volt8_down_hmma_bm8_bn128_w4_sk1__H2560_I160_E512_b128x128_o32"
 
 
 def test_a_down_kernel_in_the_right_order_passes():
@@ -63,7 +65,18 @@ def test_reduce_ids_moved_below_the_wait_are_caught():
 def test_routed_kernels_must_not_wait():
     assert checker.problems(ROUTED, [IDS, WEIGHTS_READ_ONLY, H_READ_ONLY]) == []
     assert checker.problems(ROUTED, [WAIT, IDS]) == ["a kernel that never starts early has a wait"]
+    # A routed gate_up lets its down start early (launch_dependents) but never waits itself.
+    assert checker.problems(ROUTED_GATE_UP, [IDS, WEIGHTS_READ_ONLY, LAUNCH]) == []
+    assert checker.problems(ROUTED_GATE_UP, [IDS, WAIT, LAUNCH]) == ["a kernel that never starts early has a wait"]
     assert checker.problems("volt8_rejection_rows", [WAIT]) == []
+
+
+def test_a_routed_hmma_down_is_checked_as_one_that_starts_early():
+    assert checker.problems(ROUTED_HMMA_DOWN, EARLY_EXIT + [IDS, WEIGHTS, WAIT, LAUNCH, H_L2]) == []
+    assert checker.problems(ROUTED_HMMA_DOWN, [IDS, WEIGHTS_READ_ONLY, H_READ_ONLY]) == [
+        "no griddepcontrol.wait before griddepcontrol.launch_dependents"]
+    assert checker.problems(ROUTED_HMMA_DOWN, [IDS, WAIT, LAUNCH, WEIGHTS_READ_ONLY, H_L2]) == [
+        "no weight load before the wait"]
 
 
 def write_entry(path, name, payload, kind=0, arch=90):
