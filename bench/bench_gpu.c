@@ -52,6 +52,7 @@ static volt8_status load_support_module(bench_gpu *gpu, int32_t device_arch) {
   struct { CUfunction *function; const char *name; } entries[] = {
       {&gpu->spin, "bench_spin"},       {&gpu->copy, "bench_copy"},         {&gpu->dequant, "bench_dequant"},
       {&gpu->gather, "bench_gather"},   {&gpu->silu_mul, "bench_silu_mul"}, {&gpu->weighted_reduce, "bench_weighted_reduce"},
+      {&gpu->empty, "bench_empty"},
   };
   for (size_t i = 0; i < sizeof entries / sizeof entries[0] && status == VOLT8_OK; i++)
     status = bench_gpu_check(gpu, gpu->cuda->cuModuleGetFunction(entries[i].function, gpu->module, entries[i].name),
@@ -172,6 +173,54 @@ volt8_status bench_time(bench_gpu *gpu, bench_launch_fn launch, void *user, cons
     if (events[i]) cuda->cuEventDestroy(events[i]);
   free(events);
   free(samples);
+  return status;
+}
+
+typedef struct floor_replay {
+  const bench_gpu *gpu;
+  CUgraphExec exec;
+} floor_replay;
+
+static volt8_status launch_floor_graph(void *user, int32_t set, CUstream stream) {
+  (void)set;
+  const floor_replay *replay = user;
+  return bench_gpu_check(replay->gpu, replay->gpu->cuda->cuGraphLaunch(replay->exec, stream), "cuGraphLaunch(launch floor)");
+}
+
+static volt8_status launch_empty(bench_gpu *gpu, int early) {
+  if (!early) return bench_gpu_launch(gpu, gpu->empty, 1, 1, 1, 32, gpu->stream, NULL, "bench_empty");
+  CUlaunchAttribute attribute;
+  memset(&attribute, 0, sizeof attribute);
+  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attribute.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config;
+  memset(&config, 0, sizeof config);
+  config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = 32;
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = gpu->stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return bench_gpu_check(gpu, gpu->cuda->cuLaunchKernelEx(&config, gpu->empty, NULL, NULL), "bench_empty (early)");
+}
+
+volt8_status bench_launch_floor(bench_gpu *gpu, int32_t kernels, unsigned early_mask, const bench_timing_plan *plan,
+                                bench_timing *out) {
+  const volt8_cuda_driver *cuda = gpu->cuda;
+  memset(out, 0, sizeof *out);
+  if (!volt8_ctx_early_launch(gpu->ctx)) early_mask = 0;
+  CUgraph graph = NULL;
+  floor_replay replay = {gpu, NULL};
+  volt8_status status =
+      bench_gpu_check(gpu, cuda->cuStreamBeginCapture(gpu->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  if (status != VOLT8_OK) return status;
+  for (int32_t k = 0; k < kernels && status == VOLT8_OK; k++) status = launch_empty(gpu, k < 32 && (early_mask >> k & 1u));
+  CUresult end = cuda->cuStreamEndCapture(gpu->stream, &graph);
+  if (status == VOLT8_OK) status = bench_gpu_check(gpu, end, "cuStreamEndCapture(launch floor)");
+  if (status == VOLT8_OK) status = bench_gpu_check(gpu, cuda->cuGraphInstantiate(&replay.exec, graph, 0), "cuGraphInstantiate");
+  if (status == VOLT8_OK) status = bench_time(gpu, launch_floor_graph, &replay, plan, out);
+  if (replay.exec) cuda->cuGraphExecDestroy(replay.exec);
+  if (graph) cuda->cuGraphDestroy(graph);
   return status;
 }
 

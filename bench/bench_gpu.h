@@ -13,7 +13,7 @@ typedef struct bench_gpu {
   const volt8_cuda_driver *cuda;
   CUstream stream; /* every timed launch goes here */
   CUmodule module;
-  CUfunction spin, copy, dequant, gather, silu_mul, weighted_reduce;
+  CUfunction spin, copy, dequant, gather, silu_mul, weighted_reduce, empty;
   int32_t sm_count;
   int64_t l2_bytes;
 } bench_gpu;
@@ -47,6 +47,12 @@ typedef struct bench_timing {
  * runs them back to back as a graph-replaying engine would. */
 volt8_status bench_time(bench_gpu *gpu, bench_launch_fn launch, void *user, const bench_timing_plan *plan,
                         bench_timing *out);
+/* The launch floor: the time per replay of a graph of `kernels` empty one-CTA kernels, kernel k
+ * started early where bit k of `early_mask` is set and the context uses early launch (as a forward
+ * starts its down and reduce), replayed as bench_time replays forwards. What a forward of that many
+ * launches costs before any work. */
+volt8_status bench_launch_floor(bench_gpu *gpu, int32_t kernels, unsigned early_mask, const bench_timing_plan *plan,
+                                bench_timing *out);
 /* Device-to-device copy bandwidth, (read + written bytes) / time, median of `reps` copies of
  * `bytes` (16-byte loads and stores over the whole device). */
 volt8_status bench_copy_bandwidth(bench_gpu *gpu, size_t bytes, int32_t reps, double *out_gbps);

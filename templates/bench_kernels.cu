@@ -1,6 +1,7 @@
 // Support kernels of the benchmark harness (bench/): the FP16 baseline's gather, SiLU*up and
-// weighted reduce, the FP16 weights it starts from, the copy that measures device bandwidth, and a
-// spin that holds the stream while the host queues timed work. Not part of the forward.
+// weighted reduce, the FP16 weights it starts from, the copy that measures device bandwidth, a
+// spin that holds the stream while the host queues timed work, and the empty kernel of the launch
+// floor. Not part of the forward.
 // FP16 travels as raw bits (unsigned short); the conversions and SiLU are the GEMMs' own.
 
 @{include moe_common.cu}
@@ -16,6 +17,16 @@ extern "C" __global__ void bench_spin(unsigned long long nanoseconds) {
   const unsigned long long start = bench_global_ns();
   while (bench_global_ns() - start < nanoseconds) {
   }
+}
+
+// Does nothing but what a forward's kernel does around its work when it may start early: waits for
+// the kernel before, then lets the next start (sm_90 and later). The launch floor's graphs are made
+// of it.
+extern "C" __global__ void bench_empty() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 // dst[i] = src[i] over `count` 16-byte words, grid-stride.

@@ -44,6 +44,11 @@ Test(bench, every_method_agrees_with_the_reference) {
   cr_assert_eq(status, VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert_eq(report->count, 2);
   cr_assert_gt(report->copy_gbps, 10.0, "copy bandwidth %g GB/s", report->copy_gbps);
+  /* Graphs of empty kernels cost something; three of them less than the M = 1 forward's three. */
+  cr_assert_gt(report->launch_floor[0].median_us, 0.0);
+  cr_assert_gt(report->launch_floor[1].median_us, 0.0);
+  cr_assert_lt(report->launch_floor[0].median_us, report->results[0].methods[BENCH_METHOD_VOLT8].timing.median_us,
+               "launch floor %g us against the M = 1 forward", report->launch_floor[0].median_us);
   for (int32_t i = 0; i < report->count; i++) {
     const bench_m_result *result = &report->results[i];
     const bench_method_result *volt8 = &result->methods[BENCH_METHOD_VOLT8];
