@@ -189,19 +189,8 @@ static volt8_status launch_floor_graph(void *user, int32_t set, CUstream stream)
 
 static volt8_status launch_empty(bench_gpu *gpu, int early) {
   if (!early) return bench_gpu_launch(gpu, gpu->empty, 1, 1, 1, 32, gpu->stream, NULL, "bench_empty");
-  CUlaunchAttribute attribute;
-  memset(&attribute, 0, sizeof attribute);
-  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attribute.value.programmaticStreamSerializationAllowed = 1;
-  CUlaunchConfig config;
-  memset(&config, 0, sizeof config);
-  config.gridDimX = config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = 32;
-  config.blockDimY = config.blockDimZ = 1;
-  config.hStream = gpu->stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return bench_gpu_check(gpu, gpu->cuda->cuLaunchKernelEx(&config, gpu->empty, NULL, NULL), "bench_empty (early)");
+  return bench_gpu_check(gpu, volt8_cuda_launch_early(gpu->cuda, gpu->empty, 1, 1, 32, gpu->stream, NULL),
+                         "bench_empty (early)");
 }
 
 volt8_status bench_launch_floor(bench_gpu *gpu, int32_t kernels, unsigned early_mask, const bench_timing_plan *plan,

@@ -90,6 +90,27 @@ const volt8_cuda_driver *volt8_cuda_driver_get(char *reason, size_t reason_size)
   return driver_loaded;
 }
 
+CUresult volt8_cuda_launch_early(const volt8_cuda_driver *cuda, CUfunction function, unsigned grid_x, unsigned grid_y,
+                                 unsigned threads, CUstream stream, void **params) {
+  if (!cuda->cuLaunchKernelEx) return CUDA_ERROR_NOT_SUPPORTED;
+  CUlaunchAttribute attribute;
+  memset(&attribute, 0, sizeof attribute);
+  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attribute.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config;
+  memset(&config, 0, sizeof config);
+  config.gridDimX = grid_x;
+  config.gridDimY = grid_y;
+  config.gridDimZ = 1;
+  config.blockDimX = threads;
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.hStream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cuda->cuLaunchKernelEx(&config, function, params, NULL);
+}
+
 const char *volt8_cuda_error_text(const volt8_cuda_driver *cuda, CUresult result) {
   static __thread char text[256];
   const char *name = NULL, *description = NULL;

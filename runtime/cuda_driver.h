@@ -58,6 +58,12 @@ typedef struct volt8_cuda_driver {
  * no usable driver. */
 const volt8_cuda_driver *volt8_cuda_driver_get(char *reason, size_t reason_size);
 
+/* Launches `function` on a grid_x x grid_y grid of `threads`-thread CTAs, allowed to start before
+ * the kernel before it on `stream` ends (programmatic dependent launch); the kernel waits for it
+ * itself. Needs cuLaunchKernelEx (CUDA 11.8+ drivers). */
+CUresult volt8_cuda_launch_early(const volt8_cuda_driver *cuda, CUfunction function, unsigned grid_x, unsigned grid_y,
+                                 unsigned threads, CUstream stream, void **params);
+
 /* "CUDA_ERROR_X (description)" for a CUresult; static storage. */
 const char *volt8_cuda_error_text(const volt8_cuda_driver *cuda, CUresult result);
 

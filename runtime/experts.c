@@ -283,24 +283,11 @@ volt8_status volt8_experts_bad_id_count(volt8_experts *experts, int32_t *out_cou
  * (programmatic dependent launch, where ctx->early_launch); it waits for it itself. */
 static volt8_status launch(volt8_ctx *ctx, const loaded_kernel *kernel, unsigned grid_x, unsigned grid_y, CUstream stream,
                            void **params, int early) {
-  if (early && ctx->early_launch) {
-    CUlaunchAttribute attribute;
-    memset(&attribute, 0, sizeof attribute);
-    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attribute.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig config;
-    memset(&config, 0, sizeof config);
-    config.gridDimX = grid_x;
-    config.gridDimY = grid_y;
-    config.gridDimZ = 1;
-    config.blockDimX = (unsigned)kernel->threads;
-    config.blockDimY = 1;
-    config.blockDimZ = 1;
-    config.hStream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    return cuda_check(ctx, ctx->cuda->cuLaunchKernelEx(&config, kernel->function, params, NULL), kernel->variant);
-  }
+  if (early && ctx->early_launch)
+    return cuda_check(ctx,
+                      volt8_cuda_launch_early(ctx->cuda, kernel->function, grid_x, grid_y, (unsigned)kernel->threads,
+                                              stream, params),
+                      kernel->variant);
   return cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernel->function, grid_x, grid_y, 1, (unsigned)kernel->threads, 1, 1,
                                                    0, stream, params, NULL),
                     kernel->variant);
