@@ -47,7 +47,8 @@ typedef struct bench_report {
   char library_version[32];
   char device_name[128];
   char device_arch[16], target_arch[16];
-  int32_t early_launch; /* forwards without a route pass started down and the reduce early (volt8_ctx_early_launch) */
+  int32_t early_launch; /* down and the reduce started early without a route pass, an hmma down with one
+                         * (volt8_ctx_early_launch) */
   int32_t sm_count;
   int64_t l2_bytes;
   double copy_gbps;

@@ -97,7 +97,8 @@ VOLT8_API volt8_status volt8_ctx_target_arch(volt8_ctx *ctx, char *buf, size_t b
 /* 1 when ctx starts kernels early (programmatic dependent launch): kernels compiled for sm_90 or
  * newer, a driver of CUDA 12.3 or newer, not disabled. In forwards without a route pass (both GEMMs
  * block_m 1: few tokens) down and the reduce then request their weights while the kernel before
- * them finishes, and wait for it before they read its results. 0 otherwise, and without a device. */
+ * them finishes, and wait for it before they read its results; in routed forwards an hmma down
+ * does the same. 0 otherwise, and without a device. */
 VOLT8_API int32_t volt8_ctx_early_launch(const volt8_ctx *ctx);
 /* VOLT8_OK when ctx holds a usable GPU, VOLT8_ERR_NO_DEVICE (with a message) otherwise. */
 VOLT8_API volt8_status volt8_ctx_require_device(volt8_ctx *ctx);

@@ -66,7 +66,7 @@ prepare() {
 # SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
 # TP 1/2/4/8), bench (the reference TP4 shape, with the tables just tuned when there are any),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
-# the kernel before wrote only after its griddepcontrol.wait, and routed kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
+# the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
 # torch), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
 # "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any).
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).

@@ -102,9 +102,9 @@ class Context:
 
     @property
     def early_launch(self):
-        """True when forwards without a route pass (few tokens) start down and the reduce early
-        (sm_90+ kernels, CUDA 12.3+ driver, not disabled by early_launch=False or
-        VOLT8_EARLY_LAUNCH_DISABLE=1)."""
+        """True when forwards without a route pass (few tokens) start down and the reduce early, and
+        routed forwards an hmma down (sm_90+ kernels, CUDA 12.3+ driver, not disabled by
+        early_launch=False or VOLT8_EARLY_LAUNCH_DISABLE=1)."""
         return bool(load().volt8_ctx_early_launch(self.handle))
 
     @property
