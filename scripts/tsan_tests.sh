@@ -16,6 +16,6 @@ CC=clang cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DVOLT8_BUILD_BEN
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
 cmake --build "$build" -j "$jobs" --target concurrency_standalone >/dev/null
 
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 echo "tsan_tests: tests/test_concurrency.c under ThreadSanitizer ($build)"
 "$build/tests/fuzz/concurrency_standalone"
