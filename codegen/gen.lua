@@ -69,6 +69,7 @@ function gen.emit(name, shape, arch)
     source = emit.source(d.template, text, d.values, d.parameters, read_file),
     entry = d.entry, template = d.template, op = d.op, family = d.family, block_m = d.block_m,
     block_n = d.block_n, threads = d.threads, split_k = d.split_k, warps = d.warps,
+    fused_reduce = d.fused_reduce and 1 or 0,
   }
 end
 

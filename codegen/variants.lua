@@ -20,12 +20,15 @@ variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "b
 -- (down only) fuses the weighted top-k reduce: a CTA walks one token's pairs, each reading its own
 -- expert (block_m 1, no route pass).
 -- hmma (sm_80 and later only) runs m16n8k16 with the weights as the 16-row operand, so one product
--- serves up to 8 pairs; its tiles may set c: the CTA's block_n columns are walked as c groups.
+-- serves up to 8 pairs; its tiles may set c: the CTA's block_n columns are walked as c groups. An
+-- hmma down tile may set r = 1: the CTA that stores the last of a token's z rows for its columns
+-- also forms that token's weighted top-k sum there, so the forward launches no reduce.
 local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 }, tok = { 1 }, hmma = { 1, 2, 4, 8 } }
 local FAMILIES = { "cc", "mma", "tok", "hmma" }
 local FAMILY_MIN_ARCH = { hmma = 80 }  -- families whose instructions need a newer target than sm_70
 local DEFAULT_ARCH = 70
 local TOK_PASS_PAIRS_LIMIT = 16
+local ARRIVAL_MIN_BLOCK_N = 32  -- the workspace keeps ceil(hidden / 32) arrival counters per token
 local TILES = {
   gate_up = {
     cc = {
@@ -46,6 +49,7 @@ local TILES = {
       { bn = 16, w = 8, sk = 4 },
       { bn = 16, w = 4, sk = 4, o = 4 },
       { bn = 32, w = 4, sk = 4 },
+      { bn = 32, w = 4, sk = 1 },
     },
   },
   down = {
@@ -70,6 +74,10 @@ local TILES = {
       { bn = 512, w = 4, sk = 1, c = 4 },
       { bn = 256, w = 2, sk = 1, c = 4 },
       { bn = 512, w = 8, sk = 1, c = 4 },
+      { bn = 32, w = 2, sk = 1, r = 1 },
+      { bn = 64, w = 4, sk = 1, r = 1 },
+      { bn = 128, w = 4, sk = 1, r = 1 },
+      { bn = 256, w = 4, sk = 1, c = 2, r = 1 },
     },
     tok = {
       { bn = 16, w = 4, sk = 1, l = 2 },
@@ -133,6 +141,7 @@ function variants.gemm_name(spec)
   if spec.family ~= "mma" and spec.family ~= "hmma" then name = name .. string.format(".l%d", spec.l) end
   if spec.c then name = name .. string.format(".c%d", spec.c) end
   if spec.o then name = name .. string.format(".o%d", spec.o) end
+  if spec.r then name = name .. string.format(".r%d", spec.r) end
   return name
 end
 
@@ -272,6 +281,14 @@ local function hmma_values(spec, s, arch)
     return nil, "needs more than 48 KiB of shared memory"
   end
   -- sm_89 and later convert E4M3 with one instruction per two codes.
+  if spec.r then
+    if spec.op ~= "down" then return nil, "only down fuses the reduce" end
+    if spec.sk ~= 1 then return nil, "the fused reduce needs split_k 1" end
+    if spec.bn < ARRIVAL_MIN_BLOCK_N then
+      return nil, string.format("the fused reduce needs block_n >= %d", ARRIVAL_MIN_BLOCK_N)
+    end
+  end
+  values.FUSED_REDUCE = spec.r and 1 or 0
   values.FP8_CVT = arch >= 89 and 1 or 0
   values.K_PAD = pad
   values.WINDOWS = windows
@@ -357,7 +374,7 @@ function variants.describe(name, s, arch)
   local tile_known = false
   for _, tile in ipairs(TILES[spec.op][spec.family]) do
     tile_known = tile_known or (tile.bn == spec.bn and tile.w == spec.w and tile.sk == spec.sk and tile.l == spec.l and
-                                tile.o == spec.o and tile.c == spec.c)
+                                tile.o == spec.o and tile.c == spec.c and tile.r == spec.r)
   end
   if not (known and tile_known) then return nil, string.format("unknown variant '%s'", name) end
   local min_arch = FAMILY_MIN_ARCH[spec.family]
@@ -377,7 +394,7 @@ function variants.describe(name, s, arch)
   return {
     op = spec.op, family = spec.family, block_m = spec.bm, block_n = spec.bn, threads = 32 * spec.w,
     split_k = spec.sk, warps = spec.w, entry = entry, template = TEMPLATES[spec.family], values = values,
-    parameters = parameters,
+    parameters = parameters, fused_reduce = spec.r == 1,
   }
 end
 
@@ -391,7 +408,7 @@ function variants.list(s, arch)
       for _, bm in ipairs(FAMILY_BLOCK_M[family]) do
         for _, tile in ipairs(TILES[op][family] or {}) do
           local name = variants.gemm_name({ op = op, family = family, bm = bm, bn = tile.bn, w = tile.w, sk = tile.sk,
-                                            l = tile.l, o = tile.o, c = tile.c })
+                                            l = tile.l, o = tile.o, c = tile.c, r = tile.r })
           if variants.describe(name, s, arch) then names[#names + 1] = name end
         end
       end

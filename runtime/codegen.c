@@ -139,6 +139,7 @@ static void copy_emit(lua_State *L, codegen_job *job) {
   out->threads = emit_integer_field(L, table, "threads");
   out->split_k = emit_integer_field(L, table, "split_k");
   out->warps = emit_integer_field(L, table, "warps");
+  out->fused_reduce = emit_integer_field(L, table, "fused_reduce");
   /* No Lua call can fail past this point: the C copies are never leaked by a Lua error. */
   out->variant = copy_string(job->variant, strlen(job->variant));
   out->entry = copy_string(entry, entry_bytes);

@@ -15,6 +15,10 @@ typedef enum volt8_family {
   VOLT8_FAMILY_HMMA16816 = 3
 } volt8_family;
 
+/* The narrowest block_n of a down that fuses the reduce (ARRIVAL_MIN_BLOCK_N in codegen/variants.lua):
+ * the workspace keeps ceil(hidden / this) arrival counters per token. */
+#define VOLT8_ARRIVAL_MIN_BLOCK_N 32
+
 typedef struct volt8_kernel_source {
   char *variant;        /* "gate_up.cc.bm4.bn16.w4.sk1" (route: "route", reduce: "reduce") */
   char *entry;          /* extern "C" __global__ name, unique per variant and shape */
@@ -27,6 +31,7 @@ typedef struct volt8_kernel_source {
   int32_t threads;      /* threads per CTA */
   int32_t split_k;      /* K slices reduced inside the CTA in a fixed order */
   int32_t warps;
+  int32_t fused_reduce;  /* 1: a down that also forms the weighted top-k sum (no reduce launch) */
 } volt8_kernel_source;
 
 /* Lists and emits for ctx's target arch (sm_70 when ctx is NULL): a family that needs a newer arch

@@ -21,6 +21,7 @@ typedef struct loaded_kernel {
   CUfunction function;
   int32_t block_m, block_n, threads;
   volt8_family family;
+  int32_t fused_reduce; /* a down that forms out itself (no reduce launch) */
 } loaded_kernel;
 
 struct volt8_experts {
@@ -31,8 +32,11 @@ struct volt8_experts {
   CUdeviceptr weights; /* w13 | s13 | w2 | s2 */
   CUdeviceptr w13, s13, w2, s2;
   size_t weight_bytes;
-  CUdeviceptr workspace; /* sorted_pairs | items_gate_up | items_down | counters | h | z */
+  CUdeviceptr workspace; /* sorted_pairs | items_gate_up | items_down | counters | h | z | arrivals */
   CUdeviceptr sorted_pairs, items_gate_up, items_down, counters, h, z;
+  /* (token, column tile) counters of a down that fuses the reduce: zero between forwards */
+  CUdeviceptr arrivals;
+  size_t arrival_bytes;
   size_t workspace_bytes;
   loaded_kernel kernels[MAX_LOADED_KERNELS];
   int32_t kernel_count;
@@ -93,25 +97,38 @@ static volt8_status allocate_workspace(volt8_experts *experts) {
     experts->workspace = 0;
   }
   size_t pairs = (size_t)experts->max_tokens * (size_t)experts->max_top_k;
-  size_t bytes[6] = {pairs * 4, pairs * 16, pairs * 16, 16, pairs * (size_t)experts->shape.intermediate * 2,
-                     pairs * (size_t)experts->shape.hidden * 4};
-  CUdeviceptr *targets[6] = {&experts->sorted_pairs, &experts->items_gate_up, &experts->items_down,
-                             &experts->counters, &experts->h, &experts->z};
+  /* A fused-reduce down has block_n >= VOLT8_ARRIVAL_MIN_BLOCK_N (codegen/variants.lua). */
+  size_t tiles = ((size_t)experts->shape.hidden + VOLT8_ARRIVAL_MIN_BLOCK_N - 1) / VOLT8_ARRIVAL_MIN_BLOCK_N;
+  size_t bytes[7] = {pairs * 4, pairs * 16, pairs * 16, 16, pairs * (size_t)experts->shape.intermediate * 2,
+                     pairs * (size_t)experts->shape.hidden * 4, (size_t)experts->max_tokens * tiles * 4};
+  CUdeviceptr *targets[7] = {&experts->sorted_pairs, &experts->items_gate_up, &experts->items_down,
+                             &experts->counters, &experts->h, &experts->z, &experts->arrivals};
   size_t total = 0;
-  for (int i = 0; i < 6; i++) total += volt8_device_align(bytes[i]);
+  for (int i = 0; i < 7; i++) total += volt8_device_align(bytes[i]);
   volt8_status status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemAlloc(&experts->workspace, total),
                                    "cuMemAlloc(workspace)");
   if (status != VOLT8_OK) return status;
   experts->workspace_bytes = total;
+  experts->arrival_bytes = bytes[6];
   CUdeviceptr cursor = experts->workspace;
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < 7; i++) {
     *targets[i] = cursor;
     cursor += volt8_device_align(bytes[i]);
   }
-  /* Defined counters before any forward: volt8_experts_bad_id_count may be asked first. */
+  /* Defined counters before any forward (volt8_experts_bad_id_count may be asked first), and the
+   * arrivals at zero, as every forward leaves them. */
   static const int32_t zeros[4] = {0, 0, 0, 0};
-  return cuda_check(experts->ctx, experts->ctx->cuda->cuMemcpyHtoD(experts->counters, zeros, sizeof zeros),
-                    "cuMemcpyHtoD(counters)");
+  status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemcpyHtoD(experts->counters, zeros, sizeof zeros),
+                      "cuMemcpyHtoD(counters)");
+  void *arrival_zeros = status == VOLT8_OK ? calloc(1, experts->arrival_bytes) : NULL;
+  if (status == VOLT8_OK && !arrival_zeros)
+    status = volt8_fail(experts->ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the arrival counters");
+  if (status == VOLT8_OK)
+    status = cuda_check(experts->ctx,
+                        experts->ctx->cuda->cuMemcpyHtoD(experts->arrivals, arrival_zeros, experts->arrival_bytes),
+                        "cuMemcpyHtoD(arrivals)");
+  free(arrival_zeros);
+  return status;
 }
 
 volt8_status volt8_experts_alloc(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t max_tokens, int32_t max_top_k,
@@ -240,6 +257,7 @@ static volt8_status get_kernel(volt8_experts *experts, const char *variant, int 
     slot->block_n = source.block_n;
     slot->threads = source.threads;
     slot->family = source.family;
+    slot->fused_reduce = source.fused_reduce;
     experts->kernel_count++;
     *out_kernel = slot;
   }
@@ -351,11 +369,12 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   long long warm_bytes = ctx->l2_warm_bytes;
   unsigned warm_ctas = warm_bytes > 0 && ctx->sm_count > 1 ? (unsigned)ctx->sm_count / 2 : 0;
   void *route_params[] = {&ids, &num_pairs, &bm_gate_up, &bm_down, &experts->sorted_pairs, &experts->items_gate_up,
-                          &experts->items_down, &experts->counters, &experts->w13, &warm_bytes};
+                          &experts->items_down, &experts->counters, &experts->w13, &warm_bytes, &top_k, &out};
   void *gate_up_params[] = {&x, &experts->w13, &experts->s13, &experts->sorted_pairs, &experts->items_gate_up,
                             &experts->counters, &top_k, &experts->h, &ids, &num_pairs};
+  /* A down that fuses the reduce takes three more: top_k, out and the arrival counters. */
   void *down_params[] = {&experts->h, &experts->w2, &experts->s2, &experts->sorted_pairs, &experts->items_down,
-                         &experts->counters, &weights, &experts->z, &ids, &num_pairs};
+                         &experts->counters, &weights, &experts->z, &ids, &num_pairs, &top_k, &out, &experts->arrivals};
   void *fused_down_params[] = {&experts->h, &experts->w2, &experts->s2, &weights, &ids, &num_tokens, &top_k, &out,
                                &experts->counters};
   void *reduce_params[] = {&experts->z, &ids, &num_tokens, &top_k, &out, &experts->counters};
@@ -378,17 +397,23 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   /* A routed hmma down may start early too (templates/moe_gemm_hmma.cu): it reads the route's items,
    * written before its gate_up started, and requests its first weights while gate_up finishes. */
   int early_down = early || down->family == VOLT8_FAMILY_HMMA16816;
-  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params, early_down)) != VOLT8_OK ||
-      (status = launch(ctx, reduce, (hidden + reduce_columns - 1) / reduce_columns, (unsigned)num_tokens, cu_stream,
-                       reduce_params, early)) != VOLT8_OK)
+  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params, early_down)) != VOLT8_OK)
     return status;
-  return VOLT8_OK;
+  if (down->fused_reduce) return VOLT8_OK; /* its CTAs formed out themselves */
+  return launch(ctx, reduce, (hidden + reduce_columns - 1) / reduce_columns, (unsigned)num_tokens, cu_stream,
+                reduce_params, early);
 }
 
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream) {
   volt8_ctx *ctx = experts->ctx;
-  return cuda_check(ctx, ctx->cuda->cuMemsetD8Async(experts->workspace, byte, experts->workspace_bytes, (CUstream)stream),
-                    "cuMemsetD8Async(workspace)");
+  /* The arrival counters are kept at zero, as forwards leave them. */
+  volt8_status status = cuda_check(
+      ctx, ctx->cuda->cuMemsetD8Async(experts->workspace, byte, experts->workspace_bytes, (CUstream)stream),
+      "cuMemsetD8Async(workspace)");
+  if (status == VOLT8_OK)
+    status = cuda_check(ctx, ctx->cuda->cuMemsetD8Async(experts->arrivals, 0, experts->arrival_bytes, (CUstream)stream),
+                        "cuMemsetD8Async(arrivals)");
+  return status;
 }
 
 volt8_ctx *volt8_experts_ctx(const volt8_experts *experts) { return experts->ctx; }

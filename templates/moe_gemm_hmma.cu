@@ -25,10 +25,17 @@
 // Early launch (moe_common.cu): block_m 1 kernels in forwards without a route pass, and a routed
 // down after its gate_up. A routed gate_up only lets its down start early; it follows the route in
 // order and never waits.
+// Fused reduce (down, r1 variants): after storing its z rows, a CTA counts one arrival per pair in
+// (token, its column tile) counters of the workspace. The CTA whose arrival is the token's last live
+// pair reads back every z row of that token for its columns, sums them in pair order as the reduce
+// kernel does (the same bits), writes out and resets the counter; the forward launches no reduce.
+// A token with no live pair is written as zeros: by the block_m 1 CTA of its first pair, or by the
+// route. A block_m 1 fused down also stores the bad-id count the reduce would store.
 #define VOLT8_MAY_START_EARLY 1
 @{include moe_common.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}
+#define VOLT8_FUSED_REDUCE @{FUSED_REDUCE}
 // Kernels that may start before the kernel before them ends, and so wait for it: all but a routed
 // gate_up. A routed down reads its work item (the route's, finished before its gate_up started)
 // and requests its first weights before the wait.
@@ -77,6 +84,7 @@ static_assert(kBlockM >= 1 && kBlockM <= 8, "one product serves at most 8 pairs"
 static_assert(kNTiles * kTileColumns * kWarpsN * kColumnGroups == kBlockN && kWarpsN * kSplitK == @{WARPS},
               "tile does not fit the warps");
 static_assert(kColumnGroups == 1 || kSplitK == 1, "column groups need split_k 1");
+static_assert(!VOLT8_FUSED_REDUCE || (!VOLT8_GATE_UP && kSplitK == 1), "only a split_k 1 down fuses the reduce");
 }  // namespace
 
 // Waits for the kernel before, in a kernel that may have started before it ended.
@@ -224,22 +232,142 @@ static __device__ __forceinline__ void store_group(const float (&acc)[kNTiles][4
   }
 }
 
+#if VOLT8_FUSED_REDUCE
+constexpr int kIdBatch = 8;  // ids (and z rows) a thread has in flight together
+
+// Loads of z rows other CTAs of this kernel stored: L2, never a line L1 may hold.
+static __device__ __forceinline__ float4 load_other_cta_row(const float *address) {
+  float4 value;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
+               : "l"(address));
+  return value;
+}
+
+static __device__ __forceinline__ bool live_id(int id) { return id >= 0 && id < kNumExperts; }
+
+// Pairs of the token whose ids (caller input) are in [0, E).
+static __device__ __forceinline__ int live_pairs(const int *token_ids, int top_k) {
+  int live = 0;
+  for (int batch = 0; batch < top_k; batch += kIdBatch) {
+    int ids[kIdBatch];
+#pragma unroll
+    for (int b = 0; b < kIdBatch; ++b) ids[b] = batch + b < top_k ? load_input_before_wait(token_ids + batch + b) : -1;
+#pragma unroll
+    for (int b = 0; b < kIdBatch; ++b) live += live_id(ids[b]);
+  }
+  return live;
+}
+
+// out[token][column0 .. column0 + kBlockN) = FP16 of the sum over the token's live pairs, in pair
+// order, of their z rows: the reduce kernel's arithmetic (moe_reduce.cu). Every thread calls it.
+static __device__ void reduce_token_columns(const float *z, const int *topk_ids, int token, int top_k, int column0,
+                                            unsigned short *out) {
+  const long long first_pair = (long long)token * top_k;
+  for (int c = threadIdx.x * 4; c < kBlockN; c += kThreads * 4) {
+    const int column = column0 + c;
+    if (column >= kN) break;
+    float4 sum = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int batch = 0; batch < top_k; batch += kIdBatch) {
+      int ids[kIdBatch];
+      float4 values[kIdBatch];
+#pragma unroll
+      for (int b = 0; b < kIdBatch; ++b) {
+        const bool present = batch + b < top_k;
+        ids[b] = present ? topk_ids[first_pair + batch + b] : -1;
+        // Requested with the ids: a dead pair's row (never stored this forward) is read but not added.
+        values[b] = present ? load_other_cta_row(z + (first_pair + batch + b) * kN + column) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int b = 0; b < kIdBatch; ++b) {
+        if (!live_id(ids[b])) continue;
+        sum.x += values[b].x;
+        sum.y += values[b].y;
+        sum.z += values[b].z;
+        sum.w += values[b].w;
+      }
+    }
+    uint2 packed;
+    packed.x = pack_halves(float_to_half(sum.x), float_to_half(sum.y));
+    packed.y = pack_halves(float_to_half(sum.z), float_to_half(sum.w));
+    *reinterpret_cast<uint2 *>(out + (long long)token * kN + column) = packed;
+  }
+}
+
+// Zeros for out[token][column0 .. column0 + kBlockN): a token none of whose pairs is live.
+static __device__ void zero_token_columns(int token, int column0, unsigned short *out) {
+  for (int c = threadIdx.x * 4; c < kBlockN && column0 + c < kN; c += kThreads * 4)
+    *reinterpret_cast<uint2 *>(out + (long long)token * kN + column0 + c) = make_uint2(0u, 0u);
+}
+
+// Adds one arrival; returns the count before it. Release: the CTA's z stores, ordered before it by a
+// barrier, are visible to whoever sees the arrival. Acquire: the z stores of the CTAs whose arrivals
+// it sees are visible to this CTA after its next barrier.
+static __device__ __forceinline__ int arrive(int *counter) {
+  int before;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+  return before;
+}
+
+// After the CTA stored the z rows of its pairs: one arrival per pair at (token, column tile); the CTA
+// that brings a token's count to its live pairs (live, of thread m < count for pair m) resets the
+// counter and reduces that token's columns. Every thread calls it. last_tokens: kBlockM ints of
+// shared memory.
+static __device__ void arrive_and_reduce(const int *pair_ids, int count, int live, const int *topk_ids, int top_k,
+                                         const float *z, unsigned short *out, int *arrivals, int column0,
+                                         int *last_tokens) {
+  const int tid = threadIdx.x;
+  __syncthreads();  // the CTA's z stores come before its arrivals
+  if (tid < kBlockM) {
+    int last = -1;
+    if (tid < count) {
+      const int token = pair_ids[tid] / top_k;
+      int *counter = arrivals + (long long)token * gridDim.x + blockIdx.x;
+      if (arrive(counter) + 1 == live) {
+        *counter = 0;  // every arrival of this forward is in: ready for the next one
+        last = token;
+      }
+    }
+    last_tokens[tid] = last;
+  }
+  __syncthreads();  // and the other CTAs' z rows, seen through the arrivals, come before the reads
+  for (int m = 0; m < count; ++m)
+    if (last_tokens[m] >= 0) reduce_token_columns(z, topk_ids, last_tokens[m], top_k, column0, out);
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     const unsigned short *__restrict__ activations, const unsigned char *__restrict__ weights,
     const unsigned short *__restrict__ scales, const int *__restrict__ sorted_pairs,
+#if VOLT8_FUSED_REDUCE
+    const int4 *__restrict__ items, int *__restrict__ counters,  // block_m 1 stores counters[2]
+#else
     const int4 *__restrict__ items, const int *__restrict__ counters,
+#endif
 #if VOLT8_GATE_UP
     int top_k, unsigned short *__restrict__ out,
 #else
     const float *__restrict__ topk_weights, float *__restrict__ out,
 #endif
+#if VOLT8_FUSED_REDUCE
+    const int *__restrict__ topk_ids, int num_pairs, int top_k, unsigned short *__restrict__ reduced,
+    int *__restrict__ arrivals) {
+#else
     const int *__restrict__ topk_ids, int num_pairs) {
+#endif
   // The x tile, later reused for the split-k partial sums.
   __shared__ __align__(16) unsigned char shared_buffer[kSharedBytes];
   __shared__ float scale_tile[kRows * kBlockN * kScaleKBlocks];  // [row kind][column][k block]
   __shared__ int pair_ids[kBlockM];
 #if !VOLT8_GATE_UP
   __shared__ float pair_weights[kBlockM];  // each pair's routing weight, staged with its id
+#endif
+#if VOLT8_FUSED_REDUCE
+  __shared__ int last_tokens[kBlockM];
+  // The count the reduce kernel would store (a routed forward's route stores it too). Nothing else
+  // in this forward writes counters[2]; the ids were written before the forward began.
+  if (kBlockM == 1 && blockIdx.x == 0 && blockIdx.y == 0)
+    store_bad_id_count(topk_ids, num_pairs, kNumExperts, counters + 2);
 #endif
 
   int expert, first, count;
@@ -259,7 +387,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     first = item.y;
     count = min(item.z, kBlockM);
   }
-  if (expert < 0 || expert >= kNumExperts || count <= 0) return wait_if_started_early();
+  if (expert < 0 || expert >= kNumExperts || count <= 0) {
+#if VOLT8_FUSED_REDUCE
+    // The CTAs of a token's first pair, when it is outside [0, E), write the token's zeros if no
+    // pair of it is live: no CTA arrives for such a token.
+    if (kBlockM == 1 && (int)blockIdx.y % top_k == 0) {
+      const int token = (int)blockIdx.y / top_k;
+      __shared__ int token_live;
+      if (threadIdx.x == 0) token_live = live_pairs(topk_ids + (long long)token * top_k, top_k);
+      __syncthreads();
+      wait_if_started_early();
+      if (token_live == 0) zero_token_columns(token, blockIdx.x * kBlockN, reduced);
+      return;
+    }
+#endif
+    return wait_if_started_early();
+  }
 #if VOLT8_GATE_UP
   if (top_k <= 0) return wait_if_started_early();
   const int x_rows_per_pair = top_k;
@@ -309,6 +452,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   if (kBlockM == 1)
     for (int step = step_begin + kUnroll; step < step_end; ++step) prefetch_step(row_weights, row_column, step, quad_lane);
 #endif
+#if VOLT8_FUSED_REDUCE
+  // Live pairs of the token of pair m (thread m < count): block_m 1 knows its token now and counts
+  // while its weights are on the way; a routed CTA counts once its pairs are staged.
+  int live = 0;
+  if (kBlockM == 1 && threadIdx.x == 0) live = live_pairs(topk_ids + (long long)(first / top_k) * top_k, top_k);
+#endif
   wait_if_started_early();  // down: gate_up wrote h
   allow_next_kernel();
 
@@ -323,6 +472,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   scale_group_load(first_scale_bits, scales, expert, column0, 0);
   stage_scales(scale_tile, first_scale_bits, scales, expert, column0, kScaleFactor);
   __syncthreads();
+#if VOLT8_FUSED_REDUCE
+  if (kBlockM > 1 && tid < count) live = live_pairs(topk_ids + (long long)(pair_ids[tid] / top_k) * top_k, top_k);
+#endif
 
   float acc[kNTiles][4];
 #pragma unroll
@@ -416,4 +568,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
                 pair_weights, out);
 #endif
   }
+#if VOLT8_FUSED_REDUCE
+  arrive_and_reduce(pair_ids, count, live, topk_ids, top_k, out, reduced, arrivals, column0, last_tokens);
+#endif
 }

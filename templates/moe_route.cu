@@ -6,11 +6,14 @@
 // CTAs past the first (if the grid has any) only warm L2: while CTA 0 routes, they ask L2 for the
 // gate_up weights of the lowest-numbered experts that have pairs, up to warm_bytes. Those experts'
 // work items come first, so gate_up's first CTAs find their weights on chip or on the way.
+// The grid's last CTA also writes zeros to the out rows of tokens none of whose ids is in [0, E):
+// no down CTA works for such a token, and a down that fuses the reduce writes only the others.
 
 namespace {
 constexpr int kThreads = @{THREADS};
 constexpr int kWarps = kThreads / 32;
 constexpr int kNumExperts = @{NUM_EXPERTS};
+constexpr int kHidden = @{HIDDEN};
 constexpr int kExpertsPerThread = (kNumExperts + kThreads - 1) / kThreads;
 constexpr int kIdCapacity = @{ID_CAPACITY};  // ids held in shared memory at once (a multiple of 4)
 constexpr int kPlaceWarps = @{PLACE_WARPS};  // warps placing pairs side by side (per-warp cursors fit)
@@ -142,16 +145,33 @@ static __device__ void route_warm_l2(const int *topk_ids, int num_pairs, const u
   }
 }
 
+// Zeros in out for each token whose top_k ids are all outside [0, E); one thread per token.
+static __device__ void route_zero_dead_tokens(const int *topk_ids, int num_pairs, int top_k, unsigned short *out) {
+  if (top_k <= 0) return;
+  const int num_tokens = num_pairs / top_k;
+  for (int token = threadIdx.x; token < num_tokens; token += kThreads) {
+    bool live = false;
+    for (int j = 0; j < top_k && !live; ++j) {
+      const int id = topk_ids[(long long)token * top_k + j];
+      live = id >= 0 && id < kNumExperts;
+    }
+    if (live) continue;
+    uint2 *row = reinterpret_cast<uint2 *>(out + (long long)token * kHidden);
+    for (int v = 0; v < kHidden / 4; ++v) row[v] = make_uint2(0u, 0u);
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     const int *__restrict__ topk_ids, int num_pairs, int bm_gate_up, int bm_down, int *__restrict__ sorted_pairs,
     int4 *__restrict__ items_gate_up, int4 *__restrict__ items_down, int *__restrict__ counters,
-    const unsigned char *__restrict__ gate_up_weights, long long warm_bytes) {
+    const unsigned char *__restrict__ gate_up_weights, long long warm_bytes, int top_k, unsigned short *__restrict__ out) {
   __shared__ int cursor[kNumExperts];                     // pair counts, then the next free position
   __shared__ int warp_cursor[kPlaceWarps][kNumExperts];   // a tile segment's counts, then its cursors
   __shared__ RouteScanValues warp_sums[kWarps + 1];
   __shared__ int bad_ids;
   __shared__ __align__(16) int id_tile[kIdCapacity];     // ids [tile_start, tile_start + kIdCapacity)
 
+  if (blockIdx.x > 0 && blockIdx.x == gridDim.x - 1) route_zero_dead_tokens(topk_ids, num_pairs, top_k, out);
   if (blockIdx.x > 0) {
     return route_warm_l2(topk_ids, num_pairs, gate_up_weights, warm_bytes, reinterpret_cast<unsigned *>(cursor),
                          &warp_cursor[0][0], &bad_ids);
@@ -258,4 +278,5 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     counters[2] = bad_ids;
     counters[3] = 0;
   }
+  if (gridDim.x == 1) route_zero_dead_tokens(topk_ids, num_pairs, top_k, out);
 }

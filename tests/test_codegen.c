@@ -158,6 +158,17 @@ static void check_every_variant_emits(const char *target_arch) {
                                                               : VOLT8_FAMILY_CUDA_CORE;
       cr_expect_eq(first.family, family, "%s", list.names[i]);
       if (family == VOLT8_FAMILY_TOKEN) cr_expect_eq(first.op, VOLT8_OP_DOWN, "%s", list.names[i]);
+      /* ".r1": an hmma down with split_k 1 that forms out itself; its column tiles fit the arrival
+       * counters the workspace keeps per token. */
+      size_t length = strlen(list.names[i]);
+      int marked = length > 3 && strcmp(list.names[i] + length - 3, ".r1") == 0;
+      cr_expect_eq(first.fused_reduce, marked, "%s: fused_reduce %d", list.names[i], first.fused_reduce);
+      if (marked) {
+        cr_expect(first.op == VOLT8_OP_DOWN && family == VOLT8_FAMILY_HMMA16816 && first.split_k == 1, "%s", list.names[i]);
+        cr_expect_geq(first.block_n, VOLT8_ARRIVAL_MIN_BLOCK_N, "%s", list.names[i]);
+      }
+    } else {
+      cr_expect_eq(first.fused_reduce, 0, "%s", list.names[i]);
     }
     volt8_kernel_source_free(&first);
     volt8_kernel_source_free(&second);
@@ -330,7 +341,9 @@ Test(codegen, unknown_variant_is_not_found) {
   volt8_kernel_source source;
   const char *bad[] = {"gate_up.cc.bm3.bn8.w4.sk1.l16", "down.mma.bm8.bn32.w4.sk1.l4", "gate_up.tok.bm1.bn16.w4.sk1.l2",
                        "down.tok.bm2.bn16.w4.sk1.l2", "gate_up.cc.bm1.bn8.w4.sk1.l16.o7", "down.tok.bm1.bn16.w4.sk1.l2.o10",
-                       "sideways", ""};
+                       /* the fused reduce: hmma down tiles that carry the mark only, and only r1 */
+                       "gate_up.hmma.bm1.bn8.w8.sk8.r1", "down.cc.bm1.bn64.w4.sk1.l2.r1", "down.hmma.bm1.bn128.w8.sk1.r1",
+                       "down.hmma.bm1.bn128.w4.sk1.r2", "down.hmma.bm1.bn128.w4.sk1.r1.o5", "sideways", ""};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     cr_expect_eq(volt8_codegen_emit(ctx, &shape, bad[i], &source), VOLT8_ERR_NOT_FOUND, "'%s' accepted", bad[i]);
     cr_expect(strstr(volt8_last_error(ctx), bad[i]) != NULL, "%s", volt8_last_error(ctx));

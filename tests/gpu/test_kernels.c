@@ -17,7 +17,7 @@ TestSuite(gpu_kernels, .timeout = 1200);
 typedef struct variant_lists {
   char **names;
   int32_t count;
-  const char *gate_up[64], *down[64];
+  const char *gate_up[128], *down[128];
   int32_t gate_up_count, down_count;
 } variant_lists;
 
@@ -25,10 +25,14 @@ static void list_variants(volt8_ctx *ctx, const volt8_moe_shape *shape, variant_
   memset(lists, 0, sizeof *lists);
   cr_assert_eq(volt8_codegen_list(ctx, shape, &lists->names, &lists->count), VOLT8_OK, "%s", volt8_last_error(ctx));
   for (int32_t i = 0; i < lists->count; i++) {
-    if (strncmp(lists->names[i], "gate_up.", 8) == 0 && lists->gate_up_count < 64)
+    if (strncmp(lists->names[i], "gate_up.", 8) == 0) {
+      cr_assert_lt(lists->gate_up_count, 128, "more gate_up variants than the test holds");
       lists->gate_up[lists->gate_up_count++] = lists->names[i];
-    if (strncmp(lists->names[i], "down.", 5) == 0 && lists->down_count < 64)
+    }
+    if (strncmp(lists->names[i], "down.", 5) == 0) {
+      cr_assert_lt(lists->down_count, 128, "more down variants than the test holds");
       lists->down[lists->down_count++] = lists->names[i];
+    }
   }
   cr_assert(lists->gate_up_count > 0 && lists->down_count > 0, "no gate_up or down variants listed");
 }
@@ -291,6 +295,89 @@ Test(gpu_kernels, token_fused_down_matches_down_and_reduce_bit_for_bit) {
   free(unfused);
   free(fused);
   volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* A down that fuses the reduce (".r1") forms each z row as the same variant without the mark does
+ * and each token's sum as the reduce does, so the two paths must give the same bits. Block_m 1
+ * (no route pass) and routed, top_k 10 and 20, with one pair outside [0, E) and, from M = 3, a
+ * token none of whose pairs is live (its row must be zeros). Then the fused forward runs twice
+ * more without the workspace being reset: each forward must leave the arrival counters at zero. */
+Test(gpu_kernels, fused_reduce_down_matches_down_and_reduce_bit_for_bit) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(0x3c6ef372fe94f82bull);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 64;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  variant_lists lists;
+  list_variants(ctx, &shape, &lists);
+  const char *gate_up = NULL;
+  for (int32_t i = 0; i < lists.gate_up_count && !gate_up; i++)
+    if (strstr(lists.gate_up[i], ".bm1.")) gate_up = lists.gate_up[i];
+  cr_assert_not_null(gate_up, "no block_m 1 gate_up listed");
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 20);
+  const int32_t all_m[] = {1, 8, 33}, quick_m[] = {8}, top_ks[2] = {10, 20};
+  const int32_t *ms = gpu_quick_mode() ? quick_m : all_m;
+  int32_t m_count = gpu_quick_mode() ? 1 : 3, fused_count = 0;
+  size_t bytes = (size_t)64 * shape.hidden * sizeof(uint16_t);
+  uint16_t *unfused = malloc(bytes), *fused = malloc(bytes);
+  cr_assert(unfused && fused);
+  for (int32_t d = 0; d < lists.down_count; d++) {
+    const char *name = lists.down[d];
+    size_t length = strlen(name);
+    if (length < 3 || strcmp(name + length - 3, ".r1") != 0) continue;
+    char plain[96];
+    snprintf(plain, sizeof plain, "%.*s", (int)(length - 3), name);
+    fused_count++;
+    for (int32_t k = 0; k < (gpu_quick_mode() ? 1 : 2); k++) {
+      for (int32_t mi = 0; mi < m_count; mi++) {
+        int32_t m = ms[mi], top_k = top_ks[k], bad = 1;
+        device_batch batch;
+        gpu_make_batch(ctx, &problem, m, top_k, ROUTING_UNIFORM, &batch);
+        batch.ids[m * top_k / 2] = -1;
+        if (m >= 3) {
+          for (int32_t j = 0; j < top_k; j++) batch.ids[top_k + j] = j % 2 ? -2 : 1 << 20;
+          bad += top_k;
+        }
+        gpu_update_ids(ctx, &problem, &batch);
+        size_t count = (size_t)m * shape.hidden;
+        char label[200];
+        snprintf(label, sizeof label, "M=%d top_k=%d %s vs %s", m, top_k, plain, name);
+        gpu_check_forward(ctx, experts, shape.hidden, &batch, gate_up, plain, label);
+        cr_assert_eq(ctx->cuda->cuMemcpyDtoH(unfused, batch.d_out, count * 2), CUDA_SUCCESS);
+        for (int32_t run = 0; run < 3; run++) {
+          if (run == 0) {
+            gpu_check_forward(ctx, experts, shape.hidden, &batch, gate_up, name, label);
+          } else {
+            cr_assert_eq(ctx->cuda->cuMemsetD8Async(batch.d_out, 0xFF, count * 2, NULL), CUDA_SUCCESS);
+            volt8_moe_args args = gpu_batch_args(&batch);
+            cr_assert_eq(volt8_moe_forward(experts, &args, NULL), VOLT8_OK, "%s: %s", label, volt8_last_error(ctx));
+            gpu_check_output(ctx, shape.hidden, &batch, label, NULL);
+          }
+          cr_assert_eq(ctx->cuda->cuMemcpyDtoH(fused, batch.d_out, count * 2), CUDA_SUCCESS);
+          size_t differ = 0, zero_row_bad = 0;
+          for (size_t i = 0; i < count; i++) differ += unfused[i] != fused[i];
+          if (m >= 3)
+            for (int32_t c = 0; c < shape.hidden; c++) zero_row_bad += fused[shape.hidden + c] != 0;
+          cr_expect_eq(differ, 0, "%s run %d: %zu of %zu outputs differ in their bits", label, run, differ, count);
+          cr_expect_eq(zero_row_bad, 0, "%s run %d: %zu outputs of the token with no live pair are not zero", label,
+                       run, zero_row_bad);
+          int32_t counted = -1;
+          cr_assert_eq(volt8_experts_bad_id_count(experts, &counted), VOLT8_OK, "%s", volt8_last_error(ctx));
+          cr_expect_eq(counted, bad, "%s run %d: device counted %d bad ids, not %d", label, run, counted, bad);
+        }
+        gpu_free_batch(ctx, &batch);
+      }
+    }
+  }
+  cr_log_info("fused-reduce downs checked: %d", fused_count);
+  if (find_family(lists.down, lists.down_count, "hmma")) cr_assert_gt(fused_count, 0, "no fused-reduce down listed");
+  free(unfused);
+  free(fused);
+  volt8_experts_destroy(experts);
+  volt8_codegen_names_free(lists.names, lists.count);
   gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);
 }
