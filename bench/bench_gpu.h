@@ -49,7 +49,7 @@ volt8_status bench_time(bench_gpu *gpu, bench_launch_fn launch, void *user, cons
                         bench_timing *out);
 /* The launch floor: the time per replay of a graph of `kernels` empty one-CTA kernels, kernel k
  * started early where bit k of `early_mask` is set and the context uses early launch (as a forward
- * starts its down and reduce), replayed as bench_time replays forwards. What a forward of that many
+ * starts its down, and its reduce where down does not fuse it), replayed as bench_time replays forwards. What a forward of that many
  * launches costs before any work. */
 volt8_status bench_launch_floor(bench_gpu *gpu, int32_t kernels, unsigned early_mask, const bench_timing_plan *plan,
                                 bench_timing *out);

@@ -52,9 +52,10 @@ typedef struct bench_report {
   int32_t sm_count;
   int64_t l2_bytes;
   double copy_gbps;
-  /* Launch floors (bench_launch_floor): [0] three kernels, down and reduce started early (a forward
-   * without a route pass); [1] four, the down started early (a routed forward with an hmma down). */
-  bench_timing launch_floor[2];
+  /* Launch floors (bench_launch_floor): [0] two kernels, the second started early (a forward without
+   * a route pass whose down fuses the reduce); [1] three, down and reduce started early (one without
+   * a route pass); [2] four, the down started early (a routed forward with an hmma down). */
+  bench_timing launch_floor[3];
   volt8_moe_shape shape;
   int32_t top_k;
   uint64_t seed;

@@ -802,8 +802,9 @@ static void fake_report(bench_report *report) {
   snprintf(report->device_arch, sizeof report->device_arch, "sm_90");
   snprintf(report->target_arch, sizeof report->target_arch, "sm_90");
   report->copy_gbps = 4000.0;
-  report->launch_floor[0].median_us = 4.5;
-  report->launch_floor[1].median_us = 5.5;
+  report->launch_floor[0].median_us = 3.5;
+  report->launch_floor[1].median_us = 4.5;
+  report->launch_floor[2].median_us = 5.5;
   report->shape = reference_shape();
   report->top_k = 10;
   report->count = 2;
@@ -842,6 +843,7 @@ Test(bench_report, json_shape) {
   cr_assert_str_eq(cJSON_GetObjectItem(root, "schema")->valuestring, BENCH_JSON_SCHEMA);
   cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "device"), "copy_gbps")->valuedouble, 4000.0, 1e-9);
   cJSON *floor = cJSON_GetObjectItem(root, "launch_floor_us");
+  cr_assert_float_eq(cJSON_GetObjectItem(floor, "two_kernels")->valuedouble, 3.5, 1e-9);
   cr_assert_float_eq(cJSON_GetObjectItem(floor, "three_kernels")->valuedouble, 4.5, 1e-9);
   cr_assert_float_eq(cJSON_GetObjectItem(floor, "four_kernels")->valuedouble, 5.5, 1e-9);
   const char *top[] = {"library_version", "command", "date", "shape", "memory", "settings", "libraries", "results"};
@@ -875,7 +877,8 @@ Test(bench_report, svg_and_markdown) {
   char *markdown = bench_report_markdown(report);
   cr_assert_not_null(strstr(markdown, "| M | byte floor (us) | volt8 (us)"), "%s", markdown);
   cr_assert_not_null(strstr(markdown, "| 8 | 23.0 | 30.0 |"), "%s", markdown);
-  cr_assert_not_null(strstr(markdown, "4.5 us for 3 kernels"), "%s", markdown);
+  cr_assert_not_null(strstr(markdown, "3.5 us for 2 kernels"), "%s", markdown);
+  cr_assert_not_null(strstr(markdown, "4.5 us for 3 (no route pass)"), "%s", markdown);
   cr_assert_not_null(strstr(markdown, "5.5 us for 4"), "%s", markdown);
   free(svg);
   free(markdown);
