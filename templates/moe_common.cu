@@ -202,6 +202,28 @@ static __device__ __forceinline__ float chunk_dot(const float4 *x_tile, int chun
   return even + odd;
 }
 
+// sum += the rows of the live pairs of a batch, in pair order: the weighted top-k sum's arithmetic,
+// shared by the reduce kernel and the downs that fuse it, so both give the same bits.
+template <int kBatch>
+static __device__ __forceinline__ void add_live_rows(float4 &sum, const bool (&live)[kBatch], const float4 (&rows)[kBatch]) {
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    if (!live[b]) continue;
+    sum.x += rows[b].x;
+    sum.y += rows[b].y;
+    sum.z += rows[b].z;
+    sum.w += rows[b].w;
+  }
+}
+
+// Four FP16 outputs (8-byte aligned) from four sums.
+static __device__ __forceinline__ void store_half4(unsigned short *address, const float4 &sum) {
+  uint2 packed;
+  packed.x = pack_halves(float_to_half(sum.x), float_to_half(sum.y));
+  packed.y = pack_halves(float_to_half(sum.z), float_to_half(sum.w));
+  *reinterpret_cast<uint2 *>(address) = packed;
+}
+
 static __device__ __forceinline__ float silu_times(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
 }

@@ -235,15 +235,6 @@ static __device__ __forceinline__ void store_group(const float (&acc)[kNTiles][4
 #if VOLT8_FUSED_REDUCE
 constexpr int kIdBatch = 8;  // ids (and z rows) a thread has in flight together
 
-// Loads of z rows other CTAs of this kernel stored: L2, never a line L1 may hold.
-static __device__ __forceinline__ float4 load_other_cta_row(const float *address) {
-  float4 value;
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
-               : "l"(address));
-  return value;
-}
-
 static __device__ __forceinline__ bool live_id(int id) { return id >= 0 && id < kNumExperts; }
 
 // Pairs of the token whose ids (caller input) are in [0, E).
@@ -260,7 +251,8 @@ static __device__ __forceinline__ int live_pairs(const int *token_ids, int top_k
 }
 
 // out[token][column0 .. column0 + kBlockN) = FP16 of the sum over the token's live pairs, in pair
-// order, of their z rows: the reduce kernel's arithmetic (moe_reduce.cu). Every thread calls it.
+// order, of their z rows: the reduce kernel's arithmetic (add_live_rows). Every thread calls it, after
+// the acquire in arrive_and_reduce: the rows other CTAs stored are read as load_produced reads h.
 static __device__ void reduce_token_columns(const float *z, const int *topk_ids, int token, int top_k, int column0,
                                             unsigned short *out) {
   const long long first_pair = (long long)token * top_k;
@@ -269,28 +261,19 @@ static __device__ void reduce_token_columns(const float *z, const int *topk_ids,
     if (column >= kN) break;
     float4 sum = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int batch = 0; batch < top_k; batch += kIdBatch) {
-      int ids[kIdBatch];
+      bool live[kIdBatch];
       float4 values[kIdBatch];
 #pragma unroll
       for (int b = 0; b < kIdBatch; ++b) {
         const bool present = batch + b < top_k;
-        ids[b] = present ? topk_ids[first_pair + batch + b] : -1;
+        live[b] = present && live_id(topk_ids[first_pair + batch + b]);
         // Requested with the ids: a dead pair's row (never stored this forward) is read but not added.
-        values[b] = present ? load_other_cta_row(z + (first_pair + batch + b) * kN + column) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        values[b] = present ? load_produced(reinterpret_cast<const float4 *>(z + (first_pair + batch + b) * kN + column))
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
-#pragma unroll
-      for (int b = 0; b < kIdBatch; ++b) {
-        if (!live_id(ids[b])) continue;
-        sum.x += values[b].x;
-        sum.y += values[b].y;
-        sum.z += values[b].z;
-        sum.w += values[b].w;
-      }
+      add_live_rows(sum, live, values);
     }
-    uint2 packed;
-    packed.x = pack_halves(float_to_half(sum.x), float_to_half(sum.y));
-    packed.y = pack_halves(float_to_half(sum.z), float_to_half(sum.w));
-    *reinterpret_cast<uint2 *>(out + (long long)token * kN + column) = packed;
+    store_half4(out + (long long)token * kN + column, sum);
   }
 }
 

@@ -44,17 +44,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
       values[b] = live[b] ? load_produced(reinterpret_cast<const float4 *>(z + (first_pair + batch + b) * kHidden + column))
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      if (!live[b]) continue;
-      sum.x += values[b].x;
-      sum.y += values[b].y;
-      sum.z += values[b].z;
-      sum.w += values[b].w;
-    }
+    add_live_rows(sum, live, values);
   }
-  uint2 packed;
-  packed.x = pack_halves(float_to_half(sum.x), float_to_half(sum.y));
-  packed.y = pack_halves(float_to_half(sum.z), float_to_half(sum.w));
-  *reinterpret_cast<uint2 *>(out + (long long)token * kHidden + column) = packed;
+  store_half4(out + (long long)token * kHidden + column, sum);
 }
