@@ -17,8 +17,9 @@ size_t volt8_experts_resident_bytes(const volt8_experts *experts);
 const volt8_moe_shape *volt8_experts_shape(const volt8_experts *experts);
 /* Bytes of the workspace allocation (sized for the prepared maximum of routed pairs). */
 size_t volt8_experts_workspace_bytes(const volt8_experts *experts);
-/* Fills the whole workspace (route output, h, z) with `byte` in stream order: a test then sees
- * any kernel that reads workspace data before the kernel that writes it has finished. */
+/* Fills the workspace (route output, h, z) with `byte` in stream order: a test then sees any kernel
+ * that reads workspace data before the kernel that writes it has finished. The arrival counters of
+ * a fused-reduce down are set back to zero, as every forward leaves them. */
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream);
 /* The context the handle was created on. */
 volt8_ctx *volt8_experts_ctx(const volt8_experts *experts);
