@@ -145,12 +145,26 @@ static __device__ __forceinline__ uint4 load_weights_16_at(const unsigned char *
   return load_weights_16(address);
 }
 
-// A caller input (ids) a kernel that starts early reads before its wait: with early launch a
-// plain load, kept there as volatile asm (a read-only load would be moved below the wait).
+// Data written before the kernel before this one began (the caller's ids, the route's work items)
+// that a kernel that starts early reads before its wait: with early launch a plain load, kept there
+// as volatile asm (a read-only load would be moved below the wait, and a 128-bit one before it is
+// what check_wait_order.py takes for h or z read through the read-only path).
 static __device__ __forceinline__ int load_input_before_wait(const int *address) {
 #if VOLT8_EARLY_LAUNCH
   int value;
   asm volatile("ld.global.b32 %0, [%1];" : "=r"(value) : "l"(address));
+  return value;
+#else
+  return *address;
+#endif
+}
+
+static __device__ __forceinline__ int4 load_input_before_wait(const int4 *address) {
+#if VOLT8_EARLY_LAUNCH
+  int4 value;
+  asm volatile("ld.global.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
+               : "l"(address));
   return value;
 #else
   return *address;

@@ -94,21 +94,6 @@ static __device__ __forceinline__ void wait_if_started_early() {
 #endif
 }
 
-// A routed work item (the route's output) that a kernel that starts early reads before its wait:
-// with early launch a plain load, so that no 128-bit read-only load precedes the wait, which is
-// what check_wait_order.py looks for to catch h or z read through the read-only path.
-static __device__ __forceinline__ int4 load_item_before_wait(const int4 *address) {
-#if VOLT8_EARLY_LAUNCH
-  int4 value;
-  asm volatile("ld.global.v4.s32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
-               : "l"(address));
-  return value;
-#else
-  return *address;
-#endif
-}
-
 @{include moe_work_item.cu}
 
 // d = A . B + d for one m16n8k16 product.
@@ -364,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   } else {
     // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
     const int item_count = counters[@{COUNTER_INDEX}];
-    const int4 item = load_item_before_wait(items + blockIdx.y);
+    const int4 item = load_input_before_wait(items + blockIdx.y);  // the route's, done before gate_up began
     if ((int)blockIdx.y >= item_count) return wait_if_started_early();
     expert = item.x;
     first = item.y;
