@@ -368,8 +368,10 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   /* CTAs past the route's first warm L2 with the first experts' gate_up weights (moe_route.cu). */
   long long warm_bytes = ctx->l2_warm_bytes;
   unsigned warm_ctas = warm_bytes > 0 && ctx->sm_count > 1 ? (unsigned)ctx->sm_count / 2 : 0;
+  /* The route writes the zeros of tokens with no live id only for a down that fuses the reduce. */
+  CUdeviceptr route_out = down->fused_reduce ? out : 0;
   void *route_params[] = {&ids, &num_pairs, &bm_gate_up, &bm_down, &experts->sorted_pairs, &experts->items_gate_up,
-                          &experts->items_down, &experts->counters, &experts->w13, &warm_bytes, &top_k, &out};
+                          &experts->items_down, &experts->counters, &experts->w13, &warm_bytes, &top_k, &route_out};
   void *gate_up_params[] = {&x, &experts->w13, &experts->s13, &experts->sorted_pairs, &experts->items_gate_up,
                             &experts->counters, &top_k, &experts->h, &ids, &num_pairs};
   /* A down that fuses the reduce takes three more: top_k, out and the arrival counters. */
@@ -406,12 +408,15 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
 
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream) {
   volt8_ctx *ctx = experts->ctx;
-  /* The arrival counters are kept at zero, as forwards leave them. */
-  volt8_status status = cuda_check(
-      ctx, ctx->cuda->cuMemsetD8Async(experts->workspace, byte, experts->workspace_bytes, (CUstream)stream),
-      "cuMemsetD8Async(workspace)");
+  /* The arrival counters, the workspace's last region, are kept at zero, as forwards leave them. */
+  size_t poisoned = (size_t)(experts->arrivals - experts->workspace);
+  volt8_status status =
+      cuda_check(ctx, ctx->cuda->cuMemsetD8Async(experts->workspace, byte, poisoned, (CUstream)stream),
+                 "cuMemsetD8Async(workspace)");
   if (status == VOLT8_OK)
-    status = cuda_check(ctx, ctx->cuda->cuMemsetD8Async(experts->arrivals, 0, experts->arrival_bytes, (CUstream)stream),
+    status = cuda_check(ctx,
+                        ctx->cuda->cuMemsetD8Async(experts->arrivals, 0, experts->workspace_bytes - poisoned,
+                                                   (CUstream)stream),
                         "cuMemsetD8Async(arrivals)");
   return status;
 }

@@ -6,8 +6,9 @@
 // CTAs past the first (if the grid has any) only warm L2: while CTA 0 routes, they ask L2 for the
 // gate_up weights of the lowest-numbered experts that have pairs, up to warm_bytes. Those experts'
 // work items come first, so gate_up's first CTAs find their weights on chip or on the way.
-// The grid's last CTA also writes zeros to the out rows of tokens none of whose ids is in [0, E):
-// no down CTA works for such a token, and a down that fuses the reduce writes only the others.
+// When the down fuses the reduce (out is not null), the grid's last CTA also writes zeros to the out
+// rows of tokens none of whose ids is in [0, E): no down CTA works for such a token. Otherwise the
+// reduce writes them.
 
 namespace {
 constexpr int kThreads = @{THREADS};
@@ -145,9 +146,10 @@ static __device__ void route_warm_l2(const int *topk_ids, int num_pairs, const u
   }
 }
 
-// Zeros in out for each token whose top_k ids are all outside [0, E); one thread per token.
+// Zeros in out for each token whose top_k ids are all outside [0, E); one thread per token. Nothing
+// when out is null.
 static __device__ void route_zero_dead_tokens(const int *topk_ids, int num_pairs, int top_k, unsigned short *out) {
-  if (top_k <= 0) return;
+  if (out == nullptr || top_k <= 0) return;
   const int num_tokens = num_pairs / top_k;
   for (int token = threadIdx.x; token < num_tokens; token += kThreads) {
     bool live = false;
