@@ -22,7 +22,8 @@ variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "b
 -- hmma (sm_80 and later only) runs m16n8k16 with the weights as the 16-row operand, so one product
 -- serves up to 8 pairs; its tiles may set c: the CTA's block_n columns are walked as c groups. An
 -- hmma down tile may set r = 1: the CTA that stores the last of a token's z rows for its columns
--- also forms that token's weighted top-k sum there, so the forward launches no reduce.
+-- also forms that token's weighted top-k sum there, so the forward launches no reduce. An hmma tile
+-- may set f = 128 or 256: each weight load brings the aligned f-byte block around it into L2.
 local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 }, tok = { 1 }, hmma = { 1, 2, 4, 8 } }
 local FAMILIES = { "cc", "mma", "tok", "hmma" }
 local FAMILY_MIN_ARCH = { hmma = 80 }  -- families whose instructions need a newer target than sm_70
@@ -50,6 +51,12 @@ local TILES = {
       { bn = 16, w = 4, sk = 4, o = 4 },
       { bn = 32, w = 4, sk = 4 },
       { bn = 32, w = 4, sk = 1 },
+      { bn = 8, w = 8, sk = 8, f = 128 },
+      { bn = 8, w = 8, sk = 8, f = 256 },
+      { bn = 16, w = 4, sk = 4, f = 128 },
+      { bn = 16, w = 4, sk = 4, o = 4, f = 128 },
+      { bn = 32, w = 4, sk = 1, f = 128 },
+      { bn = 32, w = 4, sk = 1, f = 256 },
     },
   },
   down = {
@@ -78,6 +85,10 @@ local TILES = {
       { bn = 64, w = 4, sk = 1, r = 1 },
       { bn = 128, w = 4, sk = 1, r = 1 },
       { bn = 256, w = 4, sk = 1, c = 2, r = 1 },
+      { bn = 64, w = 4, sk = 1, f = 128 },
+      { bn = 128, w = 4, sk = 1, r = 1, f = 128 },
+      { bn = 256, w = 4, sk = 1, c = 2, f = 128 },
+      { bn = 512, w = 4, sk = 1, c = 4, f = 256 },
     },
     tok = {
       { bn = 16, w = 4, sk = 1, l = 2 },
@@ -141,6 +152,7 @@ function variants.gemm_name(spec)
   if spec.family ~= "mma" and spec.family ~= "hmma" then name = name .. string.format(".l%d", spec.l) end
   if spec.c then name = name .. string.format(".c%d", spec.c) end
   if spec.o then name = name .. string.format(".o%d", spec.o) end
+  if spec.f then name = name .. string.format(".f%d", spec.f) end
   if spec.r then name = name .. string.format(".r%d", spec.r) end
   return name
 end
@@ -289,6 +301,7 @@ local function hmma_values(spec, s, arch)
     end
   end
   values.FUSED_REDUCE = spec.r and 1 or 0
+  values.WEIGHT_FETCH = spec.f or 0
   values.FP8_CVT = arch >= 89 and 1 or 0
   values.K_PAD = pad
   values.WINDOWS = windows
@@ -374,7 +387,7 @@ function variants.describe(name, s, arch)
   local tile_known = false
   for _, tile in ipairs(TILES[spec.op][spec.family]) do
     tile_known = tile_known or (tile.bn == spec.bn and tile.w == spec.w and tile.sk == spec.sk and tile.l == spec.l and
-                                tile.o == spec.o and tile.c == spec.c and tile.r == spec.r)
+                                tile.o == spec.o and tile.c == spec.c and tile.r == spec.r and tile.f == spec.f)
   end
   if not (known and tile_known) then return nil, string.format("unknown variant '%s'", name) end
   local min_arch = FAMILY_MIN_ARCH[spec.family]
@@ -408,7 +421,7 @@ function variants.list(s, arch)
       for _, bm in ipairs(FAMILY_BLOCK_M[family]) do
         for _, tile in ipairs(TILES[op][family] or {}) do
           local name = variants.gemm_name({ op = op, family = family, bm = bm, bn = tile.bn, w = tile.w, sk = tile.sk,
-                                            l = tile.l, o = tile.o, c = tile.c, r = tile.r })
+                                            l = tile.l, o = tile.o, c = tile.c, r = tile.r, f = tile.f })
           if variants.describe(name, s, arch) then names[#names + 1] = name end
         end
       end

@@ -10,7 +10,8 @@ assembler may move loads it believes read-only across it, so the check is made o
      before that wait;
   3. down and reduce read no 64- or 128-bit vector through the read-only path (h and z would be
      stale there);
-  4. block_m 1, hmma and token-fused down kernels request weights (LDG.E.NA.128) before the wait;
+  4. block_m 1, hmma and token-fused down kernels request weights (LDG.E.NA.128, or with an L2
+     prefetch size LDG.E.NA.LTC128B.128) before the wait;
   5. the reduce requests its token's ids (a 32-bit load, not of produced data) before the wait;
   6. the other kernels (routed gate_up, routed cc and mma down, route), never started early, have no
      wait at all.
@@ -31,6 +32,9 @@ import tempfile
 HEADER_BYTES = 144  # runtime/cache.c: fixed header, then the kernel name, then the image
 MAGIC = b"VOLT8KCE"
 IMAGE_PTX = 0
+
+# A 128-bit weight load that allocates nothing in L1, with or without an L2 prefetch size.
+WEIGHT_LOAD = re.compile(r"LDG\.E\.NA(\.LTC\d+B)?\.128")
 
 
 def tool(name):
@@ -96,7 +100,7 @@ def problems(name, lines):
                              and ".NA." not in line]
         if read_only_vectors:
             found.append(f"h or z read through the read-only path: {read_only_vectors[0].strip()}")
-    if re.match(r"volt8_down_(tok_|hmma_|\w+_bm1_)", name) and not any("LDG.E.NA.128" in line for line in before):
+    if re.match(r"volt8_down_(tok_|hmma_|\w+_bm1_)", name) and not any(WEIGHT_LOAD.search(line) for line in before):
         found.append("no weight load before the wait")
     if name.startswith("volt8_reduce") and not any(re.search(r"LDG\.E(\.CONSTANT)? ", line) for line in before):
         found.append("no id load before the wait")

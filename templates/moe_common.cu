@@ -119,11 +119,26 @@ static __device__ __forceinline__ void e4m3x16_to_float(const uint4 raw, float (
 
 // 16-byte load of weights that are read once: read-only path, no L1 allocation. volatile keeps
 // the compiler from sinking a batch of loads into the branches that use them.
+// VOLT8_WEIGHT_FETCH (a template may define it before including this file; sm_80 and later only):
+// 128 or 256 makes each load bring the whole aligned 128- or 256-byte block around it into L2 (the
+// load's prefetch size), so the loads of the row's next chunks find it there; 0 leaves it to L2.
+#ifndef VOLT8_WEIGHT_FETCH
+#define VOLT8_WEIGHT_FETCH 0
+#endif
+#if VOLT8_WEIGHT_FETCH == 256
+#define VOLT8_WEIGHT_FETCH_SIZE ".L2::256B"
+#elif VOLT8_WEIGHT_FETCH == 128
+#define VOLT8_WEIGHT_FETCH_SIZE ".L2::128B"
+#else
+#define VOLT8_WEIGHT_FETCH_SIZE ""
+#endif
+#define VOLT8_WEIGHT_LOAD(kind)                                                                        \
+  asm volatile("ld.global" kind ".L1::no_allocate" VOLT8_WEIGHT_FETCH_SIZE ".v4.u32 {%0, %1, %2, %3}, [%4];" \
+               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)                            \
+               : "l"(address))
 static __device__ __forceinline__ uint4 load_weights_16(const unsigned char *address) {
   uint4 value;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
-      : "l"(address));
+  VOLT8_WEIGHT_LOAD(".nc");
   return value;
 }
 
@@ -136,9 +151,7 @@ static __device__ __forceinline__ uint4 load_weights_16_at(const unsigned char *
 #if VOLT8_EARLY_LAUNCH
   if (kBeforeWait) {
     uint4 value;
-    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
-                 : "l"(address));
+    VOLT8_WEIGHT_LOAD("");
     return value;
   }
 #endif

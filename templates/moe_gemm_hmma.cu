@@ -22,6 +22,8 @@
 // With column groups (c > 1, split_k 1 only) a CTA's block_n columns are walked as c groups one after
 // the other: x and the scales are staged once, a warp's loads run on across group boundaries, and
 // each group's results are stored when its last window is done.
+// Weight fetch (f variants): each weight load brings the aligned f-byte block around it into L2
+// (moe_common.cu, VOLT8_WEIGHT_FETCH), so a row's next windows are read from L2.
 // Early launch (moe_common.cu): block_m 1 kernels in forwards without a route pass, and a routed
 // down after its gate_up. A routed gate_up only lets its down start early; it follows the route in
 // order and never waits.
@@ -32,6 +34,7 @@
 // A token with no live pair is written as zeros: by the block_m 1 CTA of its first pair, or by the
 // route. A block_m 1 fused down also stores the bad-id count the reduce would store.
 #define VOLT8_MAY_START_EARLY 1
+#define VOLT8_WEIGHT_FETCH @{WEIGHT_FETCH}
 @{include moe_common.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}

@@ -167,6 +167,18 @@ static void check_every_variant_emits(const char *target_arch) {
         cr_expect(first.op == VOLT8_OP_DOWN && family == VOLT8_FAMILY_HMMA16816 && first.split_k == 1, "%s", list.names[i]);
         cr_expect_geq(first.block_n, VOLT8_ARRIVAL_MIN_BLOCK_N, "%s", list.names[i]);
       }
+      /* ".f128" / ".f256": an hmma variant whose weight loads carry that L2 prefetch size. */
+      int fetch = strstr(list.names[i], ".f128") ? 128 : strstr(list.names[i], ".f256") ? 256 : 0;
+      if (family == VOLT8_FAMILY_HMMA16816) {
+        char define[64];
+        snprintf(define, sizeof define, "\n#define VOLT8_WEIGHT_FETCH %d\n", fetch);
+        cr_expect(strstr(first.source, define) != NULL, "%s lacks %s", list.names[i], define + 1);
+      } else {
+        cr_expect_eq(fetch, 0, "%s: a weight fetch size outside hmma", list.names[i]);
+        cr_expect(strstr(first.source, "\n#define VOLT8_WEIGHT_FETCH 1") == NULL &&
+                      strstr(first.source, "\n#define VOLT8_WEIGHT_FETCH 2") == NULL,
+                  "%s sets a weight fetch size", list.names[i]);
+      }
     } else {
       cr_expect_eq(first.fused_reduce, 0, "%s", list.names[i]);
     }
@@ -343,7 +355,10 @@ Test(codegen, unknown_variant_is_not_found) {
                        "down.tok.bm2.bn16.w4.sk1.l2", "gate_up.cc.bm1.bn8.w4.sk1.l16.o7", "down.tok.bm1.bn16.w4.sk1.l2.o10",
                        /* the fused reduce: hmma down tiles that carry the mark only, and only r1 */
                        "gate_up.hmma.bm1.bn8.w8.sk8.r1", "down.cc.bm1.bn64.w4.sk1.l2.r1", "down.hmma.bm1.bn128.w8.sk1.r1",
-                       "down.hmma.bm1.bn128.w4.sk1.r2", "down.hmma.bm1.bn128.w4.sk1.r1.o5", "sideways", ""};
+                       "down.hmma.bm1.bn128.w4.sk1.r2", "down.hmma.bm1.bn128.w4.sk1.r1.o5",
+                       /* the weight fetch size: hmma tiles that carry it, 128 or 256 only, before .r */
+                       "gate_up.hmma.bm1.bn8.w8.sk8.f64", "gate_up.hmma.bm1.bn8.w8.sk8.f512", "gate_up.hmma.bm1.bn8.w4.sk4.f128",
+                       "gate_up.cc.bm1.bn8.w4.sk1.l16.f128", "down.hmma.bm1.bn128.w4.sk1.r1.f128", "sideways", ""};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     cr_expect_eq(volt8_codegen_emit(ctx, &shape, bad[i], &source), VOLT8_ERR_NOT_FOUND, "'%s' accepted", bad[i]);
     cr_expect(strstr(volt8_last_error(ctx), bad[i]) != NULL, "%s", volt8_last_error(ctx));

@@ -82,7 +82,7 @@ static void check_grid_dependency_control(const char *arch_name, int32_t arch, i
   int32_t count = 0;
   cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK, "%s", volt8_last_error(ctx));
   const char *extra[] = {"route", "reduce"};
-  int with_wait = 0;
+  int with_wait = 0, with_fetch = 0;
   for (int32_t i = 0; i < count + 2; i++) {
     const char *name = i < count ? names[i] : extra[i - count];
     volt8_kernel_source source = {0};
@@ -104,10 +104,24 @@ static void check_grid_dependency_control(const char *arch_name, int32_t arch, i
       cr_assert(strstr(ptx, "ld.global.cg") == NULL, "%s for %s has early-launch loads", name, arch_name);
     }
     with_wait += expected;
+    /* Weight fetch: ".f128" / ".f256" hmma variants load their weights with that L2 prefetch size
+     * (through the read-only path, or plain where requested before the wait), every other kernel
+     * with none. */
+    int fetch = strstr(name, ".f128") ? 128 : strstr(name, ".f256") ? 256 : 0;
+    int has_128 = strstr(ptx, "L2::128B") != NULL, has_256 = strstr(ptx, "L2::256B") != NULL;
+    cr_assert_eq(has_128, fetch == 128, "%s for %s: L2::128B %s", name, arch_name, has_128 ? "present" : "missing");
+    cr_assert_eq(has_256, fetch == 256, "%s for %s: L2::256B %s", name, arch_name, has_256 ? "present" : "missing");
+    if (fetch) {
+      char load[64];
+      snprintf(load, sizeof load, ".L1::no_allocate.L2::%dB.v4.u32", fetch);  /* read-only or before the wait */
+      cr_assert(strstr(ptx, load) != NULL, "%s for %s: no %s", name, arch_name, load);
+      with_fetch++;
+    }
     volt8_jit_image_free(&image);
     volt8_kernel_source_free(&source);
   }
   if (expect_wait) cr_assert_gt(with_wait, 10, "only %d kernels can start early", with_wait);
+  if (arch >= 80) cr_assert_gt(with_fetch, 10, "only %d kernels set a weight fetch size", with_fetch);
   volt8_codegen_names_free(names, count);
   volt8_ctx_destroy(ctx);
 }

@@ -11,6 +11,8 @@ checker = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(checker)
 
 WEIGHTS = "        /*0100*/              @!P5 LDG.E.NA.128 R44, desc[UR4][R16.64] ;"
+WEIGHTS_FETCH_256 = "        /*0100*/              @!P5 LDG.E.NA.LTC256B.128 R44, desc[UR4][R16.64] ;"
+WEIGHTS_FETCH_READ_ONLY = "        /*0100*/              @!P5 LDG.E.NA.LTC128B.128.CONSTANT R44, desc[UR4][R16.64] ;"
 WEIGHTS_READ_ONLY = "        /*0100*/              @!P5 LDG.E.NA.128.CONSTANT R44, desc[UR4][R16.64] ;"
 IDS = "        /*0080*/                   LDG.E.CONSTANT R6, desc[UR4][R6.64] ;"
 WAIT = "        /*0200*/                   ACQBULK ;"
@@ -95,3 +97,10 @@ def test_cache_entries_are_read_by_their_header(tmp_path):
     write_entry(tmp_path / "sm_90" / "ab" / "volta", ROUTED, b".version 8.0\n\0", arch=70)
     (tmp_path / "sm_90" / "ab" / "stray").write_bytes(b"not an entry")
     assert list(checker.cached_ptx(str(tmp_path))) == [(DOWN_BM1, ".version 8.0\n.entry x\n", 90)]
+
+
+def test_weight_loads_with_an_l2_prefetch_size_count_as_weight_loads():
+    # ".f128" / ".f256" variants load weights as LDG.E.NA.LTC128B.128 / LTC256B.
+    assert checker.problems(DOWN_BM1, EARLY_EXIT + [IDS, WEIGHTS_FETCH_256, WAIT, LAUNCH, H_L2]) == []
+    assert checker.problems(ROUTED_HMMA_DOWN, [IDS, WAIT, LAUNCH, WEIGHTS_FETCH_READ_ONLY, H_L2]) == [
+        "no weight load before the wait"]
