@@ -22,11 +22,13 @@ variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "b
 -- hmma (sm_80 and later only) runs m16n8k16 with the weights as the 16-row operand, so one product
 -- serves up to 8 pairs; its tiles may set c: the CTA's block_n columns are walked as c groups. An
 -- hmma down tile may set r = 1: the CTA that stores the last of a token's z rows for its columns
--- also forms that token's weighted top-k sum there, so the forward launches no reduce. An hmma tile
--- may set f = 128 or 256: each weight load brings the aligned f-byte block around it into L2.
+-- also forms that token's weighted top-k sum there, so the forward launches no reduce. An hmma, cc
+-- or tok tile may set f = 128 or 256: each weight load brings the aligned f-byte block around it into
+-- L2 (the load's prefetch size, sm_80 and later: such variants are listed from sm_80 on).
 local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 }, tok = { 1 }, hmma = { 1, 2, 4, 8 } }
 local FAMILIES = { "cc", "mma", "tok", "hmma" }
 local FAMILY_MIN_ARCH = { hmma = 80 }  -- families whose instructions need a newer target than sm_70
+local FETCH_MIN_ARCH = 80              -- the loads' L2 prefetch size (f tiles)
 local DEFAULT_ARCH = 70
 local TOK_PASS_PAIRS_LIMIT = 16
 local ARRIVAL_MIN_BLOCK_N = 32  -- the workspace keeps ceil(hidden / 32) arrival counters per token
@@ -38,6 +40,9 @@ local TILES = {
       { bn = 8, w = 8, sk = 2, l = 16 },
       { bn = 8, w = 4, sk = 1, l = 16, o = 6 },
       { bn = 8, w = 4, sk = 1, l = 16, o = 8 },
+      { bn = 8, w = 4, sk = 1, l = 16, f = 128 },
+      { bn = 8, w = 8, sk = 2, l = 16, f = 128 },
+      { bn = 8, w = 4, sk = 1, l = 16, o = 6, f = 128 },
     },
     mma = {
       { bn = 16, w = 2, sk = 1 },
@@ -95,6 +100,9 @@ local TILES = {
       { bn = 16, w = 8, sk = 1, l = 2 },
       { bn = 32, w = 8, sk = 1, l = 2 },
       { bn = 32, w = 4, sk = 1, l = 1 },
+      { bn = 16, w = 4, sk = 1, l = 2, f = 128 },
+      { bn = 16, w = 8, sk = 1, l = 2, f = 128 },
+      { bn = 32, w = 8, sk = 1, l = 2, f = 128 },
     },
   },
 }
@@ -220,6 +228,7 @@ local function cc_values(spec, s)
   local chunks_per_lane = ceil_div(ceil_div(chunks, spec.sk), spec.l)
   values.LANES = spec.l
   values.UNROLL = math.min(chunks_per_lane, geometry.rows == 2 and 4 or 8)
+  values.WEIGHT_FETCH = spec.f or 0
   local shared_bytes = spec.bm * geometry.k * 4 + geometry.rows * spec.bn * values.SCALE_K_BLOCKS * 4 +
                        spec.sk * spec.bn * spec.bm * geometry.rows * 4 + spec.bm * 4
   if shared_bytes > SHARED_MEMORY_LIMIT_BYTES then
@@ -332,6 +341,7 @@ local function tok_values(spec, s)
   values.LANES = spec.l
   values.PASS_PAIRS = pass_pairs
   values.UNROLL = math.min(items, 12)
+  values.WEIGHT_FETCH = spec.f or 0
   return values
 end
 
@@ -391,6 +401,7 @@ function variants.describe(name, s, arch)
   end
   if not (known and tile_known) then return nil, string.format("unknown variant '%s'", name) end
   local min_arch = FAMILY_MIN_ARCH[spec.family]
+  if spec.f then min_arch = math.max(min_arch or 0, FETCH_MIN_ARCH) end
   if min_arch and arch < min_arch then
     return nil, string.format("unsupported arch: variant '%s' needs sm_%d or newer, the target is sm_%d", name, min_arch, arch)
   end

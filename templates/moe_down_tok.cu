@@ -6,6 +6,8 @@
 // it, and the weighted sum as the reduce kernel forms it, so the bits equal those two kernels'.
 // CTA (0, 0) also stores the number of ids outside [0, E) in counters[2], as the reduce does.
 #define VOLT8_MAY_START_EARLY 1
+// f variants (sm_80 and later): the weight loads' L2 prefetch size (moe_common.cu).
+#define VOLT8_WEIGHT_FETCH @{WEIGHT_FETCH}
 @{include moe_common.cu}
 
 namespace {

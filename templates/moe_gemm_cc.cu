@@ -4,6 +4,8 @@
 // A group of kLanesPerRow lanes owns one output column; its lanes stream the column's weight
 // rows in 16-byte chunks (16 codes). Per chunk the raw products are summed in FP32, then scaled.
 #define VOLT8_MAY_START_EARLY (@{BLOCK_M} == 1)  // routed kernels follow the route pass in order
+// f variants (sm_80 and later): the weight loads' L2 prefetch size (moe_common.cu).
+#define VOLT8_WEIGHT_FETCH @{WEIGHT_FETCH}
 @{include moe_common.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}

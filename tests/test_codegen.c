@@ -35,6 +35,12 @@ static int count_prefix(const name_list *list, const char *prefix) {
   return found;
 }
 
+static int count_infix(const name_list *list, const char *infix) {
+  int found = 0;
+  for (int32_t i = 0; i < list->count; i++) found += strstr(list->names[i], infix) != NULL;
+  return found;
+}
+
 static int contains(const name_list *list, const char *name) {
   for (int32_t i = 0; i < list->count; i++)
     if (strcmp(list->names[i], name) == 0) return 1;
@@ -167,14 +173,16 @@ static void check_every_variant_emits(const char *target_arch) {
         cr_expect(first.op == VOLT8_OP_DOWN && family == VOLT8_FAMILY_HMMA16816 && first.split_k == 1, "%s", list.names[i]);
         cr_expect_geq(first.block_n, VOLT8_ARRIVAL_MIN_BLOCK_N, "%s", list.names[i]);
       }
-      /* ".f128" / ".f256": an hmma variant whose weight loads carry that L2 prefetch size. */
+      /* ".f128" / ".f256": an hmma, cc or tok variant whose weight loads carry that L2 prefetch
+       * size; listed for sm_80 and later only. */
       int fetch = strstr(list.names[i], ".f128") ? 128 : strstr(list.names[i], ".f256") ? 256 : 0;
-      if (family == VOLT8_FAMILY_HMMA16816) {
+      if (target_arch == NULL) cr_expect_eq(fetch, 0, "%s is listed for sm_70", list.names[i]);
+      if (family != VOLT8_FAMILY_MMA884) {
         char define[64];
         snprintf(define, sizeof define, "\n#define VOLT8_WEIGHT_FETCH %d\n", fetch);
         cr_expect(strstr(first.source, define) != NULL, "%s lacks %s", list.names[i], define + 1);
       } else {
-        cr_expect_eq(fetch, 0, "%s: a weight fetch size outside hmma", list.names[i]);
+        cr_expect_eq(fetch, 0, "%s: a weight fetch size on mma", list.names[i]);
         cr_expect(strstr(first.source, "\n#define VOLT8_WEIGHT_FETCH 1") == NULL &&
                       strstr(first.source, "\n#define VOLT8_WEIGHT_FETCH 2") == NULL,
                   "%s sets a weight fetch size", list.names[i]);
@@ -214,6 +222,17 @@ Test(codegen, hmma_family_is_offered_from_sm_80_only) {
     /* The rest of the space does not depend on the arch. */
     cr_expect(contains(&list, "gate_up.cc.bm1.bn8.w4.sk1.l16") && contains(&list, "down.mma.bm16.bn32.w4.sk1"), "%s",
               archs[a]);
+    /* Weight fetch sizes (f tiles of every family that has them) need sm_80 too. */
+    cr_expect_eq(count_infix(&list, ".f128") + count_infix(&list, ".f256") > 0, a > 0, "%s", archs[a]);
+    const char *fetch_names[] = {"gate_up.cc.bm1.bn8.w4.sk1.l16.f128", "down.tok.bm1.bn16.w8.sk1.l2.f128"};
+    for (int f = 0; f < 2; f++) {
+      volt8_kernel_source fetch_source = {0};
+      volt8_status fetch_status = volt8_codegen_emit(ctx, &shape, fetch_names[f], &fetch_source);
+      cr_expect_eq(fetch_status, a == 0 ? VOLT8_ERR_ARCH_UNSUPPORTED : VOLT8_OK, "%s for %s: %s", fetch_names[f], archs[a],
+                   volt8_last_error(ctx));
+      if (a == 0) cr_expect(strstr(volt8_last_error(ctx), "needs sm_80") != NULL, "message: %s", volt8_last_error(ctx));
+      volt8_kernel_source_free(&fetch_source);
+    }
     volt8_kernel_source source = {0};
     volt8_status status = volt8_codegen_emit(ctx, &shape, "gate_up.hmma.bm2.bn16.w4.sk4", &source);
     if (a == 0) {
@@ -358,7 +377,8 @@ Test(codegen, unknown_variant_is_not_found) {
                        "down.hmma.bm1.bn128.w4.sk1.r2", "down.hmma.bm1.bn128.w4.sk1.r1.o5",
                        /* the weight fetch size: hmma tiles that carry it, 128 or 256 only, before .r */
                        "gate_up.hmma.bm1.bn8.w8.sk8.f64", "gate_up.hmma.bm1.bn8.w8.sk8.f512", "gate_up.hmma.bm1.bn8.w4.sk4.f128",
-                       "gate_up.cc.bm1.bn8.w4.sk1.l16.f128", "down.hmma.bm1.bn128.w4.sk1.r1.f128", "sideways", ""};
+                       "gate_up.cc.bm1.bn4.w4.sk1.l32.f128", "down.mma.bm8.bn32.w4.sk1.f128", "down.hmma.bm1.bn128.w4.sk1.r1.f128",
+                       "sideways", ""};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     cr_expect_eq(volt8_codegen_emit(ctx, &shape, bad[i], &source), VOLT8_ERR_NOT_FOUND, "'%s' accepted", bad[i]);
     cr_expect(strstr(volt8_last_error(ctx), bad[i]) != NULL, "%s", volt8_last_error(ctx));
