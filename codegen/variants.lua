@@ -22,7 +22,8 @@ variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "b
 -- hmma (sm_80 and later only) runs m16n8k16 with the weights as the 16-row operand, so one product
 -- serves up to 8 pairs; its tiles may set c: the CTA's block_n columns are walked as c groups. An
 -- hmma down tile may set r = 1: the CTA that stores the last of a token's z rows for its columns
--- also forms that token's weighted top-k sum there, so the forward launches no reduce. An hmma, cc
+-- also forms that token's weighted top-k sum there, so the forward launches no reduce (every r tile
+-- has its twin without r, the variant it is checked against bit for bit). An hmma, cc
 -- or tok tile may set f = 128 or 256: each weight load brings the aligned f-byte block around it into
 -- L2 (the load's prefetch size, sm_80 and later: such variants are listed from sm_80 on).
 local FAMILY_BLOCK_M = { cc = { 1, 2, 4 }, mma = { 8, 16, 32 }, tok = { 1 }, hmma = { 1, 2, 4, 8 } }
@@ -91,6 +92,7 @@ local TILES = {
       { bn = 128, w = 4, sk = 1, r = 1 },
       { bn = 256, w = 4, sk = 1, c = 2, r = 1 },
       { bn = 64, w = 4, sk = 1, f = 128 },
+      { bn = 128, w = 4, sk = 1, f = 128 },
       { bn = 128, w = 4, sk = 1, r = 1, f = 128 },
       { bn = 256, w = 4, sk = 1, c = 2, f = 128 },
       { bn = 512, w = 4, sk = 1, c = 4, f = 256 },

@@ -18,6 +18,9 @@ typedef enum volt8_family {
 /* The narrowest block_n of a down that fuses the reduce (ARRIVAL_MIN_BLOCK_N in codegen/variants.lua):
  * the workspace keeps ceil(hidden / this) arrival counters per token. */
 #define VOLT8_ARRIVAL_MIN_BLOCK_N 32
+/* Kernels one experts handle keeps loaded (runtime/experts.c): more than the variant space of any
+ * shape at any arch, so a handle can run every variant in turn (test_codegen checks the lists). */
+#define VOLT8_MAX_LOADED_KERNELS 512
 
 typedef struct volt8_kernel_source {
   char *variant;        /* "gate_up.cc.bm4.bn16.w4.sk1" (route: "route", reduce: "reduce") */

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_LOADED_KERNELS 128
 #define MAX_GRID_Y 65535
 #define CHOICE_CACHE_ENTRIES 16
 
@@ -38,7 +37,7 @@ struct volt8_experts {
   CUdeviceptr arrivals;
   size_t arrival_bytes;
   size_t workspace_bytes;
-  loaded_kernel kernels[MAX_LOADED_KERNELS];
+  loaded_kernel kernels[VOLT8_MAX_LOADED_KERNELS];
   int32_t kernel_count;
   char forced_gate_up[VOLT8_VARIANT_NAME_BYTES], forced_down[VOLT8_VARIANT_NAME_BYTES];
   /* dispatch decisions by (num_tokens, top_k), so a forward runs no code generator */
@@ -229,9 +228,9 @@ static volt8_status get_kernel(volt8_experts *experts, const char *variant, int 
   }
   volt8_status allowed = volt8_capture_allows_load(ctx, capturing, 0, variant);
   if (allowed != VOLT8_OK) return allowed;
-  if (experts->kernel_count == MAX_LOADED_KERNELS)
+  if (experts->kernel_count == VOLT8_MAX_LOADED_KERNELS)
     return volt8_fail(ctx, VOLT8_ERR_INTERNAL, "more than %d kernel variants loaded for one experts handle",
-                      MAX_LOADED_KERNELS);
+                      VOLT8_MAX_LOADED_KERNELS);
   volt8_kernel_source source = {0};
   volt8_status status = volt8_codegen_emit(ctx, &experts->shape, variant, &source);
   if (status != VOLT8_OK) return status;
