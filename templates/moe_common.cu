@@ -132,13 +132,14 @@ static __device__ __forceinline__ void e4m3x16_to_float(const uint4 raw, float (
 #else
 #define VOLT8_WEIGHT_FETCH_SIZE ""
 #endif
-#define VOLT8_WEIGHT_LOAD(kind)                                                                        \
-  asm volatile("ld.global" kind ".L1::no_allocate" VOLT8_WEIGHT_FETCH_SIZE ".v4.u32 {%0, %1, %2, %3}, [%4];" \
-               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)                            \
+// value = the 16 bytes at address, through ld.global<path> (".nc" or "") with no L1 allocation.
+#define VOLT8_WEIGHT_LOAD(path, value, address)                                                         \
+  asm volatile("ld.global" path ".L1::no_allocate" VOLT8_WEIGHT_FETCH_SIZE ".v4.u32 {%0, %1, %2, %3}, [%4];" \
+               : "=r"((value).x), "=r"((value).y), "=r"((value).z), "=r"((value).w)                    \
                : "l"(address))
 static __device__ __forceinline__ uint4 load_weights_16(const unsigned char *address) {
   uint4 value;
-  VOLT8_WEIGHT_LOAD(".nc");
+  VOLT8_WEIGHT_LOAD(".nc", value, address);
   return value;
 }
 
@@ -151,7 +152,7 @@ static __device__ __forceinline__ uint4 load_weights_16_at(const unsigned char *
 #if VOLT8_EARLY_LAUNCH
   if (kBeforeWait) {
     uint4 value;
-    VOLT8_WEIGHT_LOAD("");
+    VOLT8_WEIGHT_LOAD("", value, address);
     return value;
   }
 #endif
