@@ -64,7 +64,9 @@ prepare() {
 # racecheck, initcheck and synccheck over the quick suites, on the compute_70 PTX or, with
 # SANITIZE_NATIVE=1, on native code; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites;
 # SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
-# TP 1/2/4/8), bench (the reference TP4 shape, with the tables just tuned when there are any),
+# TP 1/2/4/8; TUNE_TP, TUNE_M and TUNE_MERGE=1 narrow it and merge into the shipped tables), bench
+# (the reference TP4 shape, with the tables just tuned when there are any), pinned (PINNED="M:G,D ..."
+# timed with those variants pinned, PINNED_REPEAT rounds, interleaved),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
 # the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
 # torch), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
@@ -146,7 +148,33 @@ run() {
           done
         done ;;
       tune)
-        step tune env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" tune --tp "${TUNE_TP:-1,2,4,8}" --out "$logs/tables" ;;
+        # TUNE_M: only these token counts; TUNE_MERGE=1: merged into a copy of the shipped tables
+        # (tuning/tables), so re-tuning some M yields complete tables.
+        local tune_m=()
+        [ -n "${TUNE_M:-}" ] && tune_m=(--m "$TUNE_M")
+        if [ "${TUNE_MERGE:-0}" = 1 ]; then
+          mkdir -p "$logs/tables"
+          cp "$root"/tuning/tables/*.json "$logs/tables/"
+        fi
+        step tune env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" tune --tp "${TUNE_TP:-1,2,4,8}" "${tune_m[@]}" \
+          --out "$logs/tables" ;;
+      pinned)
+        # PINNED: entries "M:GATE_UP,DOWN", each timed alone (volt8 bench --no-baselines --variants,
+        # with the tables just tuned when there are any), all of them in turn PINNED_REPEAT times
+        # (default 2), so the runs of one entry are interleaved with the others'.
+        local pinned_tables=() repeat entry m variants us
+        [ -d "$logs/tables" ] && pinned_tables=(env VOLT8_TUNING_DIR="$logs/tables")
+        : >"$logs/pinned.txt"
+        for repeat in $(seq "${PINNED_REPEAT:-2}"); do
+          for entry in ${PINNED:-}; do
+            m="${entry%%:*}"
+            variants="${entry#*:}"
+            us="$(timeout "${STEP_TIMEOUT:-300}" "${pinned_tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" \
+              bench --no-baselines --m "$m" --variants "$variants" 2>&1 | awk '/^ +[0-9]+ +[0-9]+ / {print $6}')"
+            printf 'M=%s %s %s\n' "$m" "$variants" "${us:+$us us}${us:-failed}" | tee -a "$logs/pinned.txt"
+          done
+        done
+        echo "pinned: $(wc -l <"$logs/pinned.txt") runs" >>"$summary" ;;
       bench)
         local tables=()
         [ -d "$logs/tables" ] && tables=(env VOLT8_TUNING_DIR="$logs/tables")
