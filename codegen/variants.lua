@@ -213,6 +213,7 @@ local function common_values(spec, s, geometry)
     SCALE_ROW_STRIDE = geometry.scale_row_stride, SCALE_HALF_STRIDE = geometry.scale_half_stride,
     SCALE_EXPERT_STRIDE = geometry.scale_expert_stride, SCALE_K_BLOCKS = k_blocks,
     MIN_BLOCKS = spec.o or 1,
+    WEIGHT_FETCH = spec.f or 0,  -- f tiles: the weight loads' L2 prefetch size (templates but mma's)
   }
 end
 
@@ -230,7 +231,6 @@ local function cc_values(spec, s)
   local chunks_per_lane = ceil_div(ceil_div(chunks, spec.sk), spec.l)
   values.LANES = spec.l
   values.UNROLL = math.min(chunks_per_lane, geometry.rows == 2 and 4 or 8)
-  values.WEIGHT_FETCH = spec.f or 0
   local shared_bytes = spec.bm * geometry.k * 4 + geometry.rows * spec.bn * values.SCALE_K_BLOCKS * 4 +
                        spec.sk * spec.bn * spec.bm * geometry.rows * 4 + spec.bm * 4
   if shared_bytes > SHARED_MEMORY_LIMIT_BYTES then
@@ -312,7 +312,6 @@ local function hmma_values(spec, s, arch)
     end
   end
   values.FUSED_REDUCE = spec.r and 1 or 0
-  values.WEIGHT_FETCH = spec.f or 0
   values.FP8_CVT = arch >= 89 and 1 or 0
   values.K_PAD = pad
   values.WINDOWS = windows
@@ -343,7 +342,6 @@ local function tok_values(spec, s)
   values.LANES = spec.l
   values.PASS_PAIRS = pass_pairs
   values.UNROLL = math.min(items, 12)
-  values.WEIGHT_FETCH = spec.f or 0
   return values
 end
 

@@ -27,6 +27,14 @@ static __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
+// value = the four words at address, loaded with the PTX instruction `op` (".v4.u32" / ".v4.s32" with
+// constraint "r", ".v4.f32" with "f"); volatile asm, so the compiler keeps it where it is written.
+#define VOLT8_LOAD_V4(op, constraint, value, address)                                               \
+  asm volatile(op " {%0, %1, %2, %3}, [%4];"                                                        \
+               : "=" constraint((value).x), "=" constraint((value).y), "=" constraint((value).z),   \
+                 "=" constraint((value).w)                                                          \
+               : "l"(address))
+
 // Loads of what the kernel before wrote (h for down, z for the reduce). With early launch that data
 // changes while the kernel is resident, so it must not come through the read-only (.nc) path: the
 // assembler treats such loads as invariant and may issue them before the wait. These are L2 loads,
@@ -34,17 +42,13 @@ static __device__ __forceinline__ void allow_next_kernel() {
 #if VOLT8_EARLY_LAUNCH
 static __device__ __forceinline__ uint4 load_produced(const uint4 *address) {
   uint4 value;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
-               : "l"(address));
+  VOLT8_LOAD_V4("ld.global.cg.v4.u32", "r", value, address);
   return value;
 }
 
 static __device__ __forceinline__ float4 load_produced(const float4 *address) {
   float4 value;
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(value.x), "=f"(value.y), "=f"(value.z), "=f"(value.w)
-               : "l"(address));
+  VOLT8_LOAD_V4("ld.global.cg.v4.f32", "f", value, address);
   return value;
 }
 #else
@@ -132,14 +136,9 @@ static __device__ __forceinline__ void e4m3x16_to_float(const uint4 raw, float (
 #else
 #define VOLT8_WEIGHT_FETCH_SIZE ""
 #endif
-// value = the 16 bytes at address, through ld.global<path> (".nc" or "") with no L1 allocation.
-#define VOLT8_WEIGHT_LOAD(path, value, address)                                                         \
-  asm volatile("ld.global" path ".L1::no_allocate" VOLT8_WEIGHT_FETCH_SIZE ".v4.u32 {%0, %1, %2, %3}, [%4];" \
-               : "=r"((value).x), "=r"((value).y), "=r"((value).z), "=r"((value).w)                    \
-               : "l"(address))
 static __device__ __forceinline__ uint4 load_weights_16(const unsigned char *address) {
   uint4 value;
-  VOLT8_WEIGHT_LOAD(".nc", value, address);
+  VOLT8_LOAD_V4("ld.global.nc.L1::no_allocate" VOLT8_WEIGHT_FETCH_SIZE ".v4.u32", "r", value, address);
   return value;
 }
 
@@ -152,7 +151,7 @@ static __device__ __forceinline__ uint4 load_weights_16_at(const unsigned char *
 #if VOLT8_EARLY_LAUNCH
   if (kBeforeWait) {
     uint4 value;
-    VOLT8_WEIGHT_LOAD("", value, address);
+    VOLT8_LOAD_V4("ld.global.L1::no_allocate" VOLT8_WEIGHT_FETCH_SIZE ".v4.u32", "r", value, address);
     return value;
   }
 #endif
@@ -176,9 +175,7 @@ static __device__ __forceinline__ int load_input_before_wait(const int *address)
 static __device__ __forceinline__ int4 load_input_before_wait(const int4 *address) {
 #if VOLT8_EARLY_LAUNCH
   int4 value;
-  asm volatile("ld.global.v4.s32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
-               : "l"(address));
+  VOLT8_LOAD_V4("ld.global.v4.s32", "r", value, address);
   return value;
 #else
   return *address;
