@@ -303,7 +303,6 @@ local function hmma_values(spec, s, arch)
   if math.max(x_bytes, partial_bytes) + scale_bytes + spec.bm * 4 > SHARED_MEMORY_LIMIT_BYTES then
     return nil, "needs more than 48 KiB of shared memory"
   end
-  -- sm_89 and later convert E4M3 with one instruction per two codes.
   if spec.r then
     if spec.op ~= "down" then return nil, "only down fuses the reduce" end
     if spec.sk ~= 1 then return nil, "the fused reduce needs split_k 1" end
@@ -312,6 +311,7 @@ local function hmma_values(spec, s, arch)
     end
   end
   values.FUSED_REDUCE = spec.r and 1 or 0
+  -- sm_89 and later convert E4M3 with one instruction per two codes.
   values.FP8_CVT = arch >= 89 and 1 or 0
   values.K_PAD = pad
   values.WINDOWS = windows
