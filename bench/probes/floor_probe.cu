@@ -17,7 +17,10 @@
 //   stream, 128-thread CTAs: stream with twice the CTAs, each half the bytes;
 //   fused:  one kernel, gate_up and down CTAs in one grid; a down CTA spins on its pair's counter,
 //           which the pair's gate_up CTAs count up with a release, instead of the grid wait;
-//   signalled: the same counters between two kernels, down started early.
+//   signalled: the same counters between two kernels, down started early;
+//   gate alone, 3 CTAs an SM: the gate_up skeleton held to the real M = 8 gate_up's occupancy;
+//   gate alone, persistent: one CTA a slot looping over the items, the next item's id and weights
+//           requested while it finishes this one (3 CTAs an SM, and as many as its registers allow).
 // Build (nvcc for sm_90) and run on an sm_90 GPU:
 //   nvcc -arch=sm_90 -O3 -o floor_probe bench/probes/floor_probe.cu && ./floor_probe
 // Figures: bench/RESULTS.md, "Floor probe".
@@ -213,6 +216,43 @@ __global__ void __launch_bounds__(128) stream_small(const unsigned char *wg, con
   if (acc == 1.5f) sink[pair] = 1;
 }
 
+// The gate_up skeleton held to a few CTAs an SM by dynamic shared memory (the real M = 8 gate_up's
+// 80 registers hold it to 3). kPersistent: grid = SMs x CTAs an SM, each CTA takes the items (column
+// tile, pair) blockIdx.x, blockIdx.x + gridDim.x, ...; it reads the next item's id while it sums this
+// one, and requests the next item's weights before this item's warp sums and h store.
+template <bool kPersistent>
+__global__ void __launch_bounds__(256) gate_slots(const unsigned char *wg, const int *ids, const __half *x, __half *h,
+                                                  int items) {
+  const int t = threadIdx.x;
+  int item = kPersistent ? (int)blockIdx.x : (int)(blockIdx.y * kTiles + blockIdx.x);
+  if (item >= items) return;
+  uint4 raw[10];
+  {
+    const unsigned char *base = wg + (long long)ids[item / kTiles] * kGateBytes + (long long)(item % kTiles) * 40960;
+#pragma unroll
+    for (int i = 0; i < 10; ++i) raw[i] = ld16(base + (i * 256 + t) * 16);
+  }
+  for (;;) {
+    const int next = kPersistent ? item + (int)gridDim.x : items;
+    const int next_expert = next < items ? ids[next / kTiles] : 0;
+    const int pair = item / kTiles, tile = item % kTiles;
+    const uint4 xv = reinterpret_cast<const uint4 *>(x + (pair / kTopK) * kK)[t];
+    float acc = __half2float(reinterpret_cast<const __half *>(&xv)[0]);
+#pragma unroll
+    for (int i = 0; i < 10; ++i) acc += bytes_sum(raw[i]);
+    if (next < items) {
+      const unsigned char *base = wg + (long long)next_expert * kGateBytes + (long long)(next % kTiles) * 40960;
+#pragma unroll
+      for (int i = 0; i < 10; ++i) raw[i] = ld16(base + (i * 256 + t) * 16);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if ((t & 31) == 0) h[pair * kCols + tile * 8 + (t >> 5)] = __float2half(acc * 1e-6f);
+    if (next >= items) break;
+    item = next;
+  }
+}
+
 struct Buffers {
   unsigned char *wg, *wd;
   int *ids;
@@ -234,11 +274,15 @@ static void launch_early(const void *kernel, dim3 grid, dim3 block, void **args,
   cudaLaunchKernelExC(&config, kernel, args);
 }
 
-enum Chain { kEmpty, kStream, kStreamSmall, kGate, kChain, kChainNoSum, kChainSerial, kFused, kSignalled, kChains };
+enum Chain { kEmpty, kStream, kStreamSmall, kGate, kChain, kChainNoSum, kChainSerial, kFused, kSignalled, kGateSlots3, kGatePersistent3,
+             kGatePersistent7, kChains };
 static const char *kNames[kChains] = {"empty (2 kernels, early)", "stream (1 kernel, all bytes)",
                                       "stream, 128-thread CTAs", "gate alone", "chain (gate, down early)",
                                       "chain, no sum", "chain, serialized", "fused (1 kernel, flags)",
-                                      "signalled (2 kernels, early, flags)"};
+                                      "signalled (2 kernels, early, flags)", "gate alone, 3 CTAs an SM",
+                                      "gate alone, persistent, 3 CTAs an SM", "gate alone, persistent, CTAs that fit"};
+static int g_sms = 132, g_fit = 1;  // SMs; persistent gate_slots CTAs that fit on an SM without the padding
+constexpr int kSlotsSharedBytes = 72 * 1024;  // 3 CTAs an SM on sm_90 (228 KB of shared memory)
 
 static void enqueue(Chain chain, const Buffers &b, int set, int m, cudaStream_t stream) {
   const int pairs = m * kTopK;
@@ -261,6 +305,16 @@ static void enqueue(Chain chain, const Buffers &b, int set, int m, cudaStream_t 
   }
   if (chain == kFused) {
     fused<<<dim3(kTiles, pairs, 2), 256, 0, stream>>>(b.wg, b.wd, ids, x, b.h, b.z, b.counters, b.flags, out);
+    return;
+  }
+  if (chain == kGateSlots3 || chain == kGatePersistent3 || chain == kGatePersistent7) {
+    const int items = pairs * kTiles;
+    const int slots = chain == kGatePersistent7 ? g_fit : 3;
+    const size_t shared = chain == kGatePersistent7 ? 0 : kSlotsSharedBytes;
+    if (chain == kGateSlots3)
+      gate_slots<false><<<grid, 256, shared, stream>>>(b.wg, ids, x, b.h, items);
+    else
+      gate_slots<true><<<std::min(items, g_sms * slots), 256, shared, stream>>>(b.wg, ids, x, b.h, items);
     return;
   }
   if (chain == kSignalled)
@@ -286,6 +340,13 @@ static void enqueue(Chain chain, const Buffers &b, int set, int m, cudaStream_t 
 
 int main() {
   setvbuf(stdout, nullptr, _IOLBF, 0);
+  CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+  CHECK(cudaFuncSetAttribute(gate_slots<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSlotsSharedBytes));
+  CHECK(cudaFuncSetAttribute(gate_slots<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSlotsSharedBytes));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&g_fit, gate_slots<true>, 256, 0));
+  int fit3 = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit3, gate_slots<true>, 256, kSlotsSharedBytes));
+  printf("%d SMs; persistent gate: %d CTAs an SM fit, %d with the padding\n", g_sms, g_fit, fit3);
   Buffers b;
   cudaMalloc(&b.wg, (size_t)kExperts * kGateBytes);
   cudaMalloc(&b.wd, (size_t)kExperts * kDownBytes);
