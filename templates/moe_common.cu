@@ -1,5 +1,6 @@
 // Device helpers shared by the GEMM, reduce and bench templates. FP16 travels as raw bits
-// (unsigned short) so no header is needed; conversions are single PTX instructions.
+// (unsigned short) so no header is needed; conversions are single PTX instructions. The route
+// includes it for expert_id_valid.
 
 // Early launch (programmatic dependent launch, sm_90 and later): in a forward without a route pass
 // the runtime may start down and the reduce while the kernel before them still runs, and in a
@@ -253,6 +254,12 @@ static __device__ __forceinline__ float silu_times(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
 }
 
+// The one test of a routed id: is it an expert of this shape? A pair whose id is outside
+// [0, num_experts) does no work and adds nothing to its token; the bad-id count (counters[2]) counts it.
+static __device__ __forceinline__ bool expert_id_valid(int id, int num_experts) {
+  return id >= 0 && id < num_experts;
+}
+
 // Stores (never adds) in *target the number of ids[0, count) outside [0, num_experts). Every thread
 // of the CTA must call it; ids are loaded eight at a time per thread, all in flight together.
 static __device__ void store_bad_id_count(const int *ids, int count, int num_experts, int *target) {
@@ -266,7 +273,7 @@ static __device__ void store_bad_id_count(const int *ids, int count, int num_exp
       values[b] = index < count ? ids[index] : 0;
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) bad += __syncthreads_count(values[b] < 0 || values[b] >= num_experts);
+    for (int b = 0; b < kBatch; ++b) bad += __syncthreads_count(!expert_id_valid(values[b], num_experts));
   }
   if (threadIdx.x == 0) *target = bad;
 }

@@ -98,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     bool live[kPairsPerSlot];
 #pragma unroll
     for (int i = 0; i < kPairsPerSlot; ++i) {
-      live[i] = column_valid && expert[i] >= 0 && expert[i] < kNumExperts;
+      live[i] = column_valid && expert_id_valid(expert[i], kNumExperts);
       const long long e = live[i] ? expert[i] : 0;
       rows[i] = weights + e * kExpertWeightBytes + (long long)column * kK;
       scale_rows[i] = scales + e * kScaleExpertStride + (column / kScaleBlockN) * kScaleRowStride;
@@ -122,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     if (tid < kPassPairs) {
       const int j = pass_start + tid;
       const int id = j < top_k ? topk_ids[first_pair + j] : -1;
-      pair_live[tid] = id >= 0 && id < kNumExperts;
+      pair_live[tid] = expert_id_valid(id, kNumExperts);
       pair_weight[tid] = j < top_k ? topk_weights[first_pair + j] : 0.0f;
     }
     // h rows in groups of loads that are all in flight together; rows of bad ids are never read.
@@ -139,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
       for (int g = 0; g < kStageGroup; ++g) {
         const int index = tid + (group_start + g) * kThreads;
         const long long pair = first_pair + pass_start + index / (kK / 8);
-        const bool valid = stage_expert[g] >= 0 && stage_expert[g] < kNumExperts;
+        const bool valid = expert_id_valid(stage_expert[g], kNumExperts);
         x_raw[g] = valid ? load_produced(reinterpret_cast<const uint4 *>(h + pair * kK + (index % (kK / 8)) * 8)) : zero_uint4();
       }
 #pragma unroll

@@ -175,7 +175,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     first = item.y;
     count = min(item.z, kBlockM);
   }
-  if (expert < 0 || expert >= kNumExperts || count <= 0) return wait_for_previous_kernels();
+  if (!expert_id_valid(expert, kNumExperts) || count <= 0) return wait_for_previous_kernels();
 #if VOLT8_GATE_UP
   if (top_k <= 0) return wait_for_previous_kernels();
 #endif

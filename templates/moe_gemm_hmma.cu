@@ -223,8 +223,6 @@ static __device__ __forceinline__ void store_group(const float (&acc)[kNTiles][4
 #if VOLT8_FUSED_REDUCE
 constexpr int kIdBatch = 8;  // ids (and z rows) a thread has in flight together
 
-static __device__ __forceinline__ bool live_id(int id) { return id >= 0 && id < kNumExperts; }
-
 // Pairs of the token whose ids (caller input) are in [0, E).
 static __device__ __forceinline__ int live_pairs(const int *token_ids, int top_k) {
   int live = 0;
@@ -233,7 +231,7 @@ static __device__ __forceinline__ int live_pairs(const int *token_ids, int top_k
 #pragma unroll
     for (int b = 0; b < kIdBatch; ++b) ids[b] = batch + b < top_k ? load_input_before_wait(token_ids + batch + b) : -1;
 #pragma unroll
-    for (int b = 0; b < kIdBatch; ++b) live += live_id(ids[b]);
+    for (int b = 0; b < kIdBatch; ++b) live += expert_id_valid(ids[b], kNumExperts);
   }
   return live;
 }
@@ -254,7 +252,7 @@ static __device__ void reduce_token_columns(const float *z, const int *topk_ids,
 #pragma unroll
       for (int b = 0; b < kIdBatch; ++b) {
         const bool present = batch + b < top_k;
-        live[b] = present && live_id(topk_ids[first_pair + batch + b]);
+        live[b] = present && expert_id_valid(topk_ids[first_pair + batch + b], kNumExperts);
         // Requested with the ids: a dead pair's row (never stored this forward) is read but not added.
         values[b] = present ? load_produced(reinterpret_cast<const float4 *>(z + (first_pair + batch + b) * kN + column))
                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -358,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
     first = item.y;
     count = min(item.z, kBlockM);
   }
-  if (expert < 0 || expert >= kNumExperts || count <= 0) {
+  if (!expert_id_valid(expert, kNumExperts) || count <= 0) {
 #if VOLT8_FUSED_REDUCE
     // The CTAs of a token's first pair, when it is outside [0, E), write the token's zeros if no
     // pair of it is live: no CTA arrives for such a token.

@@ -173,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   const int expert = item.x;
   const int first = item.y;
   const int count = min(item.z, kBlockM);
-  if (expert < 0 || expert >= kNumExperts || count <= 0) return;
+  if (!expert_id_valid(expert, kNumExperts) || count <= 0) return;
 #if VOLT8_GATE_UP
   if (top_k <= 0) return;
 #endif

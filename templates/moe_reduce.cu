@@ -40,7 +40,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     float4 values[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      live[b] = ids[b] >= 0 && ids[b] < kNumExperts;
+      live[b] = expert_id_valid(ids[b], kNumExperts);
       values[b] = live[b] ? load_produced(reinterpret_cast<const float4 *>(z + (first_pair + batch + b) * kHidden + column))
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }

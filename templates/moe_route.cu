@@ -9,6 +9,7 @@
 // When the down fuses the reduce (out is not null), the grid's last CTA also writes zeros to the out
 // rows of tokens none of whose ids is in [0, E): no down CTA works for such a token. Otherwise the
 // reduce writes them.
+@{include moe_common.cu}
 
 namespace {
 constexpr int kThreads = @{THREADS};
@@ -117,7 +118,7 @@ static __device__ void route_warm_l2(const int *topk_ids, int num_pairs, const u
   __syncthreads();
   for (int i = tid; i < num_pairs; i += kThreads) {
     const int id = topk_ids[i];
-    if (id >= 0 && id < kNumExperts) atomicOr(&present[id >> 5], 1u << (id & 31));
+    if (expert_id_valid(id, kNumExperts)) atomicOr(&present[id >> 5], 1u << (id & 31));
   }
   __syncthreads();
   if (tid == 0) {
@@ -155,7 +156,7 @@ static __device__ void route_zero_dead_tokens(const int *topk_ids, int num_pairs
     bool live = false;
     for (int j = 0; j < top_k && !live; ++j) {
       const int id = topk_ids[(long long)token * top_k + j];
-      live = id >= 0 && id < kNumExperts;
+      live = expert_id_valid(id, kNumExperts);
     }
     if (live) continue;
     uint2 *row = reinterpret_cast<uint2 *>(out + (long long)token * kHidden);
@@ -196,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     __syncthreads();
     for (int i = tid; i < tile_count; i += kThreads) {
       const int id = id_tile[i];
-      if (id >= 0 && id < kNumExperts) atomicAdd(&cursor[id], 1);
+      if (expert_id_valid(id, kNumExperts)) atomicAdd(&cursor[id], 1);
       else atomicAdd(&bad_ids, 1);
     }
   }
@@ -238,7 +239,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     if (warp < kPlaceWarps) {
       for (int i = segment_begin + lane; i < segment_end; i += 32) {
         const int id = id_tile[i];
-        if (id >= 0 && id < kNumExperts) atomicAdd(&warp_cursor[warp][id], 1);
+        if (expert_id_valid(id, kNumExperts)) atomicAdd(&warp_cursor[warp][id], 1);
       }
     }
     __syncthreads();
@@ -260,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
       for (int base = segment_begin; base < segment_end; base += 32) {
         const int index = base + lane;
         const int id = index < segment_end ? id_tile[index] : -1;
-        const bool valid = id >= 0 && id < kNumExperts;
+        const bool valid = expert_id_valid(id, kNumExperts);
         const unsigned peers = __match_any_sync(0xffffffffu, valid ? id : -1);
         int position = 0;
         if (valid) position = warp_cursor[warp][id] + __popc(peers & lanes_below);

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 
 #include "test_support.h"
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,19 +310,59 @@ Test(codegen, unknown_substitution_fails_naming_it) {
   volt8_ctx_destroy(ctx);
 }
 
+/* Line `number` (from 1) of `text`, without its newline, into `line`; false past the end. */
+static bool nth_line(const char *text, int number, char *line, size_t capacity) {
+  for (int n = 1; n < number; n++) {
+    text = strchr(text, '\n');
+    if (!text) return false;
+    text++;
+  }
+  if (!*text) return false;
+  size_t length = strcspn(text, "\n");
+  if (length >= capacity) length = capacity - 1;
+  memcpy(line, text, length);
+  line[length] = '\0';
+  return true;
+}
+
 Test(codegen, substitution_keeps_template_line_numbers) {
   volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   volt8_kernel_source source;
-  /* route: a template with substitutions and no @{include} */
+  /* route: a template with substitutions and an @{include} (moe_common.cu). Every generated line
+   * must be the line of the file and number that the #line directives before it name, so compiler
+   * messages point into the templates. Lines holding a substitution are only counted. */
   cr_assert_eq(volt8_codegen_emit(ctx, &shape, "route", &source), VOLT8_OK, "%s", volt8_last_error(ctx));
-  const volt8_embedded_file *template_file = volt8_embedded_find("templates/moe_route.cu");
-  cr_assert_not_null(template_file);
-  int template_lines = 0, source_lines = 0;
-  for (size_t i = 0; i < template_file->size; i++) template_lines += template_file->data[i] == '\n';
-  for (const char *c = source.source; *c; c++) source_lines += *c == '\n';
-  /* Three header lines ("generated from", version, #line), then the template line for line. */
-  cr_expect_eq(source_lines, template_lines + 3);
+  const char *text = source.source;
+  char line[1024], expected[1024], path[256] = "";
+  int number = 0, compared = 0, substituted = 0, includes = 0;
+  cr_assert(nth_line(text, 1, line, sizeof line) && strncmp(line, "// generated from templates/moe_route.cu", 40) == 0,
+            "%s", line);
+  cr_assert(nth_line(text, 2, line, sizeof line) && strncmp(line, "// volt8 codegen version", 24) == 0, "%s", line);
+  for (int output = 3; nth_line(text, output, line, sizeof line); output++) {
+    if (sscanf(line, "#line %d \"%255[^\"]\"", &number, path) == 2) {
+      includes += strcmp(path, "templates/moe_common.cu") == 0;
+      continue;
+    }
+    const volt8_embedded_file *file = volt8_embedded_find(path);
+    cr_assert_not_null(file, "generated line %d follows #line for %s, which is not a template", output, path);
+    cr_assert(nth_line(file->data, number, expected, sizeof expected), "generated line %d: %s has no line %d", output,
+              path, number);
+    if (strstr(expected, "@{")) {
+      substituted++;
+    } else {
+      cr_expect_str_eq(line, expected, "generated line %d is not line %d of %s", output, number, path);
+      compared++;
+    }
+    number++;
+  }
+  cr_expect_eq(includes, 1, "moe_common.cu included %d times", includes);
+  cr_expect_gt(substituted, 5);
+  const volt8_embedded_file *route = volt8_embedded_find("templates/moe_route.cu");
+  cr_assert_not_null(route);
+  cr_expect_str_eq(path, "templates/moe_route.cu", "the source ends in %s", path);
+  cr_expect(!nth_line(route->data, number, expected, sizeof expected), "the route's lines from %d are missing", number);
+  cr_expect_gt(compared, 300);
   volt8_kernel_source_free(&source);
   volt8_ctx_destroy(ctx);
 }
