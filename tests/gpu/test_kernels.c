@@ -21,6 +21,18 @@ typedef struct variant_lists {
   int32_t gate_up_count, down_count;
 } variant_lists;
 
+/* How most tests here begin: the device's context, the seed (printed), and a problem on the
+ * reference TP4 shape with num_experts experts and fresh random data. */
+static volt8_ctx *open_with_problem(uint64_t seed, int32_t num_experts, volt8_moe_shape *shape, host_problem *problem) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(seed);
+  const volt8_moe_shape reference = VOLT8_MOE_SHAPE_INIT;
+  *shape = reference;
+  shape->num_experts = num_experts;
+  gpu_make_problem(ctx, shape, problem);
+  return ctx;
+}
+
 static void list_variants(volt8_ctx *ctx, const volt8_moe_shape *shape, variant_lists *lists) {
   memset(lists, 0, sizeof *lists);
   cr_assert_eq(volt8_codegen_list(ctx, shape, &lists->names, &lists->count), VOLT8_OK, "%s", volt8_last_error(ctx));
@@ -54,12 +66,9 @@ static const char *first_of_family(const char *const *names, int32_t count, cons
 
 /* Every variant of each op (paired with the first variant of the other op) at each M. */
 Test(gpu_kernels, every_variant_every_m_seed_shape) {
-  volt8_ctx *ctx = gpu_open();
-  gpu_seed(0x9e3779b97f4a7c15ull);
-  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  if (gpu_quick_mode()) shape.num_experts = 64;
+  volt8_moe_shape shape;
   host_problem problem;
-  gpu_make_problem(ctx, &shape, &problem);
+  volt8_ctx *ctx = open_with_problem(0x9e3779b97f4a7c15ull, gpu_quick_mode() ? 64 : 512, &shape, &problem);
   variant_lists lists;
   list_variants(ctx, &shape, &lists);
   const int32_t all_m[] = {1, 2, 3, 8, 17, 64}, quick_m[] = {17};
@@ -141,12 +150,9 @@ Test(gpu_kernels, families_over_offsets_top_k_and_shapes) {
 
 /* Skewed routing: one expert gets every token; most experts get none. */
 Test(gpu_kernels, skewed_routing) {
-  volt8_ctx *ctx = gpu_open();
-  gpu_seed(0xda942042e4dd58b5ull);
-  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  shape.num_experts = gpu_quick_mode() ? 64 : 512;
+  volt8_moe_shape shape;
   host_problem problem;
-  gpu_make_problem(ctx, &shape, &problem);
+  volt8_ctx *ctx = open_with_problem(0xda942042e4dd58b5ull, gpu_quick_mode() ? 64 : 512, &shape, &problem);
   variant_lists lists;
   list_variants(ctx, &shape, &lists);
   volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
@@ -209,12 +215,9 @@ Test(gpu_kernels, route_over_several_id_tiles) {
  * topk_ids themselves) and a routed pair of variants; the device count of bad ids is stored by the
  * reduce every forward, so a second forward with fewer bad ids must read the new count, not a sum. */
 Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
-  volt8_ctx *ctx = gpu_open();
-  gpu_seed(0x5851f42d4c957f2dull);
-  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  shape.num_experts = 64;
+  volt8_moe_shape shape;
   host_problem problem;
-  gpu_make_problem(ctx, &shape, &problem);
+  volt8_ctx *ctx = open_with_problem(0x5851f42d4c957f2dull, 64, &shape, &problem);
   volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
   int32_t before = -1;
   cr_assert_eq(volt8_experts_bad_id_count(experts, &before), VOLT8_OK, "%s", volt8_last_error(ctx));
@@ -252,12 +255,9 @@ Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
  * the weighted sum as the reduce does: the two paths must give the same bits, not just pass the
  * reference. top_k 20 runs two staging passes of the fused kernel. */
 Test(gpu_kernels, token_fused_down_matches_down_and_reduce_bit_for_bit) {
-  volt8_ctx *ctx = gpu_open();
-  gpu_seed(0x14057b7ef767814full);
-  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  shape.num_experts = 64;
+  volt8_moe_shape shape;
   host_problem problem;
-  gpu_make_problem(ctx, &shape, &problem);
+  volt8_ctx *ctx = open_with_problem(0x14057b7ef767814full, 64, &shape, &problem);
   volt8_experts *experts = gpu_upload(ctx, &problem, 64, 20);
   const char *pairs[3][2] = {{"down.cc.bm1.bn64.w4.sk1.l2", "down.tok.bm1.bn16.w8.sk1.l2"},
                              {"down.cc.bm1.bn64.w4.sk1.l2", "down.tok.bm1.bn32.w8.sk1.l2"},
@@ -305,12 +305,9 @@ Test(gpu_kernels, token_fused_down_matches_down_and_reduce_bit_for_bit) {
  * token none of whose pairs is live (its row must be zeros). Then the fused forward runs twice
  * more without the workspace being reset: each forward must leave the arrival counters at zero. */
 Test(gpu_kernels, fused_reduce_down_matches_down_and_reduce_bit_for_bit) {
-  volt8_ctx *ctx = gpu_open();
-  gpu_seed(0x3c6ef372fe94f82bull);
-  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  shape.num_experts = 64;
+  volt8_moe_shape shape;
   host_problem problem;
-  gpu_make_problem(ctx, &shape, &problem);
+  volt8_ctx *ctx = open_with_problem(0x3c6ef372fe94f82bull, 64, &shape, &problem);
   variant_lists lists;
   list_variants(ctx, &shape, &lists);
   const char *gate_up = NULL;
