@@ -61,43 +61,45 @@ __global__ void spin(long long ns) {
 __global__ void empty_first() { asm volatile("griddepcontrol.launch_dependents;"); }
 __global__ void empty_second() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-// grid (20 tiles, pairs), 256 threads: each CTA reads 40 KB of its pair's gate_up expert (16 rows),
-// with kDown also 20 KB of its down expert, and x; stores 8 h values (stream: one word).
-template <bool kDown, bool kSignal = false>
-__global__ void __launch_bounds__(256) gate(const unsigned char *wg, const unsigned char *wd, const int *ids,
-                                             const __half *x, __half *h, unsigned *flags = nullptr) {
-  asm volatile("griddepcontrol.launch_dependents;");
-  const int tile = blockIdx.x, pair = blockIdx.y, t = threadIdx.x;
-  const int expert = ids[pair];
+// Pieces of the skeletons. A gate_up CTA tile (256 threads) is 40 KB of its pair's expert (16 rows);
+// a down CTA tile (128 threads) is 20 KB (128 of 2560 rows).
+__device__ __forceinline__ void load_gate_tile(const unsigned char *wg, int expert, int tile, int t, uint4 *raw) {
   const unsigned char *base = wg + (long long)expert * kGateBytes + (long long)tile * 40960;
-  uint4 raw[10], rawd[5];
 #pragma unroll
   for (int i = 0; i < 10; ++i) raw[i] = ld16(base + (i * 256 + t) * 16);
-  if (kDown) {
-    const unsigned char *based = wd + (long long)expert * kDownBytes + (long long)tile * 20480;
+}
+
+__device__ __forceinline__ void load_down_tile(const unsigned char *wd, int expert, int tile, int t, uint4 *raw) {
+  const unsigned char *base = wd + (long long)expert * kDownBytes + (long long)tile * 20480;
 #pragma unroll
-    for (int i = 0; i < 5; ++i) rawd[i] = ld16(based + (i * 256 + t) * 16);
-  }
+  for (int i = 0; i < 10; ++i) raw[i] = ld16(base + (i * 128 + t) * 16);
+}
+
+// A value that depends on x and every byte of raw.
+template <int kCount>
+__device__ __forceinline__ float gate_sum(const uint4 (&raw)[kCount], const __half *x, int pair, int t) {
   const uint4 xv = reinterpret_cast<const uint4 *>(x + (pair / kTopK) * kK)[t];
   float acc = __half2float(reinterpret_cast<const __half *>(&xv)[0]);
 #pragma unroll
-  for (int i = 0; i < 10; ++i) acc += bytes_sum(raw[i]);
-  if (kDown) {
-#pragma unroll
-    for (int i = 0; i < 5; ++i) acc += bytes_sum(rawd[i]);
-  }
+  for (int i = 0; i < kCount; ++i) acc += bytes_sum(raw[i]);
+  return acc;
+}
+
+// Each warp's sum is one of the tile's 8 h values.
+__device__ __forceinline__ void store_h(float acc, __half *h, int pair, int tile, int t) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if ((t & 31) == 0) h[pair * kCols + tile * 8 + (t >> 5)] = __float2half(acc * 1e-6f);
-  if (kSignal) {
-    __syncthreads();
-    if (t == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flags + pair) : "memory");
-  }
 }
 
-// grid (20 tiles, pairs), 128 threads: each CTA requests 20 KB of its pair's down expert (128 of
-// 2560 rows) before the wait, then h, stores 128 z values; kSum: then counts the token's tile and the
-// last of its 10 pairs sums their z rows into the output.
+// After the CTA stored its h values: one count on its pair's flag, with release.
+__device__ __forceinline__ void signal_pair(unsigned *flags, int pair, int t) {
+  __syncthreads();
+  if (t == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flags + pair) : "memory");
+}
+
+// Thread 0 of a down CTA: spins (acquire) until the pair's 20 gate_up CTAs have counted; the pair's
+// 20th down CTA past the spin sets the flag back to zero for the next forward.
 __device__ __forceinline__ void wait_for_pair(unsigned *flags, int pair) {
   unsigned seen;
   do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(flags + pair) : "memory");
@@ -108,25 +110,19 @@ __device__ __forceinline__ void wait_for_pair(unsigned *flags, int pair) {
   }
 }
 
-template <bool kSum, bool kSignal = false>
-__global__ void __launch_bounds__(128) down(const unsigned char *wd, const int *ids, const __half *h, float *z,
-                                             unsigned *counters, __half *out, unsigned *flags = nullptr) {
-  const int tile = blockIdx.x, pair = blockIdx.y, t = threadIdx.x, token = pair / kTopK;
-  const int expert = ids[pair];
-  const unsigned char *base = wd + (long long)expert * kDownBytes + (long long)tile * 20480;
-  uint4 raw[10];
-#pragma unroll
-  for (int i = 0; i < 10; ++i) raw[i] = ld16(base + (i * 128 + t) * 16);
-  if (kSignal) {
-    if (t == 0) wait_for_pair(flags, pair);
-    __syncthreads();
-  } else {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-  }
+// The barrier of a down tile's 128 threads (named: in `fused` they are half of the CTA).
+__device__ __forceinline__ void down_barrier() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+
+// A down tile after its wait: h, 128 z values stored; kSum: then the token's counter for this tile,
+// and the last of the token's 10 pairs sums their z rows into the output.
+template <bool kSum>
+__device__ __forceinline__ void finish_down_tile(const uint4 (&raw)[10], const __half *h, float *z, unsigned *counters,
+                                                 __half *out, int pair, int tile, int t) {
   __shared__ __align__(16) __half hs[kCols];
   __shared__ bool last;
+  const int token = pair / kTopK;
   if (t < kCols / 8) reinterpret_cast<uint4 *>(hs)[t] = __ldcg(reinterpret_cast<const uint4 *>(h + pair * kCols) + t);
-  __syncthreads();
+  down_barrier();
   float acc = 0.f;
 #pragma unroll
   for (int i = 0; i < 10; ++i) acc += bytes_sum(raw[i]) * __half2float(hs[(i * 16 + t) % kCols]);
@@ -134,9 +130,9 @@ __global__ void __launch_bounds__(128) down(const unsigned char *wd, const int *
   z[(long long)pair * kK + column] = acc;
   if (!kSum) return;
   __threadfence();
-  __syncthreads();
+  down_barrier();
   if (t == 0) last = atomicAdd(&counters[token * kTiles + tile], 1u) % kTopK == kTopK - 1;
-  __syncthreads();
+  down_barrier();
   if (!last) return;
   __threadfence();
   float sum = 0.f;
@@ -145,57 +141,69 @@ __global__ void __launch_bounds__(128) down(const unsigned char *wd, const int *
   out[token * kK + column] = __float2half(sum);
 }
 
-// One kernel for the whole chain: grid (20 tiles, pairs, 2); blockIdx.z 0 is the gate skeleton, which
-// then counts its pair's flag up (release); blockIdx.z 1 is the down skeleton, which requests its
-// weights, then spins (acquire) until its pair's 20 gate CTAs have counted, then goes on as down<true>.
-// The 20th down CTA of a pair to get past its spin resets the pair's flag for the next forward.
+// grid (20 tiles, pairs), 256 threads: the gate_up skeleton (kSignal: it then counts its pair's flag).
+template <bool kSignal = false>
+__global__ void __launch_bounds__(256) gate(const unsigned char *wg, const int *ids, const __half *x, __half *h,
+                                             unsigned *flags = nullptr) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int tile = blockIdx.x, pair = blockIdx.y, t = threadIdx.x;
+  uint4 raw[10];
+  load_gate_tile(wg, ids[pair], tile, t, raw);
+  store_h(gate_sum(raw, x, pair, t), h, pair, tile, t);
+  if (kSignal) signal_pair(flags, pair, t);
+}
+
+// grid (20 tiles, pairs), 256 threads: all the bytes in one kernel. Each CTA reads a gate_up tile and
+// a twentieth of the pair's down expert (20 KB) and sums both into its h values.
+__global__ void __launch_bounds__(256) stream_all(const unsigned char *wg, const unsigned char *wd, const int *ids,
+                                              const __half *x, __half *h) {
+  const int tile = blockIdx.x, pair = blockIdx.y, t = threadIdx.x;
+  const int expert = ids[pair];
+  uint4 raw[15];
+  load_gate_tile(wg, expert, tile, t, raw);
+  const unsigned char *based = wd + (long long)expert * kDownBytes + (long long)tile * 20480;
+#pragma unroll
+  for (int i = 0; i < 5; ++i) raw[10 + i] = ld16(based + (i * 256 + t) * 16);
+  store_h(gate_sum(raw, x, pair, t), h, pair, tile, t);
+}
+
+// grid (20 tiles, pairs), 128 threads: the down skeleton, started early. Its weights are requested
+// before the wait (the grid wait, or with kSignal its pair's flag).
+template <bool kSum, bool kSignal = false>
+__global__ void __launch_bounds__(128) down(const unsigned char *wd, const int *ids, const __half *h, float *z,
+                                             unsigned *counters, __half *out, unsigned *flags = nullptr) {
+  const int tile = blockIdx.x, pair = blockIdx.y, t = threadIdx.x;
+  uint4 raw[10];
+  load_down_tile(wd, ids[pair], tile, t, raw);
+  if (kSignal) {
+    if (t == 0) wait_for_pair(flags, pair);
+    down_barrier();
+  } else {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+  }
+  finish_down_tile<kSum>(raw, h, z, counters, out, pair, tile, t);
+}
+
+// One kernel for the whole chain: grid (20 tiles, pairs, 2); blockIdx.z 0 is a gate_up tile, which
+// then counts its pair's flag; blockIdx.z 1 a down tile (its first 128 threads), which requests its
+// weights, waits on the flag and goes on as down<true>.
 __global__ void __launch_bounds__(256) fused(const unsigned char *wg, const unsigned char *wd, const int *ids,
                                              const __half *x, __half *h, float *z, unsigned *counters,
                                              unsigned *flags, __half *out) {
-  const int tile = blockIdx.x, pair = blockIdx.y, t = threadIdx.x, token = pair / kTopK;
+  const int tile = blockIdx.x, pair = blockIdx.y, t = threadIdx.x;
   const int expert = ids[pair];
-  __shared__ bool last;
+  uint4 raw[10];
   if (blockIdx.z == 0) {
-    const unsigned char *base = wg + (long long)expert * kGateBytes + (long long)tile * 40960;
-    uint4 raw[10];
-#pragma unroll
-    for (int i = 0; i < 10; ++i) raw[i] = ld16(base + (i * 256 + t) * 16);
-    const uint4 xv = reinterpret_cast<const uint4 *>(x + token * kK)[t];
-    float acc = __half2float(reinterpret_cast<const __half *>(&xv)[0]);
-#pragma unroll
-    for (int i = 0; i < 10; ++i) acc += bytes_sum(raw[i]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if ((t & 31) == 0) h[pair * kCols + tile * 8 + (t >> 5)] = __float2half(acc * 1e-6f);
-    __syncthreads();
-    if (t == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flags + pair) : "memory");
+    load_gate_tile(wg, expert, tile, t, raw);
+    store_h(gate_sum(raw, x, pair, t), h, pair, tile, t);
+    signal_pair(flags, pair, t);
     return;
   }
   if (t >= 128) return;
-  const unsigned char *base = wd + (long long)expert * kDownBytes + (long long)tile * 20480;
-  uint4 raw[10];
-#pragma unroll
-  for (int i = 0; i < 10; ++i) raw[i] = ld16(base + (i * 128 + t) * 16);
-  __shared__ __align__(16) __half hs[kCols];
+  load_down_tile(wd, expert, tile, t, raw);
   if (t == 0) wait_for_pair(flags, pair);
-  asm volatile("bar.sync 1, 128;" ::: "memory");
-  if (t < kCols / 8) reinterpret_cast<uint4 *>(hs)[t] = __ldcg(reinterpret_cast<const uint4 *>(h + pair * kCols) + t);
-  asm volatile("bar.sync 1, 128;" ::: "memory");
-  float acc = 0.f;
-#pragma unroll
-  for (int i = 0; i < 10; ++i) acc += bytes_sum(raw[i]) * __half2float(hs[(i * 16 + t) % kCols]);
-  const int column = tile * 128 + t;
-  z[(long long)pair * kK + column] = acc;
-  __threadfence();
-  asm volatile("bar.sync 1, 128;" ::: "memory");
-  if (t == 0) last = atomicAdd(&counters[token * kTiles + tile], 1u) % kTopK == kTopK - 1;
-  asm volatile("bar.sync 1, 128;" ::: "memory");
-  if (!last) return;
-  __threadfence();
-  float sum = 0.f;
-#pragma unroll
-  for (int s = 0; s < kTopK; ++s) sum += __ldcg(z + (long long)(token * kTopK + s) * kK + column);
-  out[token * kK + column] = __float2half(sum);
+  down_barrier();
+  finish_down_tile<true>(raw, h, z, counters, out, pair, tile, t);
 }
 
 // The stream with smaller CTAs: grid (40, pairs), 128 threads, each 20 KB of gate_up and 10 KB of down.
@@ -227,27 +235,14 @@ __global__ void __launch_bounds__(256) gate_slots(const unsigned char *wg, const
   int item = kPersistent ? (int)blockIdx.x : (int)(blockIdx.y * kTiles + blockIdx.x);
   if (item >= items) return;
   uint4 raw[10];
-  {
-    const unsigned char *base = wg + (long long)ids[item / kTiles] * kGateBytes + (long long)(item % kTiles) * 40960;
-#pragma unroll
-    for (int i = 0; i < 10; ++i) raw[i] = ld16(base + (i * 256 + t) * 16);
-  }
+  load_gate_tile(wg, ids[item / kTiles], item % kTiles, t, raw);
   for (;;) {
     const int next = kPersistent ? item + (int)gridDim.x : items;
     const int next_expert = next < items ? ids[next / kTiles] : 0;
     const int pair = item / kTiles, tile = item % kTiles;
-    const uint4 xv = reinterpret_cast<const uint4 *>(x + (pair / kTopK) * kK)[t];
-    float acc = __half2float(reinterpret_cast<const __half *>(&xv)[0]);
-#pragma unroll
-    for (int i = 0; i < 10; ++i) acc += bytes_sum(raw[i]);
-    if (next < items) {
-      const unsigned char *base = wg + (long long)next_expert * kGateBytes + (long long)(next % kTiles) * 40960;
-#pragma unroll
-      for (int i = 0; i < 10; ++i) raw[i] = ld16(base + (i * 256 + t) * 16);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if ((t & 31) == 0) h[pair * kCols + tile * 8 + (t >> 5)] = __float2half(acc * 1e-6f);
+    const float acc = gate_sum(raw, x, pair, t);
+    if (next < items) load_gate_tile(wg, next_expert, next % kTiles, t, raw);
+    store_h(acc, h, pair, tile, t);
     if (next >= items) break;
     item = next;
   }
@@ -296,7 +291,7 @@ static void enqueue(Chain chain, const Buffers &b, int set, int m, cudaStream_t 
     return;
   }
   if (chain == kStream) {
-    gate<true><<<grid, 256, 0, stream>>>(b.wg, b.wd, ids, x, b.h);
+    stream_all<<<grid, 256, 0, stream>>>(b.wg, b.wd, ids, x, b.h);
     return;
   }
   if (chain == kStreamSmall) {
@@ -318,9 +313,9 @@ static void enqueue(Chain chain, const Buffers &b, int set, int m, cudaStream_t 
     return;
   }
   if (chain == kSignalled)
-    gate<false, true><<<grid, 256, 0, stream>>>(b.wg, b.wd, ids, x, b.h, b.flags);
+    gate<true><<<grid, 256, 0, stream>>>(b.wg, ids, x, b.h, b.flags);
   else
-    gate<false><<<grid, 256, 0, stream>>>(b.wg, b.wd, ids, x, b.h);
+    gate<><<<grid, 256, 0, stream>>>(b.wg, ids, x, b.h);
   if (chain == kGate) return;
   void *args[] = {(void *)&b.wd, (void *)&ids, (void *)&b.h, (void *)&b.z, (void *)&b.counters, (void *)&out, (void *)&b.flags};
   const void *kernel = chain == kChainNoSum  ? (const void *)down<false>
