@@ -270,7 +270,7 @@ static void launch_early(const void *kernel, dim3 grid, dim3 block, void **args,
 }
 
 enum Chain { kEmpty, kStream, kStreamSmall, kGate, kChain, kChainNoSum, kChainSerial, kFused, kSignalled, kGateSlots3, kGatePersistent3,
-             kGatePersistent7, kChains };
+             kGatePersistentFit, kChains };
 static const char *kNames[kChains] = {"empty (2 kernels, early)", "stream (1 kernel, all bytes)",
                                       "stream, 128-thread CTAs", "gate alone", "chain (gate, down early)",
                                       "chain, no sum", "chain, serialized", "fused (1 kernel, flags)",
@@ -302,10 +302,10 @@ static void enqueue(Chain chain, const Buffers &b, int set, int m, cudaStream_t 
     fused<<<dim3(kTiles, pairs, 2), 256, 0, stream>>>(b.wg, b.wd, ids, x, b.h, b.z, b.counters, b.flags, out);
     return;
   }
-  if (chain == kGateSlots3 || chain == kGatePersistent3 || chain == kGatePersistent7) {
+  if (chain == kGateSlots3 || chain == kGatePersistent3 || chain == kGatePersistentFit) {
     const int items = pairs * kTiles;
-    const int slots = chain == kGatePersistent7 ? g_fit : 3;
-    const size_t shared = chain == kGatePersistent7 ? 0 : kSlotsSharedBytes;
+    const int slots = chain == kGatePersistentFit ? g_fit : 3;
+    const size_t shared = chain == kGatePersistentFit ? 0 : kSlotsSharedBytes;
     if (chain == kGateSlots3)
       gate_slots<false><<<grid, 256, shared, stream>>>(b.wg, ids, x, b.h, items);
     else
@@ -352,7 +352,7 @@ int main() {
   cudaMalloc(&b.out, sizeof(__half) * kSets * 128 * kK);
   cudaMalloc(&b.h, sizeof(__half) * 128 * kTopK * kCols);
   cudaMalloc(&b.z, sizeof(float) * 128 * kTopK * kK);
-  cudaMalloc(&b.counters, sizeof(unsigned) * 2 * 128 * kTiles);
+  cudaMalloc(&b.counters, sizeof(unsigned) * 2 * 128 * kTiles);  // the down's, then stream_small's sink
   cudaMalloc(&b.flags, sizeof(unsigned) * 2 * kPairsMax);
   cudaMemset(b.flags, 0, sizeof(unsigned) * 2 * kPairsMax);
   cudaMemset(b.x, 0, sizeof(__half) * kSets * 128 * kK);
@@ -377,7 +377,14 @@ int main() {
   for (auto &e : events) cudaEventCreate(&e);
   const int ms[] = {1, 2, 8};
   for (int round = 0; round < 2; ++round)
-    for (int m : ms)
+    for (int m : ms) {
+      const int pairs = m * kTopK;
+      double bytes = 0;  // distinct experts' bytes, averaged over the sets
+      for (int set = 0; set < kSets; ++set) {
+        std::vector<int> e(host.begin() + set * 128 * kTopK, host.begin() + set * 128 * kTopK + pairs);
+        std::sort(e.begin(), e.end());
+        bytes += (double)(std::unique(e.begin(), e.end()) - e.begin()) * (kGateBytes + kDownBytes) / kSets;
+      }
       for (int c = 0; c < kChains; ++c) {
         cudaGraphExec_t execs[kSets];
         for (int set = 0; set < kSets; ++set) {
@@ -406,17 +413,11 @@ int main() {
           times.push_back(milliseconds * 1e3f / kSets);
         }
         std::sort(times.begin(), times.end());
-        const int pairs = m * kTopK;
-        double bytes = 0;  // distinct experts' bytes, averaged over the sets
-        for (int set = 0; set < kSets; ++set) {
-          std::vector<int> e(host.begin() + set * 128 * kTopK, host.begin() + set * 128 * kTopK + pairs);
-          std::sort(e.begin(), e.end());
-          bytes += (double)(std::unique(e.begin(), e.end()) - e.begin()) * (kGateBytes + kDownBytes) / kSets;
-        }
         printf("round %d M=%-3d %-30s median %7.2f us  p10 %7.2f  p90 %7.2f  (active experts' bytes %.1f MB)\n", round, m,
                kNames[c], times[passes / 2], times[passes / 10], times[passes * 9 / 10], bytes / 1e6);
         for (int set = 0; set < kSets; ++set) cudaGraphExecDestroy(execs[set]);
       }
+    }
   printf("%s\n", cudaGetErrorString(cudaGetLastError()));
   return 0;
 }
