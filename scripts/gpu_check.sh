@@ -56,6 +56,9 @@ prepare() {
       *) cp -L "$lib" "$carry/libs/" ;;
     esac
   done
+  # The wheel, for the `wheel` phase: the package as engines install it (no dependencies carried: the
+  # GPU machine has numpy and torch, and compiles natively with its own NVRTC).
+  "$root/.venv/bin/python3" -m pip wheel --no-deps --disable-pip-version-check -q "$root" -w "$carry/wheel"
   du -sh "$carry" | awk '{print "gpu_check prepare: .carry is " $1}'
 }
 
@@ -69,7 +72,8 @@ prepare() {
 # timed with those variants pinned, PINNED_REPEAT rounds, interleaved),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
 # the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
-# torch), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
+# torch), wheel (the carried wheel installed into a scratch folder: the binding's pytest suite, the
+# torch ops' tests included, and examples/mtp_step.py against it, with no VOLT8_LIBRARY), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
 # "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any).
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
 run() {
@@ -187,6 +191,16 @@ run() {
         step python_example env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
           python3 "$root/examples/mtp_step.py"
         tail -n 3 "$logs/python.log" "$logs/python_example.log" ;;
+      wheel)
+        local site="$work/site"
+        step wheel_install python3 -m pip install -q --no-deps --no-index --no-compile --target "$site" \
+          "$carry"/wheel/volt8-*.whl
+        step wheel_python env -u VOLT8_LIBRARY PYTHONPATH="$site" VOLT8_TEST_INSTALLED=1 VOLT8_CACHE_DIR="$work/native" \
+          VOLT8_REQUIRE_GPU=1 PYTHONUNBUFFERED=1 python3 -m pytest -q -p no:cacheprovider -c "$root/pyproject.toml" \
+          --rootdir "$root" "$root/bindings/python/tests"
+        step wheel_example env -u VOLT8_LIBRARY PYTHONPATH="$site" VOLT8_CACHE_DIR="$work/native" \
+          python3 "$root/examples/mtp_step.py"
+        tail -n 3 "$logs/wheel_python.log" "$logs/wheel_example.log" ;;
       order)
         # Where the sm_90 kernels wait for the kernel before them, checked in their SASS: the TP4
         # and TP8 ranks, every variant.
