@@ -56,7 +56,8 @@ def lookup(key, kind):
         raise InvalidArgumentError(f"key {key}: no live {kind.__name__} is registered under it "
                                    f"(volt8.torch.register gives keys; keep the object alive while ops use it)")
     if not isinstance(obj, kind):
-        raise InvalidArgumentError(f"key {key}: names a {type(obj).__name__}, the operator needs a {kind.__name__}")
+        raise InvalidArgumentError(f"key {key}: names a volt8.{type(obj).__name__}, "
+                                   f"the operator needs a volt8.{kind.__name__}")
     return obj
 
 
