@@ -12,6 +12,8 @@
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 carry="$root/.carry"
+# shellcheck source=scripts/venv_nvrtc.sh
+. "$root/scripts/venv_nvrtc.sh"
 mode="${1:-}"
 
 # Shapes of the GPU suites: the seed shape (E=512 and E=64) at offsets 0/32/64/96,

@@ -11,6 +11,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${VOLT8_ASAN_BUILD_DIR:-$root/build-asan}"
 jobs="${JOBS:-$(nproc)}"
 smoke_seconds="${VOLT8_FUZZ_SMOKE_SECONDS:-20}"
+# shellcheck source=scripts/venv_nvrtc.sh
+. "$root/scripts/venv_nvrtc.sh"
 
 command -v clang >/dev/null || { echo "sanitized_tests: clang is needed (scripts/bootstrap.sh installs it)" >&2; exit 1; }
 # The shared library links the ASan runtime as a shared object (-shared-libasan); the test programs

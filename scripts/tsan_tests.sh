@@ -8,6 +8,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${VOLT8_TSAN_BUILD_DIR:-$root/build-tsan}"
 jobs="${JOBS:-$(nproc)}"
+# shellcheck source=scripts/venv_nvrtc.sh
+. "$root/scripts/venv_nvrtc.sh"
 
 command -v clang >/dev/null || { echo "tsan_tests: clang is needed (scripts/bootstrap.sh installs it)" >&2; exit 1; }
 CC=clang cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DVOLT8_BUILD_BENCH=OFF \
