@@ -458,15 +458,19 @@ Test(models, load_options_serve_top_k_16_by_default) {
 
 /* ---- the command line ---- */
 
-/* Runs the volt8 command with stderr into a temp file; its exit status, and stderr in `text`. */
-static int run_cli(char *const *argv, char *text, size_t text_size) {
+/* Runs the volt8 command with stderr (and, with `keep_stdout`, stdout) into a temp file; its exit
+ * status, and what it wrote in `text`. */
+static int run_cli_output(char *const *argv, int keep_stdout, char *text, size_t text_size) {
   char path[] = "/tmp/volt8-models-stderr-XXXXXX";
   int fd = mkstemp(path);
   cr_assert_geq(fd, 0, "cannot make a temp file");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fd, 2);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  if (keep_stdout)
+    posix_spawn_file_actions_adddup2(&actions, fd, 1);
+  else
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
   pid_t pid;
   int spawn_error = posix_spawn(&pid, VOLT8_CLI_PATH, &actions, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -479,6 +483,8 @@ static int run_cli(char *const *argv, char *text, size_t text_size) {
   unlink(path);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+static int run_cli(char *const *argv, char *text, size_t text_size) { return run_cli_output(argv, 0, text, text_size); }
 
 Test(models, unknown_names_exit_2_listing_the_known_ones) {
   char *commands[][6] = {{VOLT8_CLI_PATH, "bench", "--model", "llama", NULL},
@@ -526,4 +532,58 @@ Test(models, models_command_prints_every_rank_shape) {
   }
   cr_assert_eq(pclose(stream), 0);
   cr_assert_eq(lines, 8 * volt8_model_count());
+}
+
+/* `volt8 demo --model qwen3-next` on the CPU: its checkpoint has the model's per-expert shape, and its
+ * table gives the largest rank's FP16 / padded / volt8 MiB at TP 1/2/4/8 with all 512 experts. */
+Test(models, demo_prints_the_model_memory_table) {
+  char *argv[] = {VOLT8_CLI_PATH, "demo", "--model", "qwen3-next", NULL};
+  setenv("VOLT8_CACHE_DIR", VOLT8_BINARY_DIR "/tests/demo_cache", 1);
+  size_t size = 1 << 16;
+  char *text = malloc(size);
+  cr_assert_not_null(text);
+  int status = run_cli_output(argv, 1, text, size);
+  cr_assert_eq(status, 0, "volt8 demo --model qwen3-next exited %d:\n%s", status, text);
+  cr_assert_not_null(strstr(text, "16 E4M3 experts of 512x2048"), "%s", text);
+  cr_assert_not_null(strstr(text, "loaded rank 0 on the host: I=128 at offset 0"), "%s", text);
+  const volt8_model *model = volt8_model_find("qwen3-next");
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  const char *row = strstr(text, "TP  I/rank");
+  cr_assert_not_null(row, "no memory table:\n%s", text);
+  for (int32_t tp = 1; tp <= 8; tp *= 2) {
+    row = strchr(row, '\n');
+    cr_assert_not_null(row);
+    row++;
+    int printed_tp = 0, width = 0;
+    char offsets[64];
+    double fp16 = 0, padded = 0, resident = 0;
+    cr_assert_eq(sscanf(row, " %d %d %63s %lf %lf %lf", &printed_tp, &width, offsets, &fp16, &padded, &resident), 6,
+                 "table row: %.120s", row);
+    volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+    plan.route = VOLT8_ROUTE_NATIVE;
+    plan.hidden = model->hidden;
+    plan.intermediate = model->intermediate;
+    plan.num_experts = model->num_experts;
+    plan.tp_size = tp;
+    plan.block_n = plan.block_k = BLOCK;
+    volt8_memory_report largest = VOLT8_MEMORY_REPORT_INIT;
+    char expected_offsets[64] = "";
+    for (int32_t rank = 0; rank < tp; rank++) {
+      volt8_moe_shape shape;
+      volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
+      cr_assert_eq(volt8_plan_rank(ctx, &plan, rank, &shape, &memory), VOLT8_OK);
+      snprintf(expected_offsets + strlen(expected_offsets), sizeof expected_offsets - strlen(expected_offsets), "%s%d",
+               rank ? "," : "", shape.intermediate_offset);
+      if (memory.resident_bytes > largest.resident_bytes) largest = memory;
+    }
+    double mib = 1024.0 * 1024.0;
+    cr_assert(printed_tp == tp && width == model->intermediate / tp && strcmp(offsets, expected_offsets) == 0 &&
+                  fabs(fp16 - largest.fp16_bytes / mib) <= 0.05 && fabs(padded - largest.padded_bytes / mib) <= 0.05 &&
+                  fabs(resident - largest.resident_bytes / mib) <= 0.05,
+              "TP%d row \"%.100s\": expected I %d, offsets %s, %.1f / %.1f / %.1f MiB", tp, row,
+              model->intermediate / tp, expected_offsets, largest.fp16_bytes / mib, largest.padded_bytes / mib,
+              largest.resident_bytes / mib);
+  }
+  volt8_ctx_destroy(ctx);
+  free(text);
 }
