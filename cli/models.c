@@ -70,7 +70,7 @@ int cli_models(int argc, char **argv) {
       char text[256];
       if (volt8_model_rank_shape(NULL, model, (int32_t)tp, rank, 0, &shape) != VOLT8_OK) {
         fprintf(stderr, "volt8 models: %s at TP%ld: %s\n", model->name, tp, volt8_last_error(NULL));
-        return 1;
+        return 2;
       }
       cli_format_shape(&shape, text, sizeof text);
       printf("%s tp=%ld rank=%d %s\n", model->name, tp, rank, text);
