@@ -1,8 +1,13 @@
 # Entry points for a fresh machine: `make demo` (the main job) and `make test`.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
+# The NVRTC 12 that scripts/bootstrap.sh installs into .venv (the last NVRTC that targets compute_70),
+# handed to the library at run time like any folder of NVRTC; nothing of it is compiled in.
+empty :=
+space := $(empty) $(empty)
+export VOLT8_NVRTC_DIRS ?= $(subst $(space),:,$(wildcard $(CURDIR)/.venv/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib))
 
-.PHONY: all bootstrap build demo test clean
+.PHONY: all bootstrap build demo test wheel wheel-check clean
 
 all: build
 
@@ -21,6 +26,14 @@ test: build
 	@JOBS=$(JOBS) scripts/sanitized_tests.sh
 	@JOBS=$(JOBS) scripts/tsan_tests.sh
 	@VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/scripts
+	@scripts/wheel_check.sh
+
+# The manylinux wheel, into dist/ (`pip install dist/volt8-*.whl`).
+wheel: bootstrap
+	@.venv/bin/python3 -m pip wheel --no-deps --disable-pip-version-check . -w dist
+
+wheel-check: bootstrap
+	@scripts/wheel_check.sh
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-tsan
+	rm -rf $(BUILD_DIR) build-asan build-tsan dist

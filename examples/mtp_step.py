@@ -10,8 +10,8 @@ with volt8's rejection sampler on the GPU, and the host sampler checks it draws 
     python3 examples/mtp_step.py                      # synthetic checkpoint, reference shape at TP4 rank 1
     python3 examples/mtp_step.py --checkpoint DIR --tp-size 4 --tp-rank 1
 
-Needs a CUDA GPU, torch and the volt8 package (bindings/python on PYTHONPATH, or pip-installed) with
-libvolt8.so.0 reachable ($VOLT8_LIBRARY or LD_LIBRARY_PATH). With --checkpoint left out, a synthetic
+Needs a CUDA GPU, torch and the volt8 package: pip-installed (the wheel holds the library), or else
+this checkout's bindings/python with libvolt8.so.0 reachable ($VOLT8_LIBRARY or LD_LIBRARY_PATH). With --checkpoint left out, a synthetic
 checkpoint in the layout of the reference model's draft layer (ModelOpt mixed precision, E4M3 experts
 under mtp.layers.0 with BF16 128x128 scales) is written to a temporary folder first.
 """
@@ -24,8 +24,11 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bindings", "python"))
-import volt8  # noqa: E402
+try:
+    import volt8  # the installed package (pip install volt8-*.whl)
+except ImportError:  # a source checkout: its binding, with VOLT8_LIBRARY naming a build
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bindings", "python"))
+    import volt8  # noqa: E402
 
 BLOCK = 128
 

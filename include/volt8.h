@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define VOLT8_VERSION_MAJOR 0
-#define VOLT8_VERSION_MINOR 1
+#define VOLT8_VERSION_MINOR 2
 #define VOLT8_VERSION_PATCH 0
 #define VOLT8_VERSION_NUMBER (VOLT8_VERSION_MAJOR * 10000 + VOLT8_VERSION_MINOR * 100 + VOLT8_VERSION_PATCH)
 
@@ -78,8 +78,11 @@ typedef struct volt8_ctx_options {
   const char *target_arch; /* NULL: the device's own ("sm_90"); "sm_70" runs compute_70 PTX through the driver */
   int32_t early_launch_disable; /* 1: no early launch (volt8_ctx_early_launch) even where it is
                                  * available (VOLT8_EARLY_LAUNCH_DISABLE=1 does the same) */
+  const char *nvrtc_dirs;  /* since 0.2: ':'-separated folders searched for libnvrtc.so.12/.13 after
+                            * $VOLT8_NVRTC and an NVRTC already loaded in the process, before
+                            * $VOLT8_NVRTC_DIRS and the system loader; NULL: none */
 } volt8_ctx_options;
-#define VOLT8_CTX_OPTIONS_INIT {sizeof(volt8_ctx_options), 0, NULL, 0, NULL, 0}
+#define VOLT8_CTX_OPTIONS_INIT {sizeof(volt8_ctx_options), 0, NULL, 0, NULL, 0, NULL}
 
 /* Creates a context. A machine without a GPU driver still gets a context (CPU paths work);
  * GPU calls on it then return VOLT8_ERR_NO_DEVICE. `options` may be NULL (defaults). */

@@ -207,6 +207,8 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
   pthread_mutex_init(&ctx->error_lock, NULL);
   pthread_cond_init(&ctx->jit_done, NULL);
   status = resolve_cache_dir(ctx, &defaults);
+  if (status == VOLT8_OK && defaults.nvrtc_dirs && !(ctx->nvrtc_dirs = strdup(defaults.nvrtc_dirs)))
+    status = volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "volt8_ctx_create: out of memory for nvrtc_dirs");
   if (status != VOLT8_OK) {
     volt8_ctx_destroy(ctx);
     return status;
@@ -259,6 +261,7 @@ void volt8_ctx_destroy(volt8_ctx *ctx) {
   pthread_mutex_destroy(&ctx->error_lock);
   pthread_mutex_destroy(&ctx->lock);
   free(ctx->cache_dir);
+  free(ctx->nvrtc_dirs);
   free(ctx);
 }
 

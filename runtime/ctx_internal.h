@@ -24,6 +24,7 @@ struct volt8_ctx {
   char device_name[128];
   char no_device_reason[512];        /* why has_device is 0 */
   char *cache_dir;                   /* NULL when the disk cache is disabled */
+  char *nvrtc_dirs;                  /* options.nvrtc_dirs, copied; NULL when not given */
   const volt8_cuda_driver *cuda;     /* NULL without a driver */
   CUcontext cu_context;              /* retained primary context */
   volt8_nvrtc_registry nvrtc;        /* NVRTC libraries opened so far, per arch */

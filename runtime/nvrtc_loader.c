@@ -2,6 +2,7 @@
 #include "ctx_internal.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,9 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifndef VOLT8_VENV_NVRTC_PATH
-#define VOLT8_VENV_NVRTC_PATH ""
-#endif
 #ifndef VOLT8_CUDA_LIBRARY_DIR
 #define VOLT8_CUDA_LIBRARY_DIR "/usr/local/cuda/lib64"
 #endif
@@ -131,7 +129,84 @@ static void try_candidate(volt8_nvrtc_registry *registry, const char *path, cons
   registry->count++;
 }
 
-static void probe_candidates(volt8_nvrtc_registry *registry) {
+/* The sonames tried in each folder and through the system loader: 12 first, the last NVRTC that
+ * still targets compute_70. */
+static const char *const nvrtc_sonames[] = {"libnvrtc.so.12", "libnvrtc.so.13"};
+
+static void try_folder(volt8_nvrtc_registry *registry, const char *folder, size_t folder_len, const char *origin) {
+  for (size_t i = 0; i < sizeof nvrtc_sonames / sizeof nvrtc_sonames[0]; i++) {
+    char path[PATH_MAX];
+    int written = snprintf(path, sizeof path, "%.*s/%s", (int)folder_len, folder, nvrtc_sonames[i]);
+    if (written < 0 || (size_t)written >= sizeof path) {
+      note_tried(registry, "%.*s (%s): folder path too long", (int)(folder_len > 64 ? 64 : folder_len), folder, origin);
+      return;
+    }
+    if (access(path, F_OK) != 0) {
+      note_tried(registry, "%s (%s): no such file", path, origin);
+      continue;
+    }
+    try_candidate(registry, path, origin);
+  }
+}
+
+/* A ':'-separated folder list (empty entries skipped). */
+static void try_folder_list(volt8_nvrtc_registry *registry, const char *folders, const char *origin) {
+  if (!folders || !*folders) {
+    note_tried(registry, "%s: none given", origin);
+    return;
+  }
+  const char *start = folders;
+  while (*start) {
+    const char *end = strchr(start, ':');
+    size_t len = end ? (size_t)(end - start) : strlen(start);
+    if (len > 0) try_folder(registry, start, len, origin);
+    if (!end) break;
+    start = end + 1;
+  }
+}
+
+static int is_nvrtc_library(const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  return strncmp(base, "libnvrtc", 8) == 0 && strncmp(base, "libnvrtc-builtins", 17) != 0 && strstr(base, ".so");
+}
+
+typedef struct loaded_nvrtc_list {
+  char paths[VOLT8_NVRTC_MAX_LIBS][PATH_MAX];
+  int count;
+} loaded_nvrtc_list;
+
+static int collect_loaded_nvrtc(struct dl_phdr_info *info, size_t size, void *data) {
+  loaded_nvrtc_list *list = data;
+  if (info->dlpi_name && info->dlpi_name[0] && is_nvrtc_library(info->dlpi_name) && list->count < VOLT8_NVRTC_MAX_LIBS)
+    snprintf(list->paths[list->count++], PATH_MAX, "%s", info->dlpi_name);
+  return 0;
+}
+
+/* NVRTC libraries the process already holds (torch loads one): reusing them costs nothing and avoids
+ * mapping a second copy of the same version. */
+static void try_loaded(volt8_nvrtc_registry *registry) {
+  loaded_nvrtc_list *list = calloc(1, sizeof *list);
+  if (!list) return;
+  dl_iterate_phdr(collect_loaded_nvrtc, list);
+  if (list->count == 0) note_tried(registry, "none already loaded in the process");
+  for (int i = 0; i < list->count; i++) try_candidate(registry, list->paths[i], "already loaded");
+  free(list);
+}
+
+static void try_cuda_home(volt8_nvrtc_registry *registry) {
+  const char *cuda_home = getenv("CUDA_HOME");
+  if (!cuda_home || !*cuda_home) cuda_home = getenv("CUDA_PATH");
+  if (!cuda_home || !*cuda_home) {
+    note_tried(registry, "$CUDA_HOME/lib64 (CUDA_HOME and CUDA_PATH unset)");
+    return;
+  }
+  char folder[PATH_MAX];
+  int written = snprintf(folder, sizeof folder, "%s/lib64", cuda_home);
+  if (written > 0 && (size_t)written < sizeof folder) try_folder(registry, folder, (size_t)written, "CUDA_HOME");
+}
+
+static void probe_candidates(volt8_nvrtc_registry *registry, const char *option_dirs) {
   registry->probed = 1;
   if (volt8_env_is_one("VOLT8_NVRTC_DISABLE")) {
     note_tried(registry, "NVRTC disabled by VOLT8_NVRTC_DISABLE=1");
@@ -143,10 +218,13 @@ static void probe_candidates(volt8_nvrtc_registry *registry) {
     if (!explicit_path || !*explicit_path) note_tried(registry, "VOLT8_NVRTC_ONLY=1 but VOLT8_NVRTC is not set");
     return;
   }
-  try_candidate(registry, "libnvrtc.so.12", "system search");
-  if (VOLT8_VENV_NVRTC_PATH[0]) try_candidate(registry, VOLT8_VENV_NVRTC_PATH, "project .venv");
-  try_candidate(registry, "libnvrtc.so.13", "system search");
-  try_candidate(registry, VOLT8_CUDA_LIBRARY_DIR "/libnvrtc.so.13", "CUDA toolkit");
+  try_loaded(registry);
+  try_folder_list(registry, option_dirs, "options.nvrtc_dirs");
+  try_folder_list(registry, getenv("VOLT8_NVRTC_DIRS"), "VOLT8_NVRTC_DIRS");
+  for (size_t i = 0; i < sizeof nvrtc_sonames / sizeof nvrtc_sonames[0]; i++)
+    try_candidate(registry, nvrtc_sonames[i], "system search");
+  try_cuda_home(registry);
+  try_folder(registry, VOLT8_CUDA_LIBRARY_DIR, strlen(VOLT8_CUDA_LIBRARY_DIR), "CUDA toolkit of the build");
 }
 
 static int lib_supports(const volt8_nvrtc_lib *lib, int32_t arch) {
@@ -159,7 +237,7 @@ volt8_status volt8_nvrtc_for_arch(volt8_ctx *ctx, int32_t arch, const volt8_nvrt
   if (!ctx || !out_lib) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_nvrtc_for_arch: NULL argument");
   *out_lib = NULL;
   pthread_mutex_lock(&ctx->lock);
-  if (!ctx->nvrtc.probed) probe_candidates(&ctx->nvrtc);
+  if (!ctx->nvrtc.probed) probe_candidates(&ctx->nvrtc, ctx->nvrtc_dirs);
   for (int i = 0; i < ctx->nvrtc.count; i++) {
     if (lib_supports(&ctx->nvrtc.libs[i], arch)) {
       *out_lib = &ctx->nvrtc.libs[i];

@@ -41,8 +41,12 @@ typedef struct volt8_nvrtc_registry {
 struct volt8_ctx;
 
 /* The first candidate, in this order, whose nvrtcGetSupportedArchs lists `arch`:
- *   $VOLT8_NVRTC (a path), libnvrtc.so.12 (system search), the project .venv's libnvrtc.so.12,
- *   libnvrtc.so.13 (system search), the CUDA toolkit's libnvrtc.so.13.
+ *   1. $VOLT8_NVRTC (a path);
+ *   2. NVRTC libraries already loaded in the process (torch loads one);
+ *   3. libnvrtc.so.12 and .13 in each folder of options.nvrtc_dirs, then of $VOLT8_NVRTC_DIRS
+ *      (':'-separated; the Python binding passes the nvidia-cuda-nvrtc-cu12 wheel's folder);
+ *   4. libnvrtc.so.12 and .13 through the system loader;
+ *   5. $CUDA_HOME/lib64 (or $CUDA_PATH/lib64), then the lib folder of the CUDA toolkit the build found.
  * Candidates are opened once per ctx (under ctx->lock); *out_lib stays valid until the ctx is
  * destroyed. VOLT8_ERR_ARCH_UNSUPPORTED names every candidate and why it did not fit.
  * Environment switches, read when the ctx first needs NVRTC:

@@ -61,10 +61,12 @@ prepare() {
   cmake --build "$root/build" -j "$(nproc)" --target "${targets[@]}" >/dev/null
   rm -rf "$carry"
   mkdir -p "$carry/bin" "$carry/libs" "$carry/cache70"
-  local shape_args=()
+  local shape_args=() model_shape_args=()
   for shape in "${gpu_test_shapes[@]}"; do shape_args+=(--shape "$shape"); done
-  for shape in $(model_test_shapes "$root/build/volt8"); do shape_args+=(--shape "$shape"); done
+  for shape in $(model_test_shapes "$root/build/volt8"); do model_shape_args+=(--shape "$shape"); done
+  # two runs: one takes at most 32 shapes
   "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${shape_args[@]}" | tail -n 1
+  "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${model_shape_args[@]}" | tail -n 1
   # PTX compresses about tenfold; the carried folder must stay small.
   tar -C "$carry" -czf "$carry/cache70.tgz" cache70
   rm -rf "$carry/cache70"
@@ -78,6 +80,9 @@ prepare() {
       *) cp -L "$lib" "$carry/libs/" ;;
     esac
   done
+  # The wheel, for the `wheel` phase: the package as engines install it (no dependencies carried: the
+  # GPU machine has numpy and torch, and compiles natively with its own NVRTC).
+  "$root/.venv/bin/python3" -m pip wheel --no-deps --disable-pip-version-check -q "$root" -w "$carry/wheel"
   du -sh "$carry" | awk '{print "gpu_check prepare: .carry is " $1}'
 }
 
@@ -90,8 +95,10 @@ prepare() {
 # (the reference TP4 shape, with the tables just tuned when there are any), pinned (PINNED="M:G,D ..."
 # timed with those variants pinned, PINNED_REPEAT rounds, interleaved),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
-# the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite and examples/mtp_step.py with
-# torch), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
+# the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite, examples/mtp_step.py and
+# examples/torch_op.py with torch), wheel (the carried wheel installed into a scratch folder: the
+# binding's pytest suite, the torch ops' tests included, and both examples against it, with no
+# VOLT8_LIBRARY), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
 # "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any),
 # models_tune (each registry model, or those of MODELS, measured for the device's arch at TP
 # ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, then derived for sm_70, into $OUT's logs/tables: copy those
@@ -129,7 +136,7 @@ run() {
     timeout "${step_timeout:-${STEP_TIMEOUT:-300}}" "$@" >"$logs/$name.log" 2>&1
     local rc=$?
     printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
-      "$(grep -E 'Synthesis|ERROR SUMMARY|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
+      "$(grep -E 'Synthesis|ERROR SUMMARY|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step|torch_op' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
   }
   # The environment of a suite mode: sm70_ptx, the carried compute_70 PTX through the driver;
   # native, the device's own arch; sm80_ptx, compute_80 PTX compiled here, so the hmma family's
@@ -210,11 +217,26 @@ run() {
           --json "$logs/bench.json" --svg "$logs/bench.svg" --markdown "$logs/bench.md"
         cat "$logs/bench.log" ;;
       python)
-        step python env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" VOLT8_REQUIRE_GPU=1 \
+        # torch.compile's first compilations (inductor, Triton) make this step longer than most.
+        step_timeout="${PYTHON_TIMEOUT:-600}" step python env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" VOLT8_REQUIRE_GPU=1 \
           PYTHONUNBUFFERED=1 python3 -m pytest -q -p no:cacheprovider "$root/bindings/python/tests"
         step python_example env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
           python3 "$root/examples/mtp_step.py"
-        tail -n 3 "$logs/python.log" "$logs/python_example.log" ;;
+        step python_torch_op env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
+          PYTHONPATH="$root/bindings/python" python3 "$root/examples/torch_op.py"
+        tail -n 3 "$logs/python.log" "$logs/python_example.log" "$logs/python_torch_op.log" ;;
+      wheel)
+        local site="$work/site"
+        step wheel_install python3 -m pip install -q --no-deps --no-index --no-compile --target "$site" \
+          "$carry"/wheel/volt8-*.whl
+        step_timeout="${PYTHON_TIMEOUT:-600}" step wheel_python env -u VOLT8_LIBRARY PYTHONPATH="$site" \
+          VOLT8_TEST_INSTALLED=1 VOLT8_CACHE_DIR="$work/native" VOLT8_REQUIRE_GPU=1 PYTHONUNBUFFERED=1 \
+          python3 -m pytest -q -p no:cacheprovider -c "$root/pyproject.toml" --rootdir "$root" "$root/bindings/python/tests"
+        step wheel_example env -u VOLT8_LIBRARY PYTHONPATH="$site" VOLT8_CACHE_DIR="$work/native" \
+          python3 "$root/examples/mtp_step.py"
+        step wheel_torch_op env -u VOLT8_LIBRARY PYTHONPATH="$site" VOLT8_CACHE_DIR="$work/native" \
+          python3 "$root/examples/torch_op.py"
+        tail -n 3 "$logs/wheel_python.log" "$logs/wheel_example.log" "$logs/wheel_torch_op.log" ;;
       order)
         # Where the sm_90 kernels wait for the kernel before them, checked in their SASS: the TP4
         # and TP8 ranks, every variant.

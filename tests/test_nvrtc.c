@@ -6,6 +6,7 @@
 #include "ctx_internal.h"
 #include "nvrtc_loader.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,4 +144,93 @@ Test(nvrtc, concurrent_first_use_probes_once) {
   for (int i = 0; i < ctx->nvrtc.count; i++)
     for (int j = i + 1; j < ctx->nvrtc.count; j++) cr_assert_neq(ctx->nvrtc.libs[i].handle, ctx->nvrtc.libs[j].handle);
   volt8_ctx_destroy(ctx);
+}
+
+/* The venv NVRTC 12 folder the suite was given (CTest sets VOLT8_NVRTC_DIRS), removed from the
+ * environment so that each test below chooses what the loader sees; skips when there is none. */
+static char *take_nvrtc_12_folder(void) {
+  const char *dirs = getenv("VOLT8_NVRTC_DIRS");
+  if (!dirs || !*dirs) cr_skip_test("VOLT8_NVRTC_DIRS names no NVRTC folder (run through ctest after scripts/bootstrap.sh)");
+  char *folder = strdup(dirs);
+  char *colon = strchr(folder, ':');
+  if (colon) *colon = '\0';
+  unsetenv("VOLT8_NVRTC_DIRS");
+  unsetenv("CUDA_HOME");
+  unsetenv("CUDA_PATH");
+  return folder;
+}
+
+static volt8_ctx *ctx_with_nvrtc_dirs(const char *dirs) {
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  options.cache_disable = 1;
+  options.target_arch = "sm_70";
+  options.nvrtc_dirs = dirs;
+  volt8_ctx *ctx = NULL;
+  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "volt8_ctx_create: %s", volt8_last_error(NULL));
+  return ctx;
+}
+
+Test(nvrtc, option_folders_serve_compute_70) {
+  char *folder = take_nvrtc_12_folder();
+  char dirs[4096];
+  snprintf(dirs, sizeof dirs, "/nonexistent/volt8-nvrtc::%s", folder);
+  volt8_ctx *ctx = ctx_with_nvrtc_dirs(dirs);
+  const volt8_nvrtc_lib *lib = NULL;
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(lib->major, 12, "compute_70 went to NVRTC %s (%s)", lib->version, lib->path);
+  cr_assert(strncmp(lib->path, folder, strlen(folder)) == 0, "%s is not from %s; tried: %s", lib->path, folder,
+            ctx->nvrtc.tried);
+  cr_assert(strstr(ctx->nvrtc.tried, "/nonexistent/volt8-nvrtc/libnvrtc.so.12 (options.nvrtc_dirs): no such file"), "%s",
+            ctx->nvrtc.tried);
+  volt8_ctx_destroy(ctx);
+  free(folder);
+}
+
+Test(nvrtc, environment_folders_serve_compute_70) {
+  char *folder = take_nvrtc_12_folder();
+  setenv("VOLT8_NVRTC_DIRS", folder, 1);
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  const volt8_nvrtc_lib *lib = NULL;
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(strstr(ctx->nvrtc.tried, "(VOLT8_NVRTC_DIRS): NVRTC 12."), "%s", ctx->nvrtc.tried);
+  volt8_ctx_destroy(ctx);
+  free(folder);
+}
+
+Test(nvrtc, places_are_tried_in_the_documented_order) {
+  char *folder = take_nvrtc_12_folder();
+  setenv("VOLT8_NVRTC_DIRS", "/nonexistent/from-environment", 1);
+  setenv("CUDA_HOME", "/nonexistent/cuda-home", 1);
+  volt8_ctx *ctx = ctx_with_nvrtc_dirs(folder);
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_nvrtc_for_arch(ctx, 30, &lib);
+  const char *places[] = {"already loaded", "(options.nvrtc_dirs)", "(VOLT8_NVRTC_DIRS)", "(system search)",
+                          "(CUDA_HOME)", "(CUDA toolkit of the build)"};
+  const char *message = volt8_last_error(ctx);
+  const char *previous = message;
+  for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+    const char *at = strstr(message, places[i]);
+    cr_assert_not_null(at, "the failure does not name %s: %s", places[i], message);
+    cr_assert(at >= previous, "%s is named out of order: %s", places[i], message);
+    previous = at;
+  }
+  volt8_ctx_destroy(ctx);
+  free(folder);
+}
+
+Test(nvrtc, an_nvrtc_already_loaded_is_used) {
+  char *folder = take_nvrtc_12_folder();
+  char path[4096];
+  snprintf(path, sizeof path, "%s/libnvrtc.so.12", folder);
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  cr_assert_not_null(handle, "dlopen %s: %s", path, dlerror());
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  const volt8_nvrtc_lib *lib = NULL;
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(lib->handle, handle, "compute_70 went to %s, not the NVRTC already loaded; tried: %s", lib->path,
+               ctx->nvrtc.tried);
+  cr_assert(strstr(ctx->nvrtc.tried, "(already loaded): NVRTC 12."), "%s", ctx->nvrtc.tried);
+  volt8_ctx_destroy(ctx);
+  free(folder);
 }

@@ -10,12 +10,15 @@ import pytest
 BINDING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_ROOT = os.path.dirname(os.path.dirname(BINDING_DIR))
 FIXTURE_SCRIPT = os.path.join(REPO_ROOT, "tests", "fixtures", "make_checkpoints.py")
-sys.path.insert(0, BINDING_DIR)
-
-# Without VOLT8_LIBRARY, test the repo's own build when there is one (`make test` sets it explicitly).
-_repo_build = os.path.join(REPO_ROOT, "build", "libvolt8.so.0")
-if not os.environ.get("VOLT8_LIBRARY") and os.path.exists(_repo_build):
-    os.environ["VOLT8_LIBRARY"] = _repo_build
+# VOLT8_TEST_INSTALLED=1: test the volt8 package installed in this Python (the wheel, with the library
+# inside it), not the source tree's package and build (scripts/wheel_check.sh).
+TEST_INSTALLED = os.environ.get("VOLT8_TEST_INSTALLED") == "1"
+if not TEST_INSTALLED:
+    sys.path.insert(0, BINDING_DIR)
+    # Without VOLT8_LIBRARY, test the repo's own build when there is one (`make test` sets it explicitly).
+    _repo_build = os.path.join(REPO_ROOT, "build", "libvolt8.so.0")
+    if not os.environ.get("VOLT8_LIBRARY") and os.path.exists(_repo_build):
+        os.environ["VOLT8_LIBRARY"] = _repo_build
 
 
 @pytest.fixture(scope="session")

@@ -52,10 +52,20 @@ def test_found_through_environment_variable_file_or_folder(tmp_path):
     assert os.path.dirname(json.loads(out)[0]) == os.path.dirname(os.path.abspath(source))
 
 
+def copy_library(folder):
+    """Copies the library under test into `folder`, with the libraries a wheel bundles beside its
+    package (volt8.libs, which its run path $ORIGIN/../volt8.libs names) where there are any."""
+    source = library_file()
+    shutil.copy(source, folder / "libvolt8.so.0")
+    bundled = os.path.join(os.path.dirname(os.path.dirname(source)), "volt8.libs")
+    if os.path.isdir(bundled):
+        shutil.copytree(bundled, folder.parent / "volt8.libs", dirs_exist_ok=True)
+
+
 def test_found_next_to_the_package(tmp_path):
     package = tmp_path / "site" / "volt8"
     shutil.copytree(os.path.join(BINDING_DIR, "volt8"), package, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(library_file(), package / "libvolt8.so.0")
+    copy_library(package)
     code, out, err = probe({}, tmp_path, package_root=str(tmp_path / "site"))
     assert code == 0, err
     assert json.loads(out)[0] == str(package / "libvolt8.so.0")
@@ -64,7 +74,7 @@ def test_found_next_to_the_package(tmp_path):
 def test_found_through_the_system_loader(tmp_path):
     folder = tmp_path / "lib"
     folder.mkdir()
-    shutil.copy(library_file(), folder / "libvolt8.so.0")
+    copy_library(folder)
     code, out, err = probe({}, tmp_path, library_dir=str(folder))
     assert code == 0, err
     assert json.loads(out)[0] == str(folder / "libvolt8.so.0")
@@ -141,3 +151,68 @@ def test_init_macros_defaults():
         ctypes.sizeof(_abi.LoadOptions), 1, 64, 16, 128)
     assert volt8.MoeShape().to_c().intermediate_offset == 32
     assert _abi.RejectionArgs().size == ctypes.sizeof(_abi.RejectionArgs)
+
+
+def test_the_package_under_test_is_the_installed_one_when_asked():
+    from conftest import TEST_INSTALLED
+    if not TEST_INSTALLED:
+        pytest.skip("VOLT8_TEST_INSTALLED is not 1: the source tree's package is under test")
+    root = os.path.realpath(REPO_ROOT) + os.sep
+    assert not os.path.realpath(volt8.__file__).startswith(root), volt8.__file__
+    package = os.path.dirname(os.path.realpath(volt8.__file__))
+    assert os.path.dirname(os.path.realpath(volt8.library_path())) == package, volt8.library_path()
+
+
+def test_the_pip_installed_nvrtc_folder_is_found():
+    from volt8 import _nvrtc
+    try:
+        import nvidia.cuda_nvrtc  # noqa: F401
+    except ImportError:
+        pytest.skip("nvidia-cuda-nvrtc-cu12 is not installed in this Python")
+    folders = _nvrtc.wheel_folders()
+    assert any(os.path.exists(os.path.join(folder, "libnvrtc.so.12")) for folder in folders), folders
+    assert _nvrtc.search_dirs() == ":".join(folders)
+
+
+COMPILE_70 = """
+import volt8
+ctx = volt8.Context(device=None, target_arch="sm_70", cache_disable=True)
+name = next(name for name in ctx.variant_names() if name.startswith("gate_up.cc.bm1"))
+print(name, ctx.compile_variant(name))
+"""
+
+
+def test_a_context_compiles_for_compute_70_with_no_variable_set(tmp_path):
+    try:
+        import nvidia.cuda_nvrtc  # noqa: F401
+    except ImportError:
+        pytest.skip("nvidia-cuda-nvrtc-cu12 is not installed in this Python")
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("VOLT8_NVRTC_DIRS", "VOLT8_NVRTC", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")}
+    env["VOLT8_LIBRARY"] = library_file()
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.realpath(volt8.__file__)))
+    run = subprocess.run([sys.executable, "-c", COMPILE_70], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().endswith("False"), run.stdout
+
+
+def test_an_empty_nvrtc_folder_list_leaves_the_wheel_out(tmp_path):
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("VOLT8_NVRTC_DIRS", "VOLT8_NVRTC", "CUDA_HOME", "CUDA_PATH")}
+    env["VOLT8_LIBRARY"] = library_file()
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.realpath(volt8.__file__)))
+    code = COMPILE_70.replace("cache_disable=True)", "cache_disable=True, nvrtc_dirs=[])")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    if run.returncode == 0:
+        pytest.skip("this host's system loader or toolkit has an NVRTC for compute_70")
+    assert "ArchUnsupportedError" in run.stderr and "options.nvrtc_dirs: none given" in run.stderr, run.stderr
+
+
+def test_the_console_script_hands_the_wheel_nvrtc_to_the_command():
+    from volt8 import _cli, _nvrtc
+    folders = _nvrtc.wheel_folders()
+    if not folders:
+        pytest.skip("no pip-installed NVRTC in this Python")
+    environment = _cli.command_environment({"VOLT8_NVRTC_DIRS": "/first"})
+    assert environment["VOLT8_NVRTC_DIRS"].split(":") == ["/first"] + folders
+    assert _cli.command_path().endswith(os.path.join("volt8", "bin", "volt8"))

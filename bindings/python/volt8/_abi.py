@@ -4,7 +4,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_uint8, c_uint16, c_uint64, c_void_p)
 
 # The version of volt8.h this module mirrors.
-HEADER_VERSION = (0, 1, 0)
+HEADER_VERSION = (0, 2, 0)
 
 
 class _Sized(Structure):
@@ -20,7 +20,7 @@ class _Sized(Structure):
 
 class CtxOptions(_Sized):
     _fields_ = [("size", c_size_t), ("device", c_int32), ("cache_dir", c_char_p), ("cache_disable", c_int32),
-                ("target_arch", c_char_p), ("early_launch_disable", c_int32)]
+                ("target_arch", c_char_p), ("early_launch_disable", c_int32), ("nvrtc_dirs", c_char_p)]
 
 
 class MoeShape(_Sized):

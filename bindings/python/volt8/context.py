@@ -3,7 +3,7 @@ import ctypes
 import threading
 import weakref
 
-from . import _abi
+from . import _abi, _nvrtc
 from ._library import check, last_error, load
 from .errors import InvalidArgumentError, NoDeviceError
 from .shape import MoeShape
@@ -33,15 +33,24 @@ class Context:
     """A volt8 context on one CUDA device (device=-1 or None: CPU paths only). A machine without a GPU
     driver still gets a context; GPU calls on it raise NoDeviceError.
 
+    nvrtc_dirs: folders (a list, or one ':'-separated string) searched for NVRTC after $VOLT8_NVRTC and
+    an NVRTC already loaded in the process; None: the folder of the installed nvidia-cuda-nvrtc-cu12
+    wheel, where there is one.
+
     Calls on one context are serialised by a lock, so its last-error message always belongs to the
     failing call. close() (or leaving a `with` block) also closes the experts and graphs made on it."""
 
-    def __init__(self, device=0, *, cache_dir=None, cache_disable=False, target_arch=None, early_launch=True):
+    def __init__(self, device=0, *, cache_dir=None, cache_disable=False, target_arch=None, early_launch=True,
+                 nvrtc_dirs=None):
         library = load()
         self.device = device_ordinal(device)
+        if nvrtc_dirs is None:
+            nvrtc_dirs = _nvrtc.search_dirs()
+        elif not isinstance(nvrtc_dirs, str):
+            nvrtc_dirs = ":".join(str(folder) for folder in nvrtc_dirs)
         options = _abi.CtxOptions(device=self.device, cache_dir=_encode(cache_dir),
                                   cache_disable=int(bool(cache_disable)), target_arch=_encode(target_arch),
-                                  early_launch_disable=int(not early_launch))
+                                  early_launch_disable=int(not early_launch), nvrtc_dirs=_encode(nvrtc_dirs))
         handle = ctypes.c_void_p()
         check(library.volt8_ctx_create(ctypes.byref(options), ctypes.byref(handle)), "volt8_ctx_create")
         self._handle = handle.value

@@ -1,0 +1,159 @@
+"""volt8 as torch operators: the MoE forward and the rejection sampler, registered with torch.library
+(namespace volt8), so torch.compile(fullgraph=True) traces through them and CUDA graphs capture them.
+
+    torch.ops.volt8.moe_forward(x, topk_ids, topk_weights, experts_key) -> out
+    torch.ops.volt8.rejection_sample(target_probs, draft_ids, num_draft, draft_probs, greedy,
+                                     seed, offset, ctx_key) -> (out_ids, num_accepted)
+
+A custom operator takes tensors and plain values only, so a loaded volt8.Experts (or a volt8.Context)
+is named by an int key: register(obj) returns it, the same key for the same object, and the
+operators look the object up while it lives (the caller keeps it alive). MoEExperts registers its
+experts itself. Both operators launch on torch.cuda.current_stream() and never synchronise; each has
+a fake implementation, so tracing needs no GPU. Nothing compiles during a CUDA graph capture: prepare
+first (Experts.prepare with every token count the graphs use, Context.prepare_sampler).
+
+Importing volt8 never imports torch; this module is imported only on request.
+"""
+import itertools
+import threading
+import weakref
+from typing import Optional, Tuple
+
+try:
+    import torch
+except ImportError as error:
+    raise ImportError(f"volt8.torch needs PyTorch, which is not installed ({error}): pip install torch") from error
+
+from .context import Context
+from .errors import CaptureError, InvalidArgumentError
+from .experts import Experts
+from .sampler import rejection_sample as _rejection_sample
+
+_lock = threading.Lock()
+_objects = weakref.WeakValueDictionary()  # key -> Experts or Context
+_keys = weakref.WeakKeyDictionary()  # Experts or Context -> key
+_next_key = itertools.count(1)
+
+
+def register(obj):
+    """The int key that names `obj` (a volt8.Experts or volt8.Context) in volt8's torch operators. The
+    registry holds the object weakly: the key works while the caller keeps the object alive."""
+    if not isinstance(obj, (Experts, Context)):
+        raise InvalidArgumentError(f"register: {type(obj).__name__} is neither a volt8.Experts nor a volt8.Context")
+    with _lock:
+        key = _keys.get(obj)
+        if key is None:
+            key = next(_next_key)
+            _keys[obj] = key
+            _objects[key] = obj
+        return key
+
+
+def lookup(key, kind):
+    """The object of class `kind` registered under `key`."""
+    obj = _objects.get(key)
+    if obj is None:
+        raise InvalidArgumentError(f"key {key}: no live {kind.__name__} is registered under it "
+                                   f"(volt8.torch.register gives keys; keep the object alive while ops use it)")
+    if not isinstance(obj, kind):
+        raise InvalidArgumentError(f"key {key}: names a volt8.{type(obj).__name__}, "
+                                   f"the operator needs a volt8.{kind.__name__}")
+    return obj
+
+
+@torch.library.custom_op("volt8::moe_forward", mutates_args=(), device_types="cuda")
+def moe_forward(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, experts_key: int) -> torch.Tensor:
+    """Experts.forward as an operator: x float16 [M, hidden], topk_ids int32 [M, top_k], topk_weights
+    float32 [M, top_k] -> a new float16 [M, hidden]. experts_key: register(experts)."""
+    experts = lookup(experts_key, Experts)
+    out = x.new_empty(x.shape)
+    try:
+        experts.forward(x, topk_ids, topk_weights, out, torch.cuda.current_stream(x.device))
+    except CaptureError as error:
+        raise CaptureError(f"{error.message}; from torch: experts.prepare([{x.shape[0]}]) (or MoEExperts.prepare) "
+                           f"before the capture, or before the first call of a torch.compile mode that captures "
+                           f"CUDA graphs", error.status, error.function) from None
+    return out
+
+
+@moe_forward.register_kernel("cpu")
+def _moe_forward_cpu(x, topk_ids, topk_weights, experts_key):
+    raise InvalidArgumentError("x: volt8::moe_forward runs on CUDA tensors, got CPU ones")
+
+
+@moe_forward.register_fake
+def _moe_forward_fake(x, topk_ids, topk_weights, experts_key):
+    torch._check(x.dim() == 2 and x.dtype == torch.float16, lambda: f"x: needs float16 [M, hidden], got {x.dtype} "
+                                                                    f"{list(x.shape)}")
+    torch._check(topk_ids.dim() == 2 and topk_ids.shape[0] == x.shape[0],
+                 lambda: f"topk_ids: has shape {list(topk_ids.shape)}, needs [{x.shape[0]}, top_k]")
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("volt8::rejection_sample", mutates_args=(), device_types="cuda")
+def rejection_sample(target_probs: torch.Tensor, draft_ids: Optional[torch.Tensor], num_draft: Optional[torch.Tensor],
+                     draft_probs: Optional[torch.Tensor], greedy: Optional[torch.Tensor], seed: int, offset: int,
+                     ctx_key: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """volt8.rejection_sample as an operator: returns new (out_ids int32 [B, K+1], num_accepted int32 [B]).
+    ctx_key: register(ctx) of the Context on the tensors' device (CPU tensors run the host sampler and
+    ignore it). seed, offset: 0 .. 2^63 - 1 (torch ints are signed). An invalid request is flagged by
+    a row of -1 in out_ids, on either device."""
+    ctx = lookup(ctx_key, Context)
+    stream = torch.cuda.current_stream(target_probs.device)
+    try:
+        result = _rejection_sample(target_probs, draft_ids, num_draft, draft_probs, greedy=greedy, seed=seed,
+                                   offset=offset, ctx=ctx, stream=stream)
+    except CaptureError as error:
+        raise CaptureError(f"{error.message}; from torch: ctx.prepare_sampler() before the capture", error.status,
+                           error.function) from None
+    return result.out_ids, result.num_accepted
+
+
+@rejection_sample.register_kernel("cpu")
+def _rejection_sample_cpu(target_probs, draft_ids, num_draft, draft_probs, greedy, seed, offset, ctx_key):
+    host = lambda tensor: None if tensor is None else tensor.numpy()
+    result = _rejection_sample(target_probs.numpy(), host(draft_ids), host(num_draft), host(draft_probs),
+                               greedy=host(greedy), seed=seed, offset=offset, strict=False)
+    return torch.from_numpy(result.out_ids), torch.from_numpy(result.num_accepted)
+
+
+@rejection_sample.register_fake
+def _rejection_sample_fake(target_probs, draft_ids, num_draft, draft_probs, greedy, seed, offset, ctx_key):
+    torch._check(target_probs.dim() == 3, lambda: f"target_probs: has {target_probs.dim()} dimensions, needs 3")
+    batch, rows = target_probs.shape[0], target_probs.shape[1]
+    return (target_probs.new_empty((batch, rows), dtype=torch.int32),
+            target_probs.new_empty((batch,), dtype=torch.int32))
+
+
+class MoEExperts(torch.nn.Module):
+    """A loaded volt8.Experts as a module: forward(x, topk_ids, topk_weights) calls volt8::moe_forward.
+    The module owns the experts (close() frees them); prepare() before capturing it in a CUDA graph."""
+
+    def __init__(self, experts):
+        super().__init__()
+        if not isinstance(experts, Experts):
+            raise InvalidArgumentError(f"experts: {type(experts).__name__} is not a volt8.Experts")
+        self.experts = experts
+        self.experts_key = register(experts)
+
+    @classmethod
+    def load(cls, ctx, checkpoint_dir, **options):
+        """Experts.load(ctx, checkpoint_dir, **options), wrapped."""
+        return cls(Experts.load(ctx, checkpoint_dir, **options))
+
+    def prepare(self, token_counts):
+        """Experts.prepare: compiles and sizes everything forwards of these token counts need. Not during
+        a capture, where compiling and allocating would break it."""
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise CaptureError("MoEExperts.prepare: the current stream is capturing a CUDA graph; prepare "
+                               "before the capture begins")
+        self.experts.prepare(token_counts)
+
+    def forward(self, x, topk_ids, topk_weights):
+        return torch.ops.volt8.moe_forward(x, topk_ids, topk_weights, self.experts_key)
+
+    def close(self):
+        self.experts.close()
+
+    def extra_repr(self):
+        return f"{self.experts!r}, key={self.experts_key}"

@@ -1,0 +1,26 @@
+# What the build needs, each missing one named with what to install (Debian package names; other
+# systems have the same libraries under similar names). scripts/bootstrap.sh installs all of them.
+find_package(PkgConfig QUIET)
+if(NOT PKG_CONFIG_FOUND)
+  message(FATAL_ERROR "volt8: pkg-config is missing: install it (apt-get install pkg-config)")
+endif()
+
+# Only the toolkit's headers (cuda.h) are needed: the driver, NVRTC and cuBLASLt are opened at run time.
+find_package(CUDAToolkit QUIET)
+if(NOT CUDAToolkit_FOUND OR NOT EXISTS "${CUDAToolkit_INCLUDE_DIRS}/cuda.h")
+  message(FATAL_ERROR
+    "volt8: the CUDA toolkit's headers (cuda.h) were not found. Building volt8 needs them, though it "
+    "links nothing of the toolkit: install a CUDA toolkit 12 or 13 (NVIDIA's cuda-toolkit package, or "
+    "Debian's nvidia-cuda-toolkit) and, if it is not in /usr/local/cuda, set CUDAToolkit_ROOT (or put its "
+    "nvcc on PATH).")
+endif()
+
+pkg_check_modules(LUA QUIET IMPORTED_TARGET lua5.4)
+if(NOT LUA_FOUND)
+  message(FATAL_ERROR "volt8: Lua 5.4 was not found through pkg-config: install liblua5.4-dev")
+endif()
+pkg_check_modules(CJSON QUIET IMPORTED_TARGET libcjson)
+if(NOT CJSON_FOUND)
+  message(FATAL_ERROR "volt8: cJSON was not found through pkg-config: install libcjson-dev")
+endif()
+find_package(Threads REQUIRED)
