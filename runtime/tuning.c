@@ -379,10 +379,14 @@ volt8_status volt8_tuning_lookup(volt8_ctx *ctx, const volt8_moe_shape *shape, v
   for (int i = 0; i < 2; i++)
     if (try_built_in(ctx, names[i], op_name, num_tokens, top_k, out_match)) return VOLT8_OK;
   if (dir && *dir)
-    volt8_tuning_warn(names[0], "no tuning table %s (nor device=%s) in %s=%s or built in: %s uses the nearest tabled shape's, else the dispatch heuristic",
+    volt8_tuning_warn(names[0],
+                      "no tuning table %s (nor device=%s) in %s=%s or built in: %s uses the nearest tabled shape's "
+                      "table, else the dispatch heuristic",
                       names[0], VOLT8_TUNING_ANY_DEVICE, VOLT8_TUNING_DIR_ENV, dir, op_name);
   else
-    volt8_tuning_warn(names[0], "no tuning table %s (nor device=%s) built in (%s unset): %s uses the nearest tabled shape's, else the dispatch heuristic",
+    volt8_tuning_warn(names[0],
+                      "no tuning table %s (nor device=%s) built in (%s unset): %s uses the nearest tabled shape's "
+                      "table, else the dispatch heuristic",
                       names[0], VOLT8_TUNING_ANY_DEVICE, VOLT8_TUNING_DIR_ENV, op_name);
   return VOLT8_OK;
 }

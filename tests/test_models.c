@@ -306,6 +306,9 @@ typedef struct routed_tokens {
 /* x in FP16 (|x| in [2^-5, 1)); top_k distinct experts a token (a random rotation), weights in [0.05, 1). */
 static void make_tokens(const model_checkpoint *checkpoint, int32_t top_k, routed_tokens *out) {
   out->top_k = top_k;
+  cr_assert(checkpoint->model->hidden * TOKENS <= (int32_t)(sizeof out->x / sizeof out->x[0]) && top_k <= MAX_TOP_K,
+            "%s: hidden %d or top-%d outgrows the test's buffers", checkpoint->model->name, checkpoint->model->hidden,
+            top_k);
   for (int64_t i = 0; i < (int64_t)TOKENS * checkpoint->model->hidden; i++) {
     uint64_t bits = next_random();
     out->x[i] = (uint16_t)((bits & 1) << 15 | (10 + bits % 5) << 10 | ((bits >> 8) & 0x3FF));
