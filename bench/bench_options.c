@@ -10,8 +10,8 @@ static const int32_t QUICK_M[] = {1, 8, 64};
 
 void bench_options_default(bench_options *options) {
   memset(options, 0, sizeof *options);
-  bench_reference_shape(4, 1, &options->shape);
-  options->top_k = REFERENCE_TOP_K;
+  bench_reference_shape(BENCH_DEFAULT_TP, bench_default_rank(BENCH_DEFAULT_TP), &options->shape);
+  options->top_k = volt8_model_find(VOLT8_MODEL_REFERENCE)->top_k;
   options->m_count = (int32_t)(sizeof DEFAULT_M / sizeof DEFAULT_M[0]);
   memcpy(options->m_values, DEFAULT_M, sizeof DEFAULT_M);
   options->seed = 1;
@@ -22,18 +22,27 @@ void bench_options_default(bench_options *options) {
   options->baselines = 1;
 }
 
+const volt8_model *bench_find_model(const char *name, char *error, size_t error_size) {
+  const volt8_model *model = volt8_model_find(name ? name : VOLT8_MODEL_REFERENCE);
+  if (!model) {
+    char known[256];
+    volt8_model_names(known, sizeof known);
+    snprintf(error, error_size, "unknown model \"%s\" (known: %s)", name, known);
+  }
+  return model;
+}
+
+int32_t bench_default_rank(int32_t tp) { return tp > 1 ? 1 : 0; }
+
+int bench_model_shape(const volt8_model *model, int32_t tp, int32_t rank, volt8_moe_shape *out, char *error,
+                      size_t error_size) {
+  if (volt8_model_rank_shape(NULL, model, tp, rank, 0, out) == VOLT8_OK) return 0;
+  if (error) snprintf(error, error_size, "%s at --tp %d --rank %d: %s", model->name, tp, rank, volt8_last_error(NULL));
+  return -1;
+}
+
 int bench_reference_shape(int32_t tp, int32_t rank, volt8_moe_shape *out) {
-  if (tp <= 0 || REFERENCE_INTERMEDIATE % tp != 0 || (REFERENCE_INTERMEDIATE / tp) % 16 != 0 || rank < 0 || rank >= tp)
-    return -1;
-  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  shape.hidden = REFERENCE_HIDDEN;
-  shape.num_experts = REFERENCE_EXPERTS;
-  shape.intermediate = REFERENCE_INTERMEDIATE / tp;
-  shape.block_n = 128;
-  shape.block_k = 128;
-  shape.intermediate_offset = (shape.intermediate * rank) % shape.block_n;
-  *out = shape;
-  return 0;
+  return bench_model_shape(volt8_model_find(VOLT8_MODEL_REFERENCE), tp, rank, out, NULL, 0);
 }
 
 int32_t bench_parse_int_list(const char *text, int32_t *values, int32_t capacity) {
@@ -66,10 +75,11 @@ static int parse_bounded(const char *text, long low, long high, long *out) {
 
 const char *bench_usage(void) {
   return "usage: volt8 bench [options]\n"
-         "  --tp N [--rank R]     the reference model's TP rank (default: --tp 4 --rank 1: I=160 at offset 32)\n"
-         "  --shape S             any shape (hidden=...,intermediate=...,...; see volt8 --help)\n"
+         "  --model NAME          a model's experts (volt8 models lists them; default reference), with its top-k\n"
+         "  --tp N [--rank R]     the model's TP rank (default: --tp 4 --rank 1; the reference's is I=160 at offset 32)\n"
+         "  --shape S             any shape instead (hidden=...,intermediate=...,...; see volt8 --help)\n"
          "  --m 1,2,4,...         token counts (default 1,2,4,8,16,32,64,128)\n"
-         "  --top-k K             experts per token (default 10)\n"
+         "  --top-k K             experts per token (default: the model's, 10 with --shape)\n"
          "  --seed N              weights, inputs and routing (default 1)\n"
          "  --sets N              input sets replayed in turn (default: touched weights >= 4x L2)\n"
          "  --warmup N --batches N  untimed and timed passes over the sets (default 3 and 30)\n"
@@ -84,7 +94,7 @@ const char *bench_usage(void) {
 /* 1 for an option followed by a value, 0 for a flag, -1 for an unknown argument. */
 static int takes_a_value(const char *name) {
   static const char *const flags[] = {"--no-baselines", "--quick", "--help", "-h"};
-  static const char *const valued[] = {"--tp",     "--rank",   "--shape",  "--m",           "--top-k",
+  static const char *const valued[] = {"--tp",     "--rank",   "--shape",  "--m",           "--top-k", "--model",
                                        "--seed",   "--sets",   "--warmup", "--batches",     "--device",
                                        "--target-arch", "--variants", "--json", "--svg", "--markdown"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -111,7 +121,8 @@ int bench_options_parse(int argc, char **argv, bench_shape_parser parse_shape, b
                         size_t error_size) {
   bench_options_default(out);
   long tp = 0, rank = -1, value = 0;
-  int shape_given = 0;
+  int shape_given = 0, top_k_given = 0;
+  const char *model_name = NULL;
   for (int i = 1; i < argc; i++) {
     const char *name = argv[i];
     const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -146,6 +157,9 @@ int bench_options_parse(int argc, char **argv, bench_shape_parser parse_shape, b
     } else if (strcmp(name, "--top-k") == 0) {
       bad = parse_bounded(next, 1, 64, &value);
       out->top_k = (int32_t)value;
+      top_k_given = 1;
+    } else if (strcmp(name, "--model") == 0) {
+      model_name = next;
     } else if (strcmp(name, "--seed") == 0) {
       bad = parse_bounded(next, 0, 0x7FFFFFFF, &value);
       out->seed = (uint64_t)value;
@@ -178,18 +192,22 @@ int bench_options_parse(int argc, char **argv, bench_shape_parser parse_shape, b
     }
     if (takes_value) i++;
   }
-  if (tp && shape_given) {
-    snprintf(error, error_size, "--tp and --shape exclude each other");
+  if ((tp || model_name) && shape_given) {
+    snprintf(error, error_size, "--%s and --shape exclude each other", model_name ? "model" : "tp");
     return -1;
   }
   if (!tp && rank >= 0) {
     snprintf(error, error_size, "--rank needs --tp");
     return -1;
   }
-  if (tp && bench_reference_shape((int32_t)tp, rank >= 0 ? (int32_t)rank : (tp > 1 ? 1 : 0), &out->shape) != 0) {
-    snprintf(error, error_size, "--tp %ld --rank %ld does not split the reference intermediate %d into multiples of 16",
-             tp, rank, REFERENCE_INTERMEDIATE);
-    return -1;
+  const volt8_model *model = bench_find_model(model_name, error, error_size);
+  if (!model) return -1;
+  if (tp || model_name) {
+    int32_t tp_size = tp ? (int32_t)tp : BENCH_DEFAULT_TP;
+    if (bench_model_shape(model, tp_size, rank >= 0 ? (int32_t)rank : bench_default_rank(tp_size), &out->shape, error,
+                          error_size) != 0)
+      return -1;
+    if (!top_k_given) out->top_k = model->top_k;
   }
   qsort(out->m_values, (size_t)out->m_count, sizeof out->m_values[0], compare_ints);
   for (int32_t i = 1; i < out->m_count; i++)

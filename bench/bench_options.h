@@ -1,4 +1,4 @@
-/* Command-line options of `volt8 bench`, and the reference model's shapes that bench and tune share. */
+/* Command-line options of `volt8 bench`, and the models' rank shapes that bench and tune share. */
 #ifndef VOLT8_BENCH_OPTIONS_H
 #define VOLT8_BENCH_OPTIONS_H
 
@@ -6,12 +6,10 @@
 #include <stdint.h>
 
 #include "bench_report.h"
+#include "models.h"
 #include "volt8.h"
 
-#define REFERENCE_HIDDEN 2560
-#define REFERENCE_INTERMEDIATE 640
-#define REFERENCE_EXPERTS 512
-#define REFERENCE_TOP_K 10
+#define BENCH_DEFAULT_TP 4
 
 typedef struct bench_options {
   volt8_moe_shape shape;
@@ -36,9 +34,17 @@ typedef struct bench_options {
 typedef int (*bench_shape_parser)(const char *text, volt8_moe_shape *shape);
 
 void bench_options_default(bench_options *options);
-/* The reference model's rank `rank` of `tp`: hidden 2560, intermediate 640 / tp at offset
- * (640 / tp * rank) mod 128, 512 experts, 128x128 blocks. 0 on success, -1 for a tp that does not
- * split 640 into multiples of 16 or a rank outside [0, tp). */
+/* The model named `name` (NULL: the reference model); NULL, with `error` listing the known names,
+ * for a name the registry (runtime/models.h) does not hold. */
+const volt8_model *bench_find_model(const char *name, char *error, size_t error_size);
+/* The rank a TP size is benchmarked and tuned at when none is named: 1 (0 at TP1). */
+int32_t bench_default_rank(int32_t tp);
+/* Rank `rank` of `tp` of `model` (all its experts, 128x128 blocks; runtime/shard.h slices it).
+ * 0 on success, -1 with `error` saying why for a tp that does not split the model's intermediate
+ * into multiples of 16 or a rank outside [0, tp). */
+int bench_model_shape(const volt8_model *model, int32_t tp, int32_t rank, volt8_moe_shape *out, char *error,
+                      size_t error_size);
+/* The reference model's rank: bench_model_shape of the "reference" model, without the message. */
 int bench_reference_shape(int32_t tp, int32_t rank, volt8_moe_shape *out);
 /* "1,2,4" into values (at most `capacity`, each in 1..65535); the count, or -1. */
 int32_t bench_parse_int_list(const char *text, int32_t *values, int32_t capacity);

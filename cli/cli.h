@@ -10,6 +10,15 @@
 int cli_parse_shape(const char *text, volt8_moe_shape *shape);
 void cli_format_shape(const volt8_moe_shape *shape, char *buf, size_t buf_size);
 double cli_now_seconds(void);
+
+#define CLI_DEFAULT_TP 4
+typedef struct volt8_model volt8_model;
+/* The registry's model (runtime/models.h), or NULL after an error listing the known names. */
+const volt8_model *cli_find_model(const char *command, const char *name);
+/* --model NAME [--tp N] [--rank R] (NULL texts: TP 4, rank 1, rank 0 at TP1) into a rank's shape
+ * with all the model's experts. 0 on success, 2 after an error on stderr. */
+int cli_model_shape(const char *command, const char *name, const char *tp_text, const char *rank_text,
+                    volt8_moe_shape *out);
 /* Prints "volt8 <command>: <status>: <last error>" to stderr and returns 1. */
 int cli_report(volt8_ctx *ctx, const char *command, volt8_status status);
 
@@ -34,5 +43,6 @@ int cli_bench(int argc, char **argv);
 int cli_tune(int argc, char **argv);
 int cli_list(int argc, char **argv);
 int cli_demo(int argc, char **argv);
+int cli_models(int argc, char **argv);
 
 #endif

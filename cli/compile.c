@@ -35,17 +35,34 @@ volt8_status cli_compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compi
 
 int cli_list(int argc, char **argv) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  const char *arch = NULL;
+  const char *arch = NULL, *model = NULL, *tp = NULL, *rank = NULL;
+  int shape_given = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
       if (cli_parse_shape(argv[++i], &shape) != 0) return 2;
+      shape_given = 1;
     } else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
       arch = argv[++i];
+    } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+      model = argv[++i];
+    } else if (strcmp(argv[i], "--tp") == 0 && i + 1 < argc) {
+      tp = argv[++i];
+    } else if (strcmp(argv[i], "--rank") == 0 && i + 1 < argc) {
+      rank = argv[++i];
     } else {
       fprintf(stderr, "volt8 list: unexpected argument \"%s\"\n", argv[i]);
       return 2;
     }
   }
+  if ((tp || rank) && !model) {
+    fprintf(stderr, "volt8 list: --tp and --rank need --model\n");
+    return 2;
+  }
+  if (model && shape_given) {
+    fprintf(stderr, "volt8 list: --model and --shape exclude each other\n");
+    return 2;
+  }
+  if (model && cli_model_shape("list", model, tp, rank, &shape) != 0) return 2;
   volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
   options.device = -1;
   options.target_arch = arch;  /* NULL: sm_70 (no device is opened) */

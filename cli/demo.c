@@ -1,5 +1,6 @@
-/* volt8 demo, the main job: a synthetic MTP checkpoint with the real layout is planned for TP4,
- * rank 0 is loaded, and the forward runs on the GPU (eager and graph-replayed, checked against the
+/* volt8 demo, the main job: a synthetic MTP checkpoint with the real layout, at the per-expert
+ * shape of a model of the registry (runtime/models.h; --model, default the reference), is planned
+ * for TP4, rank 0 is loaded, and the forward runs on the GPU (eager and graph-replayed, checked against the
  * reference, timed) or, without one, the SM70 kernels are compiled and the reference forward and
  * the rejection sampler run on the CPU. */
 #include <math.h>
@@ -10,13 +11,15 @@
 
 #include "cli.h"
 #include "ctx_internal.h"
+#include "models.h"
 #include "numeric.h"
 
-#define DEMO_EXPERTS 16
-#define DEMO_TOP_K 10
 #define DEMO_TP 4
-#define REFERENCE_EXPERTS 512
 #define MIB (1024.0 * 1024.0)
+
+/* The model's top-k; the checkpoint holds 8 experts, or 16 when a token routes to more than 8. */
+static int32_t demo_top_k = 10;
+static int32_t demo_experts(const volt8_model *model) { return model->top_k > 8 ? 16 : 8; }
 
 typedef struct demo_inputs {
   int32_t num_tokens;
@@ -38,8 +41,8 @@ static int make_inputs(volt8_ctx *ctx, const volt8_host_checkpoint *host, int32_
   int32_t hidden = host->shape.hidden, experts = host->shape.num_experts;
   inputs->num_tokens = num_tokens;
   inputs->x = malloc((size_t)num_tokens * hidden * 2);
-  inputs->ids = malloc((size_t)num_tokens * DEMO_TOP_K * 4);
-  inputs->weights = malloc((size_t)num_tokens * DEMO_TOP_K * 4);
+  inputs->ids = malloc((size_t)num_tokens * demo_top_k * 4);
+  inputs->weights = malloc((size_t)num_tokens * demo_top_k * 4);
   inputs->reference = malloc((size_t)num_tokens * hidden * sizeof(double));
   if (!inputs->x || !inputs->ids || !inputs->weights || !inputs->reference) return -1;
   for (size_t i = 0; i < (size_t)num_tokens * hidden; i++) inputs->x[i] = volt8_half_from_double(2.0 * demo_uniform() - 1.0);
@@ -47,13 +50,13 @@ static int make_inputs(volt8_ctx *ctx, const volt8_host_checkpoint *host, int32_
     /* top-k distinct experts: a random rotation of 0..E-1 */
     int32_t start = (int32_t)(demo_uniform() * experts), stride = 1 + 2 * (int32_t)(demo_uniform() * (experts / 2 - 1));
     while (stride > 1 && experts % stride == 0) stride -= 2;
-    for (int32_t j = 0; j < DEMO_TOP_K; j++) {
-      inputs->ids[t * DEMO_TOP_K + j] = (start + j * stride) % experts;
-      inputs->weights[t * DEMO_TOP_K + j] = (float)(0.05 + demo_uniform() / DEMO_TOP_K);
+    for (int32_t j = 0; j < demo_top_k; j++) {
+      inputs->ids[t * demo_top_k + j] = (start + j * stride) % experts;
+      inputs->weights[t * demo_top_k + j] = (float)(0.05 + demo_uniform() / demo_top_k);
     }
   }
   volt8_status status = volt8_reference_moe_forward(ctx, &host->shape, &host->experts, inputs->x, inputs->ids,
-                                                    inputs->weights, num_tokens, DEMO_TOP_K, inputs->reference);
+                                                    inputs->weights, num_tokens, demo_top_k, inputs->reference);
   return status == VOLT8_OK ? 0 : cli_report(ctx, "demo (reference)", status);
 }
 
@@ -64,24 +67,45 @@ static void free_inputs(demo_inputs *inputs) {
   free(inputs->reference);
 }
 
-static int print_memory_table(volt8_ctx *ctx, const volt8_plan_report *plan) {
-  printf("memory per rank at TP%d (FP16 / padded to 128-row blocks / volt8):\n", DEMO_TP);
-  volt8_plan_report reference_plan = *plan;
-  reference_plan.num_experts = REFERENCE_EXPERTS;
-  const volt8_plan_report *plans[2] = {plan, &reference_plan};
-  for (int which = 0; which < 2; which++) {
-    for (int32_t rank = 0; rank < DEMO_TP; rank++) {
-      volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-      volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
-      volt8_status status = volt8_plan_rank(ctx, plans[which], rank, &shape, &memory);
-      if (status != VOLT8_OK) return cli_report(ctx, "demo (plan)", status);
-      if (which == 1 && rank > 0) continue;
-      printf("  %s rank %d (I=%d at offset %2d): %8.1f / %7.1f / %7.1f MiB\n",
-             which == 0 ? "demo checkpoint, " : "reference model, ", rank, shape.intermediate, shape.intermediate_offset,
-             memory.fp16_bytes / MIB, memory.padded_bytes / MIB, memory.resident_bytes / MIB);
-    }
+static int print_demo_ranks(volt8_ctx *ctx, const volt8_plan_report *plan) {
+  printf("memory per rank of the demo checkpoint at TP%d (FP16 / padded / volt8):\n", DEMO_TP);
+  for (int32_t rank = 0; rank < DEMO_TP; rank++) {
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+    volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
+    volt8_status status = volt8_plan_rank(ctx, plan, rank, &shape, &memory);
+    if (status != VOLT8_OK) return cli_report(ctx, "demo (plan)", status);
+    printf("  rank %d (I=%d at offset %3d): %8.1f / %7.1f / %7.1f MiB\n", rank, shape.intermediate,
+           shape.intermediate_offset, memory.fp16_bytes / MIB, memory.padded_bytes / MIB, memory.resident_bytes / MIB);
   }
-  printf("  (reference model: %d experts, the same per-expert shapes; every rank is the same size)\n", REFERENCE_EXPERTS);
+  return 0;
+}
+
+/* The model with all its experts at TP 1/2/4/8: the largest rank's figures (ranks differ only in the
+ * scale blocks their offset makes them touch). */
+static int print_model_table(volt8_ctx *ctx, const volt8_plan_report *plan, const volt8_model *model) {
+  printf("%s (%d experts, hidden %d, moe intermediate %d), memory per rank:\n", model->description,
+         model->num_experts, model->hidden, model->intermediate);
+  printf("  FP16: the experts in FP16; padded: E4M3 with each rank's slice padded to whole 128-row blocks, plus\n"
+         "  FP16 scales (what a padding loader holds); volt8: E4M3 and FP16 block scales as resident, unpadded\n");
+  printf("  TP  I/rank  offsets in the 128 grid            FP16 MiB  padded MiB  volt8 MiB\n");
+  volt8_plan_report full = *plan;
+  full.num_experts = model->num_experts;
+  for (int32_t tp = 1; tp <= 8; tp *= 2) {
+    full.tp_size = tp;
+    volt8_memory_report largest = VOLT8_MEMORY_REPORT_INIT;
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+    char offsets[128] = "";
+    size_t used = 0;
+    for (int32_t rank = 0; rank < tp; rank++) {
+      volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
+      volt8_status status = volt8_plan_rank(ctx, &full, rank, &shape, &memory);
+      if (status != VOLT8_OK) return cli_report(ctx, "demo (plan)", status);
+      used += (size_t)snprintf(offsets + used, sizeof offsets - used, "%s%d", rank ? "," : "", shape.intermediate_offset);
+      if (memory.resident_bytes > largest.resident_bytes) largest = memory;
+    }
+    printf("  %-2d  %6d  %-33s %9.1f  %10.1f  %9.1f\n", tp, shape.intermediate, offsets, largest.fp16_bytes / MIB,
+           largest.padded_bytes / MIB, largest.resident_bytes / MIB);
+  }
   return 0;
 }
 
@@ -98,7 +122,7 @@ static int run_gpu_case(volt8_ctx *ctx, volt8_experts *experts, const volt8_host
   int32_t hidden = host->shape.hidden;
   demo_inputs inputs = {0};
   if (make_inputs(ctx, host, num_tokens, &inputs) != 0) return 1;
-  size_t x_bytes = (size_t)num_tokens * hidden * 2, pair_bytes = (size_t)num_tokens * DEMO_TOP_K * 4;
+  size_t x_bytes = (size_t)num_tokens * hidden * 2, pair_bytes = (size_t)num_tokens * demo_top_k * 4;
   CUdeviceptr d_x = 0, d_ids = 0, d_weights = 0, d_out = 0;
   CUstream stream = NULL;
   CUevent start = NULL, stop = NULL;
@@ -115,7 +139,7 @@ static int run_gpu_case(volt8_ctx *ctx, volt8_experts *experts, const volt8_host
   }
   volt8_moe_args args = VOLT8_MOE_ARGS_INIT;
   args.num_tokens = num_tokens;
-  args.top_k = DEMO_TOP_K;
+  args.top_k = demo_top_k;
   args.x = (const void *)d_x;
   args.topk_ids = (const int32_t *)d_ids;
   args.topk_weights = (const float *)d_weights;
@@ -240,7 +264,7 @@ static int run_cpu(volt8_ctx *ctx, const volt8_host_checkpoint *host) {
     }
     double norm = 0.0;
     for (size_t i = 0; i < (size_t)m * host->shape.hidden; i++) norm += inputs.reference[i] * inputs.reference[i];
-    printf("reference forward on the CPU, M=%d top-%d: |out| = %.4f, %.2f s\n", m, DEMO_TOP_K, sqrt(norm),
+    printf("reference forward on the CPU, M=%d top-%d: |out| = %.4f, %.2f s\n", m, demo_top_k, sqrt(norm),
            cli_now_seconds() - started);
     free_inputs(&inputs);
   }
@@ -248,7 +272,21 @@ static int run_cpu(volt8_ctx *ctx, const volt8_host_checkpoint *host) {
 }
 
 int cli_demo(int argc, char **argv) {
-  int keep = argc > 1 && strcmp(argv[1], "--keep") == 0;
+  int keep = 0;
+  const char *model_name = VOLT8_MODEL_REFERENCE;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--keep") == 0) {
+      keep = 1;
+    } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+      model_name = argv[++i];
+    } else {
+      fprintf(stderr, "volt8 demo: unexpected argument \"%s\" (usage: volt8 demo [--model NAME] [--keep])\n", argv[i]);
+      return 2;
+    }
+  }
+  const volt8_model *model = cli_find_model("demo", model_name);
+  if (!model) return 2;
+  demo_top_k = model->top_k;
   double started = cli_now_seconds();
   volt8_ctx_options ctx_options = VOLT8_CTX_OPTIONS_INIT;
   volt8_ctx *ctx = NULL;
@@ -261,9 +299,9 @@ int cli_demo(int argc, char **argv) {
 
   char dir[256];
   snprintf(dir, sizeof dir, "%s/volt8-demo-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-  synthetic_checkpoint spec = {2560, 640, DEMO_EXPERTS, DEMO_TOP_K, 48, 7};
-  printf("writing a synthetic MTP checkpoint (ModelOpt mixed precision, %d E4M3 experts of %dx%d, BF16 128x128 "
-         "scales) to %s ...\n", DEMO_EXPERTS, spec.intermediate, spec.hidden, dir);
+  synthetic_checkpoint spec = {model->hidden, model->intermediate, demo_experts(model), demo_top_k, 48, 7};
+  printf("writing a synthetic MTP checkpoint of %s (ModelOpt mixed precision, %d E4M3 experts of %dx%d, BF16 "
+         "128x128 scales) to %s ...\n", model->description, spec.num_experts, spec.intermediate, spec.hidden, dir);
   fflush(stdout);
   int rc = cli_write_synthetic_checkpoint(dir, &spec);
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
@@ -278,7 +316,8 @@ int cli_demo(int argc, char **argv) {
   if (rc == 0) {
     printf("checkpoint: %s, %d experts, hidden %d, intermediate %d, scales %s\n", plan.quant_format, plan.num_experts,
            plan.hidden, plan.intermediate, plan.scale_dtype);
-    rc = print_memory_table(ctx, &plan);
+    rc = print_demo_ranks(ctx, &plan);
+    if (rc == 0) rc = print_model_table(ctx, &plan, model);
   }
   volt8_host_checkpoint *host = NULL;
   if (rc == 0) {

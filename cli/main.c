@@ -7,14 +7,17 @@
 static void usage(FILE *stream) {
   fprintf(stream,
           "usage: volt8 <command> [options]\n"
-          "  demo                                  the main job: generate and compile every kernel variant\n"
-          "  list [--arch sm_XX] [--shape S]       list the kernel variants for a shape (default sm_70)\n"
+          "  demo [--model NAME] [--keep]          the main job at a model's per-expert shape (default reference)\n"
+          "  list [--arch sm_XX] [--shape S | --model NAME [--tp N] [--rank R]]\n"
+          "                                        list the kernel variants for a shape (default sm_70)\n"
+          "  models [--tp N]                       the known models, or each rank's shape at TP N\n"
           "  compile --arch sm_XX --cache DIR [--shape S]...\n"
           "                                        fill a kernel cache ahead of time (PTX for compute_XX)\n"
           "  plan CKPT_DIR --tp N [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]\n"
           "                                        validate a checkpoint and print each rank's memory\n"
           "  bench [options]                       time the forward against cuBLASLt FP16 and the byte floor\n"
-          "  tune [options]                        measure every variant and write tuning tables\n"
+          "                                        (--model NAME [--tp N] [--rank R], or --shape S)\n"
+          "  tune [options]                        measure every variant and write tuning tables (--model NAME --tp ...)\n"
           "  version                               print the library version\n"
           "S is hidden=2560,intermediate=160,num_experts=512,block_n=128,block_k=128,intermediate_offset=32\n"
           "(keys left out keep these defaults: the reference model's TP4 rank 1).\n");
@@ -36,6 +39,7 @@ int main(int argc, char **argv) {
   if (strcmp(command, "plan") == 0) return cli_plan(argc - 1, argv + 1);
   if (strcmp(command, "bench") == 0) return cli_bench(argc - 1, argv + 1);
   if (strcmp(command, "tune") == 0) return cli_tune(argc - 1, argv + 1);
+  if (strcmp(command, "models") == 0) return cli_models(argc - 1, argv + 1);
   fprintf(stderr, "volt8: unknown command \"%s\"\n", command);
   usage(stderr);
   return 2;

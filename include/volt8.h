@@ -249,14 +249,15 @@ typedef struct volt8_load_options {
   const char *draft_checkpoint_dir; /* NULL: the MTP layer is read from checkpoint_dir */
   int32_t tp_size;                  /* tensor-parallel ranks sharing the experts' intermediate dim */
   int32_t tp_rank;                  /* this rank, in [0, tp_size) */
-  int32_t max_tokens, max_top_k;    /* workspace of the loaded experts (volt8_experts_load) */
+  int32_t max_tokens, max_top_k;    /* workspace of the loaded experts (volt8_experts_load); the default
+                                       max_top_k, 16, serves every top-k from 1 to 16 */
   const char *mtp_expert_quantization; /* "fp8": quantize unquantized experts at load; NULL: the
                                           config's "mtp_expert_quantization", else native only */
   int32_t online_block_n;           /* online scale block rows: 1 or 128 (block_k is 128) */
   int32_t mtp_layer;                /* index of the MTP layer to read (mtp.layers.<i>) */
   volt8_load_report *report;        /* optional output */
 } volt8_load_options;
-#define VOLT8_LOAD_OPTIONS_INIT {sizeof(volt8_load_options), NULL, NULL, 1, 0, 64, 10, NULL, 128, 0, NULL}
+#define VOLT8_LOAD_OPTIONS_INIT {sizeof(volt8_load_options), NULL, NULL, 1, 0, 64, 16, NULL, 128, 0, NULL}
 
 /* Reads, validates and shards the MTP experts of a checkpoint (safetensors, single or indexed;
  * ModelOpt or block-FP8 metadata) and uploads this rank's share into one device allocation,

@@ -11,8 +11,9 @@ typedef struct volt8_variant_choice {
   char down[VOLT8_VARIANT_NAME_BYTES];
 } volt8_variant_choice;
 
-/* The tuning table for the shape (runtime/tuning.h) where one serves the token count, else a
- * deterministic heuristic from the average routed pairs per expert. */
+/* The tuning table for the shape (runtime/tuning.h) where one serves the token count, else the
+ * nearest tabled shape's (runtime/tuning_nearest.h), else a deterministic heuristic from the
+ * average routed pairs per expert; the fallbacks never pick a family the target arch emulates. */
 volt8_status volt8_dispatch_choose(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t num_tokens, int32_t top_k,
                                    volt8_variant_choice *out_choice);
 

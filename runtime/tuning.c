@@ -269,8 +269,7 @@ const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *t
   return best;
 }
 
-/* Reads a whole file; *out_missing = 1 (and VOLT8_OK) when it does not exist. */
-static volt8_status read_table_file(volt8_ctx *ctx, const char *path, char **out_text, size_t *out_length,
+volt8_status volt8_tuning_read_file(volt8_ctx *ctx, const char *path, char **out_text, size_t *out_length,
                                     int *out_missing) {
   *out_text = NULL;
   *out_missing = 0;
@@ -334,7 +333,7 @@ static int try_env_dir(volt8_ctx *ctx, const char *dir, const char *name, const 
   size_t length = 0;
   int missing = 0;
   int served = 0;
-  if (read_table_file(scratch, path, &text, &length, &missing) != VOLT8_OK)
+  if (volt8_tuning_read_file(scratch, path, &text, &length, &missing) != VOLT8_OK)
     volt8_tuning_warn(path, "%s; it was skipped", scratch->last_error);
   else if (!missing)
     served = try_table(ctx, text, length, path, VOLT8_TUNING_SOURCE_ENV_DIR, op_name, num_tokens, top_k, out_match);
@@ -380,10 +379,14 @@ volt8_status volt8_tuning_lookup(volt8_ctx *ctx, const volt8_moe_shape *shape, v
   for (int i = 0; i < 2; i++)
     if (try_built_in(ctx, names[i], op_name, num_tokens, top_k, out_match)) return VOLT8_OK;
   if (dir && *dir)
-    volt8_tuning_warn(names[0], "no tuning table %s (nor device=%s) in %s=%s or built in: %s uses the dispatch heuristic",
+    volt8_tuning_warn(names[0],
+                      "no tuning table %s (nor device=%s) in %s=%s or built in: %s uses the nearest tabled shape's "
+                      "table, else the dispatch heuristic",
                       names[0], VOLT8_TUNING_ANY_DEVICE, VOLT8_TUNING_DIR_ENV, dir, op_name);
   else
-    volt8_tuning_warn(names[0], "no tuning table %s (nor device=%s) built in (%s unset): %s uses the dispatch heuristic",
+    volt8_tuning_warn(names[0],
+                      "no tuning table %s (nor device=%s) built in (%s unset): %s uses the nearest tabled shape's "
+                      "table, else the dispatch heuristic",
                       names[0], VOLT8_TUNING_ANY_DEVICE, VOLT8_TUNING_DIR_ENV, op_name);
   return VOLT8_OK;
 }

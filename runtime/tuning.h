@@ -52,7 +52,8 @@ VOLT8_API volt8_status volt8_tuning_warnings(char *buf, size_t buf_size, int32_t
 typedef enum volt8_tuning_source {
   VOLT8_TUNING_SOURCE_NONE = 0,     /* no table: the heuristic serves */
   VOLT8_TUNING_SOURCE_ENV_DIR = 1,  /* a file in $VOLT8_TUNING_DIR */
-  VOLT8_TUNING_SOURCE_BUILT_IN = 2  /* a table built into the library */
+  VOLT8_TUNING_SOURCE_BUILT_IN = 2, /* a table built into the library */
+  VOLT8_TUNING_SOURCE_NEAREST = 3   /* the table of the nearest tabled shape (tuning_nearest.h) */
 } volt8_tuning_source;
 
 typedef struct volt8_tuning_entry {
@@ -102,6 +103,11 @@ const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *t
  * arguments or memory. */
 volt8_status volt8_tuning_lookup(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
                                  int32_t top_k, volt8_tuning_match *out_match);
+
+/* Reads a whole table file (at most VOLT8_TUNING_MAX_TABLE_BYTES, NUL-terminated); *out_missing = 1
+ * (and VOLT8_OK) when it does not exist. */
+volt8_status volt8_tuning_read_file(volt8_ctx *ctx, const char *path, char **out_text, size_t *out_length,
+                                    int *out_missing);
 
 /* Records a warning once per process per `key` (the text of later calls with that key is dropped). */
 void volt8_tuning_warn(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

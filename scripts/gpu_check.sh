@@ -33,6 +33,27 @@ gpu_test_shapes=(
   "intermediate=80,intermediate_offset=80" "num_experts=64,intermediate=80,intermediate_offset=80"
 )
 
+# The models suite's shapes (tests/gpu/test_models.c; keep the two in step): each registry model at
+# TP 4 and 8, rank 0 and the first rank at the largest offset in the 128 grid when that is not 0,
+# with 16 experts. Read from `volt8 models --tp N`: "NAME tp=N rank=R SHAPE" per rank.
+model_test_shapes() {
+  local tp
+  for tp in 4 8; do
+    "$1" models --tp "$tp" | awk '{
+        offset = $4; sub(/.*intermediate_offset=/, "", offset); offset += 0
+        if ($3 == "rank=0") { print $4; best[$1] = 0; widest[$1] = "" }
+        else if (offset > best[$1]) { best[$1] = offset; widest[$1] = $4 }
+      }
+      END { for (name in widest) if (widest[name] != "") print widest[name] }' |
+      sed -E 's/num_experts=[0-9]+/num_experts=16/'
+  done
+}
+
+# The registry's model names (MODELS narrows them: "deepseek-v3 glm-4.5-air").
+model_names() {
+  if [ -n "${MODELS:-}" ]; then echo "$MODELS"; else "$1" models | awk '{print $1}'; fi
+}
+
 prepare() {
   set -e
   "$root/scripts/bootstrap.sh"
@@ -42,9 +63,12 @@ prepare() {
   cmake --build "$root/build" -j "$(nproc)" --target "${targets[@]}" >/dev/null
   rm -rf "$carry"
   mkdir -p "$carry/bin" "$carry/libs" "$carry/cache70"
-  local shape_args=()
+  local shape_args=() model_shape_args=()
   for shape in "${gpu_test_shapes[@]}"; do shape_args+=(--shape "$shape"); done
+  for shape in $(model_test_shapes "$root/build/volt8"); do model_shape_args+=(--shape "$shape"); done
+  # two runs: one takes at most 32 shapes
   "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${shape_args[@]}" | tail -n 1
+  "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${model_shape_args[@]}" | tail -n 1
   # PTX compresses about tenfold; the carried folder must stay small.
   tar -C "$carry" -czf "$carry/cache70.tgz" cache70
   rm -rf "$carry/cache70"
@@ -77,7 +101,13 @@ prepare() {
 # examples/torch_op.py with torch), wheel (the carried wheel installed into a scratch folder: the
 # binding's pytest suite, the torch ops' tests included, and both examples against it, with no
 # VOLT8_LIBRARY), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
-# "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any).
+# "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any),
+# models_tune (each registry model, or those of MODELS, measured for the device's arch at TP
+# ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, then derived for sm_70, into $OUT's logs/tables: copy those
+# into tuning/tables to ship them; MODELS_TIMEOUT, default 600 s, bounds each model's run),
+# models_bench (volt8 bench --model NAME at TP 4 and TP 8 for each model, with the tables just tuned
+# when there are any; JSON and Markdown per run in logs/). The suites phase runs gpu_test_models too:
+# the models' TP4 and TP8 rank shapes, whose compute_70 kernels prepare carries (model_test_shapes).
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
 run() {
   local out="${OUT:-$root/out}"
@@ -216,6 +246,25 @@ run() {
           --shape "intermediate_offset=32" --shape "intermediate=80,intermediate_offset=80"
         step order python3 "$root/scripts/check_wait_order.py" "$work/order"
         tail -n 5 "$logs/order.log" ;;
+      models_tune)
+        local tune_m=() model
+        [ -n "${TUNE_M:-}" ] && tune_m=(--m "$TUNE_M")
+        for model in $(model_names "$carry/bin/volt8"); do
+          step_timeout="${MODELS_TIMEOUT:-600}" step "tune.$model" env VOLT8_CACHE_DIR="$work/native" \
+            "$carry/bin/volt8" tune --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" "${tune_m[@]}" --out "$logs/tables"
+          step "derive.$model" "$carry/bin/volt8" tune --derive sm_70 --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" \
+            "${tune_m[@]}" --out "$logs/tables"
+        done ;;
+      models_bench)
+        local model_tables=() model tp
+        [ -d "$logs/tables" ] && model_tables=(env VOLT8_TUNING_DIR="$logs/tables")
+        for model in $(model_names "$carry/bin/volt8"); do
+          for tp in 4 8; do
+            step "bench.$model.tp$tp" "${model_tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench \
+              --model "$model" --tp "$tp" --json "$logs/bench.$model.tp$tp.json" --markdown "$logs/bench.$model.tp$tp.md"
+            cat "$logs/bench.$model.tp$tp.log"
+          done
+        done ;;
       demo)
         step demo env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" demo
         cat "$logs/demo.log" ;;

@@ -793,6 +793,82 @@ Test(bench_args, tune_options_parse) {
   cr_assert_str_eq(options.out_dir, "tuning/tables");
 }
 
+Test(bench_args, model_names_a_rank_and_its_top_k) {
+  for (int32_t m = 0; m < volt8_model_count(); m++) {
+    const volt8_model *model = volt8_model_at(m);
+    for (int32_t tp = 1; tp <= 8; tp *= 2) {
+      for (int32_t rank = 0; rank < tp; rank++) {
+        char tp_text[8], rank_text[8], error[256];
+        snprintf(tp_text, sizeof tp_text, "%d", tp);
+        snprintf(rank_text, sizeof rank_text, "%d", rank);
+        char *argv[] = {"bench", "--model", (char *)model->name, "--tp", tp_text, "--rank", rank_text};
+        bench_options options;
+        cr_assert_eq(bench_options_parse(7, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+        int32_t width = model->intermediate / tp;
+        cr_assert(options.shape.hidden == model->hidden && options.shape.intermediate == width &&
+                      options.shape.intermediate_offset == width * rank % 128 &&
+                      options.shape.num_experts == model->num_experts && options.top_k == model->top_k,
+                  "%s TP%d rank %d: H %d I %d offset %d E %d top-%d", model->name, tp, rank, options.shape.hidden,
+                  options.shape.intermediate, options.shape.intermediate_offset, options.shape.num_experts,
+                  options.top_k);
+      }
+    }
+  }
+  bench_options options;
+  char error[256];
+  char *defaults[] = {"bench", "--model", "glm-4.5-air", "--top-k", "16"};
+  cr_assert_eq(bench_options_parse(5, defaults, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert(options.shape.intermediate == 352 && options.shape.intermediate_offset == 96 && options.top_k == 16,
+            "--model alone is TP4 rank 1 (I 352 at offset 96) and --top-k wins: I %d offset %d top-%d",
+            options.shape.intermediate, options.shape.intermediate_offset, options.top_k);
+}
+
+Test(bench_args, model_errors_say_which) {
+  struct { int argc; char *argv[5]; const char *message; } cases[] = {
+      {3, {"bench", "--model", "llama"}, "unknown model \"llama\" (known: deepseek-v3, qwen3-next, glm-4.5, glm-4.5-air, reference)"},
+      {5, {"bench", "--model", "qwen3-next", "--tp", "64"}, "qwen3-next at --tp 64"},
+      {5, {"bench", "--model", "glm-4.5", "--shape", "hidden=1024"}, "--model and --shape exclude"},
+      {5, {"bench", "--model", "glm-4.5", "--rank", "1"}, "--rank needs --tp"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bench_options options;
+    char error[256] = "";
+    cr_assert_eq(bench_options_parse(cases[i].argc, cases[i].argv, fake_shape_parser, &options, error, sizeof error), -1,
+                 "case %zu accepted", i);
+    cr_assert_not_null(strstr(error, cases[i].message), "case %zu: \"%s\" lacks \"%s\"", i, error, cases[i].message);
+  }
+  tune_options tune;
+  char error[256] = "";
+  char *unknown[] = {"tune", "--tp", "4", "--model", "llama"};
+  cr_assert_eq(tune_options_parse(5, unknown, NULL, &tune, error, sizeof error), -1);
+  cr_assert_not_null(strstr(error, "unknown model \"llama\""), "%s", error);
+  char *too_narrow[] = {"tune", "--model", "qwen3-next", "--tp", "8,64"};
+  cr_assert_eq(tune_options_parse(5, too_narrow, NULL, &tune, error, sizeof error), -1);
+  cr_assert_not_null(strstr(error, "qwen3-next at --tp 64"), "%s", error);
+}
+
+Test(bench_args, tune_takes_a_model_before_or_after_its_tp_sizes) {
+  const volt8_model *model = volt8_model_find("glm-4.5-air");
+  cr_assert_not_null(model);
+  char *orders[2][7] = {{"tune", "--tp", "1,2,4,8", "--model", "glm-4.5-air", "--derive", "sm_70"},
+                        {"tune", "--model", "glm-4.5-air", "--derive", "sm_70", "--tp", "1,2,4,8"}};
+  for (int order = 0; order < 2; order++) {
+    tune_options options;
+    char error[256];
+    cr_assert_eq(tune_options_parse(7, orders[order], NULL, &options, error, sizeof error), 0, "%s", error);
+    cr_assert_eq(options.shape_count, 4);
+    cr_assert_eq(options.top_k, model->top_k);
+    for (int i = 0; i < 4; i++) {
+      int32_t tp = 1 << i, width = model->intermediate / tp;
+      cr_assert(options.shapes[i].hidden == model->hidden && options.shapes[i].intermediate == width &&
+                    options.shapes[i].intermediate_offset == (tp > 1 ? width % 128 : 0) &&
+                    options.shapes[i].num_experts == model->num_experts,
+                "order %d TP%d: H %d I %d offset %d", order, tp, options.shapes[i].hidden,
+                options.shapes[i].intermediate, options.shapes[i].intermediate_offset);
+    }
+  }
+}
+
 TestSuite(bench_report, .timeout = 60);
 
 static void fake_report(bench_report *report) {

@@ -17,7 +17,7 @@ static const int32_t DEFAULT_M[] = {1, 2, 4, 8, 16, 32, 64, 128};
 
 void tune_options_default(tune_options *options) {
   memset(options, 0, sizeof *options);
-  options->top_k = REFERENCE_TOP_K;
+  options->top_k = volt8_model_find(VOLT8_MODEL_REFERENCE)->top_k;
   options->m_count = (int32_t)(sizeof DEFAULT_M / sizeof DEFAULT_M[0]);
   memcpy(options->m_values, DEFAULT_M, sizeof DEFAULT_M);
   options->out_dir = "tuning/tables";
@@ -30,10 +30,11 @@ void tune_options_default(tune_options *options) {
 
 const char *tune_usage(void) {
   return "usage: volt8 tune [options]\n"
-         "  --tp 1,2,4,8          the reference model's TP sizes (rank 1 of each, rank 0 at TP1; default 4)\n"
+         "  --model NAME          a model's experts (volt8 models lists them; default reference), with its top-k\n"
+         "  --tp 1,2,4,8          the model's TP sizes (rank 1 of each, rank 0 at TP1; default 4)\n"
          "  --shape S             any shape instead (may be repeated)\n"
          "  --m 1,2,4,...         token counts (default 1,2,4,8,16,32,64,128)\n"
-         "  --top-k K             experts per token (default 10)\n"
+         "  --top-k K             experts per token (default: the model's, 10 with --shape)\n"
          "  --out DIR             where the tables go, merged into any already there (default tuning/tables)\n"
          "  --target-arch sm_XX   tune the kernels for this arch (default: the device's)\n"
          "  --device N            CUDA device (default 0)\n"
@@ -52,20 +53,27 @@ static int parse_count(const char *text, long low, long high, int32_t *out) {
   return 0;
 }
 
-static int add_tp_shapes(const char *text, tune_options *out) {
+/* One shape per TP size of `text` ("1,2,4,8"), at bench_default_rank of each. */
+static int add_tp_shapes(const volt8_model *model, const char *text, tune_options *out, char *error,
+                         size_t error_size) {
   int32_t tps[TUNE_MAX_SHAPES];
   int32_t count = bench_parse_int_list(text, tps, TUNE_MAX_SHAPES);
-  for (int32_t i = 0; i < count; i++) {
-    if (out->shape_count == TUNE_MAX_SHAPES || bench_reference_shape(tps[i], tps[i] > 1 ? 1 : 0, &out->shapes[out->shape_count]) != 0)
-      return -1;
-    out->shape_count++;
+  if (count <= 0 || out->shape_count + count > TUNE_MAX_SHAPES) {
+    snprintf(error, error_size, "bad value \"%s\" for --tp (at most %d shapes in all)", text, TUNE_MAX_SHAPES);
+    return -1;
   }
-  return count > 0 ? 0 : -1;
+  for (int32_t i = 0; i < count; i++)
+    if (bench_model_shape(model, tps[i], bench_default_rank(tps[i]), &out->shapes[out->shape_count++], error,
+                          error_size) != 0)
+      return -1;
+  return 0;
 }
 
 int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tune_options *out, char *error,
                        size_t error_size) {
   tune_options_default(out);
+  const char *model_name = NULL, *tp_text = NULL;
+  int top_k_given = 0, shape_given = 0;
   for (int i = 1; i < argc; i++) {
     const char *name = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) return 1;
@@ -76,17 +84,21 @@ int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tu
     int bad = 0;
     int32_t value = 0;
     if (strcmp(name, "--tp") == 0) {
-      bad = add_tp_shapes(next, out);
+      tp_text = next;
+    } else if (strcmp(name, "--model") == 0) {
+      model_name = next;
     } else if (strcmp(name, "--shape") == 0) {
       volt8_moe_shape shape;
-      bench_reference_shape(4, 1, &shape);
+      bench_reference_shape(BENCH_DEFAULT_TP, bench_default_rank(BENCH_DEFAULT_TP), &shape);
       bad = !parse_shape || out->shape_count == TUNE_MAX_SHAPES || parse_shape(next, &shape) != 0;
       if (!bad) out->shapes[out->shape_count++] = shape;
+      shape_given = 1;
     } else if (strcmp(name, "--m") == 0) {
       out->m_count = bench_parse_int_list(next, out->m_values, BENCH_MAX_M);
       bad = out->m_count < 0;
     } else if (strcmp(name, "--top-k") == 0) {
       bad = parse_count(next, 1, 64, &out->top_k);
+      top_k_given = 1;
     } else if (strcmp(name, "--out") == 0) {
       out->out_dir = next;
     } else if (strcmp(name, "--target-arch") == 0) {
@@ -119,7 +131,17 @@ int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tu
     }
     i++;
   }
-  if (out->shape_count == 0) bench_reference_shape(4, 1, &out->shapes[out->shape_count++]);
+  if (model_name && shape_given) {
+    snprintf(error, error_size, "--model and --shape exclude each other");
+    return -1;
+  }
+  const volt8_model *model = bench_find_model(model_name, error, error_size);
+  if (!model || (tp_text && add_tp_shapes(model, tp_text, out, error, error_size) != 0)) return -1;
+  if (out->shape_count == 0 &&
+      bench_model_shape(model, BENCH_DEFAULT_TP, bench_default_rank(BENCH_DEFAULT_TP), &out->shapes[out->shape_count++],
+                        error, error_size) != 0)
+    return -1;
+  if (model_name && !top_k_given) out->top_k = model->top_k;
   if (out->derive_arch && out->target_arch) {
     snprintf(error, error_size, "--derive and --target-arch exclude each other");
     return -1;

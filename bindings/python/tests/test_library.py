@@ -148,7 +148,7 @@ def test_structs_match_the_header(tmp_path):
 def test_init_macros_defaults():
     options = _abi.LoadOptions()
     assert (options.size, options.tp_size, options.max_tokens, options.max_top_k, options.online_block_n) == (
-        ctypes.sizeof(_abi.LoadOptions), 1, 64, 10, 128)
+        ctypes.sizeof(_abi.LoadOptions), 1, 64, 16, 128)
     assert volt8.MoeShape().to_c().intermediate_offset == 32
     assert _abi.RejectionArgs().size == ctypes.sizeof(_abi.RejectionArgs)
 

@@ -51,7 +51,7 @@ class LoadOptions(_Sized):
                 ("tp_size", c_int32), ("tp_rank", c_int32), ("max_tokens", c_int32), ("max_top_k", c_int32),
                 ("mtp_expert_quantization", c_char_p), ("online_block_n", c_int32), ("mtp_layer", c_int32),
                 ("report", POINTER(LoadReport))]
-    _defaults = {"tp_size": 1, "tp_rank": 0, "max_tokens": 64, "max_top_k": 10, "online_block_n": 128, "mtp_layer": 0}
+    _defaults = {"tp_size": 1, "tp_rank": 0, "max_tokens": 64, "max_top_k": 16, "online_block_n": 128, "mtp_layer": 0}
 
 
 class HostCheckpoint(Structure):

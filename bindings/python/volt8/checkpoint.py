@@ -28,7 +28,7 @@ def int32_argument(value, name, low=-2**31, high=2**31 - 1):
     return value
 
 
-def load_options(checkpoint_dir, *, tp_size=1, tp_rank=0, draft_checkpoint_dir=None, max_tokens=64, max_top_k=10,
+def load_options(checkpoint_dir, *, tp_size=1, tp_rank=0, draft_checkpoint_dir=None, max_tokens=64, max_top_k=16,
                  mtp_expert_quantization=None, online_block_n=128, mtp_layer=0, report=None):
     """volt8_load_options from keyword arguments (the struct keeps the encoded strings alive)."""
     if checkpoint_dir is None and draft_checkpoint_dir is None:

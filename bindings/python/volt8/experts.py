@@ -30,7 +30,7 @@ class Experts:
 
     @classmethod
     def load(cls, ctx, checkpoint_dir, *, tp_size=1, tp_rank=0, draft_checkpoint_dir=None, max_tokens=64,
-             max_top_k=10, mtp_expert_quantization=None, online_block_n=128, mtp_layer=0):
+             max_top_k=16, mtp_expert_quantization=None, online_block_n=128, mtp_layer=0):
         """Reads, validates and shards a checkpoint's MTP experts (safetensors, ModelOpt or block-FP8
         metadata) and uploads rank `tp_rank`'s share. All-or-nothing. The checkpoint is planned first
         on the host, which is where the binding learns the rank's shape for its argument checks."""
@@ -51,7 +51,7 @@ class Experts:
         return cls(ctx, handle.value, shape, max_tokens, max_top_k, LoadReport.from_c(report))
 
     @classmethod
-    def from_host(cls, ctx, experts, *, max_tokens=64, max_top_k=10):
+    def from_host(cls, ctx, experts, *, max_tokens=64, max_top_k=16):
         """Uploads host experts: a HostCheckpoint, or (MoeShape, w13, s13, w2, s2) numpy arrays in the
         device layout (MoeShape.layout())."""
         shape, w13, s13, w2, s2 = experts_arrays(experts)

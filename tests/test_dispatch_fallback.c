@@ -1,0 +1,212 @@
+/* The dispatch fallback for shapes without a tuning table: the nearest tabled shape's table, read at
+ * the token count with the same routed pairs per expert, and a heuristic after it; neither picks a
+ * family the target arch emulates (mma on sm_80 and later). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen.h"
+#include "ctx_internal.h"
+#include "dispatch.h"
+#include "embedded_files.h"
+#include "models.h"
+#include "test_support.h"
+#include "tuning.h"
+#include "tuning_nearest.h"
+
+#define H200_TABLE(op, n, k) "tuning/tables/op=" op ",N=" #n ",K=" #k ",block=128x128,arch=sm_90,device=NVIDIA_H200.json"
+
+static char temp_dir[4096];
+
+static void make_temp_dir(void) {
+  snprintf(temp_dir, sizeof temp_dir, "%s/volt8_fallback_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  cr_assert_not_null(mkdtemp(temp_dir), "mkdtemp failed");
+  volt8_tuning_warnings_reset();
+  unsetenv(VOLT8_TUNING_DIR_ENV);
+}
+
+static void remove_temp_dir(void) {
+  unsetenv(VOLT8_TUNING_DIR_ENV);
+  test_remove_tree(temp_dir);
+  temp_dir[0] = '\0';
+}
+
+TestSuite(dispatch_fallback, .init = make_temp_dir, .fini = remove_temp_dir, .timeout = 300);
+
+static volt8_ctx *ctx_on(const char *arch, const char *device_name) {
+  volt8_ctx *ctx = test_cpu_ctx(arch);
+  snprintf(ctx->device_name, sizeof ctx->device_name, "%s", device_name);
+  return ctx;
+}
+
+static volt8_moe_shape model_shape(const char *name, int32_t tp) {
+  volt8_moe_shape shape;
+  cr_assert_eq(volt8_model_rank_shape(NULL, volt8_model_find(name), tp, tp > 1 ? 1 : 0, 0, &shape), VOLT8_OK);
+  return shape;
+}
+
+static void write_table(const char *name, const char *text) {
+  char path[8192];
+  snprintf(path, sizeof path, "%s/%s", temp_dir, name);
+  FILE *file = fopen(path, "wb");
+  cr_assert_not_null(file, "cannot write %s", path);
+  fputs(text, file);
+  fclose(file);
+}
+
+static int is_mma(const char *variant) { return strstr(variant, ".mma.") != NULL; }
+
+Test(dispatch_fallback, emulated_families_are_named) {
+  cr_assert(volt8_dispatch_family_emulated(90, "gate_up.mma.bm16.bn16.w2.sk1"));
+  cr_assert(volt8_dispatch_family_emulated(80, "down.mma.bm32.bn32.w4.sk2"));
+  cr_assert_not(volt8_dispatch_family_emulated(70, "gate_up.mma.bm16.bn16.w2.sk1"), "sm_70 runs m8n8k4 natively");
+  cr_assert_not(volt8_dispatch_family_emulated(90, "gate_up.hmma.bm1.bn8.w8.sk8"));
+  cr_assert_not(volt8_dispatch_family_emulated(90, "down.cc.bm4.bn32.w4.sk1.l4"));
+  cr_assert_not(volt8_dispatch_family_emulated(90, NULL));
+}
+
+/* Every model at TP 1/2/4/8, M = 1..128, with and without the sm_90 tables' device: never mma. The
+ * same choices on sm_70 do use mma at large M, so the check can fail. */
+Test(dispatch_fallback, never_an_emulated_family_on_sm_90) {
+  const char *devices[2] = {"NVIDIA H200", "Some Other GPU"};
+  for (int d = 0; d < 2; d++) {
+    volt8_ctx *ctx = ctx_on("sm_90", devices[d]);
+    for (int32_t m = 0; m < volt8_model_count(); m++) {
+      const volt8_model *model = volt8_model_at(m);
+      for (int32_t tp = 1; tp <= 8; tp *= 2) {
+        volt8_moe_shape shape = model_shape(model->name, tp);
+        for (int32_t tokens = 1; tokens <= 128; tokens *= 2) {
+          volt8_variant_choice choice;
+          cr_assert_eq(volt8_dispatch_choose(ctx, &shape, tokens, model->top_k, &choice), VOLT8_OK, "%s",
+                       volt8_last_error(ctx));
+          cr_assert(!is_mma(choice.gate_up) && !is_mma(choice.down), "%s on %s, %s TP%d M=%d: %s / %s", "sm_90",
+                    devices[d], model->name, tp, tokens, choice.gate_up, choice.down);
+        }
+      }
+    }
+    volt8_ctx_destroy(ctx);
+  }
+}
+
+/* Online (1x128) scale blocks have no table at all: the heuristic alone serves. */
+Test(dispatch_fallback, heuristic_alone_uses_hmma_on_sm_90_and_mma_on_sm_70) {
+  volt8_moe_shape shape = model_shape("glm-4.5-air", 8);
+  shape.block_n = 1;
+  shape.intermediate_offset = 0;
+  volt8_ctx *sm90 = ctx_on("sm_90", "NVIDIA H200"), *sm70 = ctx_on("sm_70", "Tesla V100-SXM2-16GB");
+  int sm70_used_mma = 0;
+  for (int32_t tokens = 1; tokens <= 128; tokens *= 2) {
+    volt8_tuning_match match;
+    cr_assert_eq(volt8_tuning_lookup(sm90, &shape, VOLT8_OP_GATE_UP, tokens, 8, &match), VOLT8_OK);
+    cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NONE, "no table has 1x128 blocks");
+    volt8_variant_choice choice;
+    cr_assert_eq(volt8_dispatch_choose(sm90, &shape, tokens, 8, &choice), VOLT8_OK, "%s", volt8_last_error(sm90));
+    cr_assert(strncmp(choice.gate_up, "gate_up.hmma.", 13) == 0 && strncmp(choice.down, "down.hmma.", 10) == 0,
+              "sm_90 M=%d: %s / %s", tokens, choice.gate_up, choice.down);
+    cr_assert_eq(volt8_dispatch_choose(sm70, &shape, tokens, 8, &choice), VOLT8_OK, "%s", volt8_last_error(sm70));
+    sm70_used_mma |= is_mma(choice.gate_up) && is_mma(choice.down);
+  }
+  cr_assert(sm70_used_mma, "the sm_70 heuristic never chose m8n8k4 up to M = 128");
+  volt8_ctx_destroy(sm90);
+  volt8_ctx_destroy(sm70);
+}
+
+/* The entry of a built-in table nearest the token count with num_tokens' routed pairs per expert. */
+static const char *scaled_entry(const char *path, const char *op, int32_t num_tokens, int32_t top_k, int32_t experts,
+                                volt8_tuning_table *table) {
+  const volt8_embedded_file *file = volt8_embedded_find(path);
+  cr_assert_not_null(file, "%s is not built in", path);
+  cr_assert_eq(volt8_tuning_table_parse(NULL, file->data, file->size, path, op, table), VOLT8_OK, "%s",
+               volt8_last_error(NULL));
+  cr_assert_not_null(strstr(file->data, "\"num_experts\":512"), "%s was not measured at 512 experts", path);
+  cr_assert_eq(table->top_k, 10, "%s", path);
+  int32_t tokens = (int32_t)lround((double)num_tokens * top_k / experts * 512 / 10);
+  return volt8_tuning_table_nearest(table, tokens < 1 ? 1 : tokens, table->top_k)->variant;
+}
+
+/* GLM-4.5-Air TP8 (gate_up 352 x 4096, down 4096 x 176): the reference tables at N = 320 (gate_up)
+ * and K = 160 (down) are nearest; M scaled from 128 experts at top-8 to 512 at top-10. */
+Test(dispatch_fallback, nearest_tabled_shape_at_the_same_pairs_per_expert) {
+  volt8_ctx *ctx = ctx_on("sm_90", "NVIDIA H200");
+  volt8_moe_shape shape = model_shape("glm-4.5-air", 8);
+  const int32_t token_counts[3] = {1, 8, 64};
+  for (int i = 0; i < 3; i++) {
+    int32_t tokens = token_counts[i];
+    volt8_tuning_table gate_up_table, down_table;
+    const char *gate_up = scaled_entry(H200_TABLE("gate_up", 320, 2560), "gate_up", tokens, 8, 128, &gate_up_table);
+    const char *down = scaled_entry(H200_TABLE("down", 2560, 160), "down", tokens, 8, 128, &down_table);
+    volt8_tuning_match match;
+    char **names = NULL;
+    int32_t count = 0;
+    cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK);
+    cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, tokens, 8, names, count, &match), VOLT8_OK);
+    cr_assert(match.source == VOLT8_TUNING_SOURCE_NEAREST && strstr(match.origin, "N=320,K=2560"),
+              "M=%d: source %d origin %s", tokens, match.source, match.origin);
+    volt8_codegen_names_free(names, count);
+    volt8_variant_choice choice;
+    cr_assert_eq(volt8_dispatch_choose(ctx, &shape, tokens, 8, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_str_eq(choice.gate_up, gate_up, "M=%d", tokens);
+    cr_assert_str_eq(choice.down, down, "M=%d", tokens);
+    volt8_tuning_table_free(&gate_up_table);
+    volt8_tuning_table_free(&down_table);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
+/* A nearer table that names mma is passed over for the next one; this device's tables come before
+ * other devices' even when those are nearer. */
+Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) {
+  volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
+  volt8_moe_shape shape = model_shape("glm-4.5-air", 8); /* gate_up N = 352, K = 4096 */
+  char **names = NULL;
+  int32_t count = 0;
+  cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK);
+  const char *mma = NULL, *hmma = NULL;
+  for (int32_t i = 0; i < count; i++) {
+    if (!mma && strncmp(names[i], "gate_up.mma.", 12) == 0) mma = names[i];
+    if (strncmp(names[i], "gate_up.hmma.", 13) == 0) hmma = names[i];
+  }
+  cr_assert(mma && hmma, "sm_90 lists both gate_up families for this shape");
+  char text[512];
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"64\": \"%s\"}", mma);
+  write_table("op=gate_up,N=352,K=4000,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"64\": \"%s\"}", hmma);
+  write_table("op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  write_table("op=gate_up,N=340,K=4096,block=128x128,arch=sm_70,device=Test_GPU.json", text);
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  volt8_tuning_match match;
+  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 64, 8, names, count, &match), VOLT8_OK);
+  cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NEAREST);
+  cr_assert_str_eq(match.variant, hmma, "the mma table is nearer but emulated; the sm_70 table is another arch");
+  cr_assert_not_null(strstr(match.origin, "N=704,K=4096"), "%s", match.origin);
+  volt8_variant_choice choice;
+  cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 64, 8, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_str_eq(choice.gate_up, hmma);
+  volt8_codegen_names_free(names, count);
+  volt8_ctx_destroy(ctx);
+}
+
+/* An invalid candidate is skipped with one warning, and nothing is an error of the context. */
+Test(dispatch_fallback, invalid_candidate_is_a_warning) {
+  volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
+  volt8_moe_shape shape = model_shape("qwen3-next", 8);
+  write_table("op=down,N=2048,K=80,block=128x128,arch=sm_90,device=Test_GPU.json", "{\"__metadata__\": ");
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  volt8_tuning_warnings_reset();
+  volt8_variant_choice choice;
+  cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 8, 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(!is_mma(choice.down), "%s", choice.down);
+  char text[8192];
+  int32_t count = 0;
+  cr_assert_eq(volt8_tuning_warnings(text, sizeof text, &count), VOLT8_OK);
+  cr_assert_not_null(strstr(text, "N=2048,K=80,block=128x128,arch=sm_90,device=Test_GPU.json: not valid JSON"), "%s",
+                     text);
+  cr_assert_str_eq(volt8_last_error(ctx), "");
+  volt8_ctx_destroy(ctx);
+}
