@@ -149,9 +149,9 @@ def synthetic_checkpoint(folder, args):
                                       num_experts=shape["num_experts"], top_k=shape["top_k"], seed=args.seed)
 
 
-def describe_memory(rank, shape, memory):
+def describe_memory(label, shape, memory):
     mib = 2.0 ** 20
-    return (f"rank {rank}: intermediate {shape.intermediate} at offset {shape.intermediate_offset}; volt8 resident "
+    return (f"{label}: intermediate {shape.intermediate} at offset {shape.intermediate_offset}; volt8 resident "
             f"{memory.resident_bytes / mib:.2f} MiB + workspace {memory.workspace_bytes / mib:.2f} MiB, FP16 "
             f"{memory.fp16_bytes / mib:.2f} MiB ({memory.resident_bytes / memory.fp16_bytes:.3f}x)")
 
@@ -180,7 +180,7 @@ def run_host(args, folder):
     print(f"tp_mtp_step --host-only: TP{tp_size} of hidden {shape.hidden}, intermediate {shape.intermediate}, "
           f"{shape.num_experts} experts, top_k {top_k}")
     for plan in volt8.plan(folder, tp_size).ranks:
-        print("  planned " + describe_memory(plan.rank, plan.shape, plan.memory))
+        print("  " + describe_memory(f"planned rank {plan.rank}", plan.shape, plan.memory))
     failures = []
     for tokens in args.tokens:
         x, ids, weights = routed_inputs(shape.hidden, shape.num_experts, top_k, tokens, args.seed)
@@ -331,10 +331,11 @@ def report_tokens(tokens, results, line, repeats, failures):
 
 
 def announce(torch, world, gpus, backend):
-    nccl = torch.cuda.nccl.version()
-    nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+    if backend == "nccl":
+        version = torch.cuda.nccl.version()
+        backend += " " + (".".join(map(str, version)) if isinstance(version, tuple) else str(version))
     print(f"tp_mtp_step: TP{world}, volt8 {volt8.library_version()}, torch {torch.__version__}, "
-          f"{torch.cuda.get_device_name(0)}, backend {backend}" + (f" (NCCL {nccl})" if backend == "nccl" else ""))
+          f"{torch.cuda.get_device_name(0)}, {backend}")
     if gpus < world:
         print(f"tp_mtp_step: {world} processes share {gpus} GPU(s) round-robin: this proves the code path "
               f"(per-rank load, forward, partial sums, graph replay) but not NCCL over links"
@@ -396,10 +397,10 @@ def run_rank(torch, dist, args, folder, rank, world, device, captured_reduce):
         if rank == 0:
             print(f"checkpoint {folder}: hidden {shape.hidden}, {shape.num_experts} experts, top_k {top_k}")
             for index, (rank_shape, memory, rank_device) in enumerate(memories):
-                print(f"  GPU {rank_device} " + describe_memory(index, rank_shape, memory))
+                print("  " + describe_memory(f"rank {index} on GPU {rank_device}", rank_shape, memory))
             tp1 = volt8.Experts.load(ctx, folder, max_tokens=max(args.tokens), max_top_k=top_k)
             full_host = volt8.load_host_checkpoint(folder)
-            print("  TP1 on GPU 0 " + describe_memory(0, tp1.shape, tp1.memory()))
+            print("  " + describe_memory(f"TP1 on GPU {device}", tp1.shape, tp1.memory()))
         for tokens in args.tokens:
             step, result = run_tokens(torch, dist, experts, args, tokens, top_k, captured_reduce)
             results = [None] * world

@@ -120,3 +120,48 @@ def test_host_only_script_runs_without_torch():
     assert run.returncode == 0, run.stderr
     assert run.stdout.rstrip().endswith("no torch 0"), run.stdout + run.stderr
     assert sorted(errors_by_tokens(run.stdout)) == [1, 5]
+
+
+class HostTensor:
+    """Stands in for a CUDA tensor in rank 0's checks: .cpu().numpy() gives the array."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.array
+
+
+def test_rank0_checks_and_report(example, tmp_path, capsys):
+    """The GPU run's checks on host arrays: a correct float16 sum passes, a sum missing a rank fails,
+    and a replay that differs from eager is named with its rank."""
+    folder = example.write_synthetic_checkpoint(str(tmp_path / "ckpt"), hidden=256, intermediate=256, num_experts=3)
+    full = example.volt8.load_host_checkpoint(folder)
+    ranks = [example.volt8.load_host_checkpoint(folder, tp_size=2, tp_rank=rank) for rank in range(2)]
+    inputs = example.routed_inputs(256, 3, 2, 4, seed=1)
+    partials = [example.volt8.reference_moe_forward(rank, *inputs) for rank in ranks]
+    tp1 = type("TP1", (), {"forward": lambda self, *args: HostTensor(
+        example.volt8.reference_moe_forward(full, *(a.array for a in args)).astype("float16"))})()
+
+    def step(summed):
+        return type("Step", (), {"summed": HostTensor(summed.astype("float16")), "x": HostTensor(inputs[0]),
+                                 "ids": HostTensor(inputs[1]), "weights": HostTensor(inputs[2])})()
+
+    failures = []
+    line = example.rank0_checks(tp1, full, step(partials[0] + partials[1]), 4, failures)
+    assert failures == [] and line.startswith("sum vs reference ")
+    example.rank0_checks(tp1, full, step(partials[0]), 4, failures)
+    assert [f.split(":")[1] for f in failures] == [" the sum against the float64 reference",
+                                                   " the sum against the TP1 forward"]
+    timing = {"forward_us": 10.0, "reduce_us": 20.0, "both_us": 31.0}
+    results = [dict(timing, forward_bits=True, sum_bits=True, sum_difference=0.0),
+               dict(timing, forward_bits=True, sum_bits=False, sum_difference=2e-4, both_us=33.0)]
+    failures = []
+    example.report_tokens(4, results, line, 50, failures)
+    assert failures == ["M=4 rank 1: the graph's all-reduce differs from the eager one (relative L2 0.0002)"]
+    output = capsys.readouterr().out
+    assert "replay DIFFERENT to eager" in output
+    assert "forward 10.0 us, all-reduce 20.0 us, forward + all-reduce 33.0 us (median of 50 replays" in output
