@@ -106,8 +106,10 @@ prepare() {
 # ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, then derived for sm_70, into $OUT's logs/tables: copy those
 # into tuning/tables to ship them; MODELS_TIMEOUT, default 600 s, bounds each model's run),
 # models_bench (volt8 bench --model NAME at TP 4 and TP 8 for each model, with the tables just tuned
-# when there are any; JSON and Markdown per run in logs/). The suites phase runs gpu_test_models too:
-# the models' TP4 and TP8 rank shapes, whose compute_70 kernels prepare carries (model_test_shapes).
+# when there are any; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
+# for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
+# one GPU runs only N = 2, both on it). The suites phase runs gpu_test_models too: the models' TP4
+# and TP8 rank shapes, whose compute_70 kernels prepare carries (model_test_shapes).
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
 run() {
   local out="${OUT:-$root/out}"
@@ -287,6 +289,28 @@ run() {
           echo "== $name"
           grep -E '^  volt8_|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Grid Size|Block Limit Registers|Waves Per SM|stalled|warps_active' \
             "$logs/$name.log" | sed -E 's/\(([0-9]+, ){2}[0-9]+\)x\(([0-9]+, ){2}[0-9]+\)//; s/ +/ /g'
+        done ;;
+      tp)
+        # Each process one GPU (LOCAL_RANK mod the GPU count), partial outputs summed by NCCL all_reduce.
+        # Fewer GPUs than processes: they share them and sum through gloo, which proves the code path but
+        # not NCCL over links. NVLink multicast off here as well as in the script.
+        local gpus tp_size tp_shape
+        gpus="$(nvidia-smi -L | wc -l)"
+        for tp_size in ${TP_SIZES:-2 4}; do
+          if [ "$gpus" -le 1 ] && [ "$tp_size" -gt 2 ]; then
+            echo "tp: N = $tp_size not run: one GPU runs N = 2 only" | tee -a "$summary"
+            continue
+          fi
+          [ "$gpus" -lt "$tp_size" ] && echo "tp: N = $tp_size processes share $gpus GPU(s): this proves the code" \
+            "path, not NCCL over links" | tee -a "$summary"
+          for tp_shape in ${TP_SHAPES:-reference glm-4.5-air}; do
+            step_timeout="${TP_TIMEOUT:-600}" step "tp$tp_size.$tp_shape" env NCCL_NVLS_ENABLE=0 \
+              TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" \
+              VOLT8_CACHE_DIR="$work/native" PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --standalone \
+              --nproc-per-node "$tp_size" "$root/examples/tp_mtp_step.py" --shape "$tp_shape"
+            echo "== tp$tp_size.$tp_shape"
+            grep -E '^(tp_mtp_step|checkpoint|M=|  )' "$logs/tp$tp_size.$tp_shape.log"
+          done
         done ;;
       *) echo "gpu_check: unknown phase $phase" >&2 ;;
     esac
