@@ -5,6 +5,7 @@ import weakref
 
 from . import _abi
 from ._library import check, last_error, load
+from ._strings import c_path, c_string
 from .errors import InvalidArgumentError, NoDeviceError
 from .shape import MoeShape
 
@@ -39,8 +40,8 @@ class Context:
     def __init__(self, device=0, *, cache_dir=None, cache_disable=False, target_arch=None, early_launch=True):
         library = load()
         self.device = device_ordinal(device)
-        options = _abi.CtxOptions(device=self.device, cache_dir=_encode(cache_dir),
-                                  cache_disable=int(bool(cache_disable)), target_arch=_encode(target_arch),
+        options = _abi.CtxOptions(device=self.device, cache_dir=c_path(cache_dir, "cache_dir"),
+                                  cache_disable=int(bool(cache_disable)), target_arch=c_string(target_arch, "target_arch"),
                                   early_launch_disable=int(not early_launch))
         handle = ctypes.c_void_p()
         check(library.volt8_ctx_create(ctypes.byref(options), ctypes.byref(handle)), "volt8_ctx_create")
@@ -139,17 +140,13 @@ class Context:
         returns True when the image came from the cache."""
         c_shape = (shape or MoeShape()).to_c()
         from_cache = ctypes.c_int32()
-        self.call("volt8_variant_compile", self.handle, ctypes.byref(c_shape), name.encode(), ctypes.byref(from_cache))
+        self.call("volt8_variant_compile", self.handle, ctypes.byref(c_shape), c_string(name, "name"), ctypes.byref(from_cache))
         return bool(from_cache.value)
 
     def prepare_sampler(self):
         """Compiles (or loads from the cache) the rejection-sampler kernels and, with a GPU, loads them:
         call it before capturing rejection_sample into a CUDA graph."""
         self.call("volt8_rejection_prepare", self.handle)
-
-
-def _encode(text):
-    return None if text is None else str(text).encode()
 
 
 def tuning_warnings():
