@@ -237,6 +237,8 @@ typedef struct quant_metadata {
   const cJSON *fp8;         /* block-FP8 quantization_config */
   const cJSON **layer_keys; /* quantized_layers entries that can concern the MTP layer */
   size_t layer_key_count;
+  const char **excluded;    /* exclude_modules / modules_to_not_convert / ignored_layers entries that can */
+  size_t excluded_count;    /* concern the MTP experts (collect_exclusions) */
   int32_t num_hidden_layers, mtp_layer;
 } quant_metadata;
 
@@ -313,6 +315,10 @@ static volt8_status read_metadata(volt8_ctx *ctx, const checkpoint_config *confi
       config->config_is_source ? cJSON_GetObjectItemCaseSensitive(config->config, "quantization_config") : NULL;
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(quantization, "quant_method");
   meta->origin = "config.json";
+  if ((quantization && !cJSON_IsNull(quantization) && !cJSON_IsObject(quantization)) ||
+      (method && !cJSON_IsNull(method) && !cJSON_IsString(method)))
+    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s/config.json: quantization_config%s is not %s", config->config_dir,
+                      cJSON_IsObject(quantization) ? ".quant_method" : "", cJSON_IsObject(quantization) ? "a string" : "an object");
   if (!cJSON_IsString(method) && config->quant_file) {
     quantization = cJSON_GetObjectItemCaseSensitive(config->quant_file, "quantization");
     meta->origin = "hf_quant_config.json";
@@ -324,6 +330,9 @@ static volt8_status read_metadata(volt8_ctx *ctx, const checkpoint_config *confi
   }
   if (strcmp(meta->method, "modelopt") == 0) {
     meta->modelopt = quantization;
+    const cJSON *algo = cJSON_GetObjectItemCaseSensitive(quantization, "quant_algo");
+    if (algo && !cJSON_IsNull(algo) && !cJSON_IsString(algo))
+      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: quant_algo is not a string", meta->origin);
     volt8_status status = check_group_size(ctx, meta, quantization, "");
     if (status != VOLT8_OK) return status;
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(quantization, "quantized_layers");
@@ -332,17 +341,57 @@ static volt8_status read_metadata(volt8_ctx *ctx, const checkpoint_config *confi
     if (layers) return index_layer_keys(ctx, meta, layers);
   } else if (strcmp(meta->method, "fp8") == 0) {
     meta->fp8 = quantization;
+    const cJSON *block = cJSON_GetObjectItemCaseSensitive(quantization, "weight_block_size");
+    int numbers = !block || cJSON_IsNull(block) || cJSON_IsArray(block);
+    for (const cJSON *item = cJSON_IsArray(block) ? block->child : NULL; item && numbers; item = item->next)
+      numbers = cJSON_IsNumber(item);
+    if (!numbers) return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: weight_block_size is not a list of numbers", meta->origin);
   }
   return VOLT8_OK;
 }
 
-static int listed_in(const cJSON *list, char spellings[SPELLINGS][SPELLING_BYTES], int spelling_count) {
-  if (!cJSON_IsArray(list)) return 0;
+/* An exclusion list, where given, is an array of strings. */
+static volt8_status check_string_list(volt8_ctx *ctx, const quant_metadata *meta, const cJSON *list, const char *key) {
+  if (!list || cJSON_IsNull(list)) return VOLT8_OK;
+  int strings = cJSON_IsArray(list);
+  for (const cJSON *item = strings ? list->child : NULL; item && strings; item = item->next) strings = cJSON_IsString(item);
+  return strings ? VOLT8_OK : volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s is not a list of strings", meta->origin, key);
+}
+
+/* Keeps the entries of `list` that can cover an MTP expert module: globs (capped), and names that
+ * agree with one of the experts' spellings as far as both go. Each kept entry is matched against
+ * every module, so a long list of unrelated names costs one pass here, not one per module. */
+static volt8_status collect_exclusions(volt8_ctx *ctx, quant_metadata *meta, const cJSON *list, const char *key,
+                                       char spellings[SPELLINGS][SPELLING_BYTES], int spelling_count, size_t *globs) {
+  volt8_status status = check_string_list(ctx, meta, list, key);
+  if (status != VOLT8_OK || !cJSON_IsArray(list)) return status;
+  size_t count = (size_t)cJSON_GetArraySize(list);
+  const char **kept = volt8_checkpoint_alloc((meta->excluded_count + count + 1) * sizeof *kept);
+  if (!kept) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "%s: out of memory for %s", meta->origin, key);
+  if (meta->excluded_count) memcpy(kept, meta->excluded, meta->excluded_count * sizeof *kept);
+  volt8_checkpoint_free(meta->excluded);
+  meta->excluded = kept;
   for (const cJSON *item = list->child; item; item = item->next) {
-    if (!cJSON_IsString(item)) continue;
-    for (int s = 0; s < spelling_count; s++)
-      if (pattern_covers(item->valuestring, spellings[s])) return 1;
+    const char *pattern = item->valuestring;
+    int glob = strpbrk(pattern, "*?[\\") != NULL, keep = glob;
+    for (int s = 0; s < spelling_count && !keep; s++) {
+      size_t length = strlen(pattern), spelled = strlen(spellings[s]);
+      keep = strncmp(pattern, spellings[s], length < spelled ? length : spelled) == 0;
+    }
+    if (!keep) continue;
+    if ((*globs += glob) > MAX_LAYER_GLOBS || meta->excluded_count == MAX_LAYER_KEYS)
+      return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s: %s holds more than %d %s that may concern the MTP experts (the "
+                        "limit)", meta->origin, key, glob ? MAX_LAYER_GLOBS : MAX_LAYER_KEYS,
+                        glob ? "glob patterns" : "entries");
+    meta->excluded[meta->excluded_count++] = pattern;
   }
+  return VOLT8_OK;
+}
+
+static int excluded(const quant_metadata *meta, char spellings[SPELLINGS][SPELLING_BYTES], int spelling_count) {
+  for (size_t i = 0; i < meta->excluded_count; i++)
+    for (int s = 0; s < spelling_count; s++)
+      if (pattern_covers(meta->excluded[i], spellings[s])) return 1;
   return 0;
 }
 
@@ -379,14 +428,12 @@ static meta_verdict classify_module(const quant_metadata *meta, const char *actu
       const cJSON *entry = find_layer_entry(meta, rest, spellings, spelling_count);
       return entry ? verdict_for_entry(entry) : make_verdict(META_UNQUANTIZED, "modelopt (not listed)");
     }
-    if (!*algo_name || listed_in(cJSON_GetObjectItemCaseSensitive(meta->modelopt, "exclude_modules"), spellings,
-                                 spelling_count))
+    if (!*algo_name || excluded(meta, spellings, spelling_count))
       return make_verdict(META_UNQUANTIZED, "modelopt (excluded)");
     return verdict_for_algo(algo_name, cJSON_GetObjectItemCaseSensitive(meta->modelopt, "group_size"));
   }
   if (meta->fp8) {
-    if (listed_in(cJSON_GetObjectItemCaseSensitive(meta->fp8, "modules_to_not_convert"), spellings, spelling_count) ||
-        listed_in(cJSON_GetObjectItemCaseSensitive(meta->fp8, "ignored_layers"), spellings, spelling_count))
+    if (excluded(meta, spellings, spelling_count))
       return make_verdict(META_UNQUANTIZED, "fp8 (not converted)");
     const cJSON *block = cJSON_GetObjectItemCaseSensitive(meta->fp8, "weight_block_size");
     if (cJSON_GetArraySize(block) == 2 && cJSON_GetArrayItem(block, 0)->valuedouble == VOLT8_CHECKPOINT_BLOCK &&
@@ -568,10 +615,22 @@ static int is_float_dtype(volt8_st_dtype dtype) {
 }
 
 /* One verdict for all expert modules (they may not mix formats). */
-static volt8_status classify_experts(volt8_ctx *ctx, const volt8_checkpoint *checkpoint, const quant_metadata *meta,
+static volt8_status classify_experts(volt8_ctx *ctx, const volt8_checkpoint *checkpoint, quant_metadata *meta,
                                      meta_verdict *out) {
   char actual[NAME_BYTES];
   size_t layer_length = strlen(checkpoint->tensor_prefix) - strlen(EXPERTS_PART);
+  char spellings[SPELLINGS][SPELLING_BYTES];
+  snprintf(actual, sizeof actual, "%.*s", (int)strlen(checkpoint->tensor_prefix) - 1, checkpoint->tensor_prefix);
+  int spelling_count = module_spellings(actual, actual + layer_length, meta->mtp_layer, meta->num_hidden_layers, spellings);
+  static const char *const list_keys[3] = {"exclude_modules", "modules_to_not_convert", "ignored_layers"};
+  size_t globs = 0;
+  for (int i = 0; i < 3; i++) {
+    const cJSON *settings = i == 0 ? meta->modelopt : meta->fp8;
+    volt8_status status = settings ? collect_exclusions(ctx, meta, cJSON_GetObjectItemCaseSensitive(settings, list_keys[i]),
+                                                        list_keys[i], spellings, spelling_count, &globs)
+                                   : VOLT8_OK;
+    if (status != VOLT8_OK) return status;
+  }
   int32_t modules = checkpoint->fused ? 1 : checkpoint->num_experts * VOLT8_PROJECTIONS;
   for (int32_t m = 0; m < modules; m++) {
     if (checkpoint->fused)
@@ -689,6 +748,7 @@ volt8_status volt8_checkpoint_open(volt8_ctx *ctx, const volt8_load_options *opt
   if (status == VOLT8_OK) status = read_metadata(ctx, &config, &meta);
   if (status == VOLT8_OK) status = open_experts(ctx, checkpoint, options, &config, &meta);
   volt8_checkpoint_free(meta.layer_keys);
+  volt8_checkpoint_free(meta.excluded);
   cJSON_Delete(config.config);
   cJSON_Delete(config.quant_file);
   if (status != VOLT8_OK) {
