@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 
 #include "cache.h"
 #include "ctx_internal.h"
+#include "numeric.h"
 #include "safetensors.h"
 #include "tuning.h"
 
@@ -238,6 +240,31 @@ Test(hardening, mtp_layer_near_int32_max_is_refused, .init = make_work_dir, .fin
   volt8_status status = plan_work_dir(NULL, INT32_MAX, message, sizeof message);
   cr_assert_eq(status, VOLT8_ERR_INVALID_ARGUMENT, "%s: %s", volt8_status_string(status), message);
   cr_assert(strstr(message, "mtp_layer is 2147483647"), "%s", message);
+}
+
+/* An unquantized weight of 65504 once quantized to code 448 and scale 146.25: 65520, beyond FP16.
+ * The host load now holds it to the native route's rule (the GPU suite runs its forward). */
+Test(hardening, online_weight_of_fp16_max_dequantizes_within_fp16, .init = make_work_dir, .fini = remove_work_dir) {
+  enum { SIZE = 128 };
+  cr_assert(tiny_online_checkpoint_write(work_dir, 2, SIZE, 65504.0f), "cannot write the checkpoint");
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = work_dir;
+  options.mtp_expert_quantization = "fp8";
+  volt8_host_checkpoint *host = NULL;
+  cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &host), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(host->shape.block_n, 128);
+  const uint8_t *w2 = host->experts.w2; /* expert 0: [H][I], one 128x128 block */
+  double scale = volt8_half_to_double(((const uint16_t *)host->experts.s2)[0]) / 256.0, largest = 0.0;
+  for (int i = 0; i < SIZE * SIZE; i++) {
+    double dequantized = fabs((double)volt8_e4m3_to_float(w2[i])) * scale;
+    cr_assert_leq(dequantized, 65504.0, "down [%d, %d] dequantizes to %g (scale %g)", i / SIZE, i % SIZE, dequantized,
+                  scale);
+    largest = dequantized > largest ? dequantized : largest;
+  }
+  cr_assert_geq(largest, 65000.0, "the 65504 weight came back as %g", largest);
+  volt8_host_checkpoint_free(host);
+  volt8_ctx_destroy(ctx);
 }
 
 /* ---- JSON read as strictly as the format's reference ---- */
