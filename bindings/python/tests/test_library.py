@@ -141,3 +141,18 @@ def test_init_macros_defaults():
         ctypes.sizeof(_abi.LoadOptions), 1, 64, 10, 128)
     assert volt8.MoeShape().to_c().intermediate_offset == 32
     assert _abi.RejectionArgs().size == ctypes.sizeof(_abi.RejectionArgs)
+
+
+def test_kernels_the_cache_did_not_keep_are_reported(tmp_path):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("x")
+    with volt8.Context(device=None, cache_dir=not_a_folder, target_arch="sm_70") as ctx:
+        assert ctx.cache_store_failures() == (0, "")
+        try:
+            ctx.compile_variant(ctx.variant_names()[0])
+        except volt8.ArchUnsupportedError as error:
+            pytest.skip(f"no NVRTC for sm_70 here: {error}")
+        count, reason = ctx.cache_store_failures()
+        assert count >= 1 and str(not_a_folder) in reason and "Not a directory" in reason, (count, reason)
+    with volt8.Context(device=None, cache_disable=True) as ctx:
+        assert ctx.cache_store_failures() == (0, "the disk cache is disabled (cache_disable)")

@@ -143,6 +143,15 @@ class Context:
         self.call("volt8_variant_compile", self.handle, ctypes.byref(c_shape), c_string(name, "name"), ctypes.byref(from_cache))
         return bool(from_cache.value)
 
+    def cache_store_failures(self):
+        """(count, reason): kernels compiled on this context that its disk cache did not keep (compiles
+        still succeed; later processes compile them again), and why the first was not kept, or why
+        there is no disk cache at all."""
+        count = ctypes.c_int32()
+        buffer = ctypes.create_string_buffer(1024)
+        self.call("volt8_cache_store_failures", self.handle, ctypes.byref(count), buffer, len(buffer))
+        return count.value, buffer.value.decode("utf-8", "replace")
+
     def prepare_sampler(self):
         """Compiles (or loads from the cache) the rejection-sampler kernels and, with a GPU, loads them:
         call it before capturing rejection_sample into a CUDA graph."""
