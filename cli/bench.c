@@ -74,6 +74,7 @@ int cli_bench(int argc, char **argv) {
   }
   free(report);
   free(command);
+  cli_cache_store_failures(ctx, "bench", 0);
   volt8_ctx_destroy(ctx);
   return rc;
 }

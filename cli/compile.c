@@ -33,6 +33,17 @@ volt8_status cli_compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compi
   return VOLT8_OK;
 }
 
+int cli_cache_store_failures(volt8_ctx *ctx, const char *command, int is_error) {
+  int32_t count = 0;
+  char why[1024] = "";
+  if (volt8_cache_store_failures(ctx, &count, why, sizeof why) != VOLT8_OK || count == 0) return 0;
+  fflush(stdout);
+  fprintf(stderr, "volt8 %s: %s%d compiled kernel%s not stored in the disk cache (%s); %s\n", command,
+          is_error ? "" : "warning: ", count, count == 1 ? " was" : "s were", why,
+          is_error ? "the cache is incomplete" : "later runs compile them again");
+  return count;
+}
+
 int cli_list(int argc, char **argv) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   const char *arch = NULL, *model = NULL, *tp = NULL, *rank = NULL;
@@ -133,6 +144,8 @@ int cli_compile(int argc, char **argv) {
   } else {
     printf("volt8 compile: %d compiled, %d already cached, %.1f s\n", totals.compiled, totals.from_cache, totals.seconds);
   }
+  /* filling the cache is this command's whole purpose: anything it did not keep is a failure */
+  if (cli_cache_store_failures(ctx, "compile", 1) > 0) rc = 1;
   volt8_ctx_destroy(ctx);
   return rc;
 }

@@ -330,6 +330,7 @@ int cli_demo(int argc, char **argv) {
     rc = has_gpu ? run_gpu(ctx, &options, host) : run_cpu(ctx, host);
   }
   volt8_host_checkpoint_free(host);
+  cli_cache_store_failures(ctx, "demo", 0);
   if (!keep) {
     char command[512];
     snprintf(command, sizeof command, "rm -rf '%s'", dir);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "json_strict.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -47,12 +48,19 @@ static int parse_plan_args(int argc, char **argv, plan_args *args) {
   return 0;
 }
 
+/* JSON text is UTF-8: a byte that starts no valid sequence (a non-UTF-8 folder name) is written as
+ * U+FFFD, so the output always parses. */
 static void print_json_string(const char *text) {
   putchar('"');
-  for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-    if (*c == '"' || *c == '\\') printf("\\%c", *c);
-    else if (*c < 0x20) printf("\\u%04x", *c);
-    else putchar(*c);
+  size_t left = strlen(text);
+  for (const unsigned char *c = (const unsigned char *)text; *c;) {
+    size_t sequence = volt8_utf8_sequence_length(c, left);
+    if (sequence == 0) printf("\\ufffd"), sequence = 1;
+    else if (*c == '"' || *c == '\\') printf("\\%c", *c);
+    else if (*c < 0x20 || *c == 0x7F) printf("\\u%04x", *c);
+    else fwrite(c, 1, sequence, stdout);
+    c += sequence;
+    left -= sequence;
   }
   putchar('"');
 }

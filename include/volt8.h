@@ -213,6 +213,11 @@ VOLT8_API void volt8_graph_destroy(volt8_graph *graph);
  * skipped), newline-separated into buf; *out_count is how many. */
 VOLT8_API volt8_status volt8_tuning_warnings(char *buf, size_t buf_size, int32_t *out_count);
 
+/* Kernels compiled on ctx that its disk cache did not keep (a cache that cannot be written only
+ * makes later runs slower, so compiles still succeed): *out_count, and in buf (may be NULL) why
+ * the first was not kept, or why ctx has no disk cache at all. */
+VOLT8_API volt8_status volt8_cache_store_failures(volt8_ctx *ctx, int32_t *out_count, char *buf, size_t buf_size);
+
 /* Experimental (tests, bench, tuner): pin the gate_up and down variants by name; NULL restores
  * the dispatch policy. */
 VOLT8_API volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant,

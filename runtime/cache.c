@@ -1,6 +1,8 @@
 /* The on-disk kernel cache: keys, entry encoding and verification, atomic publication. */
 #include "cache.h"
 
+#include "files.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -180,10 +182,10 @@ static volt8_status read_entry(const char *path, const volt8_cache_inputs *input
   uint8_t header[HEADER_BYTES];
   char name[MAX_NAME_BYTES];
   void *payload = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return VOLT8_ERR_NOT_FOUND;
+  int fd = -1;
   struct stat info;
-  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || info.st_size < HEADER_BYTES ||
+  if (volt8_open_regular_fd(path, &fd, &info) != 0) return VOLT8_ERR_NOT_FOUND; /* a FIFO or device is a miss */
+  if (info.st_size < HEADER_BYTES ||
       (uint64_t)info.st_size > MAX_ENTRY_BYTES || read_fully(fd, header, HEADER_BYTES, 0) != 0)
     goto done;
   size_t name_bytes = get_u32(header + HEADER_NAME_BYTES);
@@ -317,15 +319,21 @@ volt8_status volt8_cache_load(const char *dir, const volt8_cache_inputs *inputs,
   return status;
 }
 
-/* mkdir -p: creates every missing component; another process creating one first is fine. */
+/* mkdir -p: creates every missing component; another process creating one first is fine. On
+ * failure, errno says why (ENOTDIR where a component is not a directory). */
 static int make_dirs(char *path) {
   for (char *slash = strchr(path + 1, '/');; slash = strchr(slash + 1, '/')) {
     if (slash) *slash = '\0';
     int made = mkdir(path, 0755) == 0 || errno == EEXIST;
+    int error = errno;
     struct stat info;
     int is_dir = made && stat(path, &info) == 0 && S_ISDIR(info.st_mode);
+    if (made && !is_dir) error = ENOTDIR;
     if (slash) *slash = '/';
-    if (!is_dir) return -1;
+    if (!is_dir) {
+      errno = error;
+      return -1;
+    }
     if (!slash) return 0;
   }
 }
@@ -380,8 +388,19 @@ static void encode_header(uint8_t *header, const volt8_cache_inputs *inputs, con
   header_digest(header, inputs->kernel_name, name_bytes, header + HEADER_SHA256);
 }
 
+/* Writes "<step> <path>: <errno text>" into why (may be NULL). */
+static void note_failure(char *why, size_t why_size, const char *step, const char *path) {
+  if (why && why_size) snprintf(why, why_size, "%s %s: %s", step, path, strerror(errno));
+}
+
 volt8_status volt8_cache_store(const char *dir, const volt8_cache_inputs *inputs, const char *nvrtc_version,
                                const void *data, size_t size) {
+  return volt8_cache_publish(dir, inputs, nvrtc_version, data, size, NULL, 0);
+}
+
+volt8_status volt8_cache_publish(const char *dir, const volt8_cache_inputs *inputs, const char *nvrtc_version,
+                                 const void *data, size_t size, char *why, size_t why_size) {
+  if (why && why_size) snprintf(why, why_size, "invalid arguments");
   if (!dir || !inputs || !nvrtc_version || !data || size == 0 || strlen(nvrtc_version) >= NVRTC_VERSION_FIELD_BYTES ||
       !inputs->kernel_name || strlen(inputs->kernel_name) > MAX_NAME_BYTES)
     return VOLT8_ERR_INVALID_ARGUMENT;
@@ -393,22 +412,36 @@ volt8_status volt8_cache_store(const char *dir, const volt8_cache_inputs *inputs
   size_t temp_bytes = strlen(dir) + 64;
   char *temp_path = malloc(temp_bytes);
   status = VOLT8_ERR_OUT_OF_MEMORY;
+  if (why && why_size) snprintf(why, why_size, "out of memory");
   if (!entries_dir || !final_path || !temp_path) goto done;
   status = VOLT8_ERR_IO;
   snprintf(temp_path, temp_bytes, "%s/tmp", dir);
-  if (make_dirs(temp_path) != 0 || make_dirs(entries_dir) != 0) goto done;
+  if (make_dirs(temp_path) != 0) {
+    note_failure(why, why_size, "cannot create", temp_path);
+    goto done;
+  }
+  if (make_dirs(entries_dir) != 0) {
+    note_failure(why, why_size, "cannot create", entries_dir);
+    goto done;
+  }
   remove_stale_temps(temp_path);
   snprintf(temp_path, temp_bytes, "%s/tmp/%ld.%016llx", dir, (long)getpid(), (unsigned long long)random_suffix());
   int fd = open(temp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) goto done;
+  if (fd < 0) {
+    note_failure(why, why_size, "cannot create", temp_path);
+    goto done;
+  }
   uint8_t header[HEADER_BYTES];
   encode_header(header, inputs, nvrtc_version, key, data, size);
   int written = write_fully(fd, header, HEADER_BYTES) == 0 &&
                 write_fully(fd, inputs->kernel_name, strlen(inputs->kernel_name)) == 0 &&
                 write_fully(fd, data, size) == 0 && fsync(fd) == 0;
+  if (!written) note_failure(why, why_size, "cannot write", temp_path);
   int closed = close(fd) == 0;
+  if (written && !closed) note_failure(why, why_size, "cannot close", temp_path);
   /* Renaming over an entry another process just published is fine: both are valid. */
   if (!written || !closed || rename(temp_path, final_path) != 0) {
+    if (written && closed) note_failure(why, why_size, "cannot rename the entry to", final_path);
     unlink(temp_path);
     goto done;
   }

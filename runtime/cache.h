@@ -44,5 +44,9 @@ volt8_status volt8_cache_load(const char *dir, const volt8_cache_inputs *inputs,
  * VOLT8_ERR_OUT_OF_MEMORY, setting no error message: a cache that cannot be written is only slower. */
 volt8_status volt8_cache_store(const char *dir, const volt8_cache_inputs *inputs, const char *nvrtc_version,
                                const void *data, size_t size);
+/* The same, writing why a failure happened ("cannot create <path>: Not a directory") into why
+ * (may be NULL). */
+volt8_status volt8_cache_publish(const char *dir, const volt8_cache_inputs *inputs, const char *nvrtc_version,
+                                 const void *data, size_t size, char *why, size_t why_size);
 
 #endif

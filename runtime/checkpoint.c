@@ -3,6 +3,8 @@
 #include "checkpoint.h"
 
 #include "ctx_internal.h"
+#include "files.h"
+#include "json_strict.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -18,6 +20,11 @@
 #define CONFIG_FILE_LIMIT (64u << 20)
 #define EXPERTS_PART "mlp.experts."
 #define MAX_EXPERTS (1 << 20)
+/* Bounds num_hidden_layers and mtp_layer, so their sum (a runtime layer index) fits an int32. */
+#define MAX_LAYERS (1 << 20)
+/* quantized_layers keys kept for the MTP layer: each is matched against every expert module. */
+#define MAX_LAYER_GLOBS 256
+#define MAX_LAYER_KEYS 16384
 #define NAME_BYTES 512
 #define SPELLINGS 5
 #define SPELLING_BYTES (NAME_BYTES + 64)
@@ -79,7 +86,8 @@ volt8_status volt8_load_options_read(volt8_ctx *ctx, const volt8_load_options *o
   if (read.online_block_n != 1 && read.online_block_n != VOLT8_CHECKPOINT_BLOCK)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "online_block_n is %d; online scale blocks have 1 or 128 rows",
                       read.online_block_n);
-  if (read.mtp_layer < 0) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "mtp_layer is %d", read.mtp_layer);
+  if (read.mtp_layer < 0 || read.mtp_layer > MAX_LAYERS)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "mtp_layer is %d; it must be 0..%d", read.mtp_layer, MAX_LAYERS);
   const char *online = read.mtp_expert_quantization;
   if (online && *online && strcmp(online, "fp8") != 0)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "mtp_expert_quantization \"%s\": only \"fp8\" is known", online);
@@ -96,45 +104,42 @@ typedef struct checkpoint_config {
   cJSON *quant_file;         /* hf_quant_config.json of the MTP source folder; may be NULL */
   int config_is_source;      /* config came from the MTP source folder, so its quantization_config applies */
   int32_t num_hidden_layers; /* 0: unknown */
+  const char *config_dir;    /* the folder config came from, for messages */
 } checkpoint_config;
 
+/* dir/name parsed strictly; *out stays NULL (and VOLT8_OK) when the file does not exist. */
 static volt8_status read_json_file(volt8_ctx *ctx, const char *dir, const char *name, cJSON **out) {
   *out = NULL;
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *stream = fopen(path, "rb");
-  if (!stream) return errno == ENOENT ? VOLT8_OK : volt8_fail(ctx, VOLT8_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat info;
+  size_t path_bytes = strlen(dir) + strlen(name) + 2;
+  char *path = malloc(path_bytes);
+  if (!path) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the path of %s", name);
+  snprintf(path, path_bytes, "%s/%s", dir, name);
   char *text = NULL;
-  volt8_status status = VOLT8_OK;
-  if (fstat(fileno(stream), &info) != 0 || !S_ISREG(info.st_mode))
-    status = volt8_fail(ctx, VOLT8_ERR_IO, "%s: not a readable regular file", path);
-  else if ((uint64_t)info.st_size > CONFIG_FILE_LIMIT)
-    status = volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: larger than %u bytes", path, CONFIG_FILE_LIMIT);
-  else if (!(text = volt8_checkpoint_alloc((size_t)info.st_size + 1)))
-    status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-  else if (fread(text, 1, (size_t)info.st_size, stream) != (size_t)info.st_size)
-    status = volt8_fail(ctx, VOLT8_ERR_IO, "%s: short read", path);
-  else if (!(*out = cJSON_ParseWithLength(text, (size_t)info.st_size)) || !cJSON_IsObject(*out))
-    status = volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: not a JSON object", path);
-  fclose(stream);
-  volt8_checkpoint_free(text);
-  if (status != VOLT8_OK) {
-    cJSON_Delete(*out);
-    *out = NULL;
-  }
+  size_t bytes = 0;
+  int missing = 0;
+  volt8_status status = volt8_read_regular(ctx, path, CONFIG_FILE_LIMIT, &text, &bytes, &missing);
+  if (status == VOLT8_OK && !missing) status = volt8_json_parse_object(ctx, path, name, text, bytes, 0, out);
+  free(text);
+  free(path);
   return status;
 }
 
-/* An integer setting of the model: text_config's (multimodal configs nest it) or the top level's. */
-static int config_int(const cJSON *config, const char *key, int64_t *out) {
-  const cJSON *places[2] = {cJSON_GetObjectItemCaseSensitive(config, "text_config"), config};
+/* An integer setting of the model: text_config's (multimodal configs nest it) or the top level's.
+ * 0: absent; 1: *out set; -1: present but not an integer (a message names file and key). */
+static int config_int(volt8_ctx *ctx, const checkpoint_config *config, const char *key, int64_t *out) {
+  const cJSON *places[2] = {cJSON_GetObjectItemCaseSensitive(config->config, "text_config"), config->config};
   for (int i = 0; i < 2; i++) {
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(places[i], key);
+    if (!item || cJSON_IsNull(item)) continue;
     if (cJSON_IsNumber(item) && fabs(item->valuedouble) < 0x1p62 && item->valuedouble == (double)(int64_t)item->valuedouble) {
       *out = (int64_t)item->valuedouble;
       return 1;
     }
+    char *text = cJSON_PrintUnformatted(item);
+    volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s/config.json: %s%s is %.80s, not an integer", config->config_dir,
+               i == 0 ? "text_config." : "", key, text ? text : "not a number");
+    free(text);
+    return -1;
   }
   return 0;
 }
@@ -149,13 +154,19 @@ static volt8_status read_config(volt8_ctx *ctx, const volt8_load_options *option
   const char *source = options->draft_checkpoint_dir ? options->draft_checkpoint_dir : options->checkpoint_dir;
   volt8_status status = read_json_file(ctx, source, "config.json", &out->config);
   out->config_is_source = out->config != NULL;
-  if (status == VOLT8_OK && !out->config && options->checkpoint_dir && source != options->checkpoint_dir)
+  out->config_dir = source;
+  if (status == VOLT8_OK && !out->config && options->checkpoint_dir && source != options->checkpoint_dir) {
     status = read_json_file(ctx, options->checkpoint_dir, "config.json", &out->config);
+    out->config_dir = options->checkpoint_dir;
+  }
   if (status == VOLT8_OK) status = read_json_file(ctx, source, "hf_quant_config.json", &out->quant_file);
   int64_t layers = 0;
-  if (status == VOLT8_OK && out->config && config_int(out->config, "num_hidden_layers", &layers)) {
-    if (layers <= 0 || layers > MAX_EXPERTS)
-      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s/config.json: num_hidden_layers = %lld", source, (long long)layers);
+  int found = status == VOLT8_OK && out->config ? config_int(ctx, out, "num_hidden_layers", &layers) : 0;
+  if (found < 0) return VOLT8_ERR_FORMAT;
+  if (found) {
+    if (layers <= 0 || layers > MAX_LAYERS)
+      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s/config.json: num_hidden_layers = %lld (at most %d)", out->config_dir,
+                        (long long)layers, MAX_LAYERS);
     out->num_hidden_layers = (int32_t)layers;
   }
   return status;
@@ -178,7 +189,7 @@ static size_t mtp_layer_match(const char *name, int32_t num_hidden_layers, int32
     if (cursor[0] < '0' || cursor[0] > '9' || (cursor[0] == '0' && cursor[1] >= '0' && cursor[1] <= '9')) continue;
     char *end = NULL;
     long index = strtol(cursor, &end, 10);
-    if ((*end != '.' && *end != '\0') || index > MAX_EXPERTS) continue;
+    if ((*end != '.' && *end != '\0') || index > 2 * (long)MAX_LAYERS) continue;
     if (!spelled_mtp && index < num_hidden_layers) continue;
     int runtime_index = num_hidden_layers > 0 && index >= num_hidden_layers;
     *out_layer = (int32_t)(runtime_index ? index - num_hidden_layers : index);
@@ -201,11 +212,13 @@ static int module_spellings(const char *actual, const char *rest, int32_t layer,
   return count;
 }
 
+static int is_glob(const char *text) { return strpbrk(text, "*?[") != NULL; }
+
 /* `pattern` names `name` or one of its ancestors, exactly or as a shell glob. */
 static int pattern_covers(const char *pattern, const char *name) {
   size_t length = strlen(pattern);
   if (strncmp(name, pattern, length) == 0 && (name[length] == '\0' || name[length] == '.')) return 1;
-  return fnmatch(pattern, name, 0) == 0;
+  return strpbrk(pattern, "*?[\\") && fnmatch(pattern, name, 0) == 0;
 }
 
 /* ---- quantization metadata ---- */
@@ -224,6 +237,8 @@ typedef struct quant_metadata {
   const cJSON *fp8;         /* block-FP8 quantization_config */
   const cJSON **layer_keys; /* quantized_layers entries that can concern the MTP layer */
   size_t layer_key_count;
+  const char **excluded;    /* exclude_modules / modules_to_not_convert / ignored_layers entries that can */
+  size_t excluded_count;    /* concern the MTP experts (collect_exclusions) */
   int32_t num_hidden_layers, mtp_layer;
 } quant_metadata;
 
@@ -232,8 +247,6 @@ static meta_verdict make_verdict(meta_kind kind, const char *format) {
   snprintf(verdict.format, sizeof verdict.format, "%s", format);
   return verdict;
 }
-
-static int is_glob(const char *text) { return strpbrk(text, "*?[") != NULL; }
 
 static meta_verdict verdict_for_algo(const char *algo, const cJSON *group_size) {
   meta_verdict verdict = {META_OTHER, ""};
@@ -253,7 +266,19 @@ static meta_verdict verdict_for_entry(const cJSON *entry) {
   return verdict_for_algo(algo->valuestring, cJSON_GetObjectItemCaseSensitive(entry, "group_size"));
 }
 
-/* Keeps the quantized_layers keys that may concern the MTP layer: its own, globs, and its ancestors. */
+/* group_size, where given, is a number: a string "128" would otherwise read as group 0. */
+static volt8_status check_group_size(volt8_ctx *ctx, const quant_metadata *meta, const cJSON *settings, const char *where) {
+  const cJSON *group_size = cJSON_GetObjectItemCaseSensitive(settings, "group_size");
+  if (!group_size || cJSON_IsNumber(group_size)) return VOLT8_OK;
+  char *text = cJSON_PrintUnformatted(group_size);
+  volt8_status status = volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s%sgroup_size is %.80s, not a number", meta->origin,
+                                   where, *where ? "." : "", text ? text : "not a number");
+  free(text);
+  return status;
+}
+
+/* Keeps the quantized_layers keys that may concern the MTP layer: its own, globs, and its ancestors.
+ * Each kept key is matched against every expert module, so their number is capped. */
 static volt8_status index_layer_keys(volt8_ctx *ctx, quant_metadata *meta, const cJSON *layers) {
   size_t count = (size_t)cJSON_GetArraySize(layers);
   meta->layer_keys = volt8_checkpoint_alloc((count ? count : 1) * sizeof *meta->layer_keys);
@@ -266,11 +291,20 @@ static volt8_status index_layer_keys(volt8_ctx *ctx, quant_metadata *meta, const
     snprintf(layer_names[names++], sizeof layer_names[0], "model.layers.%d", n + layer);
     snprintf(layer_names[names++], sizeof layer_names[0], "mtp.layers.%d", n + layer);
   }
+  size_t globs = 0;
   for (const cJSON *item = layers->child; item; item = item->next) {
     int32_t key_layer = -1;
-    int keep = (mtp_layer_match(item->string, n, &key_layer) && key_layer == layer) || is_glob(item->string);
+    int glob = is_glob(item->string);
+    int keep = (mtp_layer_match(item->string, n, &key_layer) && key_layer == layer) || glob;
     for (int32_t i = 0; i < names && !keep; i++) keep = pattern_covers(item->string, layer_names[i]);
-    if (keep) meta->layer_keys[meta->layer_key_count++] = item;
+    if (!keep) continue;
+    if ((globs += glob) > MAX_LAYER_GLOBS || meta->layer_key_count == MAX_LAYER_KEYS)
+      return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s: quantized_layers holds more than %d %s that may concern the MTP "
+                        "layer (the limit)", meta->origin, glob ? MAX_LAYER_GLOBS : MAX_LAYER_KEYS,
+                        glob ? "glob patterns" : "entries");
+    volt8_status status = check_group_size(ctx, meta, item, item->string);
+    if (status != VOLT8_OK) return status;
+    meta->layer_keys[meta->layer_key_count++] = item;
   }
   return VOLT8_OK;
 }
@@ -281,6 +315,10 @@ static volt8_status read_metadata(volt8_ctx *ctx, const checkpoint_config *confi
       config->config_is_source ? cJSON_GetObjectItemCaseSensitive(config->config, "quantization_config") : NULL;
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(quantization, "quant_method");
   meta->origin = "config.json";
+  if ((quantization && !cJSON_IsNull(quantization) && !cJSON_IsObject(quantization)) ||
+      (method && !cJSON_IsNull(method) && !cJSON_IsString(method)))
+    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s/config.json: quantization_config%s is not %s", config->config_dir,
+                      cJSON_IsObject(quantization) ? ".quant_method" : "", cJSON_IsObject(quantization) ? "a string" : "an object");
   if (!cJSON_IsString(method) && config->quant_file) {
     quantization = cJSON_GetObjectItemCaseSensitive(config->quant_file, "quantization");
     meta->origin = "hf_quant_config.json";
@@ -292,23 +330,68 @@ static volt8_status read_metadata(volt8_ctx *ctx, const checkpoint_config *confi
   }
   if (strcmp(meta->method, "modelopt") == 0) {
     meta->modelopt = quantization;
+    const cJSON *algo = cJSON_GetObjectItemCaseSensitive(quantization, "quant_algo");
+    if (algo && !cJSON_IsNull(algo) && !cJSON_IsString(algo))
+      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: quant_algo is not a string", meta->origin);
+    volt8_status status = check_group_size(ctx, meta, quantization, "");
+    if (status != VOLT8_OK) return status;
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(quantization, "quantized_layers");
     if (layers && !cJSON_IsObject(layers))
       return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: quantized_layers is not an object", meta->origin);
     if (layers) return index_layer_keys(ctx, meta, layers);
   } else if (strcmp(meta->method, "fp8") == 0) {
     meta->fp8 = quantization;
+    const cJSON *block = cJSON_GetObjectItemCaseSensitive(quantization, "weight_block_size");
+    int numbers = !block || cJSON_IsNull(block) || cJSON_IsArray(block);
+    for (const cJSON *item = cJSON_IsArray(block) ? block->child : NULL; item && numbers; item = item->next)
+      numbers = cJSON_IsNumber(item);
+    if (!numbers) return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: weight_block_size is not a list of numbers", meta->origin);
   }
   return VOLT8_OK;
 }
 
-static int listed_in(const cJSON *list, char spellings[SPELLINGS][SPELLING_BYTES], int spelling_count) {
-  if (!cJSON_IsArray(list)) return 0;
+/* An exclusion list, where given, is an array of strings. */
+static volt8_status check_string_list(volt8_ctx *ctx, const quant_metadata *meta, const cJSON *list, const char *key) {
+  if (!list || cJSON_IsNull(list)) return VOLT8_OK;
+  int strings = cJSON_IsArray(list);
+  for (const cJSON *item = strings ? list->child : NULL; item && strings; item = item->next) strings = cJSON_IsString(item);
+  return strings ? VOLT8_OK : volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s is not a list of strings", meta->origin, key);
+}
+
+/* Keeps the entries of `list` that can cover an MTP expert module: globs (capped), and names that
+ * agree with one of the experts' spellings as far as both go. Each kept entry is matched against
+ * every module, so a long list of unrelated names costs one pass here, not one per module. */
+static volt8_status collect_exclusions(volt8_ctx *ctx, quant_metadata *meta, const cJSON *list, const char *key,
+                                       char spellings[SPELLINGS][SPELLING_BYTES], int spelling_count, size_t *globs) {
+  volt8_status status = check_string_list(ctx, meta, list, key);
+  if (status != VOLT8_OK || !cJSON_IsArray(list)) return status;
+  size_t count = (size_t)cJSON_GetArraySize(list);
+  const char **kept = volt8_checkpoint_alloc((meta->excluded_count + count + 1) * sizeof *kept);
+  if (!kept) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "%s: out of memory for %s", meta->origin, key);
+  if (meta->excluded_count) memcpy(kept, meta->excluded, meta->excluded_count * sizeof *kept);
+  volt8_checkpoint_free(meta->excluded);
+  meta->excluded = kept;
   for (const cJSON *item = list->child; item; item = item->next) {
-    if (!cJSON_IsString(item)) continue;
-    for (int s = 0; s < spelling_count; s++)
-      if (pattern_covers(item->valuestring, spellings[s])) return 1;
+    const char *pattern = item->valuestring;
+    int glob = strpbrk(pattern, "*?[\\") != NULL, keep = glob;
+    for (int s = 0; s < spelling_count && !keep; s++) {
+      size_t length = strlen(pattern), spelled = strlen(spellings[s]);
+      keep = strncmp(pattern, spellings[s], length < spelled ? length : spelled) == 0;
+    }
+    if (!keep) continue;
+    if ((*globs += glob) > MAX_LAYER_GLOBS || meta->excluded_count == MAX_LAYER_KEYS)
+      return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s: %s holds more than %d %s that may concern the MTP experts (the "
+                        "limit)", meta->origin, key, glob ? MAX_LAYER_GLOBS : MAX_LAYER_KEYS,
+                        glob ? "glob patterns" : "entries");
+    meta->excluded[meta->excluded_count++] = pattern;
   }
+  return VOLT8_OK;
+}
+
+static int excluded(const quant_metadata *meta, char spellings[SPELLINGS][SPELLING_BYTES], int spelling_count) {
+  for (size_t i = 0; i < meta->excluded_count; i++)
+    for (int s = 0; s < spelling_count; s++)
+      if (pattern_covers(meta->excluded[i], spellings[s])) return 1;
   return 0;
 }
 
@@ -345,14 +428,12 @@ static meta_verdict classify_module(const quant_metadata *meta, const char *actu
       const cJSON *entry = find_layer_entry(meta, rest, spellings, spelling_count);
       return entry ? verdict_for_entry(entry) : make_verdict(META_UNQUANTIZED, "modelopt (not listed)");
     }
-    if (!*algo_name || listed_in(cJSON_GetObjectItemCaseSensitive(meta->modelopt, "exclude_modules"), spellings,
-                                 spelling_count))
+    if (!*algo_name || excluded(meta, spellings, spelling_count))
       return make_verdict(META_UNQUANTIZED, "modelopt (excluded)");
     return verdict_for_algo(algo_name, cJSON_GetObjectItemCaseSensitive(meta->modelopt, "group_size"));
   }
   if (meta->fp8) {
-    if (listed_in(cJSON_GetObjectItemCaseSensitive(meta->fp8, "modules_to_not_convert"), spellings, spelling_count) ||
-        listed_in(cJSON_GetObjectItemCaseSensitive(meta->fp8, "ignored_layers"), spellings, spelling_count))
+    if (excluded(meta, spellings, spelling_count))
       return make_verdict(META_UNQUANTIZED, "fp8 (not converted)");
     const cJSON *block = cJSON_GetObjectItemCaseSensitive(meta->fp8, "weight_block_size");
     if (cJSON_GetArraySize(block) == 2 && cJSON_GetArrayItem(block, 0)->valuedouble == VOLT8_CHECKPOINT_BLOCK &&
@@ -458,6 +539,18 @@ static volt8_status find_scale(volt8_ctx *ctx, volt8_checkpoint *checkpoint, con
   return check_shape(ctx, scale, expert, 2, grid);
 }
 
+/* Sizes go to int32 ABI fields: a dimension past INT32_MAX is refused, never truncated. */
+static volt8_status check_int32_dims(volt8_ctx *ctx, const volt8_st_tensor *tensor, int64_t first_dim_divisor) {
+  for (int32_t d = 0; d < tensor->rank; d++) {
+    int64_t extent = tensor->shape[d] / (d == tensor->rank - 2 ? first_dim_divisor : 1);
+    if (extent > INT32_MAX)
+      return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s: tensor %s: shape[%d] = %lld%s does not fit the int32 size fields",
+                        tensor->file, tensor->name, (int)d, (long long)tensor->shape[d],
+                        d == tensor->rank - 2 && first_dim_divisor > 1 ? " (halved)" : "");
+  }
+  return VOLT8_OK;
+}
+
 static volt8_status resolve_per_expert(volt8_ctx *ctx, volt8_checkpoint *checkpoint, int native) {
   int32_t experts = checkpoint->num_experts;
   checkpoint->tensors = volt8_checkpoint_alloc(sizeof *checkpoint->tensors * (size_t)experts * VOLT8_PROJECTIONS * 2);
@@ -474,6 +567,7 @@ static volt8_status resolve_per_expert(volt8_ctx *ctx, volt8_checkpoint *checkpo
         if ((*weight)->rank != 2)
           return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensor %s has %d dimensions, expected 2", (*weight)->file, name,
                             (*weight)->rank);
+        if ((status = check_int32_dims(ctx, *weight, 1)) != VOLT8_OK) return status;
         checkpoint->intermediate = (int32_t)(*weight)->shape[0];
         checkpoint->hidden = (int32_t)(*weight)->shape[1];
         checkpoint->weight_dtype = (*weight)->dtype;
@@ -504,6 +598,7 @@ static volt8_status resolve_fused(volt8_ctx *ctx, volt8_checkpoint *checkpoint) 
   if (gate_up->rank != 3 || gate_up->shape[1] % 2 != 0 || gate_up->shape[0] > MAX_EXPERTS)
     return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensor %s: expected [experts, 2 x intermediate, hidden]", gate_up->file,
                       gate_up->name);
+  if ((status = check_int32_dims(ctx, gate_up, 2)) != VOLT8_OK) return status;
   checkpoint->num_experts = (int32_t)gate_up->shape[0];
   checkpoint->intermediate = (int32_t)(gate_up->shape[1] / 2);
   checkpoint->hidden = (int32_t)gate_up->shape[2];
@@ -520,10 +615,22 @@ static int is_float_dtype(volt8_st_dtype dtype) {
 }
 
 /* One verdict for all expert modules (they may not mix formats). */
-static volt8_status classify_experts(volt8_ctx *ctx, const volt8_checkpoint *checkpoint, const quant_metadata *meta,
+static volt8_status classify_experts(volt8_ctx *ctx, const volt8_checkpoint *checkpoint, quant_metadata *meta,
                                      meta_verdict *out) {
   char actual[NAME_BYTES];
   size_t layer_length = strlen(checkpoint->tensor_prefix) - strlen(EXPERTS_PART);
+  char spellings[SPELLINGS][SPELLING_BYTES];
+  snprintf(actual, sizeof actual, "%.*s", (int)strlen(checkpoint->tensor_prefix) - 1, checkpoint->tensor_prefix);
+  int spelling_count = module_spellings(actual, actual + layer_length, meta->mtp_layer, meta->num_hidden_layers, spellings);
+  static const char *const list_keys[3] = {"exclude_modules", "modules_to_not_convert", "ignored_layers"};
+  size_t globs = 0;
+  for (int i = 0; i < 3; i++) {
+    const cJSON *settings = i == 0 ? meta->modelopt : meta->fp8;
+    volt8_status status = settings ? collect_exclusions(ctx, meta, cJSON_GetObjectItemCaseSensitive(settings, list_keys[i]),
+                                                        list_keys[i], spellings, spelling_count, &globs)
+                                   : VOLT8_OK;
+    if (status != VOLT8_OK) return status;
+  }
   int32_t modules = checkpoint->fused ? 1 : checkpoint->num_experts * VOLT8_PROJECTIONS;
   for (int32_t m = 0; m < modules; m++) {
     if (checkpoint->fused)
@@ -576,14 +683,16 @@ static volt8_status choose_route(volt8_ctx *ctx, volt8_checkpoint *checkpoint, c
 }
 
 /* The config's sizes, where it states them, must agree with the tensors. */
-static volt8_status check_config_sizes(volt8_ctx *ctx, const volt8_checkpoint *checkpoint, const cJSON *config) {
+static volt8_status check_config_sizes(volt8_ctx *ctx, const volt8_checkpoint *checkpoint, const checkpoint_config *config) {
   struct { const char *key; int32_t value; } sizes[] = {
       {"hidden_size", checkpoint->hidden},       {"moe_intermediate_size", checkpoint->intermediate},
       {"num_experts", checkpoint->num_experts},  {"n_routed_experts", checkpoint->num_experts},
       {"num_local_experts", checkpoint->num_experts}};
-  for (size_t i = 0; config && i < sizeof sizes / sizeof sizes[0]; i++) {
+  for (size_t i = 0; config->config && i < sizeof sizes / sizeof sizes[0]; i++) {
     int64_t stated = 0;
-    if (config_int(config, sizes[i].key, &stated) && stated != sizes[i].value)
+    int found = config_int(ctx, config, sizes[i].key, &stated);
+    if (found < 0) return VOLT8_ERR_FORMAT;
+    if (found && stated != sizes[i].value)
       return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: config.json gives %s = %lld but the MTP expert tensors (%s*) have %d",
                         checkpoint->dir, sizes[i].key, (long long)stated, checkpoint->tensor_prefix, sizes[i].value);
   }
@@ -618,7 +727,7 @@ static volt8_status open_experts(volt8_ctx *ctx, volt8_checkpoint *checkpoint, c
     status = find_tensor(ctx, checkpoint, name, 0, &first);
     if (status == VOLT8_OK) status = resolve_per_expert(ctx, checkpoint, first->dtype == VOLT8_ST_F8_E4M3);
   }
-  if (status == VOLT8_OK) status = check_config_sizes(ctx, checkpoint, config->config);
+  if (status == VOLT8_OK) status = check_config_sizes(ctx, checkpoint, config);
   meta_verdict verdict;
   if (status == VOLT8_OK) status = classify_experts(ctx, checkpoint, meta, &verdict);
   if (status == VOLT8_OK) status = choose_route(ctx, checkpoint, &verdict, online_requested(options, config));
@@ -639,6 +748,7 @@ volt8_status volt8_checkpoint_open(volt8_ctx *ctx, const volt8_load_options *opt
   if (status == VOLT8_OK) status = read_metadata(ctx, &config, &meta);
   if (status == VOLT8_OK) status = open_experts(ctx, checkpoint, options, &config, &meta);
   volt8_checkpoint_free(meta.layer_keys);
+  volt8_checkpoint_free(meta.excluded);
   cJSON_Delete(config.config);
   cJSON_Delete(config.quant_file);
   if (status != VOLT8_OK) {

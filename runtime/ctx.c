@@ -40,13 +40,31 @@ static void publish(volt8_ctx *ctx, const char *text) {
   pthread_mutex_unlock(&ctx->error_lock);
 }
 
+/* Formats into buffer; a message too long for it (a very long path, say) keeps its start and its
+ * end, where the reason is, with " [...] " for what was cut. */
+static void format_message(char *buffer, const char *fmt, va_list args) {
+  va_list again;
+  va_copy(again, args);
+  int needed = vsnprintf(buffer, VOLT8_ERROR_MESSAGE_BYTES, fmt, args);
+  char *whole = needed >= VOLT8_ERROR_MESSAGE_BYTES ? malloc((size_t)needed + 1) : NULL;
+  if (whole) {
+    static const char cut[] = " [...] ";
+    size_t head = VOLT8_ERROR_MESSAGE_BYTES / 4, tail = VOLT8_ERROR_MESSAGE_BYTES - head - sizeof cut;
+    vsnprintf(whole, (size_t)needed + 1, fmt, again);
+    memcpy(buffer + head, cut, sizeof cut - 1);
+    memcpy(buffer + head + sizeof cut - 1, whole + needed - tail, tail + 1);
+    free(whole);
+  }
+  va_end(again);
+}
+
 volt8_status volt8_fail(volt8_ctx *ctx, volt8_status status, const char *fmt, ...) {
   volt8_error_slot *slot = ctx ? thread_slot(ctx) : NULL;
   /* no slot: the shared text is written unlocked, as before per-thread messages (scratch or no memory) */
   char *buffer = slot ? slot->text : ctx ? ctx->last_error : create_error;
   va_list args;
   va_start(args, fmt);
-  vsnprintf(buffer, VOLT8_ERROR_MESSAGE_BYTES, fmt, args);
+  format_message(buffer, fmt, args);
   va_end(args);
   if (slot) {
     slot->failed = 1;
@@ -109,7 +127,11 @@ static char *join_path(const char *base, const char *suffix) {
 }
 
 static volt8_status resolve_cache_dir(volt8_ctx *ctx, const volt8_ctx_options *options) {
-  if (options->cache_disable || volt8_env_is_one("VOLT8_CACHE_DISABLE")) return VOLT8_OK;
+  if (options->cache_disable || volt8_env_is_one("VOLT8_CACHE_DISABLE")) {
+    snprintf(ctx->cache_off_reason, sizeof ctx->cache_off_reason, "the disk cache is disabled (%s)",
+             options->cache_disable ? "cache_disable" : "VOLT8_CACHE_DISABLE=1");
+    return VOLT8_OK;
+  }
   const char *explicit_dir = options->cache_dir ? options->cache_dir : getenv("VOLT8_CACHE_DIR");
   if (explicit_dir && *explicit_dir) {
     ctx->cache_dir = strdup(explicit_dir);
@@ -118,6 +140,9 @@ static volt8_status resolve_cache_dir(volt8_ctx *ctx, const volt8_ctx_options *o
   } else if (getenv("HOME") && *getenv("HOME")) {
     ctx->cache_dir = join_path(getenv("HOME"), ".cache/volt8");
   } else {
+    snprintf(ctx->cache_off_reason, sizeof ctx->cache_off_reason,
+             "there is no disk cache: HOME, XDG_CACHE_HOME and VOLT8_CACHE_DIR are all unset (set VOLT8_CACHE_DIR "
+             "or HOME to keep compiled kernels)");
     return VOLT8_OK; /* nowhere to keep a cache: run without one */
   }
   return ctx->cache_dir ? VOLT8_OK : volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the cache path");

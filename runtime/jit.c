@@ -123,8 +123,11 @@ done:
 /* No NVRTC fits the arch: the cache is the only source. ctx's error already names the candidates. */
 static volt8_status load_without_nvrtc(volt8_ctx *ctx, const volt8_jit_request *request,
                                        const volt8_cache_inputs *inputs, volt8_jit_image *out_image) {
-  if (!ctx->cache_dir)
-    return volt8_fail_append(ctx, VOLT8_ERR_ARCH_UNSUPPORTED, "; the disk cache is disabled, so no cached kernel either");
+  if (!ctx->cache_dir) {
+    char note[320];
+    snprintf(note, sizeof note, "; %s, so no cached kernel either", ctx->cache_off_reason);
+    return volt8_fail_append(ctx, VOLT8_ERR_ARCH_UNSUPPORTED, note);
+  }
   volt8_status status = volt8_cache_load(ctx->cache_dir, inputs, NULL, out_image);
   if (status == VOLT8_OK) {
     volt8_clear_error(ctx);
@@ -236,8 +239,27 @@ static volt8_status load_or_compile(volt8_ctx *ctx, const volt8_nvrtc_lib *lib, 
   if (status != VOLT8_OK) return status;
   out_image->kind = request->kind;
   snprintf(out_image->nvrtc_version, sizeof out_image->nvrtc_version, "%s", lib->version);
-  /* A cache that cannot be written never fails a compile that worked. */
-  if (ctx->cache_dir) volt8_cache_store(ctx->cache_dir, inputs, lib->version, out_image->data, out_image->size);
+  /* A cache that cannot be written never fails a compile that worked; it is counted, and the
+   * first reason kept, for volt8_cache_store_failures. */
+  char why[sizeof ctx->cache_store_error];
+  if (ctx->cache_dir && volt8_cache_publish(ctx->cache_dir, inputs, lib->version, out_image->data, out_image->size, why,
+                                            sizeof why) != VOLT8_OK) {
+    pthread_mutex_lock(&ctx->lock);
+    if (atomic_fetch_add(&ctx->cache_store_failures, 1) == 0)
+      snprintf(ctx->cache_store_error, sizeof ctx->cache_store_error, "%s", why);
+    pthread_mutex_unlock(&ctx->lock);
+  }
+  return VOLT8_OK;
+}
+
+volt8_status volt8_cache_store_failures(volt8_ctx *ctx, int32_t *out_count, char *buf, size_t buf_size) {
+  if (!ctx || !out_count)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_cache_store_failures: NULL ctx or out_count");
+  pthread_mutex_lock(&ctx->lock);
+  *out_count = atomic_load(&ctx->cache_store_failures);
+  if (buf && buf_size)
+    snprintf(buf, buf_size, "%s", *out_count ? ctx->cache_store_error : ctx->cache_dir ? "" : ctx->cache_off_reason);
+  pthread_mutex_unlock(&ctx->lock);
   return VOLT8_OK;
 }
 

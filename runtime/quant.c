@@ -3,6 +3,7 @@
 
 #include "ctx_internal.h"
 #include "numeric.h"
+#include "scales.h"
 
 #include <math.h>
 
@@ -17,10 +18,18 @@ static volt8_status reject_value(volt8_ctx *ctx, const volt8_st_tensor *source, 
                     source->file, source->name, expert, (long long)row, (long long)col, value);
 }
 
-/* FP16 bits of the block's scale * 2^8: largest |w| / 448, kept an FP16 normal. */
-static uint16_t block_scale_bits(double block_max) {
+/* FP16 bits of the block's scale * 2^8: largest |w| / 448, kept an FP16 normal, and lowered one
+ * FP16 step at a time while the block's largest code times the scale would exceed 65504 (rounding
+ * the scale up can, e.g. 65504 gives 146.25 and code 448: 65520). */
+static uint16_t block_scale_bits(double block_max, const float *decoded) {
   uint16_t bits = volt8_half_from_double(block_max / VOLT8_E4M3_MAX * SCALE_FOLD);
-  return bits < SMALLEST_SCALE_BITS ? SMALLEST_SCALE_BITS : bits;
+  if (bits < SMALLEST_SCALE_BITS) return SMALLEST_SCALE_BITS;
+  for (;;) {
+    double scale = volt8_half_to_double(bits) / SCALE_FOLD;
+    double largest = decoded[volt8_e4m3_from_float((float)(block_max / scale))];
+    if (volt8_block_fits_half(largest, scale) || bits == SMALLEST_SCALE_BITS) return bits;
+    bits--;
+  }
 }
 
 volt8_status volt8_quant_matrix(volt8_ctx *ctx, const volt8_st_tensor *source, int32_t expert, const uint8_t *values,
@@ -47,7 +56,7 @@ volt8_status volt8_quant_matrix(volt8_ctx *ctx, const volt8_st_tensor *source, i
                           "beyond FP16's 65504",
                           source->file, source->name, expert, (long long)(row_base + r0), (long long)(row_base + r1 - 1),
                           (long long)(col_base + c0), (long long)(col_base + c1 - 1), block_max);
-      uint16_t scale_bits = block_scale_bits(block_max);
+      uint16_t scale_bits = block_scale_bits(block_max, decoded);
       scales[r0 / block_rows * grid_cols + c0 / QUANT_BLOCK_COLS] = scale_bits;
       double scale = volt8_half_to_double(scale_bits) / SCALE_FOLD;
       for (int64_t r = r0; r < r1; r++) {

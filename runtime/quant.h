@@ -18,7 +18,8 @@ typedef struct volt8_quant_error {
  * (row_base + r, col_base + c) of `source`, for messages) into codes[rows][cols] and FP16 bits of
  * scale * 2^8 in scales[ceil(rows / block_rows)][ceil(cols / 128)]. The scale is the block's
  * largest |w| / 448, raised to the smallest that stays an FP16 normal once multiplied by 2^8
- * (an all-zero block gets that one too). A non-finite value is VOLT8_ERR_FORMAT; a block whose
+ * (an all-zero block gets that one too), and lowered where needed so that every code times the
+ * scale stays within FP16 (volt8_block_fits_half, the native route's rule). A non-finite value is VOLT8_ERR_FORMAT; a block whose
  * largest |w| exceeds 65504 (FP16) is VOLT8_ERR_SCALE_RANGE. */
 volt8_status volt8_quant_matrix(volt8_ctx *ctx, const volt8_st_tensor *source, int32_t expert, const uint8_t *values,
                                 int64_t rows, int64_t cols, int64_t row_base, int64_t col_base, int32_t block_rows,

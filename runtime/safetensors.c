@@ -3,6 +3,8 @@
 #include "safetensors.h"
 
 #include "ctx_internal.h"
+#include "files.h"
+#include "json_strict.h"
 #include "numeric.h"
 
 #include <cjson/cJSON.h>
@@ -67,80 +69,6 @@ static int parse_dtype(const char *name, volt8_st_dtype *out) {
     }
   }
   return 0;
-}
-
-/* ---- JSON text checks cJSON does not make ---- */
-
-/* Length of the UTF-8 sequence at text (0 when malformed: overlong, surrogate, above U+10FFFF). */
-static size_t utf8_sequence_length(const unsigned char *text, size_t left) {
-  unsigned char lead = text[0];
-  if (lead < 0x80) return 1;
-  size_t length;
-  uint32_t code;
-  if (lead >= 0xC2 && lead <= 0xDF) length = 2, code = lead & 0x1F;
-  else if (lead >= 0xE0 && lead <= 0xEF) length = 3, code = lead & 0x0F;
-  else if (lead >= 0xF0 && lead <= 0xF4) length = 4, code = lead & 0x07;
-  else return 0;
-  if (length > left) return 0;
-  for (size_t i = 1; i < length; i++) {
-    if ((text[i] & 0xC0) != 0x80) return 0;
-    code = code << 6 | (text[i] & 0x3F);
-  }
-  if ((length == 3 && (code < 0x800 || (code >= 0xD800 && code <= 0xDFFF))) || (length == 4 && (code < 0x10000 || code > 0x10FFFF)))
-    return 0;
-  return length;
-}
-
-/* Valid UTF-8, no raw control character outside JSON whitespace, and no \u0000 escape (a NUL
- * would silently cut a name short). */
-static volt8_status check_json_text(volt8_ctx *ctx, const char *path, const char *what, const char *text, size_t length) {
-  const unsigned char *bytes = (const unsigned char *)text;
-  for (size_t i = 0; i < length;) {
-    unsigned char byte = bytes[i];
-    if (byte < 0x20 && byte != '\t' && byte != '\n' && byte != '\r')
-      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s holds control byte 0x%02x at offset %zu", path, what, byte, i);
-    if (byte == '\\') {
-      size_t run = 0;
-      while (i + run < length && bytes[i + run] == '\\') run++;
-      if (run % 2 == 1 && i + run + 5 <= length && strncasecmp(text + i + run, "u0000", 5) == 0)
-        return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s holds a NUL character (\\u0000) at offset %zu", path, what, i);
-      i += run;
-      continue;
-    }
-    size_t sequence = utf8_sequence_length(bytes + i, length - i);
-    if (sequence == 0) return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s is not valid UTF-8 at offset %zu", path, what, i);
-    i += sequence;
-  }
-  return VOLT8_OK;
-}
-
-/* Parses a whole JSON object text; trailing JSON whitespace only. */
-static volt8_status parse_json_object(volt8_ctx *ctx, const char *path, const char *what, const char *text, size_t length,
-                                      cJSON **out) {
-  *out = NULL;
-  volt8_status status = check_json_text(ctx, path, what, text, length);
-  if (status != VOLT8_OK) return status;
-  if (length == 0 || text[0] != '{')
-    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s does not start with '{'", path, what);
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, length, &end, 0);
-  if (!root) {
-    size_t at = end ? (size_t)(end - text) : 0;
-    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s is not valid JSON (near offset %zu)", path, what, at);
-  }
-  for (const char *cursor = end; cursor < text + length; cursor++) {
-    if (*cursor != ' ' && *cursor != '\t' && *cursor != '\n' && *cursor != '\r') {
-      cJSON_Delete(root);
-      return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s has trailing characters after its JSON object (offset %zu)", path,
-                        what, (size_t)(cursor - text));
-    }
-  }
-  if (!cJSON_IsObject(root)) {
-    cJSON_Delete(root);
-    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %s is not a JSON object", path, what);
-  }
-  *out = root;
-  return VOLT8_OK;
 }
 
 static int json_exact_count(const cJSON *item, uint64_t *out) {
@@ -262,7 +190,9 @@ static volt8_status check_layout(volt8_ctx *ctx, volt8_st_file *file, byte_range
 static volt8_status parse_header(volt8_ctx *ctx, volt8_st_file *file, const char *header, size_t header_bytes,
                                  const uint8_t *data, uint64_t data_bytes) {
   cJSON *root = NULL;
-  volt8_status status = parse_json_object(ctx, file->path, "header", header, header_bytes, &root);
+  if (header_bytes == 0 || header[0] != '{')
+    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: header does not start with '{'", file->path);
+  volt8_status status = volt8_json_parse_object(ctx, file->path, "header", header, header_bytes, 0, &root);
   if (status != VOLT8_OK) return status;
   size_t count = 0, names_bytes = 0;
   for (const cJSON *item = root->child; item; item = item->next) {
@@ -300,15 +230,11 @@ static volt8_status parse_header(volt8_ctx *ctx, volt8_st_file *file, const char
 }
 
 static volt8_status map_file(volt8_ctx *ctx, volt8_st_file *file) {
-  int fd = open(file->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return volt8_fail(ctx, VOLT8_ERR_IO, "%s: cannot open: %s", file->path, strerror(errno));
+  int fd = -1;
   struct stat info;
-  volt8_status status = VOLT8_OK;
-  if (fstat(fd, &info) != 0) {
-    status = volt8_fail(ctx, VOLT8_ERR_IO, "%s: cannot stat: %s", file->path, strerror(errno));
-  } else if (!S_ISREG(info.st_mode)) {
-    status = volt8_fail(ctx, VOLT8_ERR_IO, "%s: not a regular file", file->path);
-  } else if (info.st_size < 8) {
+  volt8_status status = volt8_open_regular(ctx, file->path, &fd, &info, NULL);
+  if (status != VOLT8_OK) return status;
+  if (info.st_size < 8) {
     status = volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %lld bytes, too short for the 8-byte header length", file->path,
                         (long long)info.st_size);
   } else {
@@ -391,7 +317,9 @@ struct volt8_st_set {
   char *dir;
   char **shard_names;      /* relative to dir */
   volt8_st_file **shards;  /* opened on first use */
-  size_t shard_count;
+  size_t shard_count, shard_capacity;
+  size_t *shard_slots;     /* open-addressed hash of shard_names: index + 1, 0 when free */
+  size_t slot_count;       /* a power of two, at least twice shard_count */
   set_entry *entries;      /* sorted by name */
   size_t count;
   char *names;             /* index mode: the names' storage */
@@ -420,46 +348,58 @@ static int shard_name_is_safe(const char *name) {
   return 1;
 }
 
-static volt8_status read_small_file(volt8_ctx *ctx, const char *path, size_t limit, char **out_text, size_t *out_bytes) {
-  *out_text = NULL;
-  FILE *stream = fopen(path, "rb");
-  if (!stream) return volt8_fail(ctx, VOLT8_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  volt8_status status = VOLT8_OK;
-  char *text = NULL;
-  long bytes = -1;
-  if (fseek(stream, 0, SEEK_END) != 0 || (bytes = ftell(stream)) < 0 || fseek(stream, 0, SEEK_SET) != 0)
-    status = volt8_fail(ctx, VOLT8_ERR_IO, "%s: cannot size the file", path);
-  else if ((size_t)bytes > limit)
-    status = volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: %ld bytes exceeds the %zu-byte limit", path, bytes, limit);
-  else if (!(text = malloc((size_t)bytes + 1)))
-    status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-  else if (fread(text, 1, (size_t)bytes, stream) != (size_t)bytes)
-    status = volt8_fail(ctx, VOLT8_ERR_IO, "%s: short read", path);
-  fclose(stream);
-  if (status != VOLT8_OK) {
-    free(text);
-    return status;
-  }
-  text[bytes] = '\0';
-  *out_text = text;
-  *out_bytes = (size_t)bytes;
-  return VOLT8_OK;
+static uint64_t hash_name(const char *name) {
+  uint64_t hash = 14695981039346656037ull; /* FNV-1a */
+  for (const unsigned char *c = (const unsigned char *)name; *c; c++) hash = (hash ^ *c) * 1099511628211ull;
+  return hash;
 }
 
-static volt8_status add_shard(volt8_ctx *ctx, volt8_st_set *set, const char *name, size_t *out_index) {
-  for (size_t i = 0; i < set->shard_count; i++) {
-    if (strcmp(set->shard_names[i], name) == 0) {
-      *out_index = i;
-      return VOLT8_OK;
-    }
+/* The slot holding `name`, or the free slot where it belongs. */
+static size_t *shard_slot(const volt8_st_set *set, const char *name) {
+  size_t mask = set->slot_count - 1;
+  for (size_t at = (size_t)hash_name(name) & mask;; at = (at + 1) & mask) {
+    size_t *slot = &set->shard_slots[at];
+    if (*slot == 0 || strcmp(set->shard_names[*slot - 1], name) == 0) return slot;
   }
-  char **names = realloc(set->shard_names, (set->shard_count + 1) * sizeof *names);
-  if (names) set->shard_names = names;
-  volt8_st_file **shards = realloc(set->shards, (set->shard_count + 1) * sizeof *shards);
-  if (shards) set->shards = shards;
-  if (!names || !shards || !(set->shard_names[set->shard_count] = strdup(name)))
+}
+
+static int grow_shard_slots(volt8_st_set *set) {
+  size_t slot_count = set->slot_count ? set->slot_count * 2 : 64;
+  size_t *slots = calloc(slot_count, sizeof *slots);
+  if (!slots) return -1;
+  free(set->shard_slots);
+  set->shard_slots = slots;
+  set->slot_count = slot_count;
+  for (size_t i = 0; i < set->shard_count; i++) *shard_slot(set, set->shard_names[i]) = i + 1;
+  return 0;
+}
+
+/* The index of shard `name`, added when new: hashed, so an index naming many shards costs linear time. */
+static volt8_status add_shard(volt8_ctx *ctx, volt8_st_set *set, const char *name, size_t *out_index) {
+  if ((set->shard_count + 1) * 2 > set->slot_count && grow_shard_slots(set) != 0)
+    return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the shard list of %s", set->dir);
+  size_t *slot = shard_slot(set, name);
+  if (*slot) {
+    *out_index = *slot - 1;
+    return VOLT8_OK;
+  }
+  if (set->shard_count == VOLT8_ST_MAX_SHARDS)
+    return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s: more than %d shard files (the limit of VOLT8_ST_MAX_SHARDS)",
+                      set->dir, VOLT8_ST_MAX_SHARDS);
+  if (set->shard_count == set->shard_capacity) {
+    size_t capacity = set->shard_capacity ? set->shard_capacity * 2 : 16;
+    char **names = realloc(set->shard_names, capacity * sizeof *names);
+    if (names) set->shard_names = names;
+    volt8_st_file **shards = realloc(set->shards, capacity * sizeof *shards);
+    if (shards) set->shards = shards;
+    if (!names || !shards)
+      return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the shard list of %s", set->dir);
+    set->shard_capacity = capacity;
+  }
+  if (!(set->shard_names[set->shard_count] = strdup(name)))
     return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the shard list of %s", set->dir);
   set->shards[set->shard_count] = NULL;
+  *slot = set->shard_count + 1;
   *out_index = set->shard_count++;
   return VOLT8_OK;
 }
@@ -477,10 +417,10 @@ static volt8_status check_unique_names(volt8_ctx *ctx, volt8_st_set *set, const 
 static volt8_status open_index(volt8_ctx *ctx, volt8_st_set *set, const char *index_path) {
   char *text = NULL;
   size_t bytes = 0;
-  volt8_status status = read_small_file(ctx, index_path, VOLT8_ST_MAX_HEADER_BYTES, &text, &bytes);
+  volt8_status status = volt8_read_regular(ctx, index_path, VOLT8_ST_MAX_HEADER_BYTES, &text, &bytes, NULL);
   if (status != VOLT8_OK) return status;
   cJSON *root = NULL;
-  status = parse_json_object(ctx, index_path, "index", text, bytes, &root);
+  status = volt8_json_parse_object(ctx, index_path, "index", text, bytes, 0, &root);
   free(text);
   if (status != VOLT8_OK) return status;
   const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
@@ -538,6 +478,9 @@ static volt8_status open_folder_files(volt8_ctx *ctx, volt8_st_set *set) {
   if (set->shard_count == 0)
     return volt8_fail(ctx, VOLT8_ERR_NOT_FOUND, "%s: no %s and no *.safetensors file", set->dir, INDEX_FILE_NAME);
   qsort(set->shard_names, set->shard_count, sizeof *set->shard_names, compare_strings);
+  free(set->shard_slots); /* sorting moved the names: the hash is stale and no longer needed */
+  set->shard_slots = NULL;
+  set->slot_count = 0;
   size_t total = 0;
   for (size_t i = 0; i < set->shard_count && status == VOLT8_OK; i++) {
     char *path = join_path(set->dir, set->shard_names[i]);
@@ -586,6 +529,7 @@ void volt8_st_set_close(volt8_st_set *set) {
   }
   free(set->shards);
   free(set->shard_names);
+  free(set->shard_slots);
   free(set->entries);
   free(set->names);
   free(set->dir);

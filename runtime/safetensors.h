@@ -12,6 +12,8 @@
 
 #define VOLT8_ST_MAX_HEADER_BYTES 100000000u
 #define VOLT8_ST_MAX_RANK 8
+/* Distinct shard files one checkpoint folder (or its index) may name. */
+#define VOLT8_ST_MAX_SHARDS (1 << 20)
 
 typedef enum volt8_st_dtype {
   VOLT8_ST_BOOL, VOLT8_ST_F4, VOLT8_ST_F6_E2M3, VOLT8_ST_F6_E3M2, VOLT8_ST_U8, VOLT8_ST_I8,

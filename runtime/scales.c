@@ -49,6 +49,8 @@ volt8_status volt8_codes_block_max(volt8_ctx *ctx, const volt8_st_tensor *weight
   return VOLT8_OK;
 }
 
+int volt8_block_fits_half(double block_max, double scale) { return block_max * scale <= HALF_MAX; }
+
 /* NULL when `value` makes a valid resident scale (written to *out), else what is wrong with it. */
 static const char *convert_scale(double value, float block_max, uint16_t *out, double *relative_error) {
   if (isnan(value)) return "is NaN";
@@ -59,7 +61,7 @@ static const char *convert_scale(double value, float block_max, uint16_t *out, d
   if ((bits & 0x7FFF) >= 0x7C00) return "overflows FP16 once multiplied by 2^8";
   if ((bits & 0x7FFF) < HALF_SMALLEST_NORMAL_BITS) return "underflows to an FP16 subnormal or zero once multiplied by 2^8";
   double stored = volt8_half_to_double(bits) / SCALE_FOLD;
-  if ((double)block_max * stored > HALF_MAX) return "times the block's largest weight exceeds 65504";
+  if (!volt8_block_fits_half((double)block_max, stored)) return VOLT8_BLOCK_OVER_HALF;
   *out = bits;
   *relative_error = fabs(stored - value) / value;
   return NULL;

@@ -26,6 +26,11 @@ volt8_status volt8_scales_convert(volt8_ctx *ctx, const volt8_st_tensor *scale, 
                                   int64_t rows, int64_t col0, int64_t cols, const float *block_max, uint16_t *out,
                                   double *max_relative_error);
 
+/* The FP16 rule the native and online routes share: a block's largest |weight| times its scale
+ * (the dequantized value the kernels form in FP16) stays within 65504. */
+int volt8_block_fits_half(double block_max, double scale);
+#define VOLT8_BLOCK_OVER_HALF "times the block's largest weight exceeds 65504"
+
 /* Columns of a scale tensor's block grid (shape[1] of 2-D, shape[2] of 4-D). */
 int64_t volt8_scale_grid_cols(const volt8_st_tensor *scale);
 

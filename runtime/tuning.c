@@ -13,6 +13,8 @@
 
 #include "ctx_internal.h"
 #include "embedded_files.h"
+#include "files.h"
+#include "json_strict.h"
 
 #define MAX_WARNINGS 64
 #define WARNING_BYTES 1024
@@ -215,16 +217,9 @@ volt8_status volt8_tuning_table_parse(volt8_ctx *ctx, const char *text, size_t l
   if (length > VOLT8_TUNING_MAX_TABLE_BYTES)
     return volt8_fail(ctx, VOLT8_ERR_FORMAT, "tuning table %s: %zu bytes, more than the %d a table may hold", origin,
                       length, VOLT8_TUNING_MAX_TABLE_BYTES);
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, length, &end, 0);
-  if (!root) {
-    size_t offset = end && end >= text ? (size_t)(end - text) : 0;
-    return volt8_fail(ctx, VOLT8_ERR_FORMAT, "tuning table %s: not valid JSON (parsing stopped at byte %zu)", origin,
-                      offset);
-  }
-  volt8_status status = VOLT8_OK;
-  if (!cJSON_IsObject(root))
-    status = volt8_fail(ctx, VOLT8_ERR_FORMAT, "tuning table %s: the top level is not a JSON object", origin);
+  cJSON *root = NULL;
+  volt8_status status = volt8_json_parse_object(ctx, origin, "tuning table", text, length, 0, &root);
+  if (status != VOLT8_OK) return status;
   if (status == VOLT8_OK) status = parse_metadata(ctx, root, origin, out_table);
   int32_t capacity = status == VOLT8_OK ? cJSON_GetArraySize(root) : 0;
   if (status == VOLT8_OK && capacity > MAX_ENTRIES + 1)
@@ -271,28 +266,7 @@ const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *t
 
 volt8_status volt8_tuning_read_file(volt8_ctx *ctx, const char *path, char **out_text, size_t *out_length,
                                     int *out_missing) {
-  *out_text = NULL;
-  *out_missing = 0;
-  FILE *file = fopen(path, "rb");
-  if (!file) {
-    if (errno == ENOENT || errno == ENOTDIR) {
-      *out_missing = 1;
-      return VOLT8_OK;
-    }
-    return volt8_fail(ctx, VOLT8_ERR_IO, "tuning table %s: cannot open: %s", path, strerror(errno));
-  }
-  char *text = malloc(VOLT8_TUNING_MAX_TABLE_BYTES + 1);
-  size_t length = text ? fread(text, 1, VOLT8_TUNING_MAX_TABLE_BYTES + 1, file) : 0;
-  int failed = !text || ferror(file);
-  fclose(file);
-  if (failed) {
-    free(text);
-    return volt8_fail(ctx, text ? VOLT8_ERR_IO : VOLT8_ERR_OUT_OF_MEMORY, "tuning table %s: cannot read it", path);
-  }
-  text[length < VOLT8_TUNING_MAX_TABLE_BYTES + 1 ? length : VOLT8_TUNING_MAX_TABLE_BYTES] = '\0';
-  *out_text = text;
-  *out_length = length;
-  return VOLT8_OK;
+  return volt8_read_regular(ctx, path, VOLT8_TUNING_MAX_TABLE_BYTES, out_text, out_length, out_missing);
 }
 
 /* Tries one candidate table; 1 when it served (out_match filled). A broken table is a warning. */

@@ -88,6 +88,34 @@ Test(quant, tall_blocks_share_one_scale) {
   cr_assert_eq(scales[1][1], volt8_half_from_double(corner / 448.0 * 256.0), "block [1, 1]: 0x%04x", scales[1][1]);
 }
 
+/* The native route's FP16 rule: every code times its block's scale stays within 65504. 65504 used to
+ * get scale 146.25 (FP16 rounding up 146.21) and code 448, dequantizing to 65520. */
+Test(quant, dequantized_values_stay_within_fp16) {
+  enum { ROWS = 1, COLS = 128 * 4 };
+  static float values[ROWS][COLS];
+  const float largest[4] = {65504.0f, -65504.0f, 65000.0f, 65472.0f};
+  for (int block = 0; block < 4; block++)
+    for (int c = 0; c < 128; c++) values[0][block * 128 + c] = c == 5 ? largest[block] : (float)(c - 64) * 3.0f;
+  volt8_st_tensor tensor = source_tensor(&values[0][0], ROWS, COLS);
+  static uint8_t codes[ROWS][COLS];
+  uint16_t scales[4];
+  volt8_quant_error error = {0};
+  cr_assert_eq(volt8_quant_matrix(NULL, &tensor, 0, (const uint8_t *)values, ROWS, COLS, 0, 0, 1, &codes[0][0], scales,
+                                  &error), VOLT8_OK, "%s", volt8_last_error(NULL));
+  for (int block = 0; block < 4; block++) {
+    double scale = volt8_half_to_double(scales[block]) / 256.0;
+    for (int c = 0; c < 128; c++) {
+      double dequantized = fabs((double)volt8_e4m3_to_float(codes[0][block * 128 + c])) * scale;
+      cr_assert_leq(dequantized, 65504.0, "block %d (largest %g): column %d dequantizes to %g with scale %g", block,
+                    (double)largest[block], c, dequantized, scale);
+      cr_assert_lt(volt8_half_from_double(dequantized) & 0x7FFF, 0x7C00, "block %d column %d: %g is infinite in FP16",
+                   block, c, dequantized);
+    }
+    cr_assert_geq(fabs((double)volt8_e4m3_to_float(codes[0][block * 128 + 5])) * scale, fabs((double)largest[block]) * 0.93,
+                  "block %d: the largest weight lost more than a code step", block);
+  }
+}
+
 Test(quant, rejects_non_finite_and_beyond_fp16) {
   float values[2][128] = {{0}};
   uint8_t codes[2][128];

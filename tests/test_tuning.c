@@ -195,7 +195,7 @@ Test(tuning_parse, malformed_tables_rejected_with_a_clear_error) {
       {"{\"__metadata__\": {\"schema_version\": 1}, \"1\": \"down.cc.bm1.bn32.w4.sk1.l4\"}", "not a gate_up variant"},
       {"{\"__metadata__\": {\"schema_version\": 1}, \"1\": \"Gate Up!\"}", "not a variant name"},
       {"{\"__metadata__\": {\"schema_version\": 1}, \"2\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\", "
-       "\"2\": \"gate_up.cc.bm2.bn4.w4.sk1.l32\"}", "M=2 appears twice"},
+       "\"2\": \"gate_up.cc.bm2.bn4.w4.sk1.l32\"}", "names key \"2\" twice"},
       {"{\"__metadata__\": {\"schema_version\": 1}}", "holds no token counts"},
       {"{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 0}, \"1\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}", "top_k"},
       {"{\"__metadata__\": {\"schema_version\": 1, \"measured\": \"yes\"}, \"1\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}",

@@ -10,6 +10,7 @@
 
 #include "gpu_fixture.h"
 #include "numeric.h"
+#include "../tiny_checkpoint.h"
 
 TestSuite(gpu_load, .timeout = 600);
 
@@ -92,6 +93,22 @@ Test(gpu_load, loaded_experts_match_the_reference) {
   check_case(ctx, "real_shape", 4, 1, NULL, 128);
   check_case(ctx, "real_shape", 4, 3, NULL, 128);
   check_case(ctx, "bf16_fused", 4, 1, "fp8", 1);
+  remove_fixtures();
+  volt8_ctx_destroy(ctx);
+}
+
+/* An unquantized weight of 65504 quantized online: its block's scale once made it 65520 (infinite
+ * in FP16) and the forward NaN or infinite; now the forward is finite and matches the reference. */
+Test(gpu_load, online_weight_of_fp16_max_gives_a_finite_forward) {
+  volt8_ctx *ctx = gpu_open();
+  snprintf(fixture_dir, sizeof fixture_dir, "/tmp/volt8-gpu-fp16-max-XXXXXX");
+  cr_assert_not_null(mkdtemp(fixture_dir));
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/fp16_max", fixture_dir);
+  cr_assert(tiny_online_checkpoint_write(dir, 2, 128, 65504.0f), "cannot write %s", dir);
+  gpu_seed(25);
+  check_case(ctx, "fp16_max", 1, 0, "fp8", 128);
+  check_case(ctx, "fp16_max", 1, 0, "fp8", 1);
   remove_fixtures();
   volt8_ctx_destroy(ctx);
 }

@@ -154,3 +154,15 @@ def test_host_experts_arrays_are_checked():
     arrays["w13"][:] = 0x38
     with pytest.raises(volt8.InvalidArgumentError, match="scale"):
         volt8.reference_moe_forward((shape, *arrays.values()), np.ones((1, 128), np.float16), ids, weights)
+
+
+def test_nul_in_context_and_variant_strings_is_refused(experts):
+    for keyword in ("cache_dir", "target_arch"):
+        with pytest.raises(volt8.InvalidArgumentError, match=f"{keyword}: .* NUL character"):
+            volt8.Context(device=None, **{keyword: "sm_70\0junk"})
+    with volt8.Context(device=None, cache_disable=True) as ctx:
+        with pytest.raises(volt8.InvalidArgumentError, match="name: .* NUL character"):
+            ctx.compile_variant("gate_up\0junk")
+    with pytest.raises(volt8.InvalidArgumentError, match="down: .* NUL character"):
+        experts.set_variants(gate_up=None, down="down.x\0y")
+    assert not experts.ctx.calls

@@ -125,3 +125,23 @@ def test_load_argument_checks(checkpoints):
         volt8.load_host_checkpoint(path, tp_size=4, tp_rank=4)
     with pytest.raises(volt8.InvalidArgumentError, match="online_block_n"):
         volt8.plan(path, 1, online_block_n=64)
+
+
+def test_nul_in_a_string_argument_is_refused(checkpoints):
+    """C would read only up to the NUL: 'ck\\0/does/not/exist' planned ck, 'fp8\\0junk' was taken as fp8."""
+    folder, manifest = checkpoints
+    path = os.path.join(folder, "modelopt_mixed_indexed")
+    online = os.path.join(folder, manifest["valid"]["bf16_fused"]["dir"])
+    volt8.plan(path, 1)  # the folder itself is fine
+    calls = [
+        lambda: volt8.plan(path + "\0/does/not/exist", 1),
+        lambda: volt8.plan(os.fsencode(path) + b"\0/x", 1),
+        lambda: volt8.plan(path, 1, draft_checkpoint_dir=path + "\0/x"),
+        lambda: volt8.plan(online, 1, mtp_expert_quantization="fp8\0junk"),
+        lambda: volt8.load_host_checkpoint(path + "\0/x"),
+        lambda: volt8.load_host_checkpoint(online, mtp_expert_quantization="fp8\0"),
+    ]
+    for index, call in enumerate(calls):
+        with pytest.raises(volt8.InvalidArgumentError, match="NUL character") as caught:
+            call()
+        assert caught.value.function is None, index  # refused by the binding, before any library call

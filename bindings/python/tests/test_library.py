@@ -216,3 +216,18 @@ def test_the_console_script_hands_the_wheel_nvrtc_to_the_command():
     environment = _cli.command_environment({"VOLT8_NVRTC_DIRS": "/first"})
     assert environment["VOLT8_NVRTC_DIRS"].split(":") == ["/first"] + folders
     assert _cli.command_path().endswith(os.path.join("volt8", "bin", "volt8"))
+
+
+def test_kernels_the_cache_did_not_keep_are_reported(tmp_path):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("x")
+    with volt8.Context(device=None, cache_dir=not_a_folder, target_arch="sm_70") as ctx:
+        assert ctx.cache_store_failures() == (0, "")
+        try:
+            ctx.compile_variant(ctx.variant_names()[0])
+        except volt8.ArchUnsupportedError as error:
+            pytest.skip(f"no NVRTC for sm_70 here: {error}")
+        count, reason = ctx.cache_store_failures()
+        assert count >= 1 and str(not_a_folder) in reason and "Not a directory" in reason, (count, reason)
+    with volt8.Context(device=None, cache_disable=True) as ctx:
+        assert ctx.cache_store_failures() == (0, "the disk cache is disabled (cache_disable)")

@@ -1,25 +1,16 @@
 """Checkpoints without a GPU: plan() (what a load would do) and load_host_checkpoint() (one rank's
 experts in host memory, in the device layout)."""
 import ctypes
-import os
 import weakref
 
 from . import _abi
 from ._arrays import parse, require_shape
 from ._library import load
+from ._strings import c_path, c_string
 from .context import Context
 from .errors import InvalidArgumentError
 from .reports import LoadReport, MemoryReport, PlanReport, RankPlan
 from .shape import MoeShape
-
-
-def _path(value, name):
-    if value is None:
-        return None
-    try:
-        return os.fsencode(value)
-    except TypeError:
-        raise InvalidArgumentError(f"{name}: {value!r} is not a path") from None
 
 
 def int32_argument(value, name, low=-2**31, high=2**31 - 1):
@@ -37,11 +28,11 @@ def load_options(checkpoint_dir, *, tp_size=1, tp_rank=0, draft_checkpoint_dir=N
         raise InvalidArgumentError(f"mtp_expert_quantization: {mtp_expert_quantization!r} is not a string (\"fp8\")")
     number = int32_argument
     options = _abi.LoadOptions(
-        checkpoint_dir=_path(checkpoint_dir, "checkpoint_dir"),
-        draft_checkpoint_dir=_path(draft_checkpoint_dir, "draft_checkpoint_dir"),
+        checkpoint_dir=c_path(checkpoint_dir, "checkpoint_dir"),
+        draft_checkpoint_dir=c_path(draft_checkpoint_dir, "draft_checkpoint_dir"),
         tp_size=number(tp_size, "tp_size", 1), tp_rank=number(tp_rank, "tp_rank", 0),
         max_tokens=number(max_tokens, "max_tokens", 1), max_top_k=number(max_top_k, "max_top_k", 1),
-        mtp_expert_quantization=None if mtp_expert_quantization is None else mtp_expert_quantization.encode(),
+        mtp_expert_quantization=c_string(mtp_expert_quantization, "mtp_expert_quantization"),
         online_block_n=number(online_block_n, "online_block_n"), mtp_layer=number(mtp_layer, "mtp_layer", 0))
     if report is not None:
         options.report = ctypes.pointer(report)

@@ -5,6 +5,7 @@ import weakref
 
 from . import _abi, _nvrtc
 from ._library import check, last_error, load
+from ._strings import c_path, c_string
 from .errors import InvalidArgumentError, NoDeviceError
 from .shape import MoeShape
 
@@ -44,13 +45,13 @@ class Context:
                  nvrtc_dirs=None):
         library = load()
         self.device = device_ordinal(device)
-        if nvrtc_dirs is None:
-            nvrtc_dirs = _nvrtc.search_dirs()
-        elif not isinstance(nvrtc_dirs, str):
+        if nvrtc_dirs is not None and not isinstance(nvrtc_dirs, str):
             nvrtc_dirs = ":".join(str(folder) for folder in nvrtc_dirs)
-        options = _abi.CtxOptions(device=self.device, cache_dir=_encode(cache_dir),
-                                  cache_disable=int(bool(cache_disable)), target_arch=_encode(target_arch),
-                                  early_launch_disable=int(not early_launch), nvrtc_dirs=_encode(nvrtc_dirs))
+        elif nvrtc_dirs is None:
+            nvrtc_dirs = _nvrtc.search_dirs()
+        options = _abi.CtxOptions(device=self.device, cache_dir=c_path(cache_dir, "cache_dir"),
+                                  cache_disable=int(bool(cache_disable)), target_arch=c_string(target_arch, "target_arch"),
+                                  early_launch_disable=int(not early_launch), nvrtc_dirs=c_string(nvrtc_dirs, "nvrtc_dirs"))
         handle = ctypes.c_void_p()
         check(library.volt8_ctx_create(ctypes.byref(options), ctypes.byref(handle)), "volt8_ctx_create")
         self._handle = handle.value
@@ -148,17 +149,22 @@ class Context:
         returns True when the image came from the cache."""
         c_shape = (shape or MoeShape()).to_c()
         from_cache = ctypes.c_int32()
-        self.call("volt8_variant_compile", self.handle, ctypes.byref(c_shape), name.encode(), ctypes.byref(from_cache))
+        self.call("volt8_variant_compile", self.handle, ctypes.byref(c_shape), c_string(name, "name"), ctypes.byref(from_cache))
         return bool(from_cache.value)
+
+    def cache_store_failures(self):
+        """(count, reason): kernels compiled on this context that its disk cache did not keep (compiles
+        still succeed; later processes compile them again), and why the first was not kept, or why
+        there is no disk cache at all."""
+        count = ctypes.c_int32()
+        buffer = ctypes.create_string_buffer(1024)
+        self.call("volt8_cache_store_failures", self.handle, ctypes.byref(count), buffer, len(buffer))
+        return count.value, buffer.value.decode("utf-8", "replace")
 
     def prepare_sampler(self):
         """Compiles (or loads from the cache) the rejection-sampler kernels and, with a GPU, loads them:
         call it before capturing rejection_sample into a CUDA graph."""
         self.call("volt8_rejection_prepare", self.handle)
-
-
-def _encode(text):
-    return None if text is None else str(text).encode()
 
 
 def tuning_warnings():

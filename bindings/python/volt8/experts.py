@@ -5,6 +5,7 @@ import weakref
 from . import _abi
 from ._arrays import allocator_for, parse, require_alignment, require_device, require_shape, stream_handle
 from ._library import load
+from ._strings import c_string
 from .checkpoint import experts_arrays, host_experts, int32_argument, load_options, plan
 from .errors import InvalidArgumentError
 from .reports import LoadReport, MemoryReport
@@ -172,8 +173,7 @@ class Experts:
 
     def set_variants(self, gate_up=None, down=None):
         """Experimental: pin the gate_up and down kernel variants by name (None restores the dispatch policy)."""
-        self._call("volt8_experts_set_variants", None if gate_up is None else gate_up.encode(),
-                   None if down is None else down.encode())
+        self._call("volt8_experts_set_variants", c_string(gate_up, "gate_up"), c_string(down, "down"))
 
 
 class Graph:
