@@ -18,7 +18,7 @@ mode="${1:-}"
 
 # Shapes of the GPU suites: the seed shape (E=512 and E=64) at offsets 0/32/64/96,
 # H=2048/I=128, H=4096/I=256, online (1,128) scales, E=2048 (the route over several id tiles), and the
-# TP8 rank (I=80 at offset 80).
+# TP8 rank (I=80 at offset 80), and the online FP16-max expert (H=I=128, E=2, 128- and 1-row blocks).
 gpu_test_shapes=(
   "num_experts=512,intermediate_offset=0" "num_experts=512" "num_experts=512,intermediate_offset=64"
   "num_experts=512,intermediate_offset=96"
@@ -31,6 +31,8 @@ gpu_test_shapes=(
   "hidden=256,num_experts=4,block_n=1,intermediate_offset=0"
   "hidden=256,intermediate=128,num_experts=2048,intermediate_offset=0"
   "intermediate=80,intermediate_offset=80" "num_experts=64,intermediate=80,intermediate_offset=80"
+  "hidden=128,intermediate=128,num_experts=2,intermediate_offset=0"
+  "hidden=128,intermediate=128,num_experts=2,block_n=1,intermediate_offset=0"
 )
 
 # The models suite's shapes (tests/gpu/test_models.c; keep the two in step): each registry model at

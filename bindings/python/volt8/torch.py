@@ -66,6 +66,8 @@ def moe_forward(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Ten
     """Experts.forward as an operator: x float16 [M, hidden], topk_ids int32 [M, top_k], topk_weights
     float32 [M, top_k] -> a new float16 [M, hidden]. experts_key: register(experts)."""
     experts = lookup(experts_key, Experts)
+    # Inference only: tensors that require grad (a router's weights) are read through detached views.
+    x, topk_ids, topk_weights = x.detach(), topk_ids.detach(), topk_weights.detach()
     out = x.new_empty(x.shape)
     try:
         experts.forward(x, topk_ids, topk_weights, out, torch.cuda.current_stream(x.device))
@@ -99,6 +101,9 @@ def rejection_sample(target_probs: torch.Tensor, draft_ids: Optional[torch.Tenso
     ignore it). seed, offset: 0 .. 2^63 - 1 (torch ints are signed). An invalid request is flagged by
     a row of -1 in out_ids, on either device."""
     ctx = lookup(ctx_key, Context)
+    detached = lambda tensor: None if tensor is None else tensor.detach()
+    target_probs, draft_ids, num_draft, draft_probs, greedy = map(detached, (target_probs, draft_ids, num_draft,
+                                                                            draft_probs, greedy))
     stream = torch.cuda.current_stream(target_probs.device)
     try:
         result = _rejection_sample(target_probs, draft_ids, num_draft, draft_probs, greedy=greedy, seed=seed,
@@ -111,8 +116,8 @@ def rejection_sample(target_probs: torch.Tensor, draft_ids: Optional[torch.Tenso
 
 @rejection_sample.register_kernel("cpu")
 def _rejection_sample_cpu(target_probs, draft_ids, num_draft, draft_probs, greedy, seed, offset, ctx_key):
-    host = lambda tensor: None if tensor is None else tensor.numpy()
-    result = _rejection_sample(target_probs.numpy(), host(draft_ids), host(num_draft), host(draft_probs),
+    host = lambda tensor: None if tensor is None else tensor.detach().numpy()
+    result = _rejection_sample(host(target_probs), host(draft_ids), host(num_draft), host(draft_probs),
                                greedy=host(greedy), seed=seed, offset=offset, strict=False)
     return torch.from_numpy(result.out_ids), torch.from_numpy(result.num_accepted)
 
