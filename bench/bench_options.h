@@ -18,6 +18,8 @@ typedef struct bench_options {
   int32_t m_count;
   uint64_t seed;
   int32_t input_sets;        /* 0: enough that the touched weights are 4x the L2 (within 4..64) */
+  int32_t chain;             /* > 0: also time this many forwards captured in one graph, each on its
+                              * own input set (so its own routing), reported per forward */
   int32_t warmup_batches, timed_batches;
   double spin_ms;
   int32_t copy_mib;          /* size of each copy buffer for the bandwidth measurement */

@@ -96,7 +96,8 @@ prepare() {
 # SANITIZE_NATIVE=1, on native code; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites;
 # SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
 # TP 1/2/4/8; TUNE_TP, TUNE_M and TUNE_MERGE=1 narrow it and merge into the shipped tables), bench
-# (the reference TP4 shape, with the tables just tuned when there are any), pinned (PINNED="M:G,D ..."
+# (the reference TP4 shape, with the tables just tuned when there are any; BENCH_CHAIN=N adds volt8
+# bench --chain N), pinned (PINNED="M:G,D ..."
 # timed with those variants pinned, PINNED_REPEAT rounds, interleaved),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
 # the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite, examples/mtp_step.py and
@@ -219,7 +220,9 @@ run() {
       bench)
         local tables=()
         [ -d "$logs/tables" ] && tables=(env VOLT8_TUNING_DIR="$logs/tables")
-        step bench "${tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench \
+        local chain=()
+        [ -n "${BENCH_CHAIN:-}" ] && chain=(--chain "$BENCH_CHAIN")
+        step bench "${tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench "${chain[@]}" \
           --json "$logs/bench.json" --svg "$logs/bench.svg" --markdown "$logs/bench.md"
         cat "$logs/bench.log" ;;
       python)

@@ -771,6 +771,29 @@ Test(bench_args, bad_arguments_say_which) {
   cr_assert_eq(bench_options_parse(2, help, NULL, &options, error, sizeof error), 1);
 }
 
+Test(bench_args, chain_parses_and_bad_values_say_which) {
+  bench_options options;
+  char error[256] = "";
+  char *argv[] = {"bench", "--chain", "32", "--m", "1,8"};
+  cr_assert_eq(bench_options_parse(5, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(options.chain, 32);
+  char *plain[] = {"bench"};
+  cr_assert_eq(bench_options_parse(1, plain, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(options.chain, 0, "no chained timing unless asked for");
+  const char *bad[] = {"1", "0", "-4", "257", "8x", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *bad_argv[] = {"bench", "--chain", (char *)bad[i]};
+    error[0] = '\0';
+    cr_assert_eq(bench_options_parse(3, bad_argv, NULL, &options, error, sizeof error), -1, "--chain %s accepted", bad[i]);
+    char expected[64];
+    snprintf(expected, sizeof expected, "\"%s\" for --chain", bad[i]);
+    cr_assert_not_null(strstr(error, expected), "\"%s\" lacks \"%s\"", error, expected);
+  }
+  char *missing[] = {"bench", "--chain"};
+  cr_assert_eq(bench_options_parse(2, missing, NULL, &options, error, sizeof error), -1);
+  cr_assert_not_null(strstr(error, "--chain needs a value"), "%s", error);
+}
+
 Test(bench_args, tune_options_parse) {
   tune_options options;
   char error[256];
@@ -936,6 +959,54 @@ Test(bench_report, json_shape) {
   cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(grouped, "ran")));
   cr_assert_str_eq(cJSON_GetObjectItem(grouped, "reason")->valuestring, "no cuBLAS: missing");
   cJSON_Delete(root);
+  free(text);
+  free(report);
+}
+
+/* fake_report with --chain 32: M = 1 chained, M = 8 failed. */
+static void fake_chained_report(bench_report *report) {
+  fake_report(report);
+  report->chain = 32;
+  bench_m_result *one = &report->results[0];
+  one->chained = (bench_method_result){.ran = 1, .bytes = one->bytes_fp8, .relative_l2 = 2e-4};
+  one->chained.timing.median_us = 4.0;
+  snprintf(report->results[1].chained.reason, sizeof report->results[1].chained.reason, "capture failed");
+  bench_report_derive(report);
+}
+
+Test(bench_report, chained_timing_in_json_text_and_markdown) {
+  bench_report *report = malloc(sizeof *report);
+  fake_chained_report(report);
+  cr_assert_float_eq(report->results[0].chained.gbps, 12.0e6 / 4.0e3, 1e-9);
+  char *text = bench_report_json(report);
+  cJSON *root = cJSON_Parse(text);
+  cr_assert_not_null(root);
+  cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "settings"), "chain")->valueint, 32);
+  cJSON *results = cJSON_GetObjectItem(root, "results");
+  cJSON *chained = cJSON_GetObjectItem(cJSON_GetArrayItem(results, 0), "volt8_chained");
+  cr_assert_not_null(chained, "%s", text);
+  cr_assert_float_eq(cJSON_GetObjectItem(chained, "median_us")->valuedouble, 4.0, 1e-9);
+  cr_assert_float_eq(cJSON_GetObjectItem(chained, "copy_fraction")->valuedouble, 12.0e6 / 4.0e3 / 4000.0, 1e-12);
+  cJSON *failed = cJSON_GetObjectItem(cJSON_GetArrayItem(results, 1), "volt8_chained");
+  cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(failed, "ran")));
+  cr_assert_str_eq(cJSON_GetObjectItem(failed, "reason")->valuestring, "capture failed");
+  cJSON_Delete(root);
+  free(text);
+  char *markdown = bench_report_markdown(report);
+  cr_assert_not_null(strstr(markdown, "volt8, a forward of 32 in one graph (us) |"), "%s", markdown);
+  cr_assert_not_null(strstr(markdown, "| 4.0 |\n"), "%s", markdown);
+  free(markdown);
+  char *printed = NULL;
+  size_t printed_size = 0;
+  FILE *stream = open_memstream(&printed, &printed_size);
+  bench_report_print(report, stream);
+  fclose(stream);
+  cr_assert_not_null(strstr(printed, "32 forwards in one graph"), "%s", printed);
+  cr_assert_not_null(strstr(printed, "capture failed"), "%s", printed);
+  free(printed);
+  fake_report(report);
+  text = bench_report_json(report);
+  cr_assert_null(strstr(text, "volt8_chained"), "no chained entry unless asked for");
   free(text);
   free(report);
 }
