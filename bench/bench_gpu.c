@@ -5,8 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "codegen.h"
-#include "jit.h"
+#include "jit/codegen.h"
+#include "jit/jit.h"
 
 #define SUPPORT_TEMPLATE "templates/bench_kernels.cu"
 #define SUPPORT_KERNEL_NAME "volt8_bench_kernels"

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ctx_internal.h"
+#include "core/ctx_internal.h"
 
 typedef struct bench_gpu {
   volt8_ctx *ctx;

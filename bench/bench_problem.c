@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "numeric.h"
+#include "core/numeric.h"
 
 #define QUANTILE_COUNT 65536
 #define CODE_SIGMA (VOLT8_E4M3_MAX / 4.0) /* codes spread like a checkpoint's: amax at about 4 sigma */

@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "ctx_internal.h"
-#include "moe_layout.h"
+#include "core/ctx_internal.h"
+#include "moe/moe_layout.h"
 
 typedef struct bench_experts_host {
   volt8_moe_shape shape;

@@ -11,8 +11,8 @@
 #include "bench_graphs.h"
 #include "bench_problem.h"
 #include "cublas_loader.h"
-#include "dispatch.h"
-#include "tuning.h"
+#include "dispatch/dispatch.h"
+#include "dispatch/tuning.h"
 
 #define L2_MULTIPLE 4.0
 #define MIN_SETS 4

@@ -1,5 +1,5 @@
 /* volt8 demo, the main job: a synthetic MTP checkpoint with the real layout, at the per-expert
- * shape of a model of the registry (runtime/models.h; --model, default the reference), is planned
+ * shape of a model of the registry (runtime/checkpoint/models.h; --model, default the reference), is planned
  * for TP4, rank 0 is loaded, and the forward runs on the GPU (eager and graph-replayed, checked against the
  * reference, timed) or, without one, the SM70 kernels are compiled and the reference forward and
  * the rejection sampler run on the CPU. */
@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "ctx_internal.h"
-#include "models.h"
-#include "numeric.h"
+#include "core/ctx_internal.h"
+#include "checkpoint/models.h"
+#include "core/numeric.h"
 
 #define DEMO_TP 4
 #define MIB (1024.0 * 1024.0)

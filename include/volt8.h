@@ -135,7 +135,7 @@ VOLT8_API volt8_status volt8_variant_compile(volt8_ctx *ctx, const volt8_moe_sha
 typedef struct volt8_experts volt8_experts;
 
 /* Host copies of one rank's experts in the device layout (E4M3 bytes, FP16 scales holding
- * scale * 2^8); see runtime/moe_layout.h for the exact layout. */
+ * scale * 2^8); see runtime/moe/moe_layout.h for the exact layout. */
 typedef struct volt8_host_experts {
   size_t size;           /* sizeof(volt8_host_experts) */
   const uint8_t *w13;    /* [E][2*I][H] gate rows then up rows */
@@ -270,7 +270,7 @@ typedef struct volt8_load_options {
 VOLT8_API volt8_status volt8_experts_load(volt8_ctx *ctx, const volt8_load_options *options,
                                           volt8_experts **out_experts);
 
-/* This rank's experts in host memory, in the device layout (runtime/moe_layout.h). CPU only. */
+/* This rank's experts in host memory, in the device layout (runtime/moe/moe_layout.h). CPU only. */
 typedef struct volt8_host_checkpoint {
   size_t size;                /* sizeof(volt8_host_checkpoint) */
   volt8_moe_shape shape;

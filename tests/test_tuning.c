@@ -16,11 +16,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen.h"
-#include "ctx_internal.h"
-#include "dispatch.h"
-#include "embedded_files.h"
-#include "tuning.h"
+#include "jit/codegen.h"
+#include "core/ctx_internal.h"
+#include "dispatch/dispatch.h"
+#include "core/embedded_files.h"
+#include "dispatch/tuning.h"
 
 /* The bench and tuner suites need bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("tuner.h")

@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "bench_report.h"
-#include "ctx_internal.h"
+#include "core/ctx_internal.h"
 #include "text_buffer.h"
-#include "tuning.h"
+#include "dispatch/tuning.h"
 
 #define MAX_RUNS_KEPT 64
 

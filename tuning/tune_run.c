@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "derive_model.h"
-#include "nvrtc_loader.h"
+#include "jit/nvrtc_loader.h"
 #include "tuner_gpu.h"
-#include "tuning.h"
+#include "dispatch/tuning.h"
 
 static const int32_t DEFAULT_M[] = {1, 2, 4, 8, 16, 32, 64, 128};
 

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctx_internal.h"
-#include "dispatch.h"
-#include "tuning.h"
+#include "core/ctx_internal.h"
+#include "dispatch/dispatch.h"
+#include "dispatch/tuning.h"
 
 #define BAR_WIDTH 28
 

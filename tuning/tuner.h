@@ -14,7 +14,7 @@
 
 #include <stdio.h>
 
-#include "codegen.h"
+#include "jit/codegen.h"
 #include "table_io.h"
 
 typedef struct tuner_measurement {
