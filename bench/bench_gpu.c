@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "jit/codegen.h"
-#include "jit/jit.h"
+#include "jit/kernel_load.h"
 
 #define SUPPORT_TEMPLATE "templates/bench_kernels.cu"
 #define SUPPORT_KERNEL_NAME "volt8_bench_kernels"
@@ -36,28 +36,19 @@ static volt8_status load_support_module(bench_gpu *gpu, int32_t device_arch) {
   char *source = NULL;
   volt8_status status = volt8_codegen_expand_template(ctx, SUPPORT_TEMPLATE, NULL, NULL, 0, &source);
   if (status != VOLT8_OK) return status;
-  volt8_jit_request request = {SUPPORT_KERNEL_NAME, source, device_arch, VOLT8_IMAGE_CUBIN, NULL, 0};
-  volt8_jit_image image = {0};
-  status = volt8_jit_compile(ctx, &request, &image);
-  if (status != VOLT8_OK) {
-    request.arch = ctx->target_arch;
-    request.kind = VOLT8_IMAGE_PTX;
-    status = volt8_jit_compile(ctx, &request, &image);
-  }
+  static const char *const entries[] = {"bench_spin",   "bench_copy",     "bench_dequant", "bench_gather",
+                                        "bench_silu_mul", "bench_weighted_reduce", "bench_empty"};
+  enum { ENTRY_COUNT = sizeof entries / sizeof entries[0] };
+  CUfunction functions[ENTRY_COUNT];
+  volt8_kernel_load_request request = {SUPPORT_KERNEL_NAME, source, device_arch, VOLT8_IMAGE_CUBIN, 1,
+                                       entries, ENTRY_COUNT, "bench: "};
+  status = volt8_kernel_load(ctx, &request, &gpu->module, functions, NULL);
   free(source);
   if (status != VOLT8_OK) return status;
-  status = bench_gpu_check(gpu, gpu->cuda->cuModuleLoadDataEx(&gpu->module, image.data, 0, NULL, NULL),
-                           "loading the bench support kernels");
-  volt8_jit_image_free(&image);
-  struct { CUfunction *function; const char *name; } entries[] = {
-      {&gpu->spin, "bench_spin"},       {&gpu->copy, "bench_copy"},         {&gpu->dequant, "bench_dequant"},
-      {&gpu->gather, "bench_gather"},   {&gpu->silu_mul, "bench_silu_mul"}, {&gpu->weighted_reduce, "bench_weighted_reduce"},
-      {&gpu->empty, "bench_empty"},
-  };
-  for (size_t i = 0; i < sizeof entries / sizeof entries[0] && status == VOLT8_OK; i++)
-    status = bench_gpu_check(gpu, gpu->cuda->cuModuleGetFunction(entries[i].function, gpu->module, entries[i].name),
-                             entries[i].name);
-  return status;
+  CUfunction *const targets[ENTRY_COUNT] = {&gpu->spin, &gpu->copy, &gpu->dequant, &gpu->gather,
+                                            &gpu->silu_mul, &gpu->weighted_reduce, &gpu->empty};
+  for (int i = 0; i < ENTRY_COUNT; i++) *targets[i] = functions[i];
+  return VOLT8_OK;
 }
 
 volt8_status bench_gpu_open(volt8_ctx *ctx, bench_gpu *out) {

@@ -1,7 +1,7 @@
 /* volt8_variant_compile: codegen + JIT for one named variant, no device needed. */
 #include "jit/codegen.h"
 #include "core/ctx_internal.h"
-#include "jit/jit.h"
+#include "jit/kernel_load.h"
 
 volt8_status volt8_variant_compile(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *name,
                                    int32_t *out_from_cache) {
@@ -10,11 +10,8 @@ volt8_status volt8_variant_compile(volt8_ctx *ctx, const volt8_moe_shape *shape,
   volt8_kernel_source source = {0};
   volt8_status status = volt8_codegen_emit(ctx, shape, name, &source);
   if (status != VOLT8_OK) return status;
-  volt8_jit_request request = {source.entry, source.source, ctx->target_arch, VOLT8_IMAGE_PTX, NULL, 0};
-  volt8_jit_image image = {0};
-  status = volt8_jit_compile(ctx, &request, &image);
-  if (status == VOLT8_OK && out_from_cache) *out_from_cache = image.from_cache;
-  volt8_jit_image_free(&image);
+  volt8_kernel_load_request request = {source.entry, source.source, ctx->target_arch, VOLT8_IMAGE_PTX, 0, NULL, 0, NULL};
+  status = volt8_kernel_load(ctx, &request, NULL, NULL, out_from_cache);
   volt8_kernel_source_free(&source);
   return status;
 }

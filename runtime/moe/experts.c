@@ -3,7 +3,7 @@
 #include "core/ctx_internal.h"
 #include "dispatch/dispatch.h"
 #include "moe/experts_internal.h"
-#include "jit/jit.h"
+#include "jit/kernel_load.h"
 #include "moe/moe_args.h"
 #include "moe/moe_layout.h"
 
@@ -217,7 +217,7 @@ static const loaded_kernel *find_kernel(const volt8_experts *experts, const char
   return NULL;
 }
 
-/* Generates, compiles (or loads from the cache) and loads one variant; refuses while capturing. */
+/* Generates one variant and loads it (volt8_kernel_load); refuses while capturing. */
 static volt8_status get_kernel(volt8_experts *experts, const char *variant, int capturing, volt8_op expected_op,
                                const loaded_kernel **out_kernel) {
   volt8_ctx *ctx = experts->ctx;
@@ -239,17 +239,10 @@ static volt8_status get_kernel(volt8_experts *experts, const char *variant, int 
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "variant %s is not a %s kernel", variant,
                       expected_op == VOLT8_OP_GATE_UP ? "gate_up" : expected_op == VOLT8_OP_DOWN ? "down" : "support");
   }
-  volt8_jit_request request = {source.entry, source.source, ctx->target_arch, VOLT8_IMAGE_PTX, NULL, 0};
-  volt8_jit_image image = {0};
-  status = volt8_jit_compile(ctx, &request, &image);
   loaded_kernel *slot = &experts->kernels[experts->kernel_count];
-  if (status == VOLT8_OK)
-    status = cuda_check(ctx, ctx->cuda->cuModuleLoadDataEx(&slot->module, image.data, 0, NULL, NULL), "cuModuleLoadDataEx");
-  if (status == VOLT8_OK) {
-    status = cuda_check(ctx, ctx->cuda->cuModuleGetFunction(&slot->function, slot->module, source.entry),
-                        "cuModuleGetFunction");
-    if (status != VOLT8_OK) ctx->cuda->cuModuleUnload(slot->module);
-  }
+  const char *const entries[1] = {source.entry};
+  volt8_kernel_load_request request = {source.entry, source.source, ctx->target_arch, VOLT8_IMAGE_PTX, 0, entries, 1, NULL};
+  status = volt8_kernel_load(ctx, &request, &slot->module, &slot->function, NULL);
   if (status == VOLT8_OK) {
     snprintf(slot->variant, sizeof slot->variant, "%s", variant);
     slot->block_m = source.block_m;
@@ -260,7 +253,6 @@ static volt8_status get_kernel(volt8_experts *experts, const char *variant, int 
     experts->kernel_count++;
     *out_kernel = slot;
   }
-  volt8_jit_image_free(&image);
   volt8_kernel_source_free(&source);
   return status;
 }

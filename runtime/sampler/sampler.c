@@ -3,7 +3,7 @@
  * templates/rejection_rules.cu; the kernels are templates/rejection_sample.cu. */
 #include "jit/codegen.h"
 #include "core/ctx_internal.h"
-#include "jit/jit.h"
+#include "jit/kernel_load.h"
 #include "sampler/philox.h"
 #include "sampler/sampler.h"
 #include "../../templates/rejection_rules.cu"
@@ -216,19 +216,14 @@ static volt8_status cuda_check(volt8_ctx *ctx, CUresult result, const char *what
   return volt8_cuda_check(ctx, result, "rejection sampler: ", what);
 }
 
-static volt8_status compile_kernels(volt8_ctx *ctx, volt8_jit_image *image) {
+/* The sampler's source: templates/rejection_sample.cu with its block sizes (malloc'ed). */
+static volt8_status generate_source(volt8_ctx *ctx, char **out_source) {
   char row_threads[16], finish_threads[16];
   snprintf(row_threads, sizeof row_threads, "%d", ROW_THREADS);
   snprintf(finish_threads, sizeof finish_threads, "%d", FINISH_THREADS);
   const char *const keys[2] = {"ROW_THREADS", "FINISH_THREADS"};
   const char *const values[2] = {row_threads, finish_threads};
-  char *source = NULL;
-  volt8_status status = volt8_codegen_expand_template(ctx, SAMPLER_TEMPLATE, keys, values, 2, &source);
-  if (status != VOLT8_OK) return status;
-  volt8_jit_request request = {SAMPLER_KERNEL_NAME, source, ctx->target_arch, VOLT8_IMAGE_PTX, NULL, 0};
-  status = volt8_jit_compile(ctx, &request, image);
-  free(source);
-  return status;
+  return volt8_codegen_expand_template(ctx, SAMPLER_TEMPLATE, keys, values, 2, out_source);
 }
 
 /* The device facts the launcher needs: its multiprocessor count, and stream-ordered allocation
@@ -252,30 +247,22 @@ static volt8_status query_device(volt8_ctx *ctx, int32_t *multiprocessors) {
   return status;
 }
 
-static volt8_status load_kernels(volt8_ctx *ctx, const volt8_jit_image *image) {
+static volt8_status load_kernels(volt8_ctx *ctx, const volt8_kernel_load_request *request) {
   sampler_module *loaded = calloc(1, sizeof *loaded);
   if (!loaded) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "rejection sampler: out of memory");
   loaded->ctx = ctx;
+  CUfunction functions[3];
   volt8_status status = query_device(ctx, &loaded->kernels.multiprocessors);
+  if (status == VOLT8_OK) status = volt8_kernel_load(ctx, request, &loaded->module, functions, NULL);
   if (status != VOLT8_OK) {
     free(loaded);
     return status;
   }
-  status = cuda_check(ctx, ctx->cuda->cuModuleLoadDataEx(&loaded->module, image->data, 0, NULL, NULL),
-                      "cuModuleLoadDataEx");
-  if (status != VOLT8_OK) {
-    free(loaded);
-    return status;
-  }
-  const char *const names[3] = {"volt8_rejection_rows", "volt8_rejection_walk", "volt8_rejection_draw"};
-  CUfunction *const functions[3] = {&loaded->kernels.rows, &loaded->kernels.walk, &loaded->kernels.draw};
-  for (int i = 0; i < 3 && status == VOLT8_OK; i++) {
-    char what[64];
-    snprintf(what, sizeof what, "cuModuleGetFunction(%s)", names[i]);
-    status = cuda_check(ctx, ctx->cuda->cuModuleGetFunction(functions[i], loaded->module, names[i]), what);
-  }
+  loaded->kernels.rows = functions[0];
+  loaded->kernels.walk = functions[1];
+  loaded->kernels.draw = functions[2];
   pthread_mutex_lock(&modules_lock);
-  int keep = status == VOLT8_OK && !find_locked(ctx); /* another thread may have loaded them meanwhile */
+  int keep = !find_locked(ctx); /* another thread may have loaded them meanwhile */
   if (keep && (status = volt8_ctx_on_destroy(ctx, forget_ctx, NULL)) != VOLT8_OK) keep = 0;
   if (keep) {
     loaded->next = modules;
@@ -293,13 +280,17 @@ volt8_status volt8_rejection_prepare(volt8_ctx *ctx) {
   if (!ctx) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_rejection_prepare: ctx is NULL");
   sampler_kernels kernels;
   if (ctx->has_device && find_module(ctx, &kernels)) return VOLT8_OK;
-  volt8_jit_image image = {0};
-  volt8_status status = compile_kernels(ctx, &image);
-  if (status == VOLT8_OK && ctx->has_device) {
-    status = volt8_ctx_require_device(ctx);
-    if (status == VOLT8_OK) status = load_kernels(ctx, &image);
-  }
-  volt8_jit_image_free(&image);
+  char *source = NULL;
+  volt8_status status = generate_source(ctx, &source);
+  if (status != VOLT8_OK) return status;
+  static const char *const entries[3] = {"volt8_rejection_rows", "volt8_rejection_walk", "volt8_rejection_draw"};
+  volt8_kernel_load_request request = {SAMPLER_KERNEL_NAME, source, ctx->target_arch, VOLT8_IMAGE_PTX, 0,
+                                       entries, 3, "rejection sampler: "};
+  if (!ctx->has_device)
+    status = volt8_kernel_load(ctx, &request, NULL, NULL, NULL); /* fills the cache for a later host with a GPU */
+  else if ((status = volt8_ctx_require_device(ctx)) == VOLT8_OK)
+    status = load_kernels(ctx, &request);
+  free(source);
   return status;
 }
 
