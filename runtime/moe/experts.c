@@ -5,6 +5,7 @@
 #include "moe/experts_internal.h"
 #include "jit/kernel_load.h"
 #include "moe/moe_args.h"
+#include "moe/kernel_params.h"
 #include "moe/moe_layout.h"
 
 #include <stdlib.h>
@@ -361,16 +362,34 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   unsigned warm_ctas = warm_bytes > 0 && ctx->sm_count > 1 ? (unsigned)ctx->sm_count / 2 : 0;
   /* The route writes the zeros of tokens with no live id only for a down that fuses the reduce. */
   CUdeviceptr route_out = down->fused_reduce ? out : 0;
-  void *route_params[] = {&ids, &num_pairs, &bm_gate_up, &bm_down, &experts->sorted_pairs, &experts->items_gate_up,
-                          &experts->items_down, &experts->counters, &experts->w13, &warm_bytes, &top_k, &route_out};
-  void *gate_up_params[] = {&x, &experts->w13, &experts->s13, &experts->sorted_pairs, &experts->items_gate_up,
-                            &experts->counters, &top_k, &experts->h, &ids, &num_pairs};
-  /* A down that fuses the reduce takes three more: top_k, out and the arrival counters. */
-  void *down_params[] = {&experts->h, &experts->w2, &experts->s2, &experts->sorted_pairs, &experts->items_down,
-                         &experts->counters, &weights, &experts->z, &ids, &num_pairs, &top_k, &out, &experts->arrivals};
-  void *fused_down_params[] = {&experts->h, &experts->w2, &experts->s2, &weights, &ids, &num_tokens, &top_k, &out,
-                               &experts->counters};
-  void *reduce_params[] = {&experts->z, &ids, &num_tokens, &top_k, &out, &experts->counters};
+  volt8_route_args route_args = {
+      .topk_ids = ids, .num_pairs = num_pairs, .bm_gate_up = bm_gate_up, .bm_down = bm_down,
+      .sorted_pairs = experts->sorted_pairs, .items_gate_up = experts->items_gate_up,
+      .items_down = experts->items_down, .counters = experts->counters, .gate_up_weights = experts->w13,
+      .warm_bytes = warm_bytes, .top_k = top_k, .out = route_out};
+  volt8_gate_up_args gate_up_args = {
+      .activations = x, .weights = experts->w13, .scales = experts->s13, .sorted_pairs = experts->sorted_pairs,
+      .items = experts->items_gate_up, .counters = experts->counters, .top_k = top_k, .out = experts->h,
+      .topk_ids = ids, .num_pairs = num_pairs};
+  volt8_down_args down_args = {
+      .activations = experts->h, .weights = experts->w2, .scales = experts->s2, .sorted_pairs = experts->sorted_pairs,
+      .items = experts->items_down, .counters = experts->counters, .topk_weights = weights, .out = experts->z,
+      .topk_ids = ids, .num_pairs = num_pairs, .top_k = top_k, .reduced = out, .arrivals = experts->arrivals};
+  volt8_down_token_args down_token_args = {
+      .h = experts->h, .weights = experts->w2, .scales = experts->s2, .topk_weights = weights, .topk_ids = ids,
+      .num_tokens = num_tokens, .top_k = top_k, .out = out, .counters = experts->counters};
+  volt8_reduce_args reduce_args = {.z = experts->z, .topk_ids = ids, .num_tokens = num_tokens, .top_k = top_k,
+                                   .out = out, .counters = experts->counters};
+  void *route_params[VOLT8_MAX_KERNEL_PARAMS], *gate_up_params[VOLT8_MAX_KERNEL_PARAMS];
+  void *down_params[VOLT8_MAX_KERNEL_PARAMS], *reduce_params[VOLT8_MAX_KERNEL_PARAMS];
+  volt8_kernel_params_fill(&volt8_route_signature, &route_args, route_params);
+  volt8_kernel_params_fill(&volt8_gate_up_signature, &gate_up_args, gate_up_params);
+  if (fused_down)
+    volt8_kernel_params_fill(&volt8_down_token_signature, &down_token_args, down_params);
+  else
+    volt8_kernel_params_fill(down->fused_reduce ? &volt8_down_fused_signature : &volt8_down_signature, &down_args,
+                             down_params);
+  volt8_kernel_params_fill(&volt8_reduce_signature, &reduce_args, reduce_params);
   unsigned intermediate = (unsigned)experts->shape.intermediate, hidden = (unsigned)experts->shape.hidden;
   unsigned reduce_columns = (unsigned)reduce->threads * 4;
   /* block_m == 1 kernels take their pair from topk_ids directly; the reduce (or the fused down)
@@ -386,7 +405,7 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
       (status = launch(ctx, gate_up, (intermediate + gate_up->block_n - 1) / gate_up->block_n, (unsigned)num_pairs,
                        cu_stream, gate_up_params, 0)) != VOLT8_OK)
     return status;
-  if (fused_down) return launch(ctx, down, down_columns, (unsigned)num_tokens, cu_stream, fused_down_params, early);
+  if (fused_down) return launch(ctx, down, down_columns, (unsigned)num_tokens, cu_stream, down_params, early);
   /* A routed hmma down may start early too (templates/moe_gemm_hmma.cu): it reads the route's items,
    * written before its gate_up started, and requests its first weights while gate_up finishes. */
   int early_down = early || down->family == VOLT8_FAMILY_HMMA16816;

@@ -1,4 +1,4 @@
-/* Device memory layout of one rank's experts and the argument lists of the generated kernels.
+/* Device memory layout of one rank's experts and the kernels that read it.
  * The templates, the launcher (experts.c) and the reference (reference.c) all follow it.
  *
  * Shape: H = hidden, I = intermediate (this rank), E = experts, (bn, bk) scale block,
@@ -21,17 +21,12 @@
  * sorted_pairs, count, 0), counters[4] (items_gate_up, items_down, bad ids, 0), h[P][I] FP16,
  * z[P][H] FP32, with P = M * top_k.
  *
- * Kernels (threads per CTA from codegen):
- *   route   (const int *topk_ids, int num_pairs, int bm_gate_up, int bm_down, int *sorted_pairs,
- *            int4 *items_gate_up, int4 *items_down, int *counters)            grid (1)
- *   gate_up (const half *x, const uint8 *w13, const half *s13, const int *sorted_pairs,
- *            const int4 *items, const int *counters, int top_k, half *h,
- *            const int *topk_ids, int num_pairs)                                grid (ceil(I/BN), P)
- *   down    (const half *h, const uint8 *w2, const half *s2, const int *sorted_pairs,
- *            const int4 *items, const int *counters, const float *topk_weights, float *z,
- *            const int *topk_ids, int num_pairs)                                grid (ceil(H/BN), P)
- *   reduce  (const float *z, const int *topk_ids, int num_tokens, int top_k, half *out, int *counters)
- *                                                                               grid (ceil(H/(threads*4)), M)
+ * Kernels (threads per CTA from codegen; their parameters, in order, in moe/kernel_params.h):
+ *   route                 grid (1 + the CTAs that warm L2 with gate_up weights)
+ *   gate_up               grid (ceil(I/BN), P)
+ *   down                  grid (ceil(H/BN), P); one that fuses the reduce also forms out
+ *   down (token)          grid (ceil(H/BN), M): one token per CTA row, forms out (no route, no reduce)
+ *   reduce                grid (ceil(H/(threads*4)), M)
  * route groups pairs per expert in pair order, skips ids outside [0, E), and splits each expert's
  * pairs into work items of at most bm pairs. A GEMM CTA with bm > 1 whose blockIdx.y is not below
  * its item count returns. A GEMM CTA with bm == 1 ignores sorted_pairs, items and counters: it
