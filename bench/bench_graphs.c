@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-#include "core/ctx_internal.h"
+#include "tools/tools.h"
 
 volt8_status bench_graph_set_capture(volt8_ctx *ctx, volt8_experts *experts, const bench_inputs *inputs, CUstream stream,
                                      bench_graph_set *out) {

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "bench_report.h"
-#include "checkpoint/models.h"
+#include "tools/tools.h"
 #include "volt8.h"
 
 #define BENCH_DEFAULT_TP 4

@@ -6,8 +6,7 @@
 
 #include <stdint.h>
 
-#include "core/ctx_internal.h"
-#include "moe/moe_layout.h"
+#include "tools/tools.h"
 
 typedef struct bench_experts_host {
   volt8_moe_shape shape;

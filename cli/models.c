@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "checkpoint/models.h"
+#include "tools/tools.h"
 
 const volt8_model *cli_find_model(const char *command, const char *name) {
   const volt8_model *model = volt8_model_find(name);

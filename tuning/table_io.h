@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dispatch/dispatch.h"
+#include "tools/tools.h"
 #include "volt8.h"
 
 typedef struct tuning_result_entry {

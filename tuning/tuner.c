@@ -7,9 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/ctx_internal.h"
-#include "dispatch/dispatch.h"
-#include "dispatch/tuning.h"
+#include "tools/tools.h"
 
 #define BAR_WIDTH 28
 

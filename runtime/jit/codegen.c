@@ -23,6 +23,7 @@ typedef struct codegen_job {
   int32_t arch;                        /* target arch the variant space is for (70: sm_70) */
   const char *variant;                 /* JOB_EMIT */
   const char *template_path;           /* JOB_EXPAND */
+  const char *template_text;           /* JOB_EXPAND: NULL reads template_path from the embedded files */
   const char *const *keys, *const *values;
   int32_t value_count;
   char **names;                        /* JOB_LIST result */
@@ -185,7 +186,11 @@ static int run_job(lua_State *L) {
       lua_pushstring(L, job->values[i]);
       lua_setfield(L, -2, job->keys[i]);
     }
-    lua_call(L, 2, 1);
+    if (job->template_text)
+      lua_pushstring(L, job->template_text);
+    else
+      lua_pushnil(L);
+    lua_call(L, 3, 1);
     size_t bytes = 0;
     const char *text = lua_tolstring(L, -1, &bytes);
     if (!text) return luaL_error(L, "gen.expand_template returned no text");
@@ -262,8 +267,8 @@ volt8_status volt8_codegen_emit(volt8_ctx *ctx, const volt8_moe_shape *shape, co
   return run(ctx, &job);
 }
 
-volt8_status volt8_codegen_expand_template(volt8_ctx *ctx, const char *template_path, const char *const *keys,
-                                           const char *const *values, int32_t count, char **out_source) {
+static volt8_status expand(volt8_ctx *ctx, const char *template_path, const char *template_text, const char *const *keys,
+                           const char *const *values, int32_t count, char **out_source) {
   if (!template_path || !out_source || count < 0 || (count > 0 && (!keys || !values)))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
                       "volt8_codegen_expand_template: template_path, out_source, keys or values is NULL");
@@ -272,11 +277,24 @@ volt8_status volt8_codegen_expand_template(volt8_ctx *ctx, const char *template_
     if (!keys[i] || !values[i])
       return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_codegen_expand_template: key or value %d is NULL", i);
   }
-  codegen_job job = {.kind = JOB_EXPAND, .template_path = template_path, .keys = keys, .values = values,
-                     .value_count = count};
+  codegen_job job = {.kind = JOB_EXPAND, .template_path = template_path, .template_text = template_text, .keys = keys,
+                     .values = values, .value_count = count};
   volt8_status status = run(ctx, &job);
   if (status == VOLT8_OK) *out_source = job.text;
   return status;
+}
+
+volt8_status volt8_codegen_expand_template(volt8_ctx *ctx, const char *template_path, const char *const *keys,
+                                           const char *const *values, int32_t count, char **out_source) {
+  return expand(ctx, template_path, NULL, keys, values, count, out_source);
+}
+
+volt8_status volt8_codegen_expand_text(volt8_ctx *ctx, const char *template_path, const char *template_text,
+                                       const char *const *keys, const char *const *values, int32_t count,
+                                       char **out_source) {
+  if (!template_text)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_codegen_expand_text: template_text is NULL");
+  return expand(ctx, template_path, template_text, keys, values, count, out_source);
 }
 
 void volt8_kernel_source_free(volt8_kernel_source *source) {

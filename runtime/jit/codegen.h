@@ -49,6 +49,12 @@ void volt8_kernel_source_free(volt8_kernel_source *source);
  * from" line and #line directives. */
 volt8_status volt8_codegen_expand_template(volt8_ctx *ctx, const char *template_path, const char *const *keys,
                                            const char *const *values, int32_t count, char **out_source);
+/* The same for a template that is not embedded in the library (a tool's own, e.g. the bench support
+ * kernels): `template_text` is expanded as if read from `template_path`; its @{include} lines still
+ * name the library's templates/. */
+volt8_status volt8_codegen_expand_text(volt8_ctx *ctx, const char *template_path, const char *template_text,
+                                       const char *const *keys, const char *const *values, int32_t count,
+                                       char **out_source);
 void volt8_codegen_names_free(char **names, int32_t count);
 
 #endif

@@ -1,4 +1,5 @@
 /* Resident experts: one device allocation per rank, the workspace, and the forward launches. */
+#define VOLT8_EXPERIMENTAL_API 1 /* defines volt8_experts_set_variants */
 #include "jit/codegen.h"
 #include "core/ctx_internal.h"
 #include "dispatch/dispatch.h"
