@@ -1,7 +1,8 @@
-/* The parameter lists of runtime/moe/kernel_params.h, from which the launcher builds every argument
- * array, against the parameters each generated kernel declares: for every variant of a few shapes
- * at sm_70 and sm_90, the types (const and __restrict__ aside), names and order, and the bytes the
- * launcher passes for each. The generated source is run through the C preprocessor (`cpp -P`), which
+/* The parameter lists of runtime/moe/kernel_params.h and runtime/sampler/sampler_params.h, from
+ * which the launchers build every argument array, against the parameters each generated kernel
+ * declares: for every variant of a few shapes at sm_70 and sm_90 and for the sampler's three
+ * kernels, the types (const and __restrict__ aside), names and order, and the bytes the launcher
+ * passes for each. The generated source is run through the C preprocessor (`cpp -P`), which
  * resolves the templates' #if branches as NVRTC would. */
 #include <criterion/criterion.h>
 
@@ -12,6 +13,7 @@
 
 #include "jit/codegen.h"
 #include "moe/kernel_params.h"
+#include "sampler/sampler_params.h"
 #include "test_support.h"
 
 #define MAX_PARAMS 24
@@ -76,13 +78,23 @@ static void split_param(const char *text, size_t length, char *type, char *name)
   }
 }
 
-/* The parameters of `entry` in the preprocessed source. */
+/* 1 when `name` at text + at is the name a __global__ declaration gives its kernel (a host
+ * function of the same name, as the sampler's rules have, is not). */
+static int is_kernel_name(const char *text, const char *at) {
+  for (const char *back = at; back > text; back--) {
+    if (*back == ';' || *back == '{' || *back == '}') return 0;
+    if (strncmp(back, "__global__", 10) == 0) return 1;
+  }
+  return 0;
+}
+
+/* The parameters of kernel `entry` in the preprocessed source. */
 static void declared(const char *text, const char *entry, declared_params *out) {
   memset(out, 0, sizeof *out);
   const char *open = text;
   size_t entry_length = strlen(entry);
-  while ((open = strstr(open, entry)) && open[entry_length] != '(') open += entry_length;
-  cr_assert(open, "no declaration of %s in its generated source", entry);
+  while ((open = strstr(open, entry)) && (open[entry_length] != '(' || !is_kernel_name(text, open))) open += entry_length;
+  cr_assert(open, "no __global__ declaration of %s in its generated source", entry);
   open += entry_length + 1;
   const char *close = strchr(open, ')');
   cr_assert(close, "unterminated parameter list of %s", entry);
@@ -98,7 +110,7 @@ static void declared(const char *text, const char *entry, declared_params *out) 
 static size_t type_bytes(const char *type) {
   size_t length = strlen(type);
   if (length && type[length - 1] == '*') return 8; /* device pointers are 64-bit */
-  if (strcmp(type, "long long") == 0) return 8;
+  if (strcmp(type, "long long") == 0 || strcmp(type, "unsigned long long") == 0) return 8;
   if (strcmp(type, "int") == 0 || strcmp(type, "float") == 0) return 4;
   return 0;
 }
@@ -181,6 +193,28 @@ Test(kernel_params, every_variant_of_a_small_per_channel_shape_at_sm_90) {
   shape.block_n = 1;
   shape.intermediate_offset = 0;
   check_shape("sm_90", &shape);
+}
+
+Test(kernel_params, the_rejection_sampler_kernels) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  const char *const keys[2] = {"ROW_THREADS", "FINISH_THREADS"};
+  const char *const values[2] = {"512", "1024"};
+  char *source = NULL;
+  cr_assert_eq(volt8_codegen_expand_template(ctx, "templates/rejection_sample.cu", keys, values, 2, &source), VOLT8_OK,
+               "%s", volt8_last_error(ctx));
+  char *text = preprocess(source);
+  const volt8_kernel_signature *signatures[3] = {&volt8_rejection_rows_signature, &volt8_rejection_walk_signature,
+                                                 &volt8_rejection_draw_signature};
+  for (int i = 0; i < 3; i++) {
+    declared_params params;
+    declared(text, signatures[i]->kernel, &params);
+    char why[512];
+    compare(signatures[i], &params, why, sizeof why);
+    cr_expect_str_empty(why, "%s", why);
+  }
+  free(text);
+  free(source);
+  volt8_ctx_destroy(ctx);
 }
 
 /* The check can fail: a fused-reduce down's declaration against the unfused list, and a list with

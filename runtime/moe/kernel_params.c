@@ -1,7 +1,7 @@
 /* The MoE kernels' parameter tables, made from the lists of kernel_params.h. */
 #include "moe/kernel_params.h"
 
-#define ROW(args_type, c_type, type, name) {type, #name, offsetof(args_type, name), sizeof(c_type)},
+#define ROW VOLT8_KERNEL_PARAM_ROW
 #define ROUTE_ROW(c_type, type, name) ROW(volt8_route_args, c_type, type, name)
 #define GATE_UP_ROW(c_type, type, name) ROW(volt8_gate_up_args, c_type, type, name)
 #define DOWN_ROW(c_type, type, name) ROW(volt8_down_args, c_type, type, name)
@@ -25,7 +25,3 @@ const volt8_kernel_signature volt8_down_signature = {"down", down_params, 0 VOLT
 const volt8_kernel_signature volt8_down_fused_signature = {"down (fused reduce)", down_params, COUNT(down_params)};
 const volt8_kernel_signature volt8_down_token_signature = {"down (token)", down_token_params, COUNT(down_token_params)};
 const volt8_kernel_signature volt8_reduce_signature = {"reduce", reduce_params, COUNT(reduce_params)};
-
-void volt8_kernel_params_fill(const volt8_kernel_signature *signature, void *args, void *params[VOLT8_MAX_KERNEL_PARAMS]) {
-  for (int i = 0; i < signature->count; i++) params[i] = (char *)args + signature->params[i].offset;
-}

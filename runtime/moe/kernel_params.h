@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "core/cuda_driver.h"
+#include "jit/kernel_signature.h"
 
 /* P(launcher's C type, template type, name) */
 #define VOLT8_ROUTE_PARAMS(P)                                                                                  \
@@ -45,32 +46,13 @@
   P(CUdeviceptr, "float *", z) P(CUdeviceptr, "int *", topk_ids) P(int, "int", num_tokens) P(int, "int", top_k) \
   P(CUdeviceptr, "unsigned short *", out) P(CUdeviceptr, "int *", counters)
 
-#define VOLT8_KERNEL_ARGS_FIELD(c_type, type, name) c_type name;
 typedef struct volt8_route_args { VOLT8_ROUTE_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_route_args;
 typedef struct volt8_gate_up_args { VOLT8_GATE_UP_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_gate_up_args;
 typedef struct volt8_down_args { VOLT8_DOWN_FUSED_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_down_args;
 typedef struct volt8_down_token_args { VOLT8_DOWN_TOKEN_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_down_token_args;
 typedef struct volt8_reduce_args { VOLT8_REDUCE_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_reduce_args;
 
-typedef struct volt8_kernel_param {
-  const char *type;  /* as the template declares it, without const and __restrict__ */
-  const char *name;
-  size_t offset;     /* of the value in the kernel's argument struct */
-  size_t bytes;      /* of the value the launcher passes */
-} volt8_kernel_param;
-
-typedef struct volt8_kernel_signature {
-  const char *kernel; /* "route", "gate_up", "down", "down (fused reduce)", "down (token)", "reduce" */
-  const volt8_kernel_param *params;
-  int count;
-} volt8_kernel_signature;
-
-#define VOLT8_MAX_KERNEL_PARAMS 16
-
 extern const volt8_kernel_signature volt8_route_signature, volt8_gate_up_signature, volt8_down_signature,
     volt8_down_fused_signature, volt8_down_token_signature, volt8_reduce_signature;
-
-/* params[i] = the address of the i-th parameter's value inside args (a struct of the signature). */
-void volt8_kernel_params_fill(const volt8_kernel_signature *signature, void *args, void *params[VOLT8_MAX_KERNEL_PARAMS]);
 
 #endif

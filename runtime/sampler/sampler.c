@@ -6,6 +6,7 @@
 #include "jit/kernel_load.h"
 #include "sampler/philox.h"
 #include "sampler/sampler.h"
+#include "sampler/sampler_params.h"
 #include "../../templates/rejection_rules.cu"
 
 #include <pthread.h>
@@ -364,23 +365,31 @@ volt8_status volt8_rejection_sample(volt8_ctx *ctx, const volt8_rejection_args *
 
   CUdeviceptr num_draft = (CUdeviceptr)(uintptr_t)args->num_draft, draft_ids = (CUdeviceptr)(uintptr_t)args->draft_ids;
   CUdeviceptr draft_probs = (CUdeviceptr)(uintptr_t)args->draft_probs, target_probs = (CUdeviceptr)(uintptr_t)args->target_probs;
-  CUdeviceptr greedy = (CUdeviceptr)(uintptr_t)args->greedy, out_ids = (CUdeviceptr)(uintptr_t)args->out_ids;
-  CUdeviceptr num_accepted = (CUdeviceptr)(uintptr_t)args->num_accepted;
-  int max_draft = args->max_draft, vocab = args->vocab;
-  int row_splits = row_cut.splits, row_chunk = row_cut.chunk, sum_splits = sum_cut.splits, sum_chunk = sum_cut.chunk;
-  unsigned long long seed = args->seed, offset = args->offset;
-  void *row_params[] = {&num_draft, &draft_ids, &draft_probs, &target_probs, &max_draft, &vocab,
-                        &row_splits, &row_chunk, &scans};
-  void *walk_params[] = {&num_draft, &draft_ids, &draft_probs, &target_probs, &greedy, &max_draft, &vocab,
-                         &row_splits, &scans, &sum_splits, &sum_chunk, &seed, &offset, &out_ids, &stops,
-                         &chunk_sums, &part_sums};
-  void *draw_params[] = {&draft_ids, &draft_probs, &target_probs, &max_draft, &vocab, &sum_splits, &sum_chunk,
-                         &stops, &chunk_sums, &part_sums, &out_ids, &num_accepted};
-  status = cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernels.rows, (unsigned)(batch * (size_t)row_splits), (unsigned)rows, 1,
+  CUdeviceptr out_ids = (CUdeviceptr)(uintptr_t)args->out_ids;
+  volt8_rejection_rows_args rows_args = {
+      .num_draft = num_draft, .draft_ids = draft_ids, .draft_probs = draft_probs, .target_probs = target_probs,
+      .max_draft = args->max_draft, .vocab = args->vocab, .splits = row_cut.splits, .chunk = row_cut.chunk,
+      .scans = scans};
+  volt8_rejection_walk_args walk_args = {
+      .num_draft = num_draft, .draft_ids = draft_ids, .draft_probs = draft_probs, .target_probs = target_probs,
+      .greedy = (CUdeviceptr)(uintptr_t)args->greedy, .max_draft = args->max_draft, .vocab = args->vocab,
+      .row_splits = row_cut.splits, .scans = scans, .sum_splits = sum_cut.splits, .sum_chunk = sum_cut.chunk,
+      .seed = args->seed, .offset = args->offset, .out_ids = out_ids, .stops = stops, .chunk_sums = chunk_sums,
+      .part_sums = part_sums};
+  volt8_rejection_draw_args draw_args = {
+      .draft_ids = draft_ids, .draft_probs = draft_probs, .target_probs = target_probs, .max_draft = args->max_draft,
+      .vocab = args->vocab, .sum_splits = sum_cut.splits, .sum_chunk = sum_cut.chunk, .stops = stops,
+      .chunk_sums = chunk_sums, .part_sums = part_sums, .out_ids = out_ids,
+      .num_accepted = (CUdeviceptr)(uintptr_t)args->num_accepted};
+  void *row_params[VOLT8_MAX_KERNEL_PARAMS], *walk_params[VOLT8_MAX_KERNEL_PARAMS], *draw_params[VOLT8_MAX_KERNEL_PARAMS];
+  volt8_kernel_params_fill(&volt8_rejection_rows_signature, &rows_args, row_params);
+  volt8_kernel_params_fill(&volt8_rejection_walk_signature, &walk_args, walk_params);
+  volt8_kernel_params_fill(&volt8_rejection_draw_signature, &draw_args, draw_params);
+  status = cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernels.rows, (unsigned)(batch * (size_t)row_cut.splits), (unsigned)rows, 1,
                                                      ROW_THREADS, 1, 1, 0, cu_stream, row_params, NULL),
                       "cuLaunchKernel(volt8_rejection_rows)");
   if (status == VOLT8_OK)
-    status = cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernels.walk, (unsigned)(batch * (size_t)sum_splits), 1, 1,
+    status = cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernels.walk, (unsigned)(batch * (size_t)sum_cut.splits), 1, 1,
                                                        FINISH_THREADS, 1, 1, 0, cu_stream, walk_params, NULL),
                         "cuLaunchKernel(volt8_rejection_walk)");
   if (status == VOLT8_OK)
