@@ -108,7 +108,7 @@ prepare() {
 # ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, then derived for sm_70, into $OUT's logs/tables: copy those
 # into tuning/tables to ship them; MODELS_TIMEOUT, default 600 s, bounds each model's run),
 # models_bench (volt8 bench --model NAME at TP 4 and TP 8 for each model, with the tables just tuned
-# when there are any; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
+# when there are any, at BENCH_M if set; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
 # one GPU runs only N = 2, both on it). The suites phase runs gpu_test_models too: the models' TP4
 # and TP8 rank shapes, whose compute_70 kernels prepare carries (model_test_shapes).
@@ -260,12 +260,13 @@ run() {
             "${tune_m[@]}" --out "$logs/tables"
         done ;;
       models_bench)
-        local model_tables=() model tp
+        local model_tables=() model tp bench_m=()
         [ -d "$logs/tables" ] && model_tables=(env VOLT8_TUNING_DIR="$logs/tables")
+        [ -n "${BENCH_M:-}" ] && bench_m=(--m "$BENCH_M")
         for model in $(model_names "$carry/bin/volt8"); do
           for tp in 4 8; do
             step "bench.$model.tp$tp" "${model_tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench \
-              --model "$model" --tp "$tp" --json "$logs/bench.$model.tp$tp.json" --markdown "$logs/bench.$model.tp$tp.md"
+              --model "$model" --tp "$tp" "${bench_m[@]}" --json "$logs/bench.$model.tp$tp.json" --markdown "$logs/bench.$model.tp$tp.md"
             cat "$logs/bench.$model.tp$tp.log"
           done
         done ;;

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int supports(const volt8_nvrtc_lib *lib, int arch) {
   for (int i = 0; i < lib->num_archs; i++)
@@ -233,4 +235,25 @@ Test(nvrtc, an_nvrtc_already_loaded_is_used) {
   cr_assert(strstr(ctx->nvrtc->tried, "(already loaded): NVRTC 12."), "%s", ctx->nvrtc->tried);
   volt8_ctx_destroy(ctx);
   free(folder);
+}
+
+Test(nvrtc, a_fifo_named_by_volt8_nvrtc_is_refused_without_blocking, .timeout = 20) {
+  char dir[] = "/tmp/volt8-nvrtc-fifo-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char fifo[sizeof dir + 32];
+  snprintf(fifo, sizeof fifo, "%s/libnvrtc.so.12", dir);
+  cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo %s", fifo);
+  setenv("VOLT8_NVRTC", fifo, 1);
+  setenv("VOLT8_NVRTC_DIRS", dir, 1);
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_nvrtc_for_arch(ctx, 30, &lib);
+  char expected[sizeof fifo + 64];
+  snprintf(expected, sizeof expected, "%s (VOLT8_NVRTC): is a FIFO, not a regular file", fifo);
+  cr_assert(strstr(ctx->nvrtc->tried, expected), "%s", ctx->nvrtc->tried);
+  snprintf(expected, sizeof expected, "%s (VOLT8_NVRTC_DIRS): is a FIFO, not a regular file", fifo);
+  cr_assert(strstr(ctx->nvrtc->tried, expected), "%s", ctx->nvrtc->tried);
+  volt8_ctx_destroy(ctx);
+  unlink(fifo);
+  rmdir(dir);
 }

@@ -1,7 +1,7 @@
 /* Tuning tables: which variant serves an op at a token count, as `volt8 tune` measured it
  * (or, for sm_70, as the documented model of tuning/derive_model.c derived it).
  *
- * File name (DESIGN.md):  op=<op>,N=<n>,K=<k>,block=<bn>x<bk>,arch=sm_<XX>,device=<device>.json
+ * File name (docs/design.md, "Tuning tables"):  op=<op>,N=<n>,K=<k>,block=<bn>x<bk>,arch=sm_<XX>,device=<device>.json
  *   op      gate_up | down
  *   N, K    the op's weight matrix per expert: gate_up N = 2 * intermediate, K = hidden;
  *           down N = hidden, K = intermediate (the rank's offset does not enter: one table serves

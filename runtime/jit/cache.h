@@ -1,4 +1,4 @@
-/* The on-disk kernel cache (DESIGN.md "Disk cache"). Safe across processes: entries appear by rename.
+/* The on-disk kernel cache (docs/design.md, "Kernel cache"). Safe across processes: entries appear by rename.
  *
  * Layout: <dir>/v1/sm_<arch>/<ih[0:2]>/<ih>/<key>.entry, temp files in <dir>/tmp/.
  *   key = sha256 of every compile input, the NVRTC version included;

@@ -1,6 +1,7 @@
 /* Finds NVRTC libraries with dlopen and picks, per target arch, one that can compile for it. */
 #include "jit/nvrtc_loader.h"
 #include "core/ctx_internal.h"
+#include "core/files.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -94,8 +95,21 @@ static void preload_builtins(const volt8_nvrtc_lib *lib) {
   if (access(path, F_OK) == 0) dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 }
 
+/* A path (not a bare soname) must name a regular file: dlopen of a FIFO would block for ever. */
+static int regular_or_noted(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
+  if (!strchr(path, '/')) return 1;
+  int fd = -1;
+  struct stat info;
+  int failure = volt8_open_regular_fd(path, &fd, &info);
+  if (fd >= 0) close(fd);
+  if (failure == -1) note_tried(registry, "%s (%s): is a %s, not a regular file", path, origin, volt8_file_type_name(info.st_mode));
+  else if (failure != 0) note_tried(registry, "%s (%s): cannot open: %s", path, origin, strerror(failure));
+  return failure == 0;
+}
+
 static void try_candidate(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
   if (registry->count >= VOLT8_NVRTC_MAX_LIBS) return;
+  if (!regular_or_noted(registry, path, origin)) return;
   /* NODELETE: NVRTC leaks its static C++ runtime pools on every unload, so a library stays mapped
    * once opened and later contexts reopen it at no cost. */
   void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);

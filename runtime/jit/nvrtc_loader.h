@@ -1,4 +1,4 @@
-/* NVRTC, opened with dlopen and chosen per target arch (DESIGN.md "NVRTC and SM70"). */
+/* NVRTC, opened with dlopen and chosen per target arch (docs/design.md, "NVRTC search order"). */
 #ifndef VOLT8_NVRTC_LOADER_H
 #define VOLT8_NVRTC_LOADER_H
 
