@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-#include "ctx_internal.h"
+#include "tools/tools.h"
 
 static volt8_moe_args forward_args(const bench_inputs *inputs, int32_t set_index) {
   const bench_input_set *set = &inputs->sets[set_index];

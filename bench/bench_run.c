@@ -11,8 +11,7 @@
 #include "bench_graphs.h"
 #include "bench_problem.h"
 #include "cublas_loader.h"
-#include "dispatch.h"
-#include "tuning.h"
+#include "tools/tools.h"
 
 #define L2_MULTIPLE 4.0
 #define MIN_SETS 4
@@ -51,9 +50,9 @@ static void fill_header(bench_state *state, const char *command, bench_report *r
   snprintf(report->command, sizeof report->command, "%s", command ? command : "volt8 bench");
   utc_now(report->date, sizeof report->date);
   snprintf(report->library_version, sizeof report->library_version, "%s", volt8_version_string());
-  snprintf(report->device_name, sizeof report->device_name, "%s", ctx->device_name);
-  snprintf(report->device_arch, sizeof report->device_arch, "sm_%d", ctx->device_arch);
-  snprintf(report->target_arch, sizeof report->target_arch, "sm_%d", ctx->target_arch);
+  snprintf(report->device_name, sizeof report->device_name, "%s", volt8_tools_ctx(ctx).device_name);
+  snprintf(report->device_arch, sizeof report->device_arch, "sm_%d", volt8_tools_ctx(ctx).device_arch);
+  snprintf(report->target_arch, sizeof report->target_arch, "sm_%d", volt8_tools_ctx(ctx).target_arch);
   report->early_launch = volt8_ctx_early_launch(ctx);
   report->sm_count = state->gpu.sm_count;
   report->l2_bytes = state->gpu.l2_bytes;
@@ -178,7 +177,7 @@ static volt8_status time_volt8(bench_state *state, const bench_inputs *inputs, c
   if (status == VOLT8_OK) status = bench_graph_set_capture(ctx, state->experts, inputs, state->gpu.stream, &graphs);
   if (status == VOLT8_OK) status = bench_inputs_poison(ctx, inputs, 0);
   if (status == VOLT8_OK) status = bench_graph_set_launch(&graphs, 0, state->gpu.stream);
-  if (status == VOLT8_OK) status = bench_gpu_check(&state->gpu, ctx->cuda->cuStreamSynchronize(state->gpu.stream), "volt8 forward");
+  if (status == VOLT8_OK) status = bench_gpu_check(&state->gpu, volt8_tools_ctx(ctx).cuda->cuStreamSynchronize(state->gpu.stream), "volt8 forward");
   if (status == VOLT8_OK) status = bench_inputs_check(ctx, inputs, 0, &result->relative_l2);
   if (status == VOLT8_OK) status = bench_time(&state->gpu, bench_graph_set_launch, &graphs, plan, &result->timing);
   bench_graph_set_destroy(&graphs);

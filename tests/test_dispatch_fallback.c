@@ -11,14 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen.h"
-#include "ctx_internal.h"
-#include "dispatch.h"
-#include "embedded_files.h"
-#include "models.h"
+#include "jit/codegen.h"
+#include "core/ctx_internal.h"
+#include "dispatch/dispatch.h"
+#include "core/embedded_files.h"
+#include "checkpoint/models.h"
 #include "test_support.h"
-#include "tuning.h"
-#include "tuning_nearest.h"
+#include "dispatch/tuning.h"
+#include "dispatch/tuning_nearest.h"
 
 #define H200_TABLE(op, n, k) "tuning/tables/op=" op ",N=" #n ",K=" #k ",block=128x128,arch=sm_90,device=NVIDIA_H200.json"
 

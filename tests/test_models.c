@@ -1,4 +1,4 @@
-/* The model registry (runtime/models.h) at the real per-expert shapes: each model's rank shapes and
+/* The model registry (runtime/checkpoint/models.h) at the real per-expert shapes: each model's rank shapes and
  * memory at TP 1/2/4/8; the reference forward of one rank of every offset class at each TP size,
  * loaded from a synthetic checkpoint through the loader and the sharder, against a double-precision
  * computation of this file's own (the unsharded weights in the checkpoint's 128 grid); top-k 1 and
@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "models.h"
-#include "shard.h"
+#include "checkpoint/models.h"
+#include "checkpoint/shard.h"
 #include "test_support.h"
 
 #define BLOCK 128

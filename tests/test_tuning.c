@@ -16,15 +16,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen.h"
-#include "ctx_internal.h"
-#include "dispatch.h"
-#include "embedded_files.h"
-#include "tuning.h"
+#include "jit/codegen.h"
+#include "core/ctx_internal.h"
+#include "dispatch/dispatch.h"
+#include "core/embedded_files.h"
+#include "dispatch/tuning.h"
 
 /* The bench and tuner suites need bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("tuner.h")
 #define HAVE_BENCH 1
+#include "bench_gpu.h"
 #include "bench_options.h"
 #include "bench_report.h"
 #include "derive_model.h"
@@ -1048,3 +1049,24 @@ Test(bench_report, reference_shapes) {
 }
 
 #endif /* HAVE_BENCH */
+
+TestSuite(bench_support, .timeout = 120);
+
+/* The support kernels live in the bench library (bench/bench_kernels.cu), not in libvolt8: their
+ * source expands there, with the library's templates/ included, and compiles for compute_70. */
+Test(bench_support, kernels_expand_from_the_bench_library_and_compile) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  cr_assert_null(volt8_embedded_find("bench/bench_kernels.cu"), "the shipped library embeds the bench kernels");
+  cr_assert_null(volt8_embedded_find("templates/bench_kernels.cu"), "the shipped library embeds the bench kernels");
+  char *source = NULL;
+  cr_assert_eq(bench_support_source(ctx, &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_expect(strstr(source, "// generated from bench/bench_kernels.cu"), "no generated-from line:\n%.300s", source);
+  cr_expect(strstr(source, "#line 1 \"templates/moe_common.cu\""), "moe_common.cu not included");
+  cr_expect(strstr(source, "bench_weighted_reduce"), "no bench_weighted_reduce in the expanded source");
+  volt8_kernel_load_request request = {"volt8_bench_kernels", source, 70, VOLT8_IMAGE_PTX, 0, NULL, 0, "bench: "};
+  volt8_status status = volt8_kernel_load(ctx, &request, NULL, NULL, NULL);
+  if (status == VOLT8_ERR_ARCH_UNSUPPORTED) cr_skip_test("no NVRTC for compute_70: %s", volt8_last_error(ctx));
+  cr_expect_eq(status, VOLT8_OK, "%s", volt8_last_error(ctx));
+  free(source);
+  volt8_ctx_destroy(ctx);
+}

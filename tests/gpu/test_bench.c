@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dispatch.h"
+#include "dispatch/dispatch.h"
 #include "gpu_fixture.h"
-#include "tuning.h"
+#include "dispatch/tuning.h"
 
 /* Needs bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("bench_run.h")
