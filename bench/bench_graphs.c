@@ -45,7 +45,7 @@ void bench_graph_set_destroy(bench_graph_set *graphs) {
 
 static volt8_status capture_chain(volt8_ctx *ctx, volt8_experts *experts, const bench_inputs *inputs, int32_t first,
                                   int32_t chain, CUstream stream, CUgraphExec *out) {
-  const volt8_cuda_driver *cuda = ctx->cuda;
+  const volt8_cuda_driver *cuda = volt8_tools_ctx(ctx).cuda;
   CUresult result = cuda->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   if (result != CUDA_SUCCESS) return volt8_fail(ctx, VOLT8_ERR_CUDA, "bench --chain: cuStreamBeginCapture failed (%d)", (int)result);
   volt8_status status = VOLT8_OK;
@@ -65,7 +65,7 @@ static volt8_status capture_chain(volt8_ctx *ctx, volt8_experts *experts, const 
 
 volt8_status bench_chain_set_capture(volt8_ctx *ctx, volt8_experts *experts, const bench_inputs *inputs, int32_t chain,
                                      CUstream stream, bench_chain_set *out) {
-  *out = (bench_chain_set){ctx->cuda, NULL, 0, chain};
+  *out = (bench_chain_set){volt8_tools_ctx(ctx).cuda, NULL, 0, chain};
   if (chain < 1 || inputs->count < chain)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "bench --chain %d: only %d input sets", chain, inputs->count);
   int32_t graphs = inputs->count / chain;

@@ -3,7 +3,7 @@
 #define VOLT8_BENCH_GRAPHS_H
 
 #include "bench_problem.h"
-#include "cuda_driver.h"
+#include "tools/tools.h"
 #include "volt8.h"
 
 typedef struct bench_graph_set {

@@ -190,7 +190,7 @@ static volt8_status time_volt8(bench_state *state, const bench_inputs *inputs, c
  * are NaN), without a reference of its own (only set 0 has one). */
 static volt8_status check_written(volt8_ctx *ctx, const bench_inputs *inputs, int32_t index, uint16_t *scratch) {
   size_t values = (size_t)inputs->num_tokens * inputs->hidden;
-  CUresult result = ctx->cuda->cuMemcpyDtoH(scratch, inputs->sets[index].d_out, values * sizeof *scratch);
+  CUresult result = volt8_tools_ctx(ctx).cuda->cuMemcpyDtoH(scratch, inputs->sets[index].d_out, values * sizeof *scratch);
   if (result != CUDA_SUCCESS) return volt8_fail(ctx, VOLT8_ERR_CUDA, "bench --chain: cuMemcpyDtoH failed (%d)", (int)result);
   for (size_t i = 0; i < values; i++)
     if ((scratch[i] & 0x7C00u) == 0x7C00u)
@@ -205,14 +205,14 @@ static volt8_status time_chained(bench_state *state, const bench_inputs *inputs,
                                  bench_method_result *result) {
   volt8_ctx *ctx = state->ctx;
   int32_t chain = state->options->chain;
-  bench_chain_set chains = {ctx->cuda, NULL, 0, chain};
+  bench_chain_set chains = {volt8_tools_ctx(ctx).cuda, NULL, 0, chain};
   uint16_t *scratch = malloc((size_t)inputs->num_tokens * inputs->hidden * sizeof *scratch);
   volt8_status status = scratch ? VOLT8_OK : volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench --chain: out of memory");
   if (status == VOLT8_OK) status = bench_chain_set_capture(ctx, state->experts, inputs, chain, state->gpu.stream, &chains);
   for (int32_t i = 0; i < chain && status == VOLT8_OK; i++) status = bench_inputs_poison(ctx, inputs, i);
   if (status == VOLT8_OK) status = bench_chain_set_launch(&chains, 0, state->gpu.stream);
   if (status == VOLT8_OK)
-    status = bench_gpu_check(&state->gpu, ctx->cuda->cuStreamSynchronize(state->gpu.stream), "volt8 chained forwards");
+    status = bench_gpu_check(&state->gpu, volt8_tools_ctx(ctx).cuda->cuStreamSynchronize(state->gpu.stream), "volt8 chained forwards");
   if (status == VOLT8_OK) status = bench_inputs_check(ctx, inputs, 0, &result->relative_l2);
   for (int32_t i = 1; i < chain && status == VOLT8_OK; i++) status = check_written(ctx, inputs, i, scratch);
   bench_timing_plan chained_plan = *plan;

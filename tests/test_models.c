@@ -21,6 +21,7 @@
 
 #include "checkpoint/models.h"
 #include "checkpoint/shard.h"
+#include "core/numeric.h"
 #include "test_support.h"
 
 #define BLOCK 128
@@ -189,11 +190,7 @@ static double bf16_value(uint16_t bits) {
   return value;
 }
 
-static double half_value(uint16_t bits) {
-  _Float16 value;
-  memcpy(&value, &bits, 2);
-  return (double)value;
-}
+static double half_value(uint16_t bits) { return volt8_half_to_double(bits); }
 
 /* Random E4M3 codes (no NaN) and BF16 scales of 8 significant bits in [2^-14, 2^-11): scale * 2^8
  * is then an exact FP16, so the loader keeps the scales exactly. */
@@ -346,7 +343,7 @@ static void expected_forward(const model_checkpoint *checkpoint, int32_t start, 
           for (int64_t k = 0; k < hidden; k++) sum += x[k] * e4m3_value(codes[k]) * bf16_value(scales[k / BLOCK]);
           gate_up[p] = sum;
         }
-        h[n] = (double)(_Float16)(gate_up[0] / (1.0 + exp(-gate_up[0])) * gate_up[1]);
+        h[n] = volt8_half_to_double(volt8_half_from_double(gate_up[0] / (1.0 + exp(-gate_up[0])) * gate_up[1]));
       }
       double weight = tokens->weights[t * tokens->top_k + j];
       for (int64_t c = 0; c < hidden; c++) {
