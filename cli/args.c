@@ -1,5 +1,4 @@
 /* Argument values, shapes, timing and error reporting shared by the subcommands. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +14,12 @@ const char *cli_flag_value(const char *command, int argc, char **argv, int *i) {
   return argv[++*i];
 }
 
-/* 1 when all of `text` is one whole number that fits a long. */
+/* 1 when all of `text` is one whole number; one past a long's range comes out as LONG_MIN or
+ * LONG_MAX, outside every range asked for here. */
 static int whole_number(const char *text, long *value) {
   char *end = NULL;
-  errno = 0;
   *value = strtol(text, &end, 10);
-  return end != text && *end == '\0' && errno == 0;
+  return end != text && *end == '\0';
 }
 
 int cli_parse_number(const char *command, const char *flag, const char *text, const char *what, long low, long high,
