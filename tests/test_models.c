@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "models.h"
+#include "numeric.h"
 #include "shard.h"
 #include "test_support.h"
 
@@ -189,11 +190,9 @@ static double bf16_value(uint16_t bits) {
   return value;
 }
 
-static double half_value(uint16_t bits) {
-  _Float16 value;
-  memcpy(&value, &bits, 2);
-  return (double)value;
-}
+/* The runtime's FP16 conversions (test_numeric checks them against the compiler's): clang before 15
+ * has no _Float16 on x86, and the sanitized run builds with clang. */
+static double half_value(uint16_t bits) { return volt8_half_to_float(bits); }
 
 /* Random E4M3 codes (no NaN) and BF16 scales of 8 significant bits in [2^-14, 2^-11): scale * 2^8
  * is then an exact FP16, so the loader keeps the scales exactly. */
@@ -346,7 +345,7 @@ static void expected_forward(const model_checkpoint *checkpoint, int32_t start, 
           for (int64_t k = 0; k < hidden; k++) sum += x[k] * e4m3_value(codes[k]) * bf16_value(scales[k / BLOCK]);
           gate_up[p] = sum;
         }
-        h[n] = (double)(_Float16)(gate_up[0] / (1.0 + exp(-gate_up[0])) * gate_up[1]);
+        h[n] = half_value(volt8_half_from_double(gate_up[0] / (1.0 + exp(-gate_up[0])) * gate_up[1]));
       }
       double weight = tokens->weights[t * tokens->top_k + j];
       for (int64_t c = 0; c < hidden; c++) {
