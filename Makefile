@@ -23,14 +23,16 @@ demo: build
 	@$(BUILD_DIR)/volt8 demo
 
 # One timing line per phase (scripts/timed_phases.sh); .ci/run checks that each phase printed one.
+# The wheel check runs alongside the others: much of it (venv, pip, one compile at a time) holds
+# one core, and the suites fill the other.
 test:
 	@scripts/timed_phases.sh \
 	  build 'scripts/bootstrap.sh && $(BUILD_COMMAND)' \
+	  'wheel&' 'scripts/wheel_check.sh' \
 	  cpu 'cd $(BUILD_DIR) && ctest --output-on-failure -L cpu -j $(JOBS)' \
 	  asan 'JOBS=$(JOBS) scripts/sanitized_tests.sh' \
 	  tsan 'JOBS=$(JOBS) scripts/tsan_tests.sh' \
-	  pytest 'VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/scripts' \
-	  wheel 'scripts/wheel_check.sh'
+	  pytest 'VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/scripts'
 
 # The manylinux wheel, into dist/ (`pip install dist/volt8-*.whl`).
 wheel: bootstrap

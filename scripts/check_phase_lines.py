@@ -3,8 +3,9 @@
 
     check_phase_lines.py LOG PHASE...
 
-Exit 0 when LOG has, for every PHASE in that order, one line "make test: phase PHASE <s> s (CPU <s> s)"
-and ends the phases with "make test: all phases <s> s (CPU <s> s)"; else 1, naming what is missing.
+Exit 0 when LOG has, for every PHASE, one line "make test: phase PHASE <s> s (CPU <s> s)" (in any
+order: a phase run in the background prints its line last) and the line "make test: all phases <s> s
+(CPU <s> s)"; else 1, naming what is missing.
 """
 import re
 import sys
@@ -20,9 +21,6 @@ def problems(lines, phases):
         count = timed.count(phase)
         if count != 1:
             found.append(f"phase {phase}: {count} timing lines, expected 1")
-    listed = [phase for phase in timed if phase in phases]
-    if not found and listed != list(phases):
-        found.append(f"phases timed in the order {' '.join(listed)}, expected {' '.join(phases)}")
     if not any(map(TOTAL.match, lines)):
         found.append('no "make test: all phases" line')
     return found
