@@ -3,7 +3,19 @@
 
 #include <stdlib.h>
 
-#include "ctx_internal.h"
+#include "tools/tools.h"
+
+static volt8_moe_args forward_args(const bench_inputs *inputs, int32_t set_index) {
+  const bench_input_set *set = &inputs->sets[set_index];
+  volt8_moe_args args = VOLT8_MOE_ARGS_INIT;
+  args.num_tokens = inputs->num_tokens;
+  args.top_k = inputs->top_k;
+  args.x = (const void *)set->d_x;
+  args.topk_ids = (const int32_t *)set->d_ids;
+  args.topk_weights = (const float *)set->d_weights;
+  args.out = (void *)set->d_out;
+  return args;
+}
 
 volt8_status bench_graph_set_capture(volt8_ctx *ctx, volt8_experts *experts, const bench_inputs *inputs, CUstream stream,
                                      bench_graph_set *out) {
@@ -12,14 +24,7 @@ volt8_status bench_graph_set_capture(volt8_ctx *ctx, volt8_experts *experts, con
   if (!out->graphs) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for %d graphs", inputs->count);
   volt8_status status = VOLT8_OK;
   for (int32_t s = 0; s < inputs->count && status == VOLT8_OK; s++) {
-    const bench_input_set *set = &inputs->sets[s];
-    volt8_moe_args args = VOLT8_MOE_ARGS_INIT;
-    args.num_tokens = inputs->num_tokens;
-    args.top_k = inputs->top_k;
-    args.x = (const void *)set->d_x;
-    args.topk_ids = (const int32_t *)set->d_ids;
-    args.topk_weights = (const float *)set->d_weights;
-    args.out = (void *)set->d_out;
+    volt8_moe_args args = forward_args(inputs, s);
     status = volt8_graph_capture(experts, &args, stream, &out->graphs[s]);
     if (status == VOLT8_OK) out->count++;
   }
@@ -36,4 +41,54 @@ void bench_graph_set_destroy(bench_graph_set *graphs) {
   free(graphs->graphs);
   graphs->graphs = NULL;
   graphs->count = 0;
+}
+
+static volt8_status capture_chain(volt8_ctx *ctx, volt8_experts *experts, const bench_inputs *inputs, int32_t first,
+                                  int32_t chain, CUstream stream, CUgraphExec *out) {
+  const volt8_cuda_driver *cuda = volt8_tools_ctx(ctx).cuda;
+  CUresult result = cuda->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  if (result != CUDA_SUCCESS) return volt8_fail(ctx, VOLT8_ERR_CUDA, "bench --chain: cuStreamBeginCapture failed (%d)", (int)result);
+  volt8_status status = VOLT8_OK;
+  for (int32_t i = 0; i < chain && status == VOLT8_OK; i++) {
+    volt8_moe_args args = forward_args(inputs, first + i);
+    status = volt8_moe_forward(experts, &args, stream);
+  }
+  CUgraph graph = NULL;
+  result = cuda->cuStreamEndCapture(stream, &graph); /* always ended, so the stream is usable again */
+  if (status == VOLT8_OK && result != CUDA_SUCCESS)
+    status = volt8_fail(ctx, VOLT8_ERR_CUDA, "bench --chain: cuStreamEndCapture failed (%d)", (int)result);
+  if (status == VOLT8_OK && (result = cuda->cuGraphInstantiate(out, graph, 0)) != CUDA_SUCCESS)
+    status = volt8_fail(ctx, VOLT8_ERR_CUDA, "bench --chain: cuGraphInstantiate failed (%d)", (int)result);
+  if (graph) cuda->cuGraphDestroy(graph);
+  return status;
+}
+
+volt8_status bench_chain_set_capture(volt8_ctx *ctx, volt8_experts *experts, const bench_inputs *inputs, int32_t chain,
+                                     CUstream stream, bench_chain_set *out) {
+  *out = (bench_chain_set){volt8_tools_ctx(ctx).cuda, NULL, 0, chain};
+  if (chain < 1 || inputs->count < chain)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "bench --chain %d: only %d input sets", chain, inputs->count);
+  int32_t graphs = inputs->count / chain;
+  out->execs = calloc((size_t)graphs, sizeof *out->execs);
+  if (!out->execs) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for %d graphs", graphs);
+  volt8_status status = VOLT8_OK;
+  for (int32_t g = 0; g < graphs && status == VOLT8_OK; g++) {
+    status = capture_chain(ctx, experts, inputs, g * chain, chain, stream, &out->execs[g]);
+    if (status == VOLT8_OK) out->count++;
+  }
+  return status;
+}
+
+volt8_status bench_chain_set_launch(void *user, int32_t set, CUstream stream) {
+  const bench_chain_set *chains = user;
+  CUresult result = chains->cuda->cuGraphLaunch(chains->execs[set], stream);
+  return result == CUDA_SUCCESS ? VOLT8_OK
+                                : volt8_fail(NULL, VOLT8_ERR_CUDA, "bench --chain: cuGraphLaunch failed (%d)", (int)result);
+}
+
+void bench_chain_set_destroy(bench_chain_set *chains) {
+  for (int32_t g = 0; g < chains->count; g++) chains->cuda->cuGraphExecDestroy(chains->execs[g]);
+  free(chains->execs);
+  chains->execs = NULL;
+  chains->count = 0;
 }

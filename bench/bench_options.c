@@ -82,6 +82,8 @@ const char *bench_usage(void) {
          "  --top-k K             experts per token (default: the model's, 10 with --shape)\n"
          "  --seed N              weights, inputs and routing (default 1)\n"
          "  --sets N              input sets replayed in turn (default: touched weights >= 4x L2)\n"
+         "  --chain N             also time N forwards captured in one graph, each on its own routing, per forward\n"
+         "                        (what an engine's graph of N draft steps sees; 2..256, at least N sets are used)\n"
          "  --warmup N --batches N  untimed and timed passes over the sets (default 3 and 30)\n"
          "  --target-arch sm_XX   volt8 kernels for this arch (default: the device's)\n"
          "  --device N            CUDA device (default 0)\n"
@@ -95,7 +97,7 @@ const char *bench_usage(void) {
 static int takes_a_value(const char *name) {
   static const char *const flags[] = {"--no-baselines", "--quick", "--help", "-h"};
   static const char *const valued[] = {"--tp",     "--rank",   "--shape",  "--m",           "--top-k", "--model",
-                                       "--seed",   "--sets",   "--warmup", "--batches",     "--device",
+                                       "--seed",   "--sets",   "--chain",  "--warmup", "--batches",     "--device",
                                        "--target-arch", "--variants", "--json", "--svg", "--markdown"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (strcmp(name, flags[i]) == 0) return 0;
@@ -166,6 +168,9 @@ int bench_options_parse(int argc, char **argv, bench_shape_parser parse_shape, b
     } else if (strcmp(name, "--sets") == 0) {
       bad = parse_bounded(next, 1, 256, &value);
       out->input_sets = (int32_t)value;
+    } else if (strcmp(name, "--chain") == 0) {
+      bad = parse_bounded(next, 2, BENCH_MAX_CHAIN, &value);
+      out->chain = (int32_t)value;
     } else if (strcmp(name, "--warmup") == 0) {
       bad = parse_bounded(next, 0, 1000, &value);
       out->warmup_batches = (int32_t)value;

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "bench_report.h"
-#include "models.h"
+#include "tools/tools.h"
 #include "volt8.h"
 
 #define BENCH_DEFAULT_TP 4
@@ -18,6 +18,8 @@ typedef struct bench_options {
   int32_t m_count;
   uint64_t seed;
   int32_t input_sets;        /* 0: enough that the touched weights are 4x the L2 (within 4..64) */
+  int32_t chain;             /* > 0: also time this many forwards captured in one graph, each on its
+                              * own input set (so its own routing), reported per forward */
   int32_t warmup_batches, timed_batches;
   double spin_ms;
   int32_t copy_mib;          /* size of each copy buffer for the bandwidth measurement */
@@ -35,11 +37,11 @@ typedef int (*bench_shape_parser)(const char *text, volt8_moe_shape *shape);
 
 void bench_options_default(bench_options *options);
 /* The model named `name` (NULL: the reference model); NULL, with `error` listing the known names,
- * for a name the registry (runtime/models.h) does not hold. */
+ * for a name the registry (runtime/checkpoint/models.h) does not hold. */
 const volt8_model *bench_find_model(const char *name, char *error, size_t error_size);
 /* The rank a TP size is benchmarked and tuned at when none is named: 1 (0 at TP1). */
 int32_t bench_default_rank(int32_t tp);
-/* Rank `rank` of `tp` of `model` (all its experts, 128x128 blocks; runtime/shard.h slices it).
+/* Rank `rank` of `tp` of `model` (all its experts, 128x128 blocks; runtime/checkpoint/shard.h slices it).
  * 0 on success, -1 with `error` saying why for a tp that does not split the model's intermediate
  * into multiples of 16 or a rank outside [0, tp). */
 int bench_model_shape(const volt8_model *model, int32_t tp, int32_t rank, volt8_moe_shape *out, char *error,

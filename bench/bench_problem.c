@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "numeric.h"
+#include "tools/tools.h"
 
 #define QUANTILE_COUNT 65536
 #define CODE_SIGMA (VOLT8_E4M3_MAX / 4.0) /* codes spread like a checkpoint's: amax at about 4 sigma */
@@ -161,7 +161,7 @@ static void draw_routing(bench_input_set *set, int32_t num_tokens, int32_t top_k
 
 static volt8_status upload_set(volt8_ctx *ctx, bench_input_set *set, int32_t num_tokens, int32_t top_k,
                                int32_t hidden) {
-  const volt8_cuda_driver *cuda = ctx->cuda;
+  const volt8_cuda_driver *cuda = volt8_tools_ctx(ctx).cuda;
   size_t x_bytes = (size_t)num_tokens * hidden * 2, pair_bytes = (size_t)num_tokens * top_k * 4;
   CUresult result = cuda->cuMemAlloc(&set->d_x, x_bytes);
   if (result == CUDA_SUCCESS) result = cuda->cuMemAlloc(&set->d_out, x_bytes);
@@ -225,9 +225,9 @@ volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *exper
                             : volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for the reference");
   }
   if (status == VOLT8_OK && upload) {
-    CUresult result = ctx->cuda->cuCtxSynchronize();
+    CUresult result = volt8_tools_ctx(ctx).cuda->cuCtxSynchronize();
     if (result != CUDA_SUCCESS)
-      status = volt8_fail(ctx, VOLT8_ERR_CUDA, "bench: cuCtxSynchronize failed: %s", volt8_cuda_error_text(ctx->cuda, result));
+      status = volt8_fail(ctx, VOLT8_ERR_CUDA, "bench: cuCtxSynchronize failed: %s", volt8_cuda_error_text(volt8_tools_ctx(ctx).cuda, result));
   }
   if (status != VOLT8_OK) bench_inputs_destroy(ctx, out);
   return status;
@@ -238,7 +238,7 @@ void bench_inputs_destroy(volt8_ctx *ctx, bench_inputs *inputs) {
     bench_input_set *set = &inputs->sets[s];
     CUdeviceptr pointers[4] = {set->d_x, set->d_ids, set->d_weights, set->d_out};
     for (int i = 0; i < 4; i++)
-      if (pointers[i] && ctx && ctx->cuda) ctx->cuda->cuMemFree(pointers[i]);
+      if (pointers[i] && ctx && volt8_tools_ctx(ctx).cuda) volt8_tools_ctx(ctx).cuda->cuMemFree(pointers[i]);
     free(set->x);
     free(set->ids);
     free(set->weights);
@@ -260,10 +260,13 @@ typedef struct reference_slice {
 static void *reference_worker(void *argument) {
   reference_slice *slice = argument;
   /* A private context: workers must not race on the caller's last-error text. */
-  volt8_ctx *scratch = calloc(1, sizeof *scratch);
-  if (!scratch) {
-    slice->status = VOLT8_ERR_OUT_OF_MEMORY;
-    snprintf(slice->error, sizeof slice->error, "out of memory");
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  options.cache_disable = 1;
+  volt8_ctx *scratch = NULL;
+  slice->status = volt8_ctx_create(&options, &scratch);
+  if (slice->status != VOLT8_OK) {
+    snprintf(slice->error, sizeof slice->error, "%.500s", volt8_last_error(NULL));
     return NULL;
   }
   const volt8_moe_shape *shape = &slice->experts->shape;
@@ -272,8 +275,8 @@ static void *reference_worker(void *argument) {
   slice->status = volt8_reference_moe_forward(scratch, shape, &view, slice->set->x + (size_t)slice->first_token * shape->hidden,
                                               slice->set->ids + first_pair, slice->set->weights + first_pair,
                                               slice->num_tokens, slice->top_k, slice->out);
-  if (slice->status != VOLT8_OK) snprintf(slice->error, sizeof slice->error, "%.500s", scratch->last_error);
-  free(scratch);
+  if (slice->status != VOLT8_OK) snprintf(slice->error, sizeof slice->error, "%.500s", volt8_last_error(scratch));
+  volt8_ctx_destroy(scratch);
   return NULL;
 }
 
@@ -321,21 +324,21 @@ volt8_status bench_inputs_check(volt8_ctx *ctx, const bench_inputs *inputs, int3
   size_t count = (size_t)inputs->num_tokens * inputs->hidden;
   uint16_t *result = malloc(count * 2);
   if (!result) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for the output copy");
-  CUresult copied = ctx->cuda->cuCtxSynchronize();
-  if (copied == CUDA_SUCCESS) copied = ctx->cuda->cuMemcpyDtoH(result, inputs->sets[index].d_out, count * 2);
+  CUresult copied = volt8_tools_ctx(ctx).cuda->cuCtxSynchronize();
+  if (copied == CUDA_SUCCESS) copied = volt8_tools_ctx(ctx).cuda->cuMemcpyDtoH(result, inputs->sets[index].d_out, count * 2);
   volt8_status status = copied == CUDA_SUCCESS
                             ? volt8_relative_l2_half(ctx, inputs->reference, result, count, out_relative_l2)
                             : volt8_fail(ctx, VOLT8_ERR_CUDA, "bench: copying the output back failed: %s",
-                                         volt8_cuda_error_text(ctx->cuda, copied));
+                                         volt8_cuda_error_text(volt8_tools_ctx(ctx).cuda, copied));
   free(result);
   return status;
 }
 
 volt8_status bench_inputs_poison(volt8_ctx *ctx, const bench_inputs *inputs, int32_t index) {
   size_t words = (size_t)inputs->num_tokens * inputs->hidden / 2;
-  CUresult result = ctx->cuda->cuMemsetD32Async(inputs->sets[index].d_out, HALF_NAN_PAIR, words, NULL);
-  if (result == CUDA_SUCCESS) result = ctx->cuda->cuCtxSynchronize();
+  CUresult result = volt8_tools_ctx(ctx).cuda->cuMemsetD32Async(inputs->sets[index].d_out, HALF_NAN_PAIR, words, NULL);
+  if (result == CUDA_SUCCESS) result = volt8_tools_ctx(ctx).cuda->cuCtxSynchronize();
   if (result != CUDA_SUCCESS)
-    return volt8_fail(ctx, VOLT8_ERR_CUDA, "bench: poisoning the output failed: %s", volt8_cuda_error_text(ctx->cuda, result));
+    return volt8_fail(ctx, VOLT8_ERR_CUDA, "bench: poisoning the output failed: %s", volt8_cuda_error_text(volt8_tools_ctx(ctx).cuda, result));
   return VOLT8_OK;
 }

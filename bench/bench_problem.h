@@ -6,8 +6,7 @@
 
 #include <stdint.h>
 
-#include "ctx_internal.h"
-#include "moe_layout.h"
+#include "tools/tools.h"
 
 typedef struct bench_experts_host {
   volt8_moe_shape shape;

@@ -27,12 +27,13 @@ void bench_report_derive(bench_report *report) {
     bench_m_result *result = &report->results[i];
     result->floor_us = report->copy_gbps > 0 ? result->bytes_fp8 / (report->copy_gbps * 1e3) : 0.0;
     double volt8_us = result->methods[BENCH_METHOD_VOLT8].ran ? result->methods[BENCH_METHOD_VOLT8].timing.median_us : 0;
-    for (int method = 0; method < BENCH_METHOD_COUNT; method++) {
-      bench_method_result *measured = &result->methods[method];
+    for (int method = 0; method <= BENCH_METHOD_COUNT; method++) { /* BENCH_METHOD_COUNT: the chained volt8 */
+      bench_method_result *measured = method < BENCH_METHOD_COUNT ? &result->methods[method] : &result->chained;
       if (!measured->ran || measured->timing.median_us <= 0) continue;
       measured->gbps = measured->bytes / (measured->timing.median_us * 1e3);
       measured->copy_fraction = report->copy_gbps > 0 ? measured->gbps / report->copy_gbps : 0.0;
-      measured->volt8_speedup = method != BENCH_METHOD_VOLT8 && volt8_us > 0 ? measured->timing.median_us / volt8_us : 0;
+      measured->volt8_speedup = method != BENCH_METHOD_VOLT8 && method < BENCH_METHOD_COUNT && volt8_us > 0
+                                    ? measured->timing.median_us / volt8_us : 0;
     }
   }
 }
@@ -40,6 +41,23 @@ void bench_report_derive(bench_report *report) {
 static void format_us(char *buf, size_t size, const bench_method_result *result) {
   if (!result->ran) snprintf(buf, size, "-");
   else snprintf(buf, size, "%.1f%s", result->timing.median_us, result->timing.host_limited ? "*" : "");
+}
+
+/* --chain: the time per forward of a graph of report->chain forwards beside one forward per replay. */
+static void print_chained(const bench_report *report, FILE *stream) {
+  fprintf(stream, "\n%d forwards in one graph, each on its own routing (weights cold), time per forward:\n", report->chain);
+  fprintf(stream, "%5s | %12s | %13s %7s %6s %8s\n", "M", "one/replay_us", "in_chain_us", "GB/s", "%copy", "rel_l2");
+  for (int32_t i = 0; i < report->count; i++) {
+    const bench_m_result *result = &report->results[i];
+    char one[32], chained[32];
+    format_us(one, sizeof one, &result->methods[BENCH_METHOD_VOLT8]);
+    format_us(chained, sizeof chained, &result->chained);
+    if (result->chained.ran)
+      fprintf(stream, "%5d | %12s | %13s %7.0f %5.1f%% %8.1e\n", result->m, one, chained, result->chained.gbps,
+              100.0 * result->chained.copy_fraction, result->chained.relative_l2);
+    else
+      fprintf(stream, "%5d | %12s | %13s (%s)\n", result->m, one, "-", result->chained.reason);
+  }
 }
 
 void bench_report_print(const bench_report *report, FILE *stream) {
@@ -81,6 +99,7 @@ void bench_report_print(const bench_report *report, FILE *stream) {
   }
   fprintf(stream, "\n(A/v8, B/v8: the baseline's time over volt8's, so > 1 means volt8 is faster; * the host may have "
                   "limited the rate)\n");
+  if (report->chain > 0) print_chained(report, stream);
   for (int32_t i = 0; i < report->count; i++) {
     const bench_m_result *result = &report->results[i];
     fprintf(stream, "M=%-4d %s [%s]  %s [%s]\n", result->m, result->gate_up, result->gate_up_origin, result->down,
@@ -140,7 +159,7 @@ static cJSON *memory_json(const volt8_memory_report *memory) {
   return object;
 }
 
-static cJSON *result_json(const bench_m_result *result) {
+static cJSON *result_json(const bench_m_result *result, int32_t chain) {
   cJSON *object = cJSON_CreateObject();
   cJSON_AddNumberToObject(object, "m", result->m);
   cJSON_AddNumberToObject(object, "input_sets", result->input_sets);
@@ -154,6 +173,7 @@ static cJSON *result_json(const bench_m_result *result) {
   cJSON_AddStringToObject(variants, "down_origin", result->down_origin);
   for (int method = 0; method < BENCH_METHOD_COUNT; method++)
     cJSON_AddItemToObject(object, bench_method_key(method), method_json(&result->methods[method], method));
+  if (chain > 0) cJSON_AddItemToObject(object, "volt8_chained", method_json(&result->chained, BENCH_METHOD_VOLT8));
   return object;
 }
 
@@ -181,12 +201,13 @@ char *bench_report_json(const bench_report *report) {
   cJSON_AddNumberToObject(settings, "seed", (double)report->seed);
   cJSON_AddNumberToObject(settings, "warmup_batches", report->warmup_batches);
   cJSON_AddNumberToObject(settings, "timed_batches", report->timed_batches);
+  cJSON_AddNumberToObject(settings, "chain", report->chain); /* 0: no chained timing */
   cJSON *libraries = cJSON_AddObjectToObject(root, "libraries");
   cJSON_AddStringToObject(libraries, "cublaslt", report->cublaslt);
   cJSON_AddStringToObject(libraries, "cublas", report->cublas);
   cJSON_AddStringToObject(root, "tuning_warnings", report->tuning_warnings);
   cJSON *results = cJSON_AddArrayToObject(root, "results");
-  for (int32_t i = 0; i < report->count; i++) cJSON_AddItemToArray(results, result_json(&report->results[i]));
+  for (int32_t i = 0; i < report->count; i++) cJSON_AddItemToArray(results, result_json(&report->results[i], report->chain));
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   return text;
@@ -198,7 +219,9 @@ char *bench_report_markdown(const bench_report *report) {
               report->device_name, report->device_arch, report->target_arch, report->early_launch ? "on" : "off",
               report->copy_gbps, report->command, report->date);
   text_append(&out, "| M | byte floor (us) | volt8 (us) | GB/s | %% of copy | A: cuBLASLt FP16 (us) | A / volt8 | "
-                    "B: grouped FP16 (us) | B / volt8 | rel. L2 volt8 |\n|---|---|---|---|---|---|---|---|---|---|\n");
+                    "B: grouped FP16 (us) | B / volt8 | rel. L2 volt8 |");
+  if (report->chain > 0) text_append(&out, " volt8, a forward of %d in one graph (us) |", report->chain);
+  text_append(&out, "\n|---|---|---|---|---|---|---|---|---|---|%s\n", report->chain > 0 ? "---|" : "");
   for (int32_t i = 0; i < report->count; i++) {
     const bench_m_result *result = &report->results[i];
     const bench_method_result *volt8 = &result->methods[BENCH_METHOD_VOLT8];
@@ -210,7 +233,10 @@ char *bench_report_markdown(const bench_report *report) {
     else text_append(&out, "- | - | ");
     if (b->ran) text_append(&out, "%.1f | %.2fx | ", b->timing.median_us, b->volt8_speedup);
     else text_append(&out, "- | - | ");
-    text_append(&out, "%.1e |\n", volt8->relative_l2);
+    text_append(&out, "%.1e |", volt8->relative_l2);
+    if (report->chain > 0 && result->chained.ran) text_append(&out, " %.1f |", result->chained.timing.median_us);
+    else if (report->chain > 0) text_append(&out, " - |");
+    text_append(&out, "\n");
   }
   const volt8_memory_report *memory = &report->memory;
   text_append(&out, "\nMemory per rank: FP16 %.1f MiB, padded to 128-row blocks %.1f MiB, volt8 %.1f MiB.\n",

@@ -10,6 +10,7 @@
 #include "volt8.h"
 
 #define BENCH_MAX_M 32
+#define BENCH_MAX_CHAIN 256 /* forwards in one graph for --chain */
 #define BENCH_JSON_SCHEMA "volt8-bench/1"
 
 typedef enum bench_method {
@@ -39,6 +40,7 @@ typedef struct bench_m_result {
   char gate_up[96], down[96];           /* volt8's variants */
   char gate_up_origin[256], down_origin[256]; /* tuning table (path or built-in:...) or "heuristic" or "pinned" */
   bench_method_result methods[BENCH_METHOD_COUNT];
+  bench_method_result chained; /* --chain: volt8's time per forward of report->chain forwards in one graph */
 } bench_m_result;
 
 typedef struct bench_report {
@@ -58,6 +60,7 @@ typedef struct bench_report {
   bench_timing launch_floor[3];
   volt8_moe_shape shape;
   int32_t top_k;
+  int32_t chain; /* forwards a chained graph holds (--chain); 0: not asked for */
   uint64_t seed;
   int32_t warmup_batches, timed_batches;
   volt8_memory_report memory;

@@ -11,8 +11,7 @@
 #include "bench_graphs.h"
 #include "bench_problem.h"
 #include "cublas_loader.h"
-#include "dispatch.h"
-#include "tuning.h"
+#include "tools/tools.h"
 
 #define L2_MULTIPLE 4.0
 #define MIN_SETS 4
@@ -51,14 +50,15 @@ static void fill_header(bench_state *state, const char *command, bench_report *r
   snprintf(report->command, sizeof report->command, "%s", command ? command : "volt8 bench");
   utc_now(report->date, sizeof report->date);
   snprintf(report->library_version, sizeof report->library_version, "%s", volt8_version_string());
-  snprintf(report->device_name, sizeof report->device_name, "%s", ctx->device_name);
-  snprintf(report->device_arch, sizeof report->device_arch, "sm_%d", ctx->device_arch);
-  snprintf(report->target_arch, sizeof report->target_arch, "sm_%d", ctx->target_arch);
+  snprintf(report->device_name, sizeof report->device_name, "%s", volt8_tools_ctx(ctx).device_name);
+  snprintf(report->device_arch, sizeof report->device_arch, "sm_%d", volt8_tools_ctx(ctx).device_arch);
+  snprintf(report->target_arch, sizeof report->target_arch, "sm_%d", volt8_tools_ctx(ctx).target_arch);
   report->early_launch = volt8_ctx_early_launch(ctx);
   report->sm_count = state->gpu.sm_count;
   report->l2_bytes = state->gpu.l2_bytes;
   report->shape = options->shape;
   report->top_k = options->top_k;
+  report->chain = options->chain;
   report->seed = options->seed;
   report->warmup_batches = options->warmup_batches;
   report->timed_batches = options->timed_batches;
@@ -177,10 +177,55 @@ static volt8_status time_volt8(bench_state *state, const bench_inputs *inputs, c
   if (status == VOLT8_OK) status = bench_graph_set_capture(ctx, state->experts, inputs, state->gpu.stream, &graphs);
   if (status == VOLT8_OK) status = bench_inputs_poison(ctx, inputs, 0);
   if (status == VOLT8_OK) status = bench_graph_set_launch(&graphs, 0, state->gpu.stream);
-  if (status == VOLT8_OK) status = bench_gpu_check(&state->gpu, ctx->cuda->cuStreamSynchronize(state->gpu.stream), "volt8 forward");
+  if (status == VOLT8_OK) status = bench_gpu_check(&state->gpu, volt8_tools_ctx(ctx).cuda->cuStreamSynchronize(state->gpu.stream), "volt8 forward");
   if (status == VOLT8_OK) status = bench_inputs_check(ctx, inputs, 0, &result->relative_l2);
   if (status == VOLT8_OK) status = bench_time(&state->gpu, bench_graph_set_launch, &graphs, plan, &result->timing);
   bench_graph_set_destroy(&graphs);
+  result->ran = status == VOLT8_OK;
+  result->bytes = inputs->bytes_fp8;
+  return status;
+}
+
+/* Every value of set `index`'s FP16 output is finite: the chained forward wrote it (poisoned outputs
+ * are NaN), without a reference of its own (only set 0 has one). */
+static volt8_status check_written(volt8_ctx *ctx, const bench_inputs *inputs, int32_t index, uint16_t *scratch) {
+  size_t values = (size_t)inputs->num_tokens * inputs->hidden;
+  CUresult result = volt8_tools_ctx(ctx).cuda->cuMemcpyDtoH(scratch, inputs->sets[index].d_out, values * sizeof *scratch);
+  if (result != CUDA_SUCCESS) return volt8_fail(ctx, VOLT8_ERR_CUDA, "bench --chain: cuMemcpyDtoH failed (%d)", (int)result);
+  for (size_t i = 0; i < values; i++)
+    if ((scratch[i] & 0x7C00u) == 0x7C00u)
+      return volt8_fail(ctx, VOLT8_ERR_INTERNAL, "bench --chain: forward %d of the chain left output value %zu not finite",
+                        index, i);
+  return VOLT8_OK;
+}
+
+/* --chain: volt8's time per forward of options->chain forwards captured in one graph, each on its
+ * own input set; set 0's output is checked against the reference, the others for being written. */
+static volt8_status time_chained(bench_state *state, const bench_inputs *inputs, const bench_timing_plan *plan,
+                                 bench_method_result *result) {
+  volt8_ctx *ctx = state->ctx;
+  int32_t chain = state->options->chain;
+  bench_chain_set chains = {volt8_tools_ctx(ctx).cuda, NULL, 0, chain};
+  uint16_t *scratch = malloc((size_t)inputs->num_tokens * inputs->hidden * sizeof *scratch);
+  volt8_status status = scratch ? VOLT8_OK : volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench --chain: out of memory");
+  if (status == VOLT8_OK) status = bench_chain_set_capture(ctx, state->experts, inputs, chain, state->gpu.stream, &chains);
+  for (int32_t i = 0; i < chain && status == VOLT8_OK; i++) status = bench_inputs_poison(ctx, inputs, i);
+  if (status == VOLT8_OK) status = bench_chain_set_launch(&chains, 0, state->gpu.stream);
+  if (status == VOLT8_OK)
+    status = bench_gpu_check(&state->gpu, volt8_tools_ctx(ctx).cuda->cuStreamSynchronize(state->gpu.stream), "volt8 chained forwards");
+  if (status == VOLT8_OK) status = bench_inputs_check(ctx, inputs, 0, &result->relative_l2);
+  for (int32_t i = 1; i < chain && status == VOLT8_OK; i++) status = check_written(ctx, inputs, i, scratch);
+  bench_timing_plan chained_plan = *plan;
+  chained_plan.sets = chains.count;
+  if (status == VOLT8_OK) status = bench_time(&state->gpu, bench_chain_set_launch, &chains, &chained_plan, &result->timing);
+  if (status == VOLT8_OK) {
+    result->timing.median_us /= chain;
+    result->timing.p10_us /= chain;
+    result->timing.p90_us /= chain;
+    result->timing.min_us /= chain;
+  }
+  bench_chain_set_destroy(&chains);
+  free(scratch);
   result->ran = status == VOLT8_OK;
   result->bytes = inputs->bytes_fp8;
   return status;
@@ -211,6 +256,7 @@ static volt8_status run_m(bench_state *state, int32_t m, bench_m_result *result)
                            ? options->input_sets
                            : bench_input_set_count(&state->host, m, options->top_k, state->gpu.l2_bytes, L2_MULTIPLE,
                                                    MIN_SETS, MAX_SETS);
+  if (result->input_sets < options->chain) result->input_sets = options->chain; /* a chain needs its own sets */
   bench_inputs inputs;
   volt8_status status = bench_inputs_create(ctx, &state->host, m, options->top_k, result->input_sets, options->seed, 1, 1,
                                             options->threads > 0 ? options->threads : bench_host_threads(64), &inputs);
@@ -222,6 +268,10 @@ static volt8_status run_m(bench_state *state, int32_t m, bench_m_result *result)
   bench_method_result *methods = result->methods;
   if ((status = time_volt8(state, &inputs, &plan, &methods[BENCH_METHOD_VOLT8])) != VOLT8_OK)
     record_failure(&methods[BENCH_METHOD_VOLT8], ctx, status);
+  if (options->chain > 0 && (status = time_chained(state, &inputs, &plan, &result->chained)) != VOLT8_OK)
+    record_failure(&result->chained, ctx, status);
+  else if (options->chain == 0)
+    snprintf(result->chained.reason, sizeof result->chained.reason, "not asked for (--chain)");
   for (int method = BENCH_METHOD_CUBLASLT_FP16; method <= BENCH_METHOD_GROUPED_FP16; method++) {
     if (!options->baselines) {
       snprintf(methods[method].reason, sizeof methods[method].reason, "not asked for (--no-baselines)");
@@ -234,6 +284,8 @@ static volt8_status run_m(bench_state *state, int32_t m, bench_m_result *result)
   if (state->progress) {
     fprintf(state->progress, "bench: M=%-4d sets %-3d volt8 %8.1f us", m, inputs.count,
             methods[BENCH_METHOD_VOLT8].timing.median_us);
+    if (result->chained.ran)
+      fprintf(state->progress, " (%.1f us a forward in a chain of %d)", result->chained.timing.median_us, options->chain);
     for (int method = 1; method < BENCH_METHOD_COUNT; method++)
       if (methods[method].ran) fprintf(state->progress, " | %s %8.1f us", bench_method_key(method), methods[method].timing.median_us);
     fputc('\n', state->progress);
@@ -264,6 +316,8 @@ int bench_report_passed(const bench_report *report) {
   for (int32_t i = 0; i < report->count; i++) {
     const bench_method_result *volt8 = &report->results[i].methods[BENCH_METHOD_VOLT8];
     if (!volt8->ran || !(volt8->relative_l2 <= BENCH_TOLERANCE)) return 0;
+    const bench_method_result *chained = &report->results[i].chained;
+    if (report->chain > 0 && (!chained->ran || !(chained->relative_l2 <= BENCH_TOLERANCE))) return 0;
   }
   return report->count > 0;
 }

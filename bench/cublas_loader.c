@@ -3,6 +3,7 @@
 #include "cublas_loader.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,10 @@ static const char *const TOOLKIT_DIRS[] = {"/usr/local/cuda/lib64", "/usr/local/
                                            "/usr/local/cuda/targets/sbsa-linux/lib"};
 
 static void *try_open(const char *path, char *opened, size_t opened_size, char *why, size_t why_size, size_t *used) {
-  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  struct stat info;
+  /* A path that names something other than a regular file (a FIFO would block dlopen) is skipped. */
+  void *handle = strchr(path, '/') && stat(path, &info) == 0 && !S_ISREG(info.st_mode) ? NULL
+                                                                                        : dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (handle) {
     snprintf(opened, opened_size, "%s", path);
     return handle;

@@ -31,7 +31,7 @@ double cli_now_seconds(void);
 
 #define CLI_DEFAULT_TP 4
 typedef struct volt8_model volt8_model;
-/* The registry's model (runtime/models.h), or NULL after an error listing the known names. */
+/* The registry's model (runtime/checkpoint/models.h), or NULL after an error listing the known names. */
 const volt8_model *cli_find_model(const char *command, const char *name);
 /* --model NAME [--tp N] [--rank R] (NULL texts: TP 4, rank 1, rank 0 at TP1) into a rank's shape
  * with all the model's experts. 0 on success, 2 after an error on stderr. */

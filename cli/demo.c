@@ -1,5 +1,5 @@
 /* volt8 demo, the main job: a synthetic MTP checkpoint with the real layout, at the per-expert
- * shape of a model of the registry (runtime/models.h; --model, default the reference), is planned
+ * shape of a model of the registry (runtime/checkpoint/models.h; --model, default the reference), is planned
  * for TP4, rank 0 is loaded, and the forward runs on the GPU (eager and graph-replayed, checked against the
  * reference, timed) or, without one, the SM70 kernels are compiled and the reference forward and
  * the rejection sampler run on the CPU. */
@@ -11,9 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "ctx_internal.h"
-#include "models.h"
-#include "numeric.h"
+#include "tools/tools.h"
 
 #define DEMO_TP 4
 #define MIB (1024.0 * 1024.0)
@@ -123,7 +121,7 @@ static double relative_error(volt8_ctx *ctx, const demo_inputs *inputs, const ui
 
 /* Eager vs reference, graph replay vs eager, and replay timings for one token count. */
 static int run_gpu_case(volt8_ctx *ctx, volt8_experts *experts, const volt8_host_checkpoint *host, int32_t num_tokens) {
-  const volt8_cuda_driver *cuda = ctx->cuda;
+  const volt8_cuda_driver *cuda = volt8_tools_ctx(ctx).cuda;
   int32_t hidden = host->shape.hidden;
   demo_inputs inputs = {0};
   if (make_inputs(ctx, host, num_tokens, &inputs) != 0) return 1;
@@ -322,7 +320,7 @@ int cli_demo(int argc, char **argv) {
   if (status != VOLT8_OK) return cli_report(NULL, "demo", status);
   int has_gpu = volt8_ctx_require_device(ctx) == VOLT8_OK;
   printf("volt8 %s demo\n", volt8_version_string());
-  if (has_gpu) printf("device: %s (sm_%d)\n", ctx->device_name, ctx->device_arch);
+  if (has_gpu) printf("device: %s (sm_%d)\n", volt8_tools_ctx(ctx).device_name, volt8_tools_ctx(ctx).device_arch);
   else printf("device: none (%s)\n", volt8_last_error(ctx));
 
   char dir[4096];

@@ -1,11 +1,11 @@
-/* volt8 models: the model registry (runtime/models.h) and each model's rank shapes; and the
+/* volt8 models: the model registry (runtime/checkpoint/models.h) and each model's rank shapes; and the
  * --model NAME [--tp N] [--rank R] arguments of the other subcommands. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "models.h"
+#include "tools/tools.h"
 
 const volt8_model *cli_find_model(const char *command, const char *name) {
   const volt8_model *model = volt8_model_find(name);

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "json_strict.h"
+#include "tools/tools.h"
 
 #define MIB (1024.0 * 1024.0)
 

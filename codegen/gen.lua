@@ -75,11 +75,12 @@ end
 
 -- Expands the embedded template at `template_path` with `values` (name -> string or integer),
 -- for kernels outside the GEMM variant space (e.g. the rejection sampler).
-function gen.expand_template(template_path, values)
+-- `text`, when given, is the template's text (a template the library does not embed).
+function gen.expand_template(template_path, values, text)
   if type(template_path) ~= "string" or type(values) ~= "table" then
     error("expand_template needs a template path and a table of values", 0)
   end
-  local text = read_file(template_path)
+  text = text or read_file(template_path)
   if not text then error("cannot read template '" .. template_path .. "'", 0) end
   return emit.source(template_path, text, values, values, read_file)
 end

@@ -54,7 +54,8 @@ def main(argv=None):
             from mtp_step import write_synthetic_checkpoint  # this folder's other example
             checkpoint = write_synthetic_checkpoint(os.path.join(scratch, "ckpt"), num_experts=args.experts,
                                                     top_k=args.top_k)
-        return run(args, checkpoint)
+        with torch.no_grad():  # inference: the operators have no gradient (nor do engines ask for one)
+            return run(args, checkpoint)
 
 
 def run(args, checkpoint):

@@ -135,7 +135,7 @@ VOLT8_API volt8_status volt8_variant_compile(volt8_ctx *ctx, const volt8_moe_sha
 typedef struct volt8_experts volt8_experts;
 
 /* Host copies of one rank's experts in the device layout (E4M3 bytes, FP16 scales holding
- * scale * 2^8); see runtime/moe_layout.h for the exact layout. */
+ * scale * 2^8); see runtime/moe/moe_layout.h for the exact layout. */
 typedef struct volt8_host_experts {
   size_t size;           /* sizeof(volt8_host_experts) */
   const uint8_t *w13;    /* [E][2*I][H] gate rows then up rows */
@@ -218,11 +218,6 @@ VOLT8_API volt8_status volt8_tuning_warnings(char *buf, size_t buf_size, int32_t
  * the first was not kept, or why ctx has no disk cache at all. */
 VOLT8_API volt8_status volt8_cache_store_failures(volt8_ctx *ctx, int32_t *out_count, char *buf, size_t buf_size);
 
-/* Experimental (tests, bench, tuner): pin the gate_up and down variants by name; NULL restores
- * the dispatch policy. */
-VOLT8_API volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant,
-                                                  const char *down_variant);
-
 
 /* ---- checkpoints: loading, planning and memory ---- */
 
@@ -270,7 +265,7 @@ typedef struct volt8_load_options {
 VOLT8_API volt8_status volt8_experts_load(volt8_ctx *ctx, const volt8_load_options *options,
                                           volt8_experts **out_experts);
 
-/* This rank's experts in host memory, in the device layout (runtime/moe_layout.h). CPU only. */
+/* This rank's experts in host memory, in the device layout (runtime/moe/moe_layout.h). CPU only. */
 typedef struct volt8_host_checkpoint {
   size_t size;                /* sizeof(volt8_host_checkpoint) */
   volt8_moe_shape shape;
@@ -383,3 +378,25 @@ VOLT8_API volt8_status volt8_rejection_sample(volt8_ctx *ctx, const volt8_reject
 #endif
 
 #endif /* VOLT8_H */
+
+/* ---- experimental: outside the stable ABI ----
+ * Declared only where VOLT8_EXPERIMENTAL_API is defined before this header is included (volt8's
+ * tools and tests do). Exported for the Python binding and the tools, but any release may change or
+ * remove these calls without a new major version. */
+#if defined(VOLT8_EXPERIMENTAL_API) && !defined(VOLT8_H_EXPERIMENTAL)
+#define VOLT8_H_EXPERIMENTAL
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Pins the gate_up and down variants by name (tests, bench, tuner); NULL restores the dispatch
+ * policy. */
+VOLT8_API volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant,
+                                                  const char *down_variant);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VOLT8_EXPERIMENTAL_API */

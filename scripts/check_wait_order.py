@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-HEADER_BYTES = 144  # runtime/cache.c: fixed header, then the kernel name, then the image
+HEADER_BYTES = 144  # runtime/jit/cache.c: fixed header, then the kernel name, then the image
 MAGIC = b"VOLT8KCE"
 IMAGE_PTX = 0
 

@@ -96,7 +96,8 @@ prepare() {
 # SANITIZE_NATIVE=1, on native code; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites;
 # SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
 # TP 1/2/4/8; TUNE_TP, TUNE_M and TUNE_MERGE=1 narrow it and merge into the shipped tables), bench
-# (the reference TP4 shape, with the tables just tuned when there are any), pinned (PINNED="M:G,D ..."
+# (the reference TP4 shape, with the tables just tuned when there are any; BENCH_CHAIN=N adds volt8
+# bench --chain N), pinned (PINNED="M:G,D ..."
 # timed with those variants pinned, PINNED_REPEAT rounds, interleaved),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
 # the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite, examples/mtp_step.py and
@@ -108,7 +109,7 @@ prepare() {
 # ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, then derived for sm_70, into $OUT's logs/tables: copy those
 # into tuning/tables to ship them; MODELS_TIMEOUT, default 600 s, bounds each model's run),
 # models_bench (volt8 bench --model NAME at TP 4 and TP 8 for each model, with the tables just tuned
-# when there are any; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
+# when there are any, at BENCH_M if set; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
 # one GPU runs only N = 2, both on it). The suites phase runs gpu_test_models too: the models' TP4
 # and TP8 rank shapes, whose compute_70 kernels prepare carries (model_test_shapes).
@@ -219,7 +220,9 @@ run() {
       bench)
         local tables=()
         [ -d "$logs/tables" ] && tables=(env VOLT8_TUNING_DIR="$logs/tables")
-        step bench "${tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench \
+        local chain=()
+        [ -n "${BENCH_CHAIN:-}" ] && chain=(--chain "$BENCH_CHAIN")
+        step bench "${tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench "${chain[@]}" \
           --json "$logs/bench.json" --svg "$logs/bench.svg" --markdown "$logs/bench.md"
         cat "$logs/bench.log" ;;
       python)
@@ -260,12 +263,13 @@ run() {
             "${tune_m[@]}" --out "$logs/tables"
         done ;;
       models_bench)
-        local model_tables=() model tp
+        local model_tables=() model tp bench_m=()
         [ -d "$logs/tables" ] && model_tables=(env VOLT8_TUNING_DIR="$logs/tables")
+        [ -n "${BENCH_M:-}" ] && bench_m=(--m "$BENCH_M")
         for model in $(model_names "$carry/bin/volt8"); do
           for tp in 4 8; do
             step "bench.$model.tp$tp" "${model_tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench \
-              --model "$model" --tp "$tp" --json "$logs/bench.$model.tp$tp.json" --markdown "$logs/bench.$model.tp$tp.md"
+              --model "$model" --tp "$tp" "${bench_m[@]}" --json "$logs/bench.$model.tp$tp.json" --markdown "$logs/bench.$model.tp$tp.md"
             cat "$logs/bench.$model.tp$tp.log"
           done
         done ;;

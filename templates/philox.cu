@@ -1,6 +1,6 @@
 // Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3", SC 2011),
 // the one random number generator of volt8. This text is both C99 and CUDA C++: kernel templates
-// include it through the template engine, the host through runtime/philox.h, so both draw the same bits.
+// include it through the template engine, the host through runtime/sampler/philox.h, so both draw the same bits.
 #ifndef VOLT8_PHILOX_CU
 #define VOLT8_PHILOX_CU
 

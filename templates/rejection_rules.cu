@@ -1,5 +1,5 @@
 // The scalar rules of speculative-decoding rejection sampling, shared word for word by the host
-// sampler (runtime/sampler.c) and the kernels (templates/rejection_sample.cu). The two differ only
+// sampler (runtime/sampler/sampler.c) and the kernels (templates/rejection_sample.cu). The two differ only
 // in the order of their reductions, and every reduction over these values is exact (maxima and
 // integer sums), so both emit the same tokens. Plain C99 and CUDA C++; needs philox.cu first.
 #ifndef VOLT8_REJECTION_RULES_CU

@@ -11,9 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctx_internal.h"
-#include "jit.h"
-#include "sha256.h"
+#include "core/ctx_internal.h"
+#include "jit/jit.h"
+#include "jit/nvrtc_loader.h"
+#include "core/sha256.h"
 
 int main(int argc, char **argv) {
   if (argc < 4) {

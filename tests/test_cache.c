@@ -2,10 +2,11 @@
  * racing processes, cache-only loading without NVRTC). */
 #include <criterion/criterion.h>
 
-#include "cache.h"
-#include "ctx_internal.h"
-#include "jit.h"
-#include "sha256.h"
+#include "jit/cache.h"
+#include "core/ctx_internal.h"
+#include "jit/jit.h"
+#include "jit/nvrtc_loader.h"
+#include "core/sha256.h"
 #include "test_support.h"
 
 #include <dirent.h>
@@ -567,9 +568,9 @@ Test(jit_cache, host_with_only_nvrtc_13_loads_sm70_code_from_the_cache) {
   const volt8_nvrtc_lib *lib = NULL;
   volt8_nvrtc_for_arch(ctx, 90, &lib);
   char path_13[512] = "";
-  for (int i = 0; i < ctx->nvrtc.count; i++)
-    if (ctx->nvrtc.libs[i].major == 13) snprintf(path_13, sizeof path_13, "%s", ctx->nvrtc.libs[i].path);
-  if (!path_13[0]) cr_skip_test("no NVRTC 13 on this host: %s", ctx->nvrtc.tried);
+  for (int i = 0; i < ctx->nvrtc->count; i++)
+    if (ctx->nvrtc->libs[i].major == 13) snprintf(path_13, sizeof path_13, "%s", ctx->nvrtc->libs[i].path);
+  if (!path_13[0]) cr_skip_test("no NVRTC 13 on this host: %s", ctx->nvrtc->tried);
   volt8_jit_image built, loaded;
   compile_ok(ctx, kernel_source, &built, "compile with NVRTC 12");
   volt8_ctx_destroy(ctx);

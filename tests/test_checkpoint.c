@@ -16,11 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "ctx_internal.h"
-#include "moe_layout.h"
-#include "numeric.h"
-#include "reference.h"
+#include "checkpoint/checkpoint.h"
+#include "core/ctx_internal.h"
+#include "moe/moe_layout.h"
+#include "core/numeric.h"
+#include "reference/reference.h"
 
 #include "checkpoint_fixture.h"
 #include "test_support.h"

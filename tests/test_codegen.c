@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen.h"
-#include "ctx_internal.h"
-#include "embedded_files.h"
+#include "jit/codegen.h"
+#include "core/ctx_internal.h"
+#include "core/embedded_files.h"
 
 #ifndef VOLT8_SOURCE_DIR
 #error "VOLT8_SOURCE_DIR (the source root) must be defined for this suite"
@@ -215,7 +215,7 @@ Test(codegen, hmma_family_is_offered_from_sm_80_only) {
   for (int a = 0; a < 3; a++) {
     volt8_ctx *ctx = test_cpu_ctx(archs[a]);
     name_list list = list_ok(ctx, &shape);
-    /* An experts handle can load every variant of the space (runtime/experts.c). */
+    /* An experts handle can load every variant of the space (runtime/moe/experts.c). */
     cr_expect_lt(list.count, VOLT8_MAX_LOADED_KERNELS, "%s lists %d variants", archs[a], list.count);
     int gate_up = count_prefix(&list, "gate_up.hmma."), down = count_prefix(&list, "down.hmma.");
     if (a == 0) {

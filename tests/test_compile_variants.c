@@ -10,9 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen.h"
-#include "ctx_internal.h"
-#include "jit.h"
+#include "jit/codegen.h"
+#include "core/ctx_internal.h"
+#include "jit/jit.h"
+#include "jit/nvrtc_loader.h"
 
 TestSuite(compile_variants, .timeout = 900);
 

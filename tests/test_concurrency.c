@@ -16,12 +16,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen.h"
-#include "ctx_internal.h"
-#include "jit.h"
-#include "sha256.h"
+#include "jit/codegen.h"
+#include "core/ctx_internal.h"
+#include "jit/jit.h"
+#include "jit/nvrtc_loader.h"
+#include "core/sha256.h"
 #include "tiny_checkpoint.h"
-#include "tuning.h"
+#include "dispatch/tuning.h"
 
 #define THREADS 8
 #define ROUNDS 3

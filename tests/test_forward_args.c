@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctx_internal.h"
-#include "moe_args.h"
+#include "core/ctx_internal.h"
+#include "moe/moe_args.h"
 
 TestSuite(forward_args, .timeout = 30);
 

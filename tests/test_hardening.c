@@ -19,11 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "ctx_internal.h"
-#include "numeric.h"
-#include "safetensors.h"
-#include "tuning.h"
+#include "jit/cache.h"
+#include "core/ctx_internal.h"
+#include "core/numeric.h"
+#include "checkpoint/safetensors.h"
+#include "dispatch/tuning.h"
 
 #include "test_support.h"
 #include "tiny_checkpoint.h"

@@ -1,4 +1,4 @@
-/* The model registry (runtime/models.h) at the real per-expert shapes: each model's rank shapes and
+/* The model registry (runtime/checkpoint/models.h) at the real per-expert shapes: each model's rank shapes and
  * memory at TP 1/2/4/8; the reference forward of one rank of every offset class at each TP size,
  * loaded from a synthetic checkpoint through the loader and the sharder, against a double-precision
  * computation of this file's own (the unsharded weights in the checkpoint's 128 grid); top-k 1 and
@@ -19,9 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "models.h"
-#include "numeric.h"
-#include "shard.h"
+#include "checkpoint/models.h"
+#include "checkpoint/shard.h"
+#include "core/numeric.h"
 #include "test_support.h"
 
 #define BLOCK 128
@@ -190,9 +190,7 @@ static double bf16_value(uint16_t bits) {
   return value;
 }
 
-/* The runtime's FP16 conversions (test_numeric checks them against the compiler's): clang before 15
- * has no _Float16 on x86, and the sanitized run builds with clang. */
-static double half_value(uint16_t bits) { return volt8_half_to_float(bits); }
+static double half_value(uint16_t bits) { return volt8_half_to_double(bits); }
 
 /* Random E4M3 codes (no NaN) and BF16 scales of 8 significant bits in [2^-14, 2^-11): scale * 2^8
  * is then an exact FP16, so the loader keeps the scales exactly. */
@@ -345,7 +343,7 @@ static void expected_forward(const model_checkpoint *checkpoint, int32_t start, 
           for (int64_t k = 0; k < hidden; k++) sum += x[k] * e4m3_value(codes[k]) * bf16_value(scales[k / BLOCK]);
           gate_up[p] = sum;
         }
-        h[n] = half_value(volt8_half_from_double(gate_up[0] / (1.0 + exp(-gate_up[0])) * gate_up[1]));
+        h[n] = volt8_half_to_double(volt8_half_from_double(gate_up[0] / (1.0 + exp(-gate_up[0])) * gate_up[1]));
       }
       double weight = tokens->weights[t * tokens->top_k + j];
       for (int64_t c = 0; c < hidden; c++) {

@@ -1,5 +1,5 @@
 /* Host number formats: E4M3 decode/encode, FP16 rounding, BF16, and the bit-trick identity the
- * kernels rely on. Expected values are computed here by other means than runtime/numeric.c. */
+ * kernels rely on. Expected values are computed here by other means than runtime/core/numeric.c. */
 #include <criterion/criterion.h>
 
 #include <math.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "numeric.h"
+#include "core/numeric.h"
 
 /* E4M3 by the textbook definition: sign, 4-bit exponent with bias 7, 3-bit mantissa. */
 static double e4m3_textbook(unsigned code) {

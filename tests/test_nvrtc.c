@@ -3,14 +3,16 @@
 
 #include "test_support.h"
 
-#include "ctx_internal.h"
-#include "nvrtc_loader.h"
+#include "core/ctx_internal.h"
+#include "jit/nvrtc_loader.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int supports(const volt8_nvrtc_lib *lib, int arch) {
   for (int i = 0; i < lib->num_archs; i++)
@@ -20,8 +22,8 @@ static int supports(const volt8_nvrtc_lib *lib, int arch) {
 
 /* Path of a probed NVRTC with this major version, or NULL. */
 static const char *probed_major(volt8_ctx *ctx, int major) {
-  for (int i = 0; i < ctx->nvrtc.count; i++)
-    if (ctx->nvrtc.libs[i].major == major) return ctx->nvrtc.libs[i].path;
+  for (int i = 0; i < ctx->nvrtc->count; i++)
+    if (ctx->nvrtc->libs[i].major == major) return ctx->nvrtc->libs[i].path;
   return NULL;
 }
 
@@ -43,9 +45,9 @@ Test(nvrtc, arch_90_gets_the_first_candidate_that_supports_it) {
   volt8_status status = volt8_nvrtc_for_arch(ctx, 90, &lib);
   if (status != VOLT8_OK) cr_skip_test("no NVRTC for compute_90 on this host: %s", volt8_last_error(ctx));
   cr_assert(supports(lib, 90), "NVRTC %s does not list compute_90", lib->version);
-  for (int i = 0; &ctx->nvrtc.libs[i] != lib; i++)
-    cr_assert(!supports(&ctx->nvrtc.libs[i], 90), "%s supports compute_90 and comes first, yet %s was chosen",
-              ctx->nvrtc.libs[i].path, lib->path);
+  for (int i = 0; &ctx->nvrtc->libs[i] != lib; i++)
+    cr_assert(!supports(&ctx->nvrtc->libs[i], 90), "%s supports compute_90 and comes first, yet %s was chosen",
+              ctx->nvrtc->libs[i].path, lib->path);
   volt8_ctx_destroy(ctx);
 }
 
@@ -54,7 +56,7 @@ Test(nvrtc, explicit_nvrtc_13_serves_arch_90) {
   const volt8_nvrtc_lib *lib = NULL;
   volt8_nvrtc_for_arch(ctx, 90, &lib);
   const char *path_13 = probed_major(ctx, 13);
-  if (!path_13) cr_skip_test("no NVRTC 13 on this host: %s", ctx->nvrtc.tried);
+  if (!path_13) cr_skip_test("no NVRTC 13 on this host: %s", ctx->nvrtc->tried);
   setenv("VOLT8_NVRTC", path_13, 1);
   volt8_ctx *explicit_ctx = test_cpu_ctx("sm_70");
   cr_assert_eq(volt8_nvrtc_for_arch(explicit_ctx, 90, &lib), VOLT8_OK, "%s", volt8_last_error(explicit_ctx));
@@ -86,7 +88,7 @@ Test(nvrtc, only_nvrtc_13_cannot_target_arch_70) {
   const volt8_nvrtc_lib *lib = NULL;
   volt8_nvrtc_for_arch(ctx, 90, &lib);
   char path_13[512];
-  if (!probed_major(ctx, 13)) cr_skip_test("no NVRTC 13 on this host: %s", ctx->nvrtc.tried);
+  if (!probed_major(ctx, 13)) cr_skip_test("no NVRTC 13 on this host: %s", ctx->nvrtc->tried);
   snprintf(path_13, sizeof path_13, "%s", probed_major(ctx, 13));
   volt8_ctx_destroy(ctx);
 
@@ -96,9 +98,9 @@ Test(nvrtc, only_nvrtc_13_cannot_target_arch_70) {
   volt8_status status = volt8_nvrtc_for_arch(ctx, 70, &lib);
   const char *message = volt8_last_error(ctx);
   cr_assert_eq(status, VOLT8_ERR_ARCH_UNSUPPORTED, "NVRTC 13 claimed compute_70: %s", message);
-  cr_assert_eq(ctx->nvrtc.count, 1, "VOLT8_NVRTC_ONLY=1 loaded %d libraries", ctx->nvrtc.count);
+  cr_assert_eq(ctx->nvrtc->count, 1, "VOLT8_NVRTC_ONLY=1 loaded %d libraries", ctx->nvrtc->count);
   char version[64];
-  snprintf(version, sizeof version, "NVRTC %s supports compute_", ctx->nvrtc.libs[0].version);
+  snprintf(version, sizeof version, "NVRTC %s supports compute_", ctx->nvrtc->libs[0].version);
   cr_assert(strstr(message, "compute_70") && strstr(message, path_13) && strstr(message, version) &&
                 strstr(message, "..compute_"),
             "message does not name the version and its archs: %s", message);
@@ -112,7 +114,7 @@ Test(nvrtc, disabled_nvrtc_says_so) {
   volt8_ctx *ctx = test_cpu_ctx("sm_70");
   const volt8_nvrtc_lib *lib = NULL;
   cr_assert_eq(volt8_nvrtc_for_arch(ctx, 90, &lib), VOLT8_ERR_ARCH_UNSUPPORTED);
-  cr_assert_eq(ctx->nvrtc.count, 0);
+  cr_assert_eq(ctx->nvrtc->count, 0);
   cr_assert(strstr(volt8_last_error(ctx), "VOLT8_NVRTC_DISABLE=1"), "%s", volt8_last_error(ctx));
   volt8_ctx_destroy(ctx);
 }
@@ -121,10 +123,10 @@ Test(nvrtc, each_library_is_loaded_once) {
   volt8_ctx *ctx = test_cpu_ctx("sm_70");
   const volt8_nvrtc_lib *lib = NULL;
   volt8_nvrtc_for_arch(ctx, 90, &lib);
-  for (int i = 0; i < ctx->nvrtc.count; i++)
-    for (int j = i + 1; j < ctx->nvrtc.count; j++)
-      cr_assert_neq(ctx->nvrtc.libs[i].handle, ctx->nvrtc.libs[j].handle, "%s and %s are one library",
-                    ctx->nvrtc.libs[i].path, ctx->nvrtc.libs[j].path);
+  for (int i = 0; i < ctx->nvrtc->count; i++)
+    for (int j = i + 1; j < ctx->nvrtc->count; j++)
+      cr_assert_neq(ctx->nvrtc->libs[i].handle, ctx->nvrtc->libs[j].handle, "%s and %s are one library",
+                    ctx->nvrtc->libs[i].path, ctx->nvrtc->libs[j].path);
   volt8_ctx_destroy(ctx);
 }
 
@@ -141,8 +143,8 @@ Test(nvrtc, concurrent_first_use_probes_once) {
   for (int i = 0; i < 8; i++) cr_assert_eq(pthread_create(&threads[i], NULL, select_for_70, ctx), 0);
   for (int i = 0; i < 8; i++) pthread_join(threads[i], &chosen[i]);
   for (int i = 1; i < 8; i++) cr_assert_eq(chosen[i], chosen[0], "thread %d chose another library", i);
-  for (int i = 0; i < ctx->nvrtc.count; i++)
-    for (int j = i + 1; j < ctx->nvrtc.count; j++) cr_assert_neq(ctx->nvrtc.libs[i].handle, ctx->nvrtc.libs[j].handle);
+  for (int i = 0; i < ctx->nvrtc->count; i++)
+    for (int j = i + 1; j < ctx->nvrtc->count; j++) cr_assert_neq(ctx->nvrtc->libs[i].handle, ctx->nvrtc->libs[j].handle);
   volt8_ctx_destroy(ctx);
 }
 
@@ -180,9 +182,9 @@ Test(nvrtc, option_folders_serve_compute_70) {
   cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert_eq(lib->major, 12, "compute_70 went to NVRTC %s (%s)", lib->version, lib->path);
   cr_assert(strncmp(lib->path, folder, strlen(folder)) == 0, "%s is not from %s; tried: %s", lib->path, folder,
-            ctx->nvrtc.tried);
-  cr_assert(strstr(ctx->nvrtc.tried, "/nonexistent/volt8-nvrtc/libnvrtc.so.12 (options.nvrtc_dirs): no such file"), "%s",
-            ctx->nvrtc.tried);
+            ctx->nvrtc->tried);
+  cr_assert(strstr(ctx->nvrtc->tried, "/nonexistent/volt8-nvrtc/libnvrtc.so.12 (options.nvrtc_dirs): no such file"), "%s",
+            ctx->nvrtc->tried);
   volt8_ctx_destroy(ctx);
   free(folder);
 }
@@ -193,7 +195,7 @@ Test(nvrtc, environment_folders_serve_compute_70) {
   volt8_ctx *ctx = test_cpu_ctx("sm_70");
   const volt8_nvrtc_lib *lib = NULL;
   cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
-  cr_assert(strstr(ctx->nvrtc.tried, "(VOLT8_NVRTC_DIRS): NVRTC 12."), "%s", ctx->nvrtc.tried);
+  cr_assert(strstr(ctx->nvrtc->tried, "(VOLT8_NVRTC_DIRS): NVRTC 12."), "%s", ctx->nvrtc->tried);
   volt8_ctx_destroy(ctx);
   free(folder);
 }
@@ -229,8 +231,29 @@ Test(nvrtc, an_nvrtc_already_loaded_is_used) {
   const volt8_nvrtc_lib *lib = NULL;
   cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert_eq(lib->handle, handle, "compute_70 went to %s, not the NVRTC already loaded; tried: %s", lib->path,
-               ctx->nvrtc.tried);
-  cr_assert(strstr(ctx->nvrtc.tried, "(already loaded): NVRTC 12."), "%s", ctx->nvrtc.tried);
+               ctx->nvrtc->tried);
+  cr_assert(strstr(ctx->nvrtc->tried, "(already loaded): NVRTC 12."), "%s", ctx->nvrtc->tried);
   volt8_ctx_destroy(ctx);
   free(folder);
+}
+
+Test(nvrtc, a_fifo_named_by_volt8_nvrtc_is_refused_without_blocking, .timeout = 20) {
+  char dir[] = "/tmp/volt8-nvrtc-fifo-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char fifo[sizeof dir + 32];
+  snprintf(fifo, sizeof fifo, "%s/libnvrtc.so.12", dir);
+  cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo %s", fifo);
+  setenv("VOLT8_NVRTC", fifo, 1);
+  setenv("VOLT8_NVRTC_DIRS", dir, 1);
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_nvrtc_for_arch(ctx, 30, &lib);
+  char expected[sizeof fifo + 64];
+  snprintf(expected, sizeof expected, "%s (VOLT8_NVRTC): is a FIFO, not a regular file", fifo);
+  cr_assert(strstr(ctx->nvrtc->tried, expected), "%s", ctx->nvrtc->tried);
+  snprintf(expected, sizeof expected, "%s (VOLT8_NVRTC_DIRS): is a FIFO, not a regular file", fifo);
+  cr_assert(strstr(ctx->nvrtc->tried, expected), "%s", ctx->nvrtc->tried);
+  volt8_ctx_destroy(ctx);
+  unlink(fifo);
+  rmdir(dir);
 }

@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
-#include "ctx_internal.h"
-#include "moe_layout.h"
-#include "numeric.h"
-#include "quant.h"
+#include "checkpoint/checkpoint.h"
+#include "core/ctx_internal.h"
+#include "moe/moe_layout.h"
+#include "core/numeric.h"
+#include "checkpoint/quant.h"
 
 #include "checkpoint_fixture.h"
 #include "test_support.h"

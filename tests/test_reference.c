@@ -19,9 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "moe_layout.h"
-#include "numeric.h"
-#include "reference.h"
+#include "moe/moe_layout.h"
+#include "core/numeric.h"
+#include "reference/reference.h"
 
 #ifndef VOLT8_SOURCE_DIR
 #error "VOLT8_SOURCE_DIR must name the source tree (tests/CMakeLists.txt defines it)"

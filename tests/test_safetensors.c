@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
-#include "ctx_internal.h"
-#include "safetensors.h"
+#include "checkpoint/checkpoint.h"
+#include "core/ctx_internal.h"
+#include "checkpoint/safetensors.h"
 
 #include "checkpoint_fixture.h"
 

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "philox.h"
-#include "sampler.h"
+#include "sampler/philox.h"
+#include "sampler/sampler.h"
 #include "volt8.h"
 
 /* A fit passes when every chi-square p-value is at least this: with 32 fits in the suite a correct

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
-#include "ctx_internal.h"
-#include "numeric.h"
-#include "scales.h"
+#include "checkpoint/checkpoint.h"
+#include "core/ctx_internal.h"
+#include "core/numeric.h"
+#include "checkpoint/scales.h"
 
 #include "checkpoint_fixture.h"
 

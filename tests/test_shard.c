@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
-#include "ctx_internal.h"
-#include "moe_layout.h"
-#include "shard.h"
+#include "checkpoint/checkpoint.h"
+#include "core/ctx_internal.h"
+#include "moe/moe_layout.h"
+#include "checkpoint/shard.h"
 
 #include "checkpoint_fixture.h"
 #include "test_support.h"

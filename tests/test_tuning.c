@@ -16,15 +16,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen.h"
-#include "ctx_internal.h"
-#include "dispatch.h"
-#include "embedded_files.h"
-#include "tuning.h"
+#include "jit/codegen.h"
+#include "core/ctx_internal.h"
+#include "dispatch/dispatch.h"
+#include "core/embedded_files.h"
+#include "dispatch/tuning.h"
 
 /* The bench and tuner suites need bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("tuner.h")
 #define HAVE_BENCH 1
+#include "bench_gpu.h"
 #include "bench_options.h"
 #include "bench_report.h"
 #include "derive_model.h"
@@ -771,6 +772,29 @@ Test(bench_args, bad_arguments_say_which) {
   cr_assert_eq(bench_options_parse(2, help, NULL, &options, error, sizeof error), 1);
 }
 
+Test(bench_args, chain_parses_and_bad_values_say_which) {
+  bench_options options;
+  char error[256] = "";
+  char *argv[] = {"bench", "--chain", "32", "--m", "1,8"};
+  cr_assert_eq(bench_options_parse(5, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(options.chain, 32);
+  char *plain[] = {"bench"};
+  cr_assert_eq(bench_options_parse(1, plain, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(options.chain, 0, "no chained timing unless asked for");
+  const char *bad[] = {"1", "0", "-4", "257", "8x", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *bad_argv[] = {"bench", "--chain", (char *)bad[i]};
+    error[0] = '\0';
+    cr_assert_eq(bench_options_parse(3, bad_argv, NULL, &options, error, sizeof error), -1, "--chain %s accepted", bad[i]);
+    char expected[64];
+    snprintf(expected, sizeof expected, "\"%s\" for --chain", bad[i]);
+    cr_assert_not_null(strstr(error, expected), "\"%s\" lacks \"%s\"", error, expected);
+  }
+  char *missing[] = {"bench", "--chain"};
+  cr_assert_eq(bench_options_parse(2, missing, NULL, &options, error, sizeof error), -1);
+  cr_assert_not_null(strstr(error, "--chain needs a value"), "%s", error);
+}
+
 Test(bench_args, tune_options_parse) {
   tune_options options;
   char error[256];
@@ -940,6 +964,54 @@ Test(bench_report, json_shape) {
   free(report);
 }
 
+/* fake_report with --chain 32: M = 1 chained, M = 8 failed. */
+static void fake_chained_report(bench_report *report) {
+  fake_report(report);
+  report->chain = 32;
+  bench_m_result *one = &report->results[0];
+  one->chained = (bench_method_result){.ran = 1, .bytes = one->bytes_fp8, .relative_l2 = 2e-4};
+  one->chained.timing.median_us = 4.0;
+  snprintf(report->results[1].chained.reason, sizeof report->results[1].chained.reason, "capture failed");
+  bench_report_derive(report);
+}
+
+Test(bench_report, chained_timing_in_json_text_and_markdown) {
+  bench_report *report = malloc(sizeof *report);
+  fake_chained_report(report);
+  cr_assert_float_eq(report->results[0].chained.gbps, 12.0e6 / 4.0e3, 1e-9);
+  char *text = bench_report_json(report);
+  cJSON *root = cJSON_Parse(text);
+  cr_assert_not_null(root);
+  cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "settings"), "chain")->valueint, 32);
+  cJSON *results = cJSON_GetObjectItem(root, "results");
+  cJSON *chained = cJSON_GetObjectItem(cJSON_GetArrayItem(results, 0), "volt8_chained");
+  cr_assert_not_null(chained, "%s", text);
+  cr_assert_float_eq(cJSON_GetObjectItem(chained, "median_us")->valuedouble, 4.0, 1e-9);
+  cr_assert_float_eq(cJSON_GetObjectItem(chained, "copy_fraction")->valuedouble, 12.0e6 / 4.0e3 / 4000.0, 1e-12);
+  cJSON *failed = cJSON_GetObjectItem(cJSON_GetArrayItem(results, 1), "volt8_chained");
+  cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(failed, "ran")));
+  cr_assert_str_eq(cJSON_GetObjectItem(failed, "reason")->valuestring, "capture failed");
+  cJSON_Delete(root);
+  free(text);
+  char *markdown = bench_report_markdown(report);
+  cr_assert_not_null(strstr(markdown, "volt8, a forward of 32 in one graph (us) |"), "%s", markdown);
+  cr_assert_not_null(strstr(markdown, "| 4.0 |\n"), "%s", markdown);
+  free(markdown);
+  char *printed = NULL;
+  size_t printed_size = 0;
+  FILE *stream = open_memstream(&printed, &printed_size);
+  bench_report_print(report, stream);
+  fclose(stream);
+  cr_assert_not_null(strstr(printed, "32 forwards in one graph"), "%s", printed);
+  cr_assert_not_null(strstr(printed, "capture failed"), "%s", printed);
+  free(printed);
+  fake_report(report);
+  text = bench_report_json(report);
+  cr_assert_null(strstr(text, "volt8_chained"), "no chained entry unless asked for");
+  free(text);
+  free(report);
+}
+
 Test(bench_report, svg_and_markdown) {
   bench_report *report = malloc(sizeof *report);
   fake_report(report);
@@ -977,3 +1049,24 @@ Test(bench_report, reference_shapes) {
 }
 
 #endif /* HAVE_BENCH */
+
+TestSuite(bench_support, .timeout = 120);
+
+/* The support kernels live in the bench library (bench/bench_kernels.cu), not in libvolt8: their
+ * source expands there, with the library's templates/ included, and compiles for compute_70. */
+Test(bench_support, kernels_expand_from_the_bench_library_and_compile) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  cr_assert_null(volt8_embedded_find("bench/bench_kernels.cu"), "the shipped library embeds the bench kernels");
+  cr_assert_null(volt8_embedded_find("templates/bench_kernels.cu"), "the shipped library embeds the bench kernels");
+  char *source = NULL;
+  cr_assert_eq(bench_support_source(ctx, &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_expect(strstr(source, "// generated from bench/bench_kernels.cu"), "no generated-from line:\n%.300s", source);
+  cr_expect(strstr(source, "#line 1 \"templates/moe_common.cu\""), "moe_common.cu not included");
+  cr_expect(strstr(source, "bench_weighted_reduce"), "no bench_weighted_reduce in the expanded source");
+  volt8_kernel_load_request request = {"volt8_bench_kernels", source, 70, VOLT8_IMAGE_PTX, 0, NULL, 0, "bench: "};
+  volt8_status status = volt8_kernel_load(ctx, &request, NULL, NULL, NULL);
+  if (status == VOLT8_ERR_ARCH_UNSUPPORTED) cr_skip_test("no NVRTC for compute_70: %s", volt8_last_error(ctx));
+  cr_expect_eq(status, VOLT8_OK, "%s", volt8_last_error(ctx));
+  free(source);
+  volt8_ctx_destroy(ctx);
+}

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe_layout.h"
+#include "tools/tools.h"
 
 /* Tesla V100 (SXM2): 80 SMs, 900 GB/s HBM2 of which streaming copies reach about 830, L2 about
  * 2.5 TB/s, 15.7 TFLOP/s FP32 (90% reachable), 125 TFLOP/s tensor peak of which m8n8k4 tiles this

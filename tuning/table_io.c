@@ -9,9 +9,8 @@
 #include <string.h>
 
 #include "bench_report.h"
-#include "ctx_internal.h"
+#include "tools/tools.h"
 #include "text_buffer.h"
-#include "tuning.h"
 
 #define MAX_RUNS_KEPT 64
 

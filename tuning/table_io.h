@@ -1,4 +1,4 @@
-/* Writing tuning tables (format: runtime/tuning.h): the tuner's results merged into the table on
+/* Writing tuning tables (format: runtime/dispatch/tuning.h): the tuner's results merged into the table on
  * disk, one line per token count, replaced atomically. */
 #ifndef VOLT8_TUNING_TABLE_IO_H
 #define VOLT8_TUNING_TABLE_IO_H
@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dispatch.h"
+#include "tools/tools.h"
 #include "volt8.h"
 
 typedef struct tuning_result_entry {

@@ -9,9 +9,8 @@
 #include <unistd.h>
 
 #include "derive_model.h"
-#include "nvrtc_loader.h"
+#include "tools/tools.h"
 #include "tuner_gpu.h"
-#include "tuning.h"
 
 static const int32_t DEFAULT_M[] = {1, 2, 4, 8, 16, 32, 64, 128};
 
@@ -206,7 +205,7 @@ static volt8_status derive_all(const tune_options *options, const char *command,
     tuner_settings settings = {
         .shape = options->shapes[s], .top_k = options->top_k, .m_values = options->m_values,
         .m_count = options->m_count, .screen_batches = 1, .final_batches = 1, .finalists = 0,
-        .out_dir = options->out_dir, .arch = ctx->target_arch, .device = DERIVE_V100.name,
+        .out_dir = options->out_dir, .arch = volt8_tools_ctx(ctx).target_arch, .device = DERIVE_V100.name,
         .device_token = VOLT8_TUNING_ANY_DEVICE,
         .method = "derived, not measured on a V100: the roofline model of tuning/derive_model.h (V100-SXM2: 80 SMs, "
                   "830 GB/s streaming, 2.5 TB/s L2, 14 TFLOP/s FP32, 40 TFLOP/s m8n8k4) ranks every variant at each M",
@@ -225,7 +224,7 @@ static volt8_status derive_all(const tune_options *options, const char *command,
 
 static void nvrtc_version(volt8_ctx *ctx, char *buf, size_t size) {
   const volt8_nvrtc_lib *lib = NULL;
-  if (volt8_nvrtc_for_arch(ctx, ctx->target_arch, &lib) == VOLT8_OK) snprintf(buf, size, "%s", lib->version);
+  if (volt8_nvrtc_for_arch(ctx, volt8_tools_ctx(ctx).target_arch, &lib) == VOLT8_OK) snprintf(buf, size, "%s", lib->version);
   else snprintf(buf, size, "unknown (kernels from the disk cache)");
 }
 
@@ -246,7 +245,7 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, c
   status = tuner_gpu_open(ctx, &gpu_settings, &gpu);
   if (status != VOLT8_OK) return status;
   char device_token[128], nvrtc[64], method[256];
-  volt8_tuning_device_token(ctx->device_name, device_token, sizeof device_token);
+  volt8_tuning_device_token(volt8_tools_ctx(ctx).device_name, device_token, sizeof device_token);
   nvrtc_version(ctx, nvrtc, sizeof nvrtc);
   snprintf(method, sizeof method,
            "measured: each candidate checked against the reference (relative L2 <= 1e-3), then the median of "
@@ -256,8 +255,8 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, c
   tuner_settings settings = {
       .shape = *shape, .top_k = options->top_k, .m_values = options->m_values, .m_count = options->m_count,
       .screen_batches = options->screen_batches, .final_batches = options->final_batches,
-      .finalists = options->finalists, .out_dir = options->out_dir, .arch = ctx->target_arch,
-      .device = ctx->device_name, .device_token = device_token, .method = method, .command = command,
+      .finalists = options->finalists, .out_dir = options->out_dir, .arch = volt8_tools_ctx(ctx).target_arch,
+      .device = volt8_tools_ctx(ctx).device_name, .device_token = device_token, .method = method, .command = command,
       .nvrtc_version = nvrtc, .progress = progress, .progress_tty = tty};
   tuner_summary summary;
   status = tuner_run(ctx, &settings, &backend, &summary);
@@ -285,7 +284,7 @@ volt8_status tune_run(const tune_options *options, const char *command, FILE *pr
   for (int32_t s = 0; s < options->shape_count && status == VOLT8_OK; s++) {
     char label[160];
     shape_label(&options->shapes[s], label, sizeof label);
-    if (progress) fprintf(progress, "tune: %s on %s (kernels for sm_%d)\n", label, ctx->device_name, ctx->target_arch);
+    if (progress) fprintf(progress, "tune: %s on %s (kernels for sm_%d)\n", label, volt8_tools_ctx(ctx).device_name, volt8_tools_ctx(ctx).target_arch);
     status = measure_shape(ctx, options, &options->shapes[s], command, progress, tty, out_outcome);
     if (status == VOLT8_OK) out_outcome->shapes_done++;
   }

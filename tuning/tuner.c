@@ -7,9 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctx_internal.h"
-#include "dispatch.h"
-#include "tuning.h"
+#include "tools/tools.h"
 
 #define BAR_WIDTH 28
 

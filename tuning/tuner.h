@@ -14,7 +14,7 @@
 
 #include <stdio.h>
 
-#include "codegen.h"
+#include "tools/tools.h"
 #include "table_io.h"
 
 typedef struct tuner_measurement {

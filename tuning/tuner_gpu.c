@@ -64,7 +64,7 @@ void tuner_gpu_close(tuner_gpu *tuner) {
   free(tuner);
 }
 
-const char *tuner_gpu_device_name(const tuner_gpu *tuner) { return tuner->ctx->device_name; }
+const char *tuner_gpu_device_name(const tuner_gpu *tuner) { return volt8_tools_ctx(tuner->ctx).device_name; }
 
 static volt8_status gpu_begin(void *user, int32_t m) {
   tuner_gpu *tuner = user;
@@ -125,7 +125,7 @@ static volt8_status gpu_measure(void *user, int32_t m, const char *gate_up, cons
   if (status == VOLT8_OK) status = bench_inputs_poison(ctx, &tuner->inputs, 0);
   if (status == VOLT8_OK) status = bench_graph_set_launch(&graphs, 0, tuner->gpu.stream);
   if (status == VOLT8_OK)
-    status = bench_gpu_check(&tuner->gpu, ctx->cuda->cuStreamSynchronize(tuner->gpu.stream), "forward");
+    status = bench_gpu_check(&tuner->gpu, volt8_tools_ctx(ctx).cuda->cuStreamSynchronize(tuner->gpu.stream), "forward");
   if (status == VOLT8_OK) status = bench_inputs_check(ctx, &tuner->inputs, 0, &out->relative_l2);
   int wrong = status == VOLT8_OK && !(out->relative_l2 <= TOLERANCE);
   if (status == VOLT8_OK && !wrong) {
@@ -170,7 +170,7 @@ static void *compile_worker(void *argument) {
 }
 
 void tuner_precompile(volt8_ctx *ctx, const volt8_moe_shape *shape, char *const *names, int32_t count, int32_t jobs) {
-  if (!ctx->cache_dir || count <= 0) return;
+  if (!volt8_tools_ctx(ctx).cache_dir || count <= 0) return;
   if (jobs > count) jobs = count;
   if (jobs < 1) jobs = 1;
   compile_job *work = calloc((size_t)jobs, sizeof *work);
@@ -178,8 +178,8 @@ void tuner_precompile(volt8_ctx *ctx, const volt8_moe_shape *shape, char *const 
   int *started = calloc((size_t)jobs, sizeof *started);
   if (!work || !threads || !started) jobs = 0;
   for (int32_t j = 0; j < jobs; j++) {
-    work[j] = (compile_job){ctx->cache_dir, "", shape, names, count, j, jobs};
-    snprintf(work[j].target_arch, sizeof work[j].target_arch, "sm_%d", ctx->target_arch);
+    work[j] = (compile_job){volt8_tools_ctx(ctx).cache_dir, "", shape, names, count, j, jobs};
+    snprintf(work[j].target_arch, sizeof work[j].target_arch, "sm_%d", volt8_tools_ctx(ctx).target_arch);
     started[j] = pthread_create(&threads[j], NULL, compile_worker, &work[j]) == 0;
     if (!started[j]) compile_worker(&work[j]);
   }

@@ -23,7 +23,7 @@
 //           requested while it finishes this one (3 CTAs an SM, and as many as its registers allow).
 // Build (nvcc for sm_90) and run on an sm_90 GPU:
 //   nvcc -arch=sm_90 -O3 -o floor_probe bench/probes/floor_probe.cu && ./floor_probe
-// Figures: bench/RESULTS.md, "Floor probe".
+// Figures: docs/notebook/2026-11.md, "Floor probe".
 #include <cstdio>
 #include <cstdlib>
 #include <vector>

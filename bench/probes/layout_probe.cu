@@ -6,7 +6,7 @@
 // timed launches each after 8 of warm-up, median. Only the loads are timed: no conversion or math.
 // Build (nvcc for sm_90) and run on an sm_90 GPU:
 //   nvcc -arch=sm_90 -O3 -o layout_probe bench/probes/layout_probe.cu && ./layout_probe
-// Figures: bench/RESULTS.md, "Layout probe".
+// Figures: docs/notebook/2026-11.md, "Layout probe".
 #include <cstdio>
 #include <cstdlib>
 #include <vector>

@@ -1,4 +1,4 @@
-/* Fuzz target: a kernel cache entry file (runtime/cache.h documents the format).
+/* Fuzz target: a kernel cache entry file (runtime/jit/cache.h documents the format).
  *
  * Byte 0: bit 0 image kind (PTX / CUBIN), bit 1 load by exact NVRTC version "12.9" or by any
  * version, bits 2-3 the mode:
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
+#include "jit/cache.h"
 
 /* Header layout of format version 1 (cache.h). */
 enum {

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #define EXPERTS 2
 #define INTERMEDIATE 32

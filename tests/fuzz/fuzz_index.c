@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #define NAMES_CHECKED 256
 

@@ -13,7 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "checkpoint/safetensors.h"
 
 void *__real_mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset);
 int __real_munmap(void *addr, size_t length);

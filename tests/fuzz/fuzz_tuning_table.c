@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tuning.h"
+#include "dispatch/tuning.h"
 
 static char tables_dir[1024];
 /* No table is built in for this shape: a lookup is served by the fuzzed file or by nothing. */

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "experts_internal.h"
-#include "numeric.h"
-#include "reference.h"
+#include "moe/experts_internal.h"
+#include "core/numeric.h"
+#include "reference/reference.h"
 
 #define POISON_HALF 0xFFFFu
 

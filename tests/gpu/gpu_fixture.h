@@ -5,8 +5,8 @@
 
 #include <stdint.h>
 
-#include "ctx_internal.h"
-#include "moe_layout.h"
+#include "core/ctx_internal.h"
+#include "moe/moe_layout.h"
 
 #define GPU_TOLERANCE 1e-3
 

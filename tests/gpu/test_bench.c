@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dispatch.h"
+#include "dispatch/dispatch.h"
 #include "gpu_fixture.h"
-#include "tuning.h"
+#include "dispatch/tuning.h"
 
 /* Needs bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("bench_run.h")
@@ -78,6 +78,36 @@ Test(bench, every_method_agrees_with_the_reference) {
   char *svg = bench_report_svg(report);
   cr_assert_not_null(strstr(svg, "</svg>"));
   free(svg);
+  bench_report_print(report, stderr);
+  free(report);
+  volt8_ctx_destroy(ctx);
+}
+
+/* --chain: four forwards in one graph, each on its own input set; the first checked against the
+ * reference, the others for being written (poisoned before). */
+Test(bench, chained_forwards_agree_with_the_reference) {
+  volt8_ctx *ctx = gpu_open();
+  bench_options options;
+  char error[256];
+  char *argv[] = {"bench", "--m", "1,8", "--batches", "3", "--warmup", "1", "--sets", "2", "--chain", "4",
+                  "--no-baselines"};
+  cr_assert_eq(bench_options_parse(12, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  options.shape.num_experts = SMALL_EXPERTS;
+  options.copy_mib = 64;
+  bench_report *report = calloc(1, sizeof *report);
+  cr_assert_not_null(report);
+  volt8_status status = bench_run(ctx, &options, "volt8 bench --chain 4 (gpu test)", NULL, report);
+  cr_assert_eq(status, VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(report->chain, 4);
+  for (int32_t i = 0; i < report->count; i++) {
+    const bench_m_result *result = &report->results[i];
+    cr_assert_geq(result->input_sets, 4, "M=%d: %d sets for a chain of 4", result->m, result->input_sets);
+    cr_assert(result->chained.ran, "M=%d: the chain did not run: %s", result->m, result->chained.reason);
+    cr_assert_leq(result->chained.relative_l2, BENCH_TOLERANCE, "M=%d: relative L2 %g", result->m,
+                  result->chained.relative_l2);
+    cr_assert_gt(result->chained.timing.median_us, 0.0);
+  }
+  cr_assert(bench_report_passed(report));
   bench_report_print(report, stderr);
   free(report);
   volt8_ctx_destroy(ctx);

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experts_internal.h"
+#include "moe/experts_internal.h"
 #include "gpu_fixture.h"
-#include "reference.h"
+#include "reference/reference.h"
 
 TestSuite(gpu_forward, .timeout = 1200);
 

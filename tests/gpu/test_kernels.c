@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen.h"
+#include "jit/codegen.h"
 #include "gpu_fixture.h"
-#include "reference.h"
+#include "reference/reference.h"
 
 TestSuite(gpu_kernels, .timeout = 1200);
 

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "gpu_fixture.h"
-#include "numeric.h"
+#include "core/numeric.h"
 #include "../tiny_checkpoint.h"
 
 TestSuite(gpu_load, .timeout = 600);

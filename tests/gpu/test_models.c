@@ -1,4 +1,4 @@
-/* GPU suite at the registry's models (runtime/models.h): for each model, its TP4 and TP8 rank shapes
+/* GPU suite at the registry's models (runtime/checkpoint/models.h): for each model, its TP4 and TP8 rank shapes
  * (rank 0, and the first rank at the largest offset in the 128 grid when that is not 0) with 16
  * experts, through the dispatch at M = 1, 8 and 64 with the model's top-k and at top-16 (M = 1 and
  * 8), and with one variant of each family pinned at the last of those ranks. Skips with the reason where there is no GPU.
@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "codegen.h"
+#include "jit/codegen.h"
 #include "gpu_fixture.h"
-#include "models.h"
+#include "checkpoint/models.h"
 
 #define MODEL_TEST_EXPERTS 16
 #define MODEL_TEST_MAX_TOP_K 16

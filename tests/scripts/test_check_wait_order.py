@@ -82,7 +82,7 @@ def test_a_routed_hmma_down_is_checked_as_one_that_starts_early():
 
 
 def write_entry(path, name, payload, kind=0, arch=90):
-    """A cache entry as runtime/cache.c lays it out: the fields the checker reads, then name and image."""
+    """A cache entry as runtime/jit/cache.c lays it out: the fields the checker reads, then name and image."""
     header = bytearray(checker.HEADER_BYTES)
     header[:8] = checker.MAGIC
     struct.pack_into("<III", header, 12, kind, arch, len(name))

@@ -231,3 +231,13 @@ def test_kernels_the_cache_did_not_keep_are_reported(tmp_path):
         assert count >= 1 and str(not_a_folder) in reason and "Not a directory" in reason, (count, reason)
     with volt8.Context(device=None, cache_disable=True) as ctx:
         assert ctx.cache_store_failures() == (0, "the disk cache is disabled (cache_disable)")
+
+
+def test_a_fifo_named_by_volt8_library_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "libvolt8.so.0"
+    os.mkfifo(fifo)
+    env = {key: value for key, value in os.environ.items() if key != "VOLT8_LIBRARY"}
+    env.update(VOLT8_LIBRARY=str(fifo), PYTHONPATH=os.path.dirname(os.path.dirname(os.path.realpath(volt8.__file__))))
+    run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=60)
+    assert run.returncode == 1 and "not a regular file" in run.stderr, run.stderr

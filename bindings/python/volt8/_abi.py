@@ -106,6 +106,7 @@ PROTOTYPES = {
     "volt8_graph_destroy": (None, [c_void_p]),
     "volt8_tuning_warnings": (c_int, [c_char_p, c_size_t, POINTER(c_int32)]),
     "volt8_cache_store_failures": (c_int, [c_void_p, POINTER(c_int32), c_char_p, c_size_t]),
+    # the experimental section of volt8.h (VOLT8_EXPERIMENTAL_API): exported, outside the stable ABI
     "volt8_experts_set_variants": (c_int, [c_void_p, c_char_p, c_char_p]),
     "volt8_route_name": (c_char_p, [c_int32]),
     "volt8_experts_load": (c_int, [c_void_p, POINTER(LoadOptions), POINTER(c_void_p)]),

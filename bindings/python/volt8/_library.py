@@ -53,6 +53,9 @@ def check_version(number, required=REQUIRED_VERSION):
 
 
 def _open(path):
+    if os.sep in path and os.path.exists(path) and not os.path.isfile(path):
+        # dlopen of a FIFO would block for ever; a folder or device is no library either.
+        raise LibraryError(f"{path}: not a regular file")
     try:
         library = ctypes.CDLL(path)
     except OSError as error:

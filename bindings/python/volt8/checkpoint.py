@@ -89,7 +89,7 @@ class _OwnedArray:
 
 
 class HostCheckpoint:
-    """One rank's experts in host memory, in the device layout of runtime/moe_layout.h:
+    """One rank's experts in host memory, in the device layout of runtime/moe/moe_layout.h:
     w13 uint8 [E, 2I, H] (gate rows, then up rows), s13 uint16 [E, 2, G13, ceil(H/bk)], w2 uint8 [E, H, I],
     s2 uint16 [E, ceil(H/bn), G2]; weights are E4M3 bytes, scales FP16 bits of scale * 2^8.
     The arrays are read-only views of the library's memory, freed when the last of them is gone."""

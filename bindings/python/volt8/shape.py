@@ -29,7 +29,7 @@ class MoeShape:
         return cls(**{field.name: int(getattr(shape, field.name)) for field in dataclasses.fields(cls)})
 
     def layout(self):
-        """Array shapes of runtime/moe_layout.h, name -> shape: w13 and w2 hold E4M3 bytes, s13 and s2
+        """Array shapes of runtime/moe/moe_layout.h, name -> shape: w13 and w2 hold E4M3 bytes, s13 and s2
         FP16 bits of scale * 2^8."""
         h, i, e = self.hidden, self.intermediate, self.num_experts
         g13 = _ceil_div(self.intermediate_offset + i, self.block_n)

@@ -10,7 +10,9 @@ is named by an int key: register(obj) returns it, the same key for the same obje
 operators look the object up while it lives (the caller keeps it alive). MoEExperts registers its
 experts itself. Both operators launch on torch.cuda.current_stream() and never synchronise; each has
 a fake implementation, so tracing needs no GPU. Nothing compiles during a CUDA graph capture: prepare
-first (Experts.prepare with every token count the graphs use, Context.prepare_sampler).
+first (Experts.prepare with every token count the graphs use, Context.prepare_sampler). The operators
+are inference-only (no gradient): torch.compile a module that calls them under torch.no_grad() or
+torch.inference_mode() when its inputs require grad (a router's weights), as engines do.
 
 Importing volt8 never imports torch; this module is imported only on request.
 """

@@ -1,0 +1,179 @@
+/* Nearest tabled shape: the dispatch fallback for shapes without a table (tuning_nearest.h). */
+#include "dispatch/tuning_nearest.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ctx_internal.h"
+#include "core/embedded_files.h"
+
+#define MAX_CANDIDATES 256
+#define EMULATED_MMA_MIN_ARCH 80
+
+typedef struct candidate {
+  char name[VOLT8_TUNING_NAME_BYTES];
+  const volt8_embedded_file *built_in; /* NULL: a file in $VOLT8_TUNING_DIR */
+  int device_rank;                     /* 0 this device, 1 any device, 2 another device */
+  double distance;
+} candidate;
+
+typedef struct wanted_table {
+  const char *op_name, *device_token;
+  int32_t n, k, block_n, block_k, arch;
+} wanted_table;
+
+int volt8_dispatch_family_emulated(int32_t target_arch, const char *variant) {
+  const char *family = variant ? strchr(variant, '.') : NULL;
+  return family && strncmp(family, ".mma.", 5) == 0 && target_arch >= EMULATED_MMA_MIN_ARCH;
+}
+
+/* Fills `out` from a table name that matches `wanted` except in N, K and device; 0 otherwise. */
+static int consider(const char *name, const wanted_table *wanted, candidate *out) {
+  char op[16];
+  int32_t n = 0, k = 0, block_n = 0, block_k = 0, arch = 0;
+  int device_at = 0;
+  size_t length = strlen(name);
+  if (length >= sizeof out->name || length < 5 || strcmp(name + length - 5, ".json") != 0) return 0;
+  if (sscanf(name, "op=%15[^,],N=%d,K=%d,block=%dx%d,arch=sm_%d,device=%n", op, &n, &k, &block_n, &block_k, &arch,
+             &device_at) != 6 || device_at == 0)
+    return 0;
+  if (strcmp(op, wanted->op_name) != 0 || block_n != wanted->block_n || block_k != wanted->block_k ||
+      arch != wanted->arch || n <= 0 || k <= 0)
+    return 0;
+  const char *device = name + device_at;
+  size_t device_length = length - 5 - (size_t)device_at;
+  int this_device = strlen(wanted->device_token) == device_length && strncmp(device, wanted->device_token, device_length) == 0;
+  int any_device = device_length == strlen(VOLT8_TUNING_ANY_DEVICE) &&
+                   strncmp(device, VOLT8_TUNING_ANY_DEVICE, device_length) == 0;
+  snprintf(out->name, sizeof out->name, "%s", name);
+  out->device_rank = this_device ? 0 : any_device ? 1 : 2;
+  out->distance = fabs(log((double)n / wanted->n)) + fabs(log((double)k / wanted->k));
+  return 1;
+}
+
+static int compare_candidates(const void *a, const void *b) {
+  const candidate *left = a, *right = b;
+  if (left->device_rank != right->device_rank) return left->device_rank - right->device_rank;
+  if (left->distance != right->distance) return left->distance < right->distance ? -1 : 1;
+  if (!left->built_in != !right->built_in) return left->built_in ? 1 : -1; /* $VOLT8_TUNING_DIR first */
+  return strcmp(left->name, right->name);
+}
+
+static int32_t gather(const wanted_table *wanted, const char *dir, candidate *out) {
+  int32_t count = 0;
+  DIR *folder = dir && *dir ? opendir(dir) : NULL;
+  for (struct dirent *entry; folder && (entry = readdir(folder)) && count < MAX_CANDIDATES;) {
+    out[count].built_in = NULL;
+    count += consider(entry->d_name, wanted, &out[count]);
+  }
+  if (folder) closedir(folder);
+  size_t prefix = strlen(VOLT8_TUNING_BUILT_IN_PREFIX);
+  for (const volt8_embedded_file *file = volt8_embedded_files; file->path && count < MAX_CANDIDATES; file++) {
+    if (strncmp(file->path, VOLT8_TUNING_BUILT_IN_PREFIX, prefix) != 0) continue;
+    out[count].built_in = file;
+    count += consider(file->path + prefix, wanted, &out[count]);
+  }
+  qsort(out, (size_t)count, sizeof *out, compare_candidates);
+  return count;
+}
+
+/* __metadata__.shape.num_experts, or 0 when the table does not say. */
+static int32_t table_experts(const char *text, size_t length) {
+  cJSON *root = cJSON_ParseWithLength(text, length);
+  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "__metadata__"), "shape");
+  const cJSON *experts = cJSON_GetObjectItemCaseSensitive(shape, "num_experts");
+  int32_t value = cJSON_IsNumber(experts) && experts->valuedouble >= 1 && experts->valuedouble <= 1 << 20
+                      ? (int32_t)experts->valuedouble : 0;
+  cJSON_Delete(root);
+  return value;
+}
+
+/* The token count of a table measured at (table_top_k, table_experts) with the routed pairs per
+ * expert that num_tokens gives at (top_k, experts). */
+static int32_t scaled_tokens(int32_t num_tokens, int32_t top_k, int32_t experts, int32_t table_top_k,
+                             int32_t table_experts) {
+  double pairs_per_expert = (double)num_tokens * top_k / experts;
+  double tokens = pairs_per_expert * (table_experts > 0 ? table_experts : experts) / (table_top_k > 0 ? table_top_k : top_k);
+  return tokens < 1.0 ? 1 : tokens > VOLT8_TUNING_MAX_M ? VOLT8_TUNING_MAX_M : (int32_t)lround(tokens);
+}
+
+static int listed(char **names, int32_t count, const char *variant) {
+  for (int32_t i = 0; i < count; i++)
+    if (strcmp(names[i], variant) == 0) return 1;
+  return 0;
+}
+
+/* Reads one candidate; 1 when it served. `scratch` takes the messages of a table that is skipped. */
+static int try_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *table_file, const char *dir,
+                         const char *op_name, int32_t num_tokens, int32_t top_k, const volt8_moe_shape *shape,
+                         char **names, int32_t count, volt8_tuning_match *out_match) {
+  char origin[VOLT8_TUNING_ORIGIN_BYTES];
+  char *owned = NULL;
+  const char *text = NULL;
+  size_t length = 0;
+  int missing = 0, served = 0;
+  if (table_file->built_in) {
+    snprintf(origin, sizeof origin, "built-in:%s", table_file->built_in->path);
+    text = table_file->built_in->data;
+    length = table_file->built_in->size;
+  } else {
+    snprintf(origin, sizeof origin, "%s/%s", dir, table_file->name);
+    if (volt8_tuning_read_file(scratch, origin, &owned, &length, &missing) != VOLT8_OK)
+      volt8_tuning_warn(origin, "%s; it was skipped", scratch->last_error);
+    text = owned;
+  }
+  volt8_tuning_table table;
+  if (text && !missing) {
+    if (volt8_tuning_table_parse(scratch, text, length, origin, op_name, &table) != VOLT8_OK) {
+      volt8_tuning_warn(origin, "%s; it was skipped", scratch->last_error);
+    } else {
+      int32_t table_top_k = table.top_k > 0 ? table.top_k : top_k;
+      int32_t tokens = scaled_tokens(num_tokens, top_k, shape->num_experts, table_top_k, table_experts(text, length));
+      const volt8_tuning_entry *entry = volt8_tuning_table_nearest(&table, tokens, table_top_k);
+      if (!volt8_dispatch_family_emulated(ctx->target_arch, entry->variant) && listed(names, count, entry->variant)) {
+        out_match->source = VOLT8_TUNING_SOURCE_NEAREST;
+        out_match->table_m = entry->m;
+        snprintf(out_match->variant, sizeof out_match->variant, "%s", entry->variant);
+        snprintf(out_match->origin, sizeof out_match->origin, "%s", origin);
+        served = 1;
+      }
+      volt8_tuning_table_free(&table);
+    }
+  }
+  free(owned);
+  return served;
+}
+
+volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
+                                  int32_t top_k, char **names, int32_t count, volt8_tuning_match *out_match) {
+  if (!ctx || !shape || !out_match || (!names && count > 0))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_tuning_nearest: NULL argument");
+  memset(out_match, 0, sizeof *out_match);
+  wanted_table wanted = {volt8_tuning_op_name(op), NULL, 0, 0, shape->block_n, shape->block_k, ctx->target_arch};
+  volt8_status status = volt8_tuning_op_dims(ctx, shape, op, &wanted.n, &wanted.k);
+  if (status != VOLT8_OK) return status;
+  if (num_tokens <= 0 || top_k <= 0 || shape->num_experts <= 0 || wanted.n <= 0 || wanted.k <= 0) return VOLT8_OK;
+  char device_token[128];
+  volt8_tuning_device_token(ctx->device_name, device_token, sizeof device_token);
+  wanted.device_token = device_token;
+  candidate *candidates = malloc(MAX_CANDIDATES * sizeof *candidates);
+  volt8_ctx *scratch = calloc(1, sizeof *scratch);
+  if (!candidates || !scratch) {
+    free(candidates);
+    free(scratch);
+    return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table");
+  }
+  const char *dir = getenv(VOLT8_TUNING_DIR_ENV);
+  int32_t candidate_count = gather(&wanted, dir, candidates);
+  for (int32_t i = 0; i < candidate_count; i++)
+    if (try_candidate(ctx, scratch, &candidates[i], dir, wanted.op_name, num_tokens, top_k, shape, names, count,
+                      out_match))
+      break;
+  free(candidates);
+  free(scratch);
+  return VOLT8_OK;
+}

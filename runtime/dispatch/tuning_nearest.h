@@ -1,0 +1,23 @@
+/* The fallback for a shape without a tuning table of its own: the table of the nearest tabled
+ * shape of the same op, arch and scale block, read at the token count that gives the same routed
+ * pairs per expert. */
+#ifndef VOLT8_TUNING_NEAREST_H
+#define VOLT8_TUNING_NEAREST_H
+
+#include "jit/codegen.h"
+#include "dispatch/tuning.h"
+
+/* 1 when ctx's target arch runs `variant`'s family as a software routine (mma.sync.m8n8k4 compiled
+ * for sm_80 and later): such a family is never a fallback's choice. */
+int volt8_dispatch_family_emulated(int32_t target_arch, const char *variant);
+
+/* Candidates: the tables in $VOLT8_TUNING_DIR and built in whose name has the op, ctx's target
+ * arch and the shape's block; this device's first, then device=any, then other devices', each
+ * group by the distance |ln(N/N')| + |ln(K/K')|. The first whose entry at the scaled token count
+ * (num_tokens * top_k / E, in the table's top_k and E from its __metadata__) is one of `names`
+ * and of a family the arch does not emulate serves: out_match->source = NEAREST, else NONE.
+ * Unreadable or invalid candidates are skipped with a warning. Errors only for memory. */
+volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
+                                  int32_t top_k, char **names, int32_t count, volt8_tuning_match *out_match);
+
+#endif

@@ -1,0 +1,298 @@
+/* Finds NVRTC libraries with dlopen and picks, per target arch, one that can compile for it. */
+#include "jit/nvrtc_loader.h"
+#include "core/ctx_internal.h"
+#include "core/files.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef VOLT8_CUDA_LIBRARY_DIR
+#define VOLT8_CUDA_LIBRARY_DIR "/usr/local/cuda/lib64"
+#endif
+
+__attribute__((format(printf, 2, 3))) static void note_tried(volt8_nvrtc_registry *registry, const char *fmt, ...) {
+  size_t used = strlen(registry->tried);
+  if (used + 3 >= sizeof registry->tried) return;
+  if (used > 0) {
+    memcpy(registry->tried + used, "; ", 3);
+    used += 2;
+  }
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(registry->tried + used, sizeof registry->tried - used, fmt, args);
+  va_end(args);
+}
+
+/* Resolves every entry point; returns the name of the first missing required one, or NULL. */
+static const char *bind_symbols(volt8_nvrtc_lib *lib) {
+#define VOLT8_BIND(field, symbol)                         \
+  do {                                                    \
+    *(void **)&lib->field = dlsym(lib->handle, symbol);   \
+    if (!lib->field) return symbol;                       \
+  } while (0)
+  VOLT8_BIND(create_program, "nvrtcCreateProgram");
+  VOLT8_BIND(destroy_program, "nvrtcDestroyProgram");
+  VOLT8_BIND(compile_program, "nvrtcCompileProgram");
+  VOLT8_BIND(get_ptx_size, "nvrtcGetPTXSize");
+  VOLT8_BIND(get_ptx, "nvrtcGetPTX");
+  VOLT8_BIND(get_log_size, "nvrtcGetProgramLogSize");
+  VOLT8_BIND(get_log, "nvrtcGetProgramLog");
+  VOLT8_BIND(get_error_string, "nvrtcGetErrorString");
+#undef VOLT8_BIND
+  *(void **)&lib->get_cubin_size = dlsym(lib->handle, "nvrtcGetCUBINSize");
+  *(void **)&lib->get_cubin = dlsym(lib->handle, "nvrtcGetCUBIN");
+  if (!lib->get_cubin_size || !lib->get_cubin) {
+    lib->get_cubin_size = NULL;
+    lib->get_cubin = NULL;
+  }
+  return NULL;
+}
+
+/* Reads version, supported archs and entry points; returns a reason to skip the library, or NULL. */
+static const char *query_library(volt8_nvrtc_lib *lib, char *reason, size_t reason_size) {
+  int (*version)(int *, int *);
+  int (*num_archs)(int *);
+  int (*archs)(int *);
+  *(void **)&version = dlsym(lib->handle, "nvrtcVersion");
+  if (!version || version(&lib->major, &lib->minor) != 0) return "nvrtcVersion is missing or failed";
+  snprintf(lib->version, sizeof lib->version, "%d.%d", lib->major, lib->minor);
+  *(void **)&num_archs = dlsym(lib->handle, "nvrtcGetNumSupportedArchs");
+  *(void **)&archs = dlsym(lib->handle, "nvrtcGetSupportedArchs");
+  int count = 0;
+  if (!num_archs || !archs || num_archs(&count) != 0) return "it has no nvrtcGetSupportedArchs (too old to tell its archs)";
+  if (count <= 0 || count > VOLT8_NVRTC_MAX_ARCHS) return "nvrtcGetNumSupportedArchs returned an implausible count";
+  if (archs(lib->archs) != 0) return "nvrtcGetSupportedArchs failed";
+  lib->num_archs = count;
+  const char *missing = bind_symbols(lib);
+  if (!missing) return NULL;
+  snprintf(reason, reason_size, "it lacks %s", missing);
+  return reason;
+}
+
+static void describe_archs(const volt8_nvrtc_lib *lib, char *buf, size_t buf_size) {
+  int lowest = lib->archs[0], highest = lib->archs[0];
+  for (int i = 1; i < lib->num_archs; i++) {
+    if (lib->archs[i] < lowest) lowest = lib->archs[i];
+    if (lib->archs[i] > highest) highest = lib->archs[i];
+  }
+  snprintf(buf, buf_size, "compute_%d..compute_%d", lowest, highest);
+}
+
+/* NVRTC opens libnvrtc-builtins.so.<major>.<minor> by name, found through its own $ORIGIN run path.
+ * Where dlopen is interposed (ASan, TSan, some profilers) the run path of the interposer is used
+ * instead and every compile fails with NVRTC_ERROR_BUILTIN_OPERATION_FAILURE. Opening the builtins
+ * from NVRTC's folder first lets NVRTC's later open find them among the loaded libraries. */
+static void preload_builtins(const volt8_nvrtc_lib *lib) {
+  char folder[PATH_MAX], path[PATH_MAX + 64];
+  if (dlinfo(lib->handle, RTLD_DI_ORIGIN, folder) != 0) return;
+  snprintf(path, sizeof path, "%s/libnvrtc-builtins.so.%d.%d", folder, lib->major, lib->minor);
+  if (access(path, F_OK) == 0) dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+}
+
+/* A path (not a bare soname) must name a regular file: dlopen of a FIFO would block for ever. */
+static int regular_or_noted(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
+  if (!strchr(path, '/')) return 1;
+  int fd = -1;
+  struct stat info;
+  int failure = volt8_open_regular_fd(path, &fd, &info);
+  if (fd >= 0) close(fd);
+  if (failure == -1) note_tried(registry, "%s (%s): is a %s, not a regular file", path, origin, volt8_file_type_name(info.st_mode));
+  else if (failure != 0) note_tried(registry, "%s (%s): cannot open: %s", path, origin, strerror(failure));
+  return failure == 0;
+}
+
+static void try_candidate(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
+  if (registry->count >= VOLT8_NVRTC_MAX_LIBS) return;
+  if (!regular_or_noted(registry, path, origin)) return;
+  /* NODELETE: NVRTC leaks its static C++ runtime pools on every unload, so a library stays mapped
+   * once opened and later contexts reopen it at no cost. */
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!handle) {
+    const char *why = dlerror();
+    note_tried(registry, "%s (%s): not loaded: %s", path, origin, why ? why : "dlopen failed");
+    return;
+  }
+  for (int i = 0; i < registry->count; i++) {
+    if (registry->libs[i].handle == handle) {
+      note_tried(registry, "%s (%s): same library as %s", path, origin, registry->libs[i].path);
+      dlclose(handle);
+      return;
+    }
+  }
+  volt8_nvrtc_lib *lib = &registry->libs[registry->count];
+  memset(lib, 0, sizeof *lib);
+  lib->handle = handle;
+  snprintf(lib->path, sizeof lib->path, "%s", path);
+  char reason[128];
+  const char *skip_reason = query_library(lib, reason, sizeof reason);
+  if (skip_reason) {
+    note_tried(registry, "%s (%s): NVRTC %s skipped: %s", path, origin, lib->version[0] ? lib->version : "?", skip_reason);
+    dlclose(handle);
+    memset(lib, 0, sizeof *lib);
+    return;
+  }
+  char archs[64];
+  describe_archs(lib, archs, sizeof archs);
+  note_tried(registry, "%s (%s): NVRTC %s supports %s", path, origin, lib->version, archs);
+  preload_builtins(lib);
+  registry->count++;
+}
+
+/* The sonames tried in each folder and through the system loader: 12 first, the last NVRTC that
+ * still targets compute_70. */
+static const char *const nvrtc_sonames[] = {"libnvrtc.so.12", "libnvrtc.so.13"};
+
+static void try_folder(volt8_nvrtc_registry *registry, const char *folder, size_t folder_len, const char *origin) {
+  for (size_t i = 0; i < sizeof nvrtc_sonames / sizeof nvrtc_sonames[0]; i++) {
+    char path[PATH_MAX];
+    int written = snprintf(path, sizeof path, "%.*s/%s", (int)folder_len, folder, nvrtc_sonames[i]);
+    if (written < 0 || (size_t)written >= sizeof path) {
+      note_tried(registry, "%.*s (%s): folder path too long", (int)(folder_len > 64 ? 64 : folder_len), folder, origin);
+      return;
+    }
+    if (access(path, F_OK) != 0) {
+      note_tried(registry, "%s (%s): no such file", path, origin);
+      continue;
+    }
+    try_candidate(registry, path, origin);
+  }
+}
+
+/* A ':'-separated folder list (empty entries skipped). */
+static void try_folder_list(volt8_nvrtc_registry *registry, const char *folders, const char *origin) {
+  if (!folders || !*folders) {
+    note_tried(registry, "%s: none given", origin);
+    return;
+  }
+  const char *start = folders;
+  while (*start) {
+    const char *end = strchr(start, ':');
+    size_t len = end ? (size_t)(end - start) : strlen(start);
+    if (len > 0) try_folder(registry, start, len, origin);
+    if (!end) break;
+    start = end + 1;
+  }
+}
+
+static int is_nvrtc_library(const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  return strncmp(base, "libnvrtc", 8) == 0 && strncmp(base, "libnvrtc-builtins", 17) != 0 && strstr(base, ".so");
+}
+
+typedef struct loaded_nvrtc_list {
+  char paths[VOLT8_NVRTC_MAX_LIBS][PATH_MAX];
+  int count;
+} loaded_nvrtc_list;
+
+static int collect_loaded_nvrtc(struct dl_phdr_info *info, size_t size, void *data) {
+  loaded_nvrtc_list *list = data;
+  if (info->dlpi_name && info->dlpi_name[0] && is_nvrtc_library(info->dlpi_name) && list->count < VOLT8_NVRTC_MAX_LIBS)
+    snprintf(list->paths[list->count++], PATH_MAX, "%s", info->dlpi_name);
+  return 0;
+}
+
+/* NVRTC libraries the process already holds (torch loads one): reusing them costs nothing and avoids
+ * mapping a second copy of the same version. */
+static void try_loaded(volt8_nvrtc_registry *registry) {
+  loaded_nvrtc_list *list = calloc(1, sizeof *list);
+  if (!list) return;
+  dl_iterate_phdr(collect_loaded_nvrtc, list);
+  if (list->count == 0) note_tried(registry, "none already loaded in the process");
+  for (int i = 0; i < list->count; i++) try_candidate(registry, list->paths[i], "already loaded");
+  free(list);
+}
+
+static void try_cuda_home(volt8_nvrtc_registry *registry) {
+  const char *cuda_home = getenv("CUDA_HOME");
+  if (!cuda_home || !*cuda_home) cuda_home = getenv("CUDA_PATH");
+  if (!cuda_home || !*cuda_home) {
+    note_tried(registry, "$CUDA_HOME/lib64 (CUDA_HOME and CUDA_PATH unset)");
+    return;
+  }
+  char folder[PATH_MAX];
+  int written = snprintf(folder, sizeof folder, "%s/lib64", cuda_home);
+  if (written > 0 && (size_t)written < sizeof folder) try_folder(registry, folder, (size_t)written, "CUDA_HOME");
+}
+
+static void probe_candidates(volt8_nvrtc_registry *registry, const char *option_dirs) {
+  registry->probed = 1;
+  if (volt8_env_is_one("VOLT8_NVRTC_DISABLE")) {
+    note_tried(registry, "NVRTC disabled by VOLT8_NVRTC_DISABLE=1");
+    return;
+  }
+  const char *explicit_path = getenv("VOLT8_NVRTC");
+  if (explicit_path && *explicit_path) try_candidate(registry, explicit_path, "VOLT8_NVRTC");
+  if (volt8_env_is_one("VOLT8_NVRTC_ONLY")) {
+    if (!explicit_path || !*explicit_path) note_tried(registry, "VOLT8_NVRTC_ONLY=1 but VOLT8_NVRTC is not set");
+    return;
+  }
+  try_loaded(registry);
+  try_folder_list(registry, option_dirs, "options.nvrtc_dirs");
+  try_folder_list(registry, getenv("VOLT8_NVRTC_DIRS"), "VOLT8_NVRTC_DIRS");
+  for (size_t i = 0; i < sizeof nvrtc_sonames / sizeof nvrtc_sonames[0]; i++)
+    try_candidate(registry, nvrtc_sonames[i], "system search");
+  try_cuda_home(registry);
+  try_folder(registry, VOLT8_CUDA_LIBRARY_DIR, strlen(VOLT8_CUDA_LIBRARY_DIR), "CUDA toolkit of the build");
+}
+
+static int lib_supports(const volt8_nvrtc_lib *lib, int32_t arch) {
+  for (int i = 0; i < lib->num_archs; i++)
+    if (lib->archs[i] == arch) return 1;
+  return 0;
+}
+
+static void forget_registry(volt8_ctx *ctx, void *registry) {
+  volt8_nvrtc_registry_close(registry);
+  free(registry);
+  ctx->nvrtc = NULL;
+}
+
+/* ctx's registry, made on first use; called under ctx->lock. */
+static volt8_status ctx_registry(volt8_ctx *ctx, volt8_nvrtc_registry **out_registry) {
+  if (!ctx->nvrtc) {
+    volt8_nvrtc_registry *registry = calloc(1, sizeof *registry);
+    if (!registry) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the NVRTC registry");
+    volt8_status status = volt8_ctx_on_destroy(ctx, forget_registry, registry);
+    if (status != VOLT8_OK) {
+      free(registry);
+      return status;
+    }
+    ctx->nvrtc = registry;
+  }
+  *out_registry = ctx->nvrtc;
+  return VOLT8_OK;
+}
+
+volt8_status volt8_nvrtc_for_arch(volt8_ctx *ctx, int32_t arch, const volt8_nvrtc_lib **out_lib) {
+  if (!ctx || !out_lib) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_nvrtc_for_arch: NULL argument");
+  *out_lib = NULL;
+  pthread_mutex_lock(&ctx->lock);
+  volt8_nvrtc_registry *registry = NULL;
+  volt8_status status = ctx_registry(ctx, &registry);
+  if (status == VOLT8_OK && !registry->probed) probe_candidates(registry, ctx->nvrtc_dirs);
+  for (int i = 0; status == VOLT8_OK && i < registry->count; i++) {
+    if (lib_supports(&registry->libs[i], arch)) {
+      *out_lib = &registry->libs[i];
+      break;
+    }
+  }
+  if (status == VOLT8_OK && !*out_lib)
+    status = volt8_fail(ctx, VOLT8_ERR_ARCH_UNSUPPORTED, "no NVRTC can compile for compute_%d; tried: %s", (int)arch,
+                        registry->tried);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
+void volt8_nvrtc_registry_close(volt8_nvrtc_registry *registry) {
+  if (!registry) return;
+  for (int i = 0; i < registry->count; i++)
+    if (registry->libs[i].handle) dlclose(registry->libs[i].handle);
+  memset(registry, 0, sizeof *registry);
+}

@@ -1,0 +1,59 @@
+/* NVRTC, opened with dlopen and chosen per target arch (docs/design.md, "NVRTC search order"). */
+#ifndef VOLT8_NVRTC_LOADER_H
+#define VOLT8_NVRTC_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "volt8.h"
+
+#define VOLT8_NVRTC_MAX_LIBS 8
+#define VOLT8_NVRTC_MAX_ARCHS 64
+
+typedef struct volt8_nvrtc_lib {
+  void *handle;
+  char path[512];                 /* what was passed to dlopen */
+  int major, minor;               /* nvrtcVersion */
+  char version[16];               /* "12.9" */
+  int archs[VOLT8_NVRTC_MAX_ARCHS];
+  int num_archs;                  /* nvrtcGetSupportedArchs */
+  /* nvrtc entry points; types kept opaque so no nvrtc.h is needed */
+  int (*create_program)(void **prog, const char *src, const char *name, int num_headers, const char *const *headers,
+                        const char *const *include_names);
+  int (*destroy_program)(void **prog);
+  int (*compile_program)(void *prog, int num_options, const char *const *options);
+  int (*get_ptx_size)(void *prog, size_t *size);
+  int (*get_ptx)(void *prog, char *ptx);
+  int (*get_cubin_size)(void *prog, size_t *size); /* NULL in NVRTC older than 11.1 */
+  int (*get_cubin)(void *prog, char *cubin);
+  int (*get_log_size)(void *prog, size_t *size);
+  int (*get_log)(void *prog, char *log);
+  const char *(*get_error_string)(int result);
+} volt8_nvrtc_lib;
+
+typedef struct volt8_nvrtc_registry {
+  volt8_nvrtc_lib libs[VOLT8_NVRTC_MAX_LIBS];
+  int count;
+  int probed;                     /* candidates have been tried */
+  char tried[4096];               /* "candidate: outcome; ..." in probe order, for error messages */
+} volt8_nvrtc_registry;
+
+struct volt8_ctx;
+
+/* The first candidate, in this order, whose nvrtcGetSupportedArchs lists `arch`:
+ *   1. $VOLT8_NVRTC (a path);
+ *   2. NVRTC libraries already loaded in the process (torch loads one);
+ *   3. libnvrtc.so.12 and .13 in each folder of options.nvrtc_dirs, then of $VOLT8_NVRTC_DIRS
+ *      (':'-separated; the Python binding passes the nvidia-cuda-nvrtc-cu12 wheel's folder);
+ *   4. libnvrtc.so.12 and .13 through the system loader;
+ *   5. $CUDA_HOME/lib64 (or $CUDA_PATH/lib64), then the lib folder of the CUDA toolkit the build found.
+ * Candidates are opened once per ctx (under ctx->lock); *out_lib stays valid until the ctx is
+ * destroyed. VOLT8_ERR_ARCH_UNSUPPORTED names every candidate and why it did not fit.
+ * Environment switches, read when the ctx first needs NVRTC:
+ *   VOLT8_NVRTC_DISABLE=1  no NVRTC at all: only the disk cache can provide kernels (for tests and
+ *                          for hosts that must never compile);
+ *   VOLT8_NVRTC_ONLY=1     try $VOLT8_NVRTC and nothing else (tests a host with one NVRTC). */
+volt8_status volt8_nvrtc_for_arch(struct volt8_ctx *ctx, int32_t arch, const volt8_nvrtc_lib **out_lib);
+void volt8_nvrtc_registry_close(volt8_nvrtc_registry *registry);
+
+#endif

@@ -1,0 +1,480 @@
+/* Resident experts: one device allocation per rank, the workspace, and the forward launches. */
+#define VOLT8_EXPERIMENTAL_API 1 /* defines volt8_experts_set_variants */
+#include "jit/codegen.h"
+#include "core/ctx_internal.h"
+#include "dispatch/dispatch.h"
+#include "moe/experts_internal.h"
+#include "jit/kernel_load.h"
+#include "moe/moe_args.h"
+#include "moe/kernel_params.h"
+#include "moe/moe_layout.h"
+
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_GRID_Y 65535
+#define CHOICE_CACHE_ENTRIES 16
+
+typedef struct loaded_kernel {
+  char variant[VOLT8_VARIANT_NAME_BYTES];
+  CUmodule module;
+  CUfunction function;
+  int32_t block_m, block_n, threads;
+  volt8_family family;
+  int32_t fused_reduce; /* a down that forms out itself (no reduce launch) */
+} loaded_kernel;
+
+struct volt8_experts {
+  volt8_ctx *ctx;
+  volt8_moe_shape shape;
+  volt8_moe_dims dims;
+  int32_t max_tokens, max_top_k;
+  CUdeviceptr weights; /* w13 | s13 | w2 | s2 */
+  CUdeviceptr w13, s13, w2, s2;
+  size_t weight_bytes;
+  CUdeviceptr workspace; /* sorted_pairs | items_gate_up | items_down | counters | h | z | arrivals */
+  CUdeviceptr sorted_pairs, items_gate_up, items_down, counters, h, z;
+  /* (token, column tile) counters of a down that fuses the reduce: zero between forwards */
+  CUdeviceptr arrivals;
+  size_t arrival_bytes;
+  size_t workspace_bytes;
+  loaded_kernel kernels[VOLT8_MAX_LOADED_KERNELS];
+  int32_t kernel_count;
+  char forced_gate_up[VOLT8_VARIANT_NAME_BYTES], forced_down[VOLT8_VARIANT_NAME_BYTES];
+  /* dispatch decisions by (num_tokens, top_k), so a forward runs no code generator */
+  struct { int32_t num_tokens, top_k; volt8_variant_choice choice; } choices[CHOICE_CACHE_ENTRIES];
+  int32_t choice_count;
+};
+
+static volt8_status cuda_check(volt8_ctx *ctx, CUresult result, const char *what) {
+  return volt8_cuda_check(ctx, result, "", what);
+}
+
+static volt8_status allocate_weights(volt8_experts *experts) {
+  volt8_ctx *ctx = experts->ctx;
+  const volt8_moe_dims *dims = &experts->dims;
+  int64_t num_experts = experts->shape.num_experts;
+  size_t bytes[4] = {(size_t)(dims->w13_bytes_per_expert * num_experts),
+                     (size_t)(dims->s13_elems_per_expert * num_experts * 2),
+                     (size_t)(dims->w2_bytes_per_expert * num_experts),
+                     (size_t)(dims->s2_elems_per_expert * num_experts * 2)};
+  size_t total = 0;
+  for (int i = 0; i < 4; i++) total += volt8_device_align(bytes[i]);
+  volt8_status status = cuda_check(ctx, ctx->cuda->cuMemAlloc(&experts->weights, total), "cuMemAlloc(expert weights)");
+  if (status != VOLT8_OK) return status;
+  experts->weight_bytes = total;
+  CUdeviceptr *targets[4] = {&experts->w13, &experts->s13, &experts->w2, &experts->s2};
+  CUdeviceptr cursor = experts->weights;
+  for (int i = 0; i < 4; i++) {
+    *targets[i] = cursor;
+    cursor += volt8_device_align(bytes[i]);
+  }
+  return VOLT8_OK;
+}
+
+volt8_status volt8_experts_upload_expert(volt8_experts *experts, int32_t expert, const uint8_t *w13,
+                                         const uint16_t *s13, const uint8_t *w2, const uint16_t *s2) {
+  volt8_ctx *ctx = experts->ctx;
+  const volt8_moe_dims *dims = &experts->dims;
+  if (expert < 0 || expert >= experts->shape.num_experts)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "expert %d outside 0..%d", expert, experts->shape.num_experts - 1);
+  size_t bytes[4] = {(size_t)dims->w13_bytes_per_expert, (size_t)dims->s13_elems_per_expert * 2,
+                     (size_t)dims->w2_bytes_per_expert, (size_t)dims->s2_elems_per_expert * 2};
+  CUdeviceptr bases[4] = {experts->w13, experts->s13, experts->w2, experts->s2};
+  const void *sources[4] = {w13, s13, w2, s2};
+  volt8_status status = volt8_ctx_require_device(ctx);
+  for (int i = 0; i < 4 && status == VOLT8_OK; i++)
+    status = cuda_check(ctx, ctx->cuda->cuMemcpyHtoD(bases[i] + bytes[i] * (size_t)expert, sources[i], bytes[i]),
+                        "cuMemcpyHtoD(expert weights)");
+  return status;
+}
+
+size_t volt8_experts_resident_bytes(const volt8_experts *experts) { return experts->weight_bytes; }
+
+static volt8_status allocate_workspace(volt8_experts *experts) {
+  if (experts->workspace) {
+    experts->ctx->cuda->cuMemFree(experts->workspace);
+    experts->workspace = 0;
+  }
+  size_t pairs = (size_t)experts->max_tokens * (size_t)experts->max_top_k;
+  /* A fused-reduce down has block_n >= VOLT8_ARRIVAL_MIN_BLOCK_N (codegen/variants.lua). */
+  size_t tiles = ((size_t)experts->shape.hidden + VOLT8_ARRIVAL_MIN_BLOCK_N - 1) / VOLT8_ARRIVAL_MIN_BLOCK_N;
+  size_t bytes[7] = {pairs * 4, pairs * 16, pairs * 16, 16, pairs * (size_t)experts->shape.intermediate * 2,
+                     pairs * (size_t)experts->shape.hidden * 4, (size_t)experts->max_tokens * tiles * 4};
+  CUdeviceptr *targets[7] = {&experts->sorted_pairs, &experts->items_gate_up, &experts->items_down,
+                             &experts->counters, &experts->h, &experts->z, &experts->arrivals};
+  size_t total = 0;
+  for (int i = 0; i < 7; i++) total += volt8_device_align(bytes[i]);
+  volt8_status status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemAlloc(&experts->workspace, total),
+                                   "cuMemAlloc(workspace)");
+  if (status != VOLT8_OK) return status;
+  experts->workspace_bytes = total;
+  experts->arrival_bytes = bytes[6];
+  CUdeviceptr cursor = experts->workspace;
+  for (int i = 0; i < 7; i++) {
+    *targets[i] = cursor;
+    cursor += volt8_device_align(bytes[i]);
+  }
+  /* Defined counters before any forward (volt8_experts_bad_id_count may be asked first), and the
+   * arrivals at zero, as every forward leaves them. */
+  static const int32_t zeros[4] = {0, 0, 0, 0};
+  status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemcpyHtoD(experts->counters, zeros, sizeof zeros),
+                      "cuMemcpyHtoD(counters)");
+  void *arrival_zeros = status == VOLT8_OK ? calloc(1, experts->arrival_bytes) : NULL;
+  if (status == VOLT8_OK && !arrival_zeros)
+    status = volt8_fail(experts->ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the arrival counters");
+  if (status == VOLT8_OK)
+    status = cuda_check(experts->ctx,
+                        experts->ctx->cuda->cuMemcpyHtoD(experts->arrivals, arrival_zeros, experts->arrival_bytes),
+                        "cuMemcpyHtoD(arrivals)");
+  free(arrival_zeros);
+  return status;
+}
+
+volt8_status volt8_experts_alloc(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t max_tokens, int32_t max_top_k,
+                                 volt8_experts **out_experts) {
+  *out_experts = NULL;
+  /* A token routes to distinct experts, so the workspace never needs more than E pairs a token. */
+  if (max_top_k > shape->num_experts && shape->num_experts > 0) max_top_k = shape->num_experts;
+  if (max_tokens <= 0 || max_top_k <= 0 || (int64_t)max_tokens * max_top_k > MAX_GRID_Y)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "max_tokens %d x max_top_k %d must be positive and give at most %d routed pairs",
+                      max_tokens, max_top_k, MAX_GRID_Y);
+  volt8_moe_dims dims;
+  volt8_status status = volt8_moe_dims_compute(ctx, shape, &dims);
+  if (status != VOLT8_OK) return status;
+  status = volt8_ctx_require_device(ctx);
+  if (status != VOLT8_OK) return status;
+  volt8_experts *experts = calloc(1, sizeof *experts);
+  if (!experts) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the experts handle");
+  experts->ctx = ctx;
+  experts->shape = *shape;
+  experts->dims = dims;
+  experts->max_tokens = max_tokens;
+  experts->max_top_k = max_top_k;
+  status = allocate_weights(experts);
+  if (status == VOLT8_OK) status = allocate_workspace(experts);
+  if (status != VOLT8_OK) {
+    volt8_experts_destroy(experts);
+    return status;
+  }
+  *out_experts = experts;
+  return VOLT8_OK;
+}
+
+volt8_status volt8_experts_create_from_host(volt8_ctx *ctx, const volt8_moe_shape *shape,
+                                            const volt8_host_experts *host, int32_t max_tokens, int32_t max_top_k,
+                                            volt8_experts **out_experts) {
+  if (!ctx) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_create_from_host: ctx is NULL");
+  if (!shape || !host || !out_experts)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_create_from_host: shape, host or out_experts is NULL");
+  *out_experts = NULL;
+  if (host->size != sizeof(volt8_host_experts) || !host->w13 || !host->s13 || !host->w2 || !host->s2)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_experts_create_from_host: host experts need size (VOLT8_HOST_EXPERTS_INIT) and all four arrays");
+  volt8_experts *experts = NULL;
+  volt8_status status = volt8_experts_alloc(ctx, shape, max_tokens, max_top_k, &experts);
+  if (status != VOLT8_OK) return status;
+  const volt8_moe_dims *dims = &experts->dims;
+  for (int32_t e = 0; e < shape->num_experts && status == VOLT8_OK; e++)
+    status = volt8_experts_upload_expert(experts, e, host->w13 + dims->w13_bytes_per_expert * e,
+                                         host->s13 + dims->s13_elems_per_expert * e,
+                                         host->w2 + dims->w2_bytes_per_expert * e,
+                                         host->s2 + dims->s2_elems_per_expert * e);
+  if (status != VOLT8_OK) {
+    volt8_experts_destroy(experts);
+    return status;
+  }
+  *out_experts = experts;
+  return VOLT8_OK;
+}
+
+void volt8_experts_destroy(volt8_experts *experts) {
+  if (!experts) return;
+  const volt8_cuda_driver *cuda = experts->ctx->cuda;
+  cuda->cuCtxSetCurrent(experts->ctx->cu_context);
+  for (int32_t i = 0; i < experts->kernel_count; i++) cuda->cuModuleUnload(experts->kernels[i].module);
+  if (experts->weights) cuda->cuMemFree(experts->weights);
+  if (experts->workspace) cuda->cuMemFree(experts->workspace);
+  free(experts);
+}
+
+volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant, const char *down_variant) {
+  if (!experts) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_set_variants: experts is NULL");
+  const char *names[2] = {gate_up_variant, down_variant};
+  char *targets[2] = {experts->forced_gate_up, experts->forced_down};
+  for (int i = 0; i < 2; i++) {
+    if (names[i] && strlen(names[i]) >= VOLT8_VARIANT_NAME_BYTES)
+      return volt8_fail(experts->ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_set_variants: name \"%s\" is too long",
+                        names[i]);
+  }
+  for (int i = 0; i < 2; i++) snprintf(targets[i], VOLT8_VARIANT_NAME_BYTES, "%s", names[i] ? names[i] : "");
+  return VOLT8_OK;
+}
+
+static const loaded_kernel *find_kernel(const volt8_experts *experts, const char *variant) {
+  for (int32_t i = 0; i < experts->kernel_count; i++)
+    if (strcmp(experts->kernels[i].variant, variant) == 0) return &experts->kernels[i];
+  return NULL;
+}
+
+/* Generates one variant and loads it (volt8_kernel_load); refuses while capturing. */
+static volt8_status get_kernel(volt8_experts *experts, const char *variant, int capturing, volt8_op expected_op,
+                               const loaded_kernel **out_kernel) {
+  volt8_ctx *ctx = experts->ctx;
+  const loaded_kernel *found = find_kernel(experts, variant);
+  if (found) {
+    *out_kernel = found;
+    return VOLT8_OK;
+  }
+  volt8_status allowed = volt8_capture_allows_load(ctx, capturing, 0, variant);
+  if (allowed != VOLT8_OK) return allowed;
+  if (experts->kernel_count == VOLT8_MAX_LOADED_KERNELS)
+    return volt8_fail(ctx, VOLT8_ERR_INTERNAL, "more than %d kernel variants loaded for one experts handle",
+                      VOLT8_MAX_LOADED_KERNELS);
+  volt8_kernel_source source = {0};
+  volt8_status status = volt8_codegen_emit(ctx, &experts->shape, variant, &source);
+  if (status != VOLT8_OK) return status;
+  if (source.op != expected_op) {
+    volt8_kernel_source_free(&source);
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "variant %s is not a %s kernel", variant,
+                      expected_op == VOLT8_OP_GATE_UP ? "gate_up" : expected_op == VOLT8_OP_DOWN ? "down" : "support");
+  }
+  loaded_kernel *slot = &experts->kernels[experts->kernel_count];
+  const char *const entries[1] = {source.entry};
+  volt8_kernel_load_request request = {source.entry, source.source, ctx->target_arch, VOLT8_IMAGE_PTX, 0, entries, 1, NULL};
+  status = volt8_kernel_load(ctx, &request, &slot->module, &slot->function, NULL);
+  if (status == VOLT8_OK) {
+    snprintf(slot->variant, sizeof slot->variant, "%s", variant);
+    slot->block_m = source.block_m;
+    slot->block_n = source.block_n;
+    slot->threads = source.threads;
+    slot->family = source.family;
+    slot->fused_reduce = source.fused_reduce;
+    experts->kernel_count++;
+    *out_kernel = slot;
+  }
+  volt8_kernel_source_free(&source);
+  return status;
+}
+
+static volt8_status check_ids_on_host(volt8_experts *experts, const volt8_moe_args *args, CUstream stream) {
+  volt8_ctx *ctx = experts->ctx;
+  size_t bytes = (size_t)args->num_tokens * (size_t)args->top_k * sizeof(int32_t);
+  int32_t *ids = malloc(bytes);
+  if (!ids) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "volt8_moe_forward: out of memory for the id check");
+  volt8_status status = cuda_check(ctx, ctx->cuda->cuMemcpyDtoHAsync(ids, (CUdeviceptr)args->topk_ids, bytes, stream),
+                                   "cuMemcpyDtoHAsync(topk_ids)");
+  if (status == VOLT8_OK) status = cuda_check(ctx, ctx->cuda->cuStreamSynchronize(stream), "cuStreamSynchronize");
+  if (status == VOLT8_OK)
+    status = volt8_moe_ids_check(ctx, ids, args->num_tokens, args->top_k, experts->shape.num_experts);
+  free(ids);
+  return status;
+}
+
+volt8_status volt8_experts_bad_id_count(volt8_experts *experts, int32_t *out_count) {
+  if (!experts || !out_count)
+    return volt8_fail(experts ? experts->ctx : NULL, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_experts_bad_id_count: experts or out_count is NULL");
+  volt8_ctx *ctx = experts->ctx;
+  volt8_status status = volt8_ctx_require_device(ctx);
+  if (status != VOLT8_OK) return status;
+  /* Only counters[2]: the others are stale or never written when no route ran (block_m 1 forwards). */
+  int32_t count = 0;
+  status = cuda_check(ctx, ctx->cuda->cuCtxSynchronize(), "cuCtxSynchronize");
+  if (status == VOLT8_OK)
+    status = cuda_check(ctx, ctx->cuda->cuMemcpyDtoH(&count, experts->counters + 2 * sizeof(int32_t), sizeof count),
+                        "cuMemcpyDtoH(counters[2])");
+  if (status == VOLT8_OK) *out_count = count;
+  return status;
+}
+
+/* early: the kernel follows another of the same forward and may start before that one ends
+ * (programmatic dependent launch, where ctx->early_launch); it waits for it itself. */
+static volt8_status launch(volt8_ctx *ctx, const loaded_kernel *kernel, unsigned grid_x, unsigned grid_y, CUstream stream,
+                           void **params, int early) {
+  if (early && ctx->early_launch)
+    return cuda_check(ctx,
+                      volt8_cuda_launch_early(ctx->cuda, kernel->function, grid_x, grid_y, (unsigned)kernel->threads,
+                                              stream, params),
+                      kernel->variant);
+  return cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernel->function, grid_x, grid_y, 1, (unsigned)kernel->threads, 1, 1,
+                                                   0, stream, params, NULL),
+                    kernel->variant);
+}
+
+static volt8_status choose_variants(volt8_experts *experts, int32_t num_tokens, int32_t top_k,
+                                    volt8_variant_choice *out_choice) {
+  for (int32_t i = 0; i < experts->choice_count; i++) {
+    if (experts->choices[i].num_tokens == num_tokens && experts->choices[i].top_k == top_k) {
+      *out_choice = experts->choices[i].choice;
+      return VOLT8_OK;
+    }
+  }
+  volt8_status status = volt8_dispatch_choose(experts->ctx, &experts->shape, num_tokens, top_k, out_choice);
+  if (status != VOLT8_OK) return status;
+  int32_t slot = experts->choice_count < CHOICE_CACHE_ENTRIES ? experts->choice_count++ : num_tokens % CHOICE_CACHE_ENTRIES;
+  experts->choices[slot].num_tokens = num_tokens;
+  experts->choices[slot].top_k = top_k;
+  experts->choices[slot].choice = *out_choice;
+  return VOLT8_OK;
+}
+
+volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *args, void *stream) {
+  if (!experts) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_moe_forward: experts is NULL");
+  volt8_ctx *ctx = experts->ctx;
+  volt8_moe_limits limits = {experts->shape.num_experts, experts->max_tokens, experts->max_top_k};
+  volt8_status status = volt8_moe_args_check(ctx, &limits, args);
+  if (status == VOLT8_OK) status = volt8_ctx_require_device(ctx);
+  if (status != VOLT8_OK) return status;
+  CUstream cu_stream = (CUstream)stream;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  status = cuda_check(ctx, ctx->cuda->cuStreamIsCapturing(cu_stream, &capture), "cuStreamIsCapturing");
+  if (status != VOLT8_OK) return status;
+  int capturing = capture != CU_STREAM_CAPTURE_STATUS_NONE;
+  if (args->size > offsetof(volt8_moe_args, check_ids) && args->check_ids) {
+    if (capturing)
+      return volt8_fail(ctx, VOLT8_ERR_CAPTURE, "volt8_moe_forward: check_ids synchronises and cannot run while capturing");
+    if ((status = check_ids_on_host(experts, args, cu_stream)) != VOLT8_OK) return status;
+  }
+
+  volt8_variant_choice choice;
+  status = choose_variants(experts, args->num_tokens, args->top_k, &choice);
+  if (status != VOLT8_OK) return status;
+  if (experts->forced_gate_up[0]) snprintf(choice.gate_up, sizeof choice.gate_up, "%s", experts->forced_gate_up);
+  if (experts->forced_down[0]) snprintf(choice.down, sizeof choice.down, "%s", experts->forced_down);
+  const loaded_kernel *route, *gate_up, *down, *reduce;
+  if ((status = get_kernel(experts, "route", capturing, VOLT8_OP_ROUTE, &route)) != VOLT8_OK ||
+      (status = get_kernel(experts, choice.gate_up, capturing, VOLT8_OP_GATE_UP, &gate_up)) != VOLT8_OK ||
+      (status = get_kernel(experts, choice.down, capturing, VOLT8_OP_DOWN, &down)) != VOLT8_OK ||
+      (status = get_kernel(experts, "reduce", capturing, VOLT8_OP_REDUCE, &reduce)) != VOLT8_OK)
+    return status;
+
+  int num_pairs = args->num_tokens * args->top_k;
+  int num_tokens = args->num_tokens, top_k = args->top_k;
+  /* A token-fused down reads its pairs from topk_ids and does the reduce's work itself. */
+  int fused_down = down->family == VOLT8_FAMILY_TOKEN;
+  int bm_gate_up = gate_up->block_m, bm_down = fused_down ? 1 : down->block_m;
+  CUdeviceptr x = (CUdeviceptr)args->x, ids = (CUdeviceptr)args->topk_ids;
+  CUdeviceptr weights = (CUdeviceptr)args->topk_weights, out = (CUdeviceptr)args->out;
+  /* CTAs past the route's first warm L2 with the first experts' gate_up weights (moe_route.cu). */
+  long long warm_bytes = ctx->l2_warm_bytes;
+  unsigned warm_ctas = warm_bytes > 0 && ctx->sm_count > 1 ? (unsigned)ctx->sm_count / 2 : 0;
+  /* The route writes the zeros of tokens with no live id only for a down that fuses the reduce. */
+  CUdeviceptr route_out = down->fused_reduce ? out : 0;
+  volt8_route_args route_args = {
+      .topk_ids = ids, .num_pairs = num_pairs, .bm_gate_up = bm_gate_up, .bm_down = bm_down,
+      .sorted_pairs = experts->sorted_pairs, .items_gate_up = experts->items_gate_up,
+      .items_down = experts->items_down, .counters = experts->counters, .gate_up_weights = experts->w13,
+      .warm_bytes = warm_bytes, .top_k = top_k, .out = route_out};
+  volt8_gate_up_args gate_up_args = {
+      .activations = x, .weights = experts->w13, .scales = experts->s13, .sorted_pairs = experts->sorted_pairs,
+      .items = experts->items_gate_up, .counters = experts->counters, .top_k = top_k, .out = experts->h,
+      .topk_ids = ids, .num_pairs = num_pairs};
+  volt8_down_args down_args = {
+      .activations = experts->h, .weights = experts->w2, .scales = experts->s2, .sorted_pairs = experts->sorted_pairs,
+      .items = experts->items_down, .counters = experts->counters, .topk_weights = weights, .out = experts->z,
+      .topk_ids = ids, .num_pairs = num_pairs, .top_k = top_k, .reduced = out, .arrivals = experts->arrivals};
+  volt8_down_token_args down_token_args = {
+      .h = experts->h, .weights = experts->w2, .scales = experts->s2, .topk_weights = weights, .topk_ids = ids,
+      .num_tokens = num_tokens, .top_k = top_k, .out = out, .counters = experts->counters};
+  volt8_reduce_args reduce_args = {.z = experts->z, .topk_ids = ids, .num_tokens = num_tokens, .top_k = top_k,
+                                   .out = out, .counters = experts->counters};
+  void *route_params[VOLT8_MAX_KERNEL_PARAMS], *gate_up_params[VOLT8_MAX_KERNEL_PARAMS];
+  void *down_params[VOLT8_MAX_KERNEL_PARAMS], *reduce_params[VOLT8_MAX_KERNEL_PARAMS];
+  volt8_kernel_params_fill(&volt8_route_signature, &route_args, route_params);
+  volt8_kernel_params_fill(&volt8_gate_up_signature, &gate_up_args, gate_up_params);
+  if (fused_down)
+    volt8_kernel_params_fill(&volt8_down_token_signature, &down_token_args, down_params);
+  else
+    volt8_kernel_params_fill(down->fused_reduce ? &volt8_down_fused_signature : &volt8_down_signature, &down_args,
+                             down_params);
+  volt8_kernel_params_fill(&volt8_reduce_signature, &reduce_args, reduce_params);
+  unsigned intermediate = (unsigned)experts->shape.intermediate, hidden = (unsigned)experts->shape.hidden;
+  unsigned reduce_columns = (unsigned)reduce->threads * 4;
+  /* block_m == 1 kernels take their pair from topk_ids directly; the reduce (or the fused down)
+   * counts bad ids. */
+  int needs_route = bm_gate_up != 1 || bm_down != 1;
+  unsigned down_columns = (hidden + down->block_n - 1) / down->block_n;
+  /* The forward's first kernel waits for the caller's work as usual. Without a route pass (few
+   * tokens, where launch latency is most of the time) down and the reduce may start early; in a
+   * routed forward only an hmma down does, and the other routed kernels run one after the other
+   * and carry no waits (templates/moe_common.cu). */
+  int early = !needs_route;
+  if ((needs_route && (status = launch(ctx, route, 1 + warm_ctas, 1, cu_stream, route_params, 0)) != VOLT8_OK) ||
+      (status = launch(ctx, gate_up, (intermediate + gate_up->block_n - 1) / gate_up->block_n, (unsigned)num_pairs,
+                       cu_stream, gate_up_params, 0)) != VOLT8_OK)
+    return status;
+  if (fused_down) return launch(ctx, down, down_columns, (unsigned)num_tokens, cu_stream, down_params, early);
+  /* A routed hmma down may start early too (templates/moe_gemm_hmma.cu): it reads the route's items,
+   * written before its gate_up started, and requests its first weights while gate_up finishes. */
+  int early_down = early || down->family == VOLT8_FAMILY_HMMA16816;
+  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params, early_down)) != VOLT8_OK)
+    return status;
+  if (down->fused_reduce) return VOLT8_OK; /* its CTAs formed out themselves */
+  return launch(ctx, reduce, (hidden + reduce_columns - 1) / reduce_columns, (unsigned)num_tokens, cu_stream,
+                reduce_params, early);
+}
+
+volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream) {
+  volt8_ctx *ctx = experts->ctx;
+  /* The arrival counters, the workspace's last region, are kept at zero, as forwards leave them. */
+  size_t poisoned = (size_t)(experts->arrivals - experts->workspace);
+  volt8_status status =
+      cuda_check(ctx, ctx->cuda->cuMemsetD8Async(experts->workspace, byte, poisoned, (CUstream)stream),
+                 "cuMemsetD8Async(workspace)");
+  if (status == VOLT8_OK)
+    status = cuda_check(ctx,
+                        ctx->cuda->cuMemsetD8Async(experts->arrivals, 0, experts->workspace_bytes - poisoned,
+                                                   (CUstream)stream),
+                        "cuMemsetD8Async(arrivals)");
+  return status;
+}
+
+volt8_ctx *volt8_experts_ctx(const volt8_experts *experts) { return experts->ctx; }
+const volt8_moe_shape *volt8_experts_shape(const volt8_experts *experts) { return &experts->shape; }
+size_t volt8_experts_workspace_bytes(const volt8_experts *experts) { return experts->workspace_bytes; }
+
+volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_values, int32_t count) {
+  if (!experts) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_prepare: experts is NULL");
+  volt8_ctx *ctx = experts->ctx;
+  if ((!m_values && count != 0) || count < 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_prepare: m_values is NULL or count %d < 0", count);
+  int32_t largest = experts->max_tokens;
+  for (int32_t i = 0; i < count; i++) {
+    if (m_values[i] <= 0 || (int64_t)m_values[i] * experts->max_top_k > MAX_GRID_Y)
+      return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                        "volt8_experts_prepare: m_values[%d] = %d must be in 1..%d (at most %d routed pairs at top_k %d)",
+                        i, m_values[i], MAX_GRID_Y / experts->max_top_k, MAX_GRID_Y, experts->max_top_k);
+    if (m_values[i] > largest) largest = m_values[i];
+  }
+  volt8_status status = volt8_ctx_require_device(ctx);
+  if (status != VOLT8_OK) return status;
+  if (largest > experts->max_tokens) {
+    int32_t previous = experts->max_tokens;
+    experts->max_tokens = largest;
+    status = allocate_workspace(experts);
+    if (status != VOLT8_OK) {
+      experts->max_tokens = previous;
+      volt8_status retry = allocate_workspace(experts);
+      return retry == VOLT8_OK ? status : retry;
+    }
+  }
+  const loaded_kernel *kernel;
+  if ((status = get_kernel(experts, "route", 0, VOLT8_OP_ROUTE, &kernel)) != VOLT8_OK ||
+      (status = get_kernel(experts, "reduce", 0, VOLT8_OP_REDUCE, &kernel)) != VOLT8_OK)
+    return status;
+  for (int32_t i = 0; i < count; i++) {
+    for (int32_t top_k = 1; top_k <= experts->max_top_k; top_k++) {
+      volt8_variant_choice choice;
+      if ((status = choose_variants(experts, m_values[i], top_k, &choice)) != VOLT8_OK) return status;
+      if (experts->forced_gate_up[0]) snprintf(choice.gate_up, sizeof choice.gate_up, "%s", experts->forced_gate_up);
+      if (experts->forced_down[0]) snprintf(choice.down, sizeof choice.down, "%s", experts->forced_down);
+      if ((status = get_kernel(experts, choice.gate_up, 0, VOLT8_OP_GATE_UP, &kernel)) != VOLT8_OK ||
+          (status = get_kernel(experts, choice.down, 0, VOLT8_OP_DOWN, &kernel)) != VOLT8_OK)
+        return status;
+    }
+  }
+  return VOLT8_OK;
+}

@@ -1,0 +1,69 @@
+/* Sizes of one rank's expert tensors and scale grids, from the shape (moe_layout.h). */
+#include "moe/moe_layout.h"
+
+#include "core/ctx_internal.h"
+
+/* value >= 0, divisor > 0; no intermediate sum, so values up to INT32_MAX cannot overflow. */
+static int32_t ceil_div(int32_t value, int32_t divisor) { return value / divisor + (value % divisor != 0); }
+
+static volt8_status check_shape(volt8_ctx *ctx, const volt8_moe_shape *shape) {
+  if (shape->size != sizeof(volt8_moe_shape))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "moe shape: size is %zu, expected %zu (use VOLT8_MOE_SHAPE_INIT)", shape->size,
+                      sizeof(volt8_moe_shape));
+  if (shape->hidden <= 0 || shape->hidden % 16 != 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: hidden = %d, must be a positive multiple of 16",
+                      shape->hidden);
+  if (shape->intermediate <= 0 || shape->intermediate % 16 != 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "moe shape: intermediate = %d, must be a positive multiple of 16", shape->intermediate);
+  if (shape->num_experts <= 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: num_experts = %d, must be positive",
+                      shape->num_experts);
+  if (shape->block_k != 128)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: block_k = %d, must be 128", shape->block_k);
+  if (shape->block_n != 1 && shape->block_n != 128)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: block_n = %d, must be 1 or 128", shape->block_n);
+  int32_t offset = shape->intermediate_offset;
+  if (offset < 0 || offset % 16 != 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "moe shape: intermediate_offset = %d, must be a non-negative multiple of 16", offset);
+  if (shape->block_n == 1 && offset != 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "moe shape: intermediate_offset = %d, must be 0 when block_n = 1", offset);
+  if (offset >= shape->block_n)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "moe shape: intermediate_offset = %d, must be below block_n = %d", offset, shape->block_n);
+  if (shape->intermediate > INT32_MAX - offset)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: intermediate_offset + intermediate overflows");
+  return VOLT8_OK;
+}
+
+volt8_status volt8_moe_dims_compute(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_moe_dims *out) {
+  if (!shape || !out)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_moe_dims_compute: %s is NULL", shape ? "out" : "shape");
+  volt8_status status = check_shape(ctx, shape);
+  if (status != VOLT8_OK) return status;
+
+  int64_t hidden = shape->hidden, intermediate = shape->intermediate, experts = shape->num_experts;
+  int32_t offset = shape->intermediate_offset;
+  volt8_moe_dims dims;
+  dims.g13 = ceil_div(offset + shape->intermediate, shape->block_n);
+  dims.k13_blocks = ceil_div(shape->hidden, shape->block_k);
+  dims.n2_blocks = ceil_div(shape->hidden, shape->block_n);
+  dims.g2 = ceil_div(offset + shape->intermediate, shape->block_k);
+  /* Each factor is below 2^31, so every per-expert product fits in int64; the totals may not. */
+  dims.w13_bytes_per_expert = 2 * intermediate * hidden;
+  dims.w2_bytes_per_expert = hidden * intermediate;
+  dims.s13_elems_per_expert = 2 * (int64_t)dims.g13 * dims.k13_blocks;
+  dims.s2_elems_per_expert = (int64_t)dims.n2_blocks * dims.g2;
+  int64_t total_w13_bytes = 0, total_s13_bytes = 0;
+  if (__builtin_mul_overflow(dims.w13_bytes_per_expert, experts, &total_w13_bytes) ||
+      __builtin_mul_overflow(dims.s13_elems_per_expert * 2, experts, &total_s13_bytes) ||
+      (uint64_t)total_w13_bytes > SIZE_MAX || (uint64_t)total_s13_bytes > SIZE_MAX)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "moe shape: %lld experts of hidden %lld x intermediate %lld do not fit in memory",
+                      (long long)experts, (long long)hidden, (long long)intermediate);
+  *out = dims;
+  return VOLT8_OK;
+}

@@ -1,0 +1,58 @@
+/* Device memory layout of one rank's experts and the kernels that read it.
+ * The templates, the launcher (experts.c) and the reference (reference.c) all follow it.
+ *
+ * Shape: H = hidden, I = intermediate (this rank), E = experts, (bn, bk) scale block,
+ * off = intermediate_offset (the rank's start inside the scale grid along I).
+ * Requirements: H % 16 == 0, I % 16 == 0, off % 16 == 0, bk == 128, bn in {1, 128},
+ * off < bn when bn == 128, off == 0 when bn == 1.
+ *
+ * Weights (E4M3 bytes, K contiguous):
+ *   w13[E][2*I][H]   rows 0..I-1 gate, rows I..2I-1 up
+ *   w2 [E][H][I]
+ * Scales (FP16 bits holding scale * 2^8, the 2^8 of the bit-trick conversion folded in):
+ *   s13[E][2][G13][ceil(H/bk)]  G13 = ceil((off + I) / bn); gate row n, column k:
+ *                               s13[e][0][(off+n)/bn][k/bk], up: s13[e][1][...]
+ *   s2 [E][ceil(H/bn)][G2]      G2 = ceil((off + I) / bk); row c, column k: s2[e][c/bn][(off+k)/bk]
+ * Dequantized weight = half_from_bits(sign | (code & 0x7F) << 7) * scale16, exact in FP32.
+ *
+ * Activations: x[M][H] FP16, topk_ids[M][top_k] int32, topk_weights[M][top_k] FP32,
+ * out[M][H] FP16. A routed pair p = t * top_k + j.
+ * Workspace: sorted_pairs[P], items_gate_up[P] and items_down[P] (int4: expert, first index into
+ * sorted_pairs, count, 0), counters[4] (items_gate_up, items_down, bad ids, 0), h[P][I] FP16,
+ * z[P][H] FP32, with P = M * top_k.
+ *
+ * Kernels (threads per CTA from codegen; their parameters, in order, in moe/kernel_params.h):
+ *   route                 grid (1 + the CTAs that warm L2 with gate_up weights)
+ *   gate_up               grid (ceil(I/BN), P)
+ *   down                  grid (ceil(H/BN), P); one that fuses the reduce also forms out
+ *   down (token)          grid (ceil(H/BN), M): one token per CTA row, forms out (no route, no reduce)
+ *   reduce                grid (ceil(H/(threads*4)), M)
+ * route groups pairs per expert in pair order, skips ids outside [0, E), and splits each expert's
+ * pairs into work items of at most bm pairs. A GEMM CTA with bm > 1 whose blockIdx.y is not below
+ * its item count returns. A GEMM CTA with bm == 1 ignores sorted_pairs, items and counters: it
+ * serves pair p = blockIdx.y with expert topk_ids[p] and writes nothing when that id is outside
+ * [0, E). The launcher skips route when both GEMMs have bm == 1 (counters[0..1] are then stale and
+ * unread). z[p] = topk_weights[p] * (h[p] . W2[e]^T);
+ * out[t] = sum over j = 0..top_k-1, in that order, of z[t*top_k+j] for valid ids, in FP32.
+ * counters[2]: CTA (0, 0) of reduce stores (does not add) the number of ids outside [0, E) of this
+ * forward, so it needs no reset between forwards or graph replays, with or without route.
+ */
+#ifndef VOLT8_MOE_LAYOUT_H
+#define VOLT8_MOE_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "volt8.h"
+
+typedef struct volt8_moe_dims {
+  int64_t w13_bytes_per_expert, w2_bytes_per_expert;
+  int64_t s13_elems_per_expert, s2_elems_per_expert;
+  int32_t g13, k13_blocks;  /* s13 scale grid per half */
+  int32_t n2_blocks, g2;    /* s2 scale grid */
+} volt8_moe_dims;
+
+/* Fills dims from shape; VOLT8_ERR_INVALID_ARGUMENT with a message naming the field otherwise. */
+volt8_status volt8_moe_dims_compute(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_moe_dims *out);
+
+#endif

@@ -1,0 +1,25 @@
+# Compiles the README's C example (the first ```c block after "From C") against the public header:
+# the README shows code that builds. Run with -DSOURCE_DIR, -DWORK_DIR, -DCOMPILER, -DCUDA_INCLUDE.
+file(READ "${SOURCE_DIR}/README.md" readme)
+string(FIND "${readme}" "From C" start)
+if(start LESS 0)
+  message(FATAL_ERROR "README.md has no \"From C\" section")
+endif()
+string(SUBSTRING "${readme}" ${start} -1 section)
+string(FIND "${section}" "```c\n" open)
+if(open LESS 0)
+  message(FATAL_ERROR "README.md: no ```c block after \"From C\"")
+endif()
+math(EXPR code_start "${open} + 5")
+string(SUBSTRING "${section}" ${code_start} -1 rest)
+string(FIND "${rest}" "```" close)
+string(SUBSTRING "${rest}" 0 ${close} code)
+file(MAKE_DIRECTORY "${WORK_DIR}")
+file(WRITE "${WORK_DIR}/readme_example.c" "${code}")
+execute_process(COMMAND "${COMPILER}" -std=c11 -fsyntax-only -Wall -Wextra -Werror -I "${SOURCE_DIR}/include"
+                        -isystem "${CUDA_INCLUDE}" "${WORK_DIR}/readme_example.c"
+                RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+if(NOT result EQUAL 0)
+  message(FATAL_ERROR "the README's C example does not compile:\n${output}")
+endif()
+message(STATUS "the README's C example compiles")
