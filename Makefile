@@ -14,19 +14,25 @@ all: build
 bootstrap:
 	@scripts/bootstrap.sh
 
+BUILD_COMMAND = cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build $(BUILD_DIR) -j $(JOBS)
+
 build: bootstrap
-	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	@cmake --build $(BUILD_DIR) -j $(JOBS)
+	@$(BUILD_COMMAND)
 
 demo: build
 	@$(BUILD_DIR)/volt8 demo
 
-test: build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -L cpu -j $(JOBS)
-	@JOBS=$(JOBS) scripts/sanitized_tests.sh
-	@JOBS=$(JOBS) scripts/tsan_tests.sh
-	@VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/scripts
-	@scripts/wheel_check.sh
+# One timing line per phase (scripts/timed_phases.sh); .ci/run checks that each phase printed one.
+# The wheel check runs alongside the others: much of it (venv, pip, one compile at a time) holds
+# one core, and the suites fill the other.
+test:
+	@scripts/timed_phases.sh \
+	  build 'scripts/bootstrap.sh && $(BUILD_COMMAND)' \
+	  'wheel&' 'scripts/wheel_check.sh' \
+	  cpu 'cd $(BUILD_DIR) && ctest --output-on-failure -L cpu -j $(JOBS)' \
+	  asan 'JOBS=$(JOBS) scripts/sanitized_tests.sh' \
+	  tsan 'JOBS=$(JOBS) scripts/tsan_tests.sh' \
+	  pytest 'VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/scripts'
 
 # The manylinux wheel, into dist/ (`pip install dist/volt8-*.whl`).
 wheel: bootstrap

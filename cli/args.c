@@ -1,10 +1,72 @@
-/* Shape arguments, timing and error reporting shared by the subcommands. */
+/* Argument values, shapes, timing and error reporting shared by the subcommands. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli.h"
+
+const char *cli_flag_value(const char *command, int argc, char **argv, int *i) {
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "volt8 %s: %s needs a value\n", command, argv[*i]);
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+/* 1 when all of `text` is one whole number; one past a long's range comes out as LONG_MIN or
+ * LONG_MAX, outside every range asked for here. */
+static int whole_number(const char *text, long *value) {
+  char *end = NULL;
+  *value = strtol(text, &end, 10);
+  return end != text && *end == '\0';
+}
+
+int cli_parse_number(const char *command, const char *flag, const char *text, const char *what, long low, long high,
+                     int32_t *out) {
+  long value = 0;
+  int is_number = whole_number(text, &value);
+  if (is_number && value >= low && value <= high) {
+    *out = (int32_t)value;
+    return 0;
+  }
+  if (is_number) fprintf(stderr, "volt8 %s: %s %s is not a valid %s", command, flag, text, what);
+  else fprintf(stderr, "volt8 %s: %s \"%s\" is not a whole number", command, flag, text);
+  fprintf(stderr, " (a %s is a whole number in %ld..%ld)\n", what, low, high);
+  return -1;
+}
+
+int cli_parse_rank(const char *command, const char *text, int32_t tp_size, int32_t *out) {
+  long value = 0;
+  int is_number = whole_number(text, &value);
+  if (is_number && value >= 0 && value < tp_size) {
+    *out = (int32_t)value;
+    return 0;
+  }
+  if (is_number) fprintf(stderr, "volt8 %s: --rank %s is outside 0..%d", command, text, tp_size - 1);
+  else fprintf(stderr, "volt8 %s: --rank \"%s\" is not a whole number", command, text);
+  fprintf(stderr, " (the ranks of --tp %d are 0..%d)\n", tp_size, tp_size - 1);
+  return -1;
+}
+
+int cli_is_one_of(const char *arg, const char *names) {
+  size_t length = strlen(arg);
+  if (length == 0) return 0;
+  for (const char *at = strstr(names, arg); at; at = strstr(at + 1, arg))
+    if ((at == names || at[-1] == ' ') && (at[length] == ' ' || at[length] == '\0')) return 1;
+  return 0;
+}
+
+int cli_unknown_argument(const char *command, const char *arg) {
+  fprintf(stderr, "volt8 %s: unknown argument \"%s\"\nusage: volt8 %s\n", command, arg, cli_usage(command));
+  return 2;
+}
+
+int cli_wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+  return 0;
+}
 
 int cli_parse_shape(const char *text, volt8_moe_shape *shape) {
   struct { const char *key; int32_t *field; } keys[] = {

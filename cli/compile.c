@@ -49,20 +49,21 @@ int cli_list(int argc, char **argv) {
   const char *arch = NULL, *model = NULL, *tp = NULL, *rank = NULL;
   int shape_given = 0;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
-      if (cli_parse_shape(argv[++i], &shape) != 0) return 2;
+    const char *flag = argv[i];
+    if (!cli_is_one_of(flag, "--shape --arch --model --tp --rank")) return cli_unknown_argument("list", flag);
+    const char *value = cli_flag_value("list", argc, argv, &i);
+    if (!value) return 2;
+    if (strcmp(flag, "--shape") == 0) {
+      if (cli_parse_shape(value, &shape) != 0) return 2;
       shape_given = 1;
-    } else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
-      arch = argv[++i];
-    } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
-      model = argv[++i];
-    } else if (strcmp(argv[i], "--tp") == 0 && i + 1 < argc) {
-      tp = argv[++i];
-    } else if (strcmp(argv[i], "--rank") == 0 && i + 1 < argc) {
-      rank = argv[++i];
+    } else if (strcmp(flag, "--arch") == 0) {
+      arch = value;
+    } else if (strcmp(flag, "--model") == 0) {
+      model = value;
+    } else if (strcmp(flag, "--tp") == 0) {
+      tp = value;
     } else {
-      fprintf(stderr, "volt8 list: unexpected argument \"%s\"\n", argv[i]);
-      return 2;
+      rank = value;
     }
   }
   if ((tp || rank) && !model) {
@@ -97,21 +98,22 @@ int cli_compile(int argc, char **argv) {
   volt8_moe_shape shapes[CLI_MAX_SHAPES];
   int shape_count = 0;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) {
-      arch = argv[++i];
-    } else if (strcmp(argv[i], "--cache") == 0 && i + 1 < argc) {
-      cache = argv[++i];
-    } else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+    const char *flag = argv[i];
+    if (!cli_is_one_of(flag, "--arch --cache --shape")) return cli_unknown_argument("compile", flag);
+    const char *value = cli_flag_value("compile", argc, argv, &i);
+    if (!value) return 2;
+    if (strcmp(flag, "--arch") == 0) {
+      arch = value;
+    } else if (strcmp(flag, "--cache") == 0) {
+      cache = value;
+    } else {
       if (shape_count == CLI_MAX_SHAPES) {
         fprintf(stderr, "volt8 compile: at most %d --shape options\n", CLI_MAX_SHAPES);
         return 2;
       }
       volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-      if (cli_parse_shape(argv[++i], &shape) != 0) return 2;
+      if (cli_parse_shape(value, &shape) != 0) return 2;
       shapes[shape_count++] = shape;
-    } else {
-      fprintf(stderr, "volt8 compile: unexpected argument \"%s\" (see volt8 --help)\n", argv[i]);
-      return 2;
     }
   }
   if (!arch || !cache) {

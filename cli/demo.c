@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -66,7 +67,13 @@ static void free_inputs(demo_inputs *inputs) {
 }
 
 static int print_demo_ranks(volt8_ctx *ctx, const volt8_plan_report *plan) {
-  printf("memory per rank of the demo checkpoint at TP%d (FP16 / padded / volt8):\n", DEMO_TP);
+  printf("memory of a rank's experts, in three columns:\n"
+         "  FP16    the rank's slice of the expert weights in FP16\n"
+         "  padded  what a loader that pads each rank's slice to whole 128-row scale blocks holds: the E4M3\n"
+         "          weights of the padded slice plus its FP16 block scales\n"
+         "  volt8   what volt8 keeps: the E4M3 weights of the slice as it is, plus the FP16 block scales it\n"
+         "          touches\n");
+  printf("the demo checkpoint at TP%d (FP16 / padded / volt8):\n", DEMO_TP);
   for (int32_t rank = 0; rank < DEMO_TP; rank++) {
     volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
     volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
@@ -83,8 +90,6 @@ static int print_demo_ranks(volt8_ctx *ctx, const volt8_plan_report *plan) {
 static int print_model_table(volt8_ctx *ctx, const volt8_plan_report *plan, const volt8_model *model) {
   printf("%s (%d experts, hidden %d, moe intermediate %d), memory per rank:\n", model->description,
          model->num_experts, model->hidden, model->intermediate);
-  printf("  FP16: the experts in FP16; padded: E4M3 with each rank's slice padded to whole 128-row blocks, plus\n"
-         "  FP16 scales (what a padding loader holds); volt8: E4M3 and FP16 block scales as resident, unpadded\n");
   printf("  TP  I/rank  offsets in the 128 grid            FP16 MiB  padded MiB  volt8 MiB\n");
   volt8_plan_report full = *plan;
   full.num_experts = model->num_experts;
@@ -269,19 +274,42 @@ static int run_cpu(volt8_ctx *ctx, const volt8_host_checkpoint *host) {
   return run_sampler_on_cpu();
 }
 
-int cli_demo(int argc, char **argv) {
-  int keep = 0;
-  const char *model_name = VOLT8_MODEL_REFERENCE;
+/* --keep [DIR] and --model NAME; DIR is left NULL for a temporary folder. 0, or 2 after an error. */
+static int parse_demo_args(int argc, char **argv, int *keep, const char **keep_dir, const char **model_name) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--keep") == 0) {
-      keep = 1;
-    } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
-      model_name = argv[++i];
+      *keep = 1;
+      /* the demo takes no other bare argument, so one after --keep can only be its folder */
+      if (i + 1 < argc && argv[i + 1][0] != '-') *keep_dir = argv[++i];
+    } else if (strcmp(argv[i], "--model") == 0) {
+      if (!(*model_name = cli_flag_value("demo", argc, argv, &i))) return 2;
     } else {
-      fprintf(stderr, "volt8 demo: unexpected argument \"%s\" (usage: volt8 demo [--model NAME] [--keep])\n", argv[i]);
-      return 2;
+      return cli_unknown_argument("demo", argv[i]);
     }
   }
+  return 0;
+}
+
+/* A folder the demo may write into: new, or empty (it never overwrites files of someone else's). */
+static int check_keep_dir(const char *dir) {
+  DIR *listing = opendir(dir);
+  if (!listing) return 0; /* created, or refused with the reason, by the writer */
+  int entries = 0;
+  for (struct dirent *entry = readdir(listing); entry; entry = readdir(listing))
+    entries += strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0;
+  closedir(listing);
+  if (entries == 0) return 0;
+  fprintf(stderr, "volt8 demo: --keep %s: the folder is not empty (give a new or empty folder for the checkpoint)\n",
+          dir);
+  return 2;
+}
+
+int cli_demo(int argc, char **argv) {
+  int keep = 0;
+  const char *model_name = VOLT8_MODEL_REFERENCE, *keep_dir = NULL;
+  int parsed = parse_demo_args(argc, argv, &keep, &keep_dir, &model_name);
+  if (parsed != 0) return parsed;
+  if (keep_dir && check_keep_dir(keep_dir) != 0) return 2;
   const volt8_model *model = cli_find_model("demo", model_name);
   if (!model) return 2;
   demo_top_k = model->top_k;
@@ -295,8 +323,9 @@ int cli_demo(int argc, char **argv) {
   if (has_gpu) printf("device: %s (sm_%d)\n", volt8_tools_ctx(ctx).device_name, volt8_tools_ctx(ctx).device_arch);
   else printf("device: none (%s)\n", volt8_last_error(ctx));
 
-  char dir[256];
-  snprintf(dir, sizeof dir, "%s/volt8-demo-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+  char dir[4096];
+  if (keep_dir) snprintf(dir, sizeof dir, "%s", keep_dir);
+  else snprintf(dir, sizeof dir, "%s/volt8-demo-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
   synthetic_checkpoint spec = {model->hidden, model->intermediate, demo_experts(model), demo_top_k, 48, 7};
   printf("writing a synthetic MTP checkpoint of %s (ModelOpt mixed precision, %d E4M3 experts of %dx%d, BF16 "
          "128x128 scales) to %s ...\n", model->description, spec.num_experts, spec.intermediate, spec.hidden, dir);
@@ -329,8 +358,10 @@ int cli_demo(int argc, char **argv) {
   }
   volt8_host_checkpoint_free(host);
   cli_cache_store_failures(ctx, "demo", 0);
-  if (!keep) {
-    char command[512];
+  if (keep) {
+    printf("the checkpoint is kept in %s; next: volt8 plan %s --tp %d\n", dir, dir, DEMO_TP);
+  } else {
+    char command[4200];
     snprintf(command, sizeof command, "rm -rf '%s'", dir);
     if (system(command) != 0) fprintf(stderr, "volt8 demo: could not remove %s\n", dir);
   }

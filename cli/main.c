@@ -1,46 +1,108 @@
-/* volt8: demo, list, compile. */
+/* volt8: the command table, help and version. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 
+typedef struct cli_command {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *usage;   /* after "volt8 " */
+  const char *summary; /* under the usage line */
+} cli_command;
+
+static const cli_command COMMANDS[] = {
+    {"demo", cli_demo, "demo [--model NAME] [--keep [DIR]]",
+     "the main job at a model's per-expert shape (default reference); --keep keeps the synthetic\n"
+     "checkpoint (in DIR, or in a temporary folder it prints) for `volt8 plan DIR --tp 4`"},
+    {"list", cli_list, "list [--arch sm_XX] [--shape S | --model NAME [--tp N] [--rank R]]",
+     "list the kernel variants for a shape (default sm_70)"},
+    {"models", cli_models, "models [--tp N]", "the known models, or each rank's shape at TP N"},
+    {"compile", cli_compile, "compile --arch sm_XX --cache DIR [--shape S]...",
+     "fill a kernel cache ahead of time (PTX for compute_XX)"},
+    {"plan", cli_plan, "plan CKPT_DIR --tp N [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]",
+     "validate a checkpoint and print each rank's memory"},
+    {"bench", cli_bench, "bench [options]",
+     "time the forward against cuBLASLt FP16 and the byte floor (--model NAME [--tp N] [--rank R], or --shape S;\n"
+     "volt8 bench --help lists the options)"},
+    {"tune", cli_tune, "tune [options]",
+     "measure every variant and write tuning tables (--model NAME --tp ...; volt8 tune --help lists the options)"},
+    {"version", NULL, "version", "print the library version (also --version)"},
+    {"help", NULL, "help [COMMAND]", "this text, or one command's (also --help, COMMAND --help)"},
+};
+#define COMMAND_COUNT (sizeof COMMANDS / sizeof COMMANDS[0])
+
+static const cli_command *find_command(const char *name) {
+  for (size_t c = 0; c < COMMAND_COUNT; c++)
+    if (strcmp(COMMANDS[c].name, name) == 0) return &COMMANDS[c];
+  return NULL;
+}
+
+const char *cli_usage(const char *command) {
+  const cli_command *found = find_command(command);
+  return found ? found->usage : command;
+}
+
+/* The summary, each of its lines indented under the usage line. */
+static void print_command(FILE *stream, const cli_command *command) {
+  fprintf(stream, "  volt8 %s\n      ", command->usage);
+  for (const char *c = command->summary; *c; c++) {
+    fputc(*c, stream);
+    if (*c == '\n') fputs("      ", stream);
+  }
+  fputc('\n', stream);
+}
+
 static void usage(FILE *stream) {
+  fprintf(stream, "usage: volt8 <command> [options]\n");
+  for (size_t c = 0; c < COMMAND_COUNT; c++) print_command(stream, &COMMANDS[c]);
   fprintf(stream,
-          "usage: volt8 <command> [options]\n"
-          "  demo [--model NAME] [--keep]          the main job at a model's per-expert shape (default reference)\n"
-          "  list [--arch sm_XX] [--shape S | --model NAME [--tp N] [--rank R]]\n"
-          "                                        list the kernel variants for a shape (default sm_70)\n"
-          "  models [--tp N]                       the known models, or each rank's shape at TP N\n"
-          "  compile --arch sm_XX --cache DIR [--shape S]...\n"
-          "                                        fill a kernel cache ahead of time (PTX for compute_XX)\n"
-          "  plan CKPT_DIR --tp N [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]\n"
-          "                                        validate a checkpoint and print each rank's memory\n"
-          "  bench [options]                       time the forward against cuBLASLt FP16 and the byte floor\n"
-          "                                        (--model NAME [--tp N] [--rank R], or --shape S)\n"
-          "  tune [options]                        measure every variant and write tuning tables (--model NAME --tp ...)\n"
-          "  version                               print the library version\n"
           "S is hidden=2560,intermediate=160,num_experts=512,block_n=128,block_k=128,intermediate_offset=32\n"
           "(keys left out keep these defaults: the reference model's TP4 rank 1).\n");
 }
 
-int main(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+static int is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+/* volt8 help [COMMAND] */
+static int help(int argc, char **argv) {
+  if (argc > 3) return cli_unknown_argument("help", argv[3]);
+  if (argc < 3) {
+    usage(stdout);
+    return 0;
   }
-  const char *command = argv[1];
-  if (strcmp(command, "version") == 0) {
+  const cli_command *command = find_command(argv[2]);
+  if (!command) {
+    fprintf(stderr, "volt8 help: unknown command \"%s\"\n", argv[2]);
+    usage(stderr);
+    return 2;
+  }
+  /* bench and tune print their full option lists themselves */
+  if (command->run == cli_bench || command->run == cli_tune) return command->run(2, (char *[]){argv[2], "--help", NULL});
+  print_command(stdout, command);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *name = argv[1];
+  if (is_help(name) || strcmp(name, "help") == 0) return help(is_help(name) ? 2 : argc, argv);
+  if (strcmp(name, "version") == 0 || strcmp(name, "--version") == 0) {
+    if (argc > 2) return cli_unknown_argument("version", argv[2]);
     printf("volt8 %s\n", volt8_version_string());
     return 0;
   }
-  if (strcmp(command, "demo") == 0) return cli_demo(argc - 1, argv + 1);
-  if (strcmp(command, "list") == 0) return cli_list(argc - 1, argv + 1);
-  if (strcmp(command, "compile") == 0) return cli_compile(argc - 1, argv + 1);
-  if (strcmp(command, "plan") == 0) return cli_plan(argc - 1, argv + 1);
-  if (strcmp(command, "bench") == 0) return cli_bench(argc - 1, argv + 1);
-  if (strcmp(command, "tune") == 0) return cli_tune(argc - 1, argv + 1);
-  if (strcmp(command, "models") == 0) return cli_models(argc - 1, argv + 1);
-  fprintf(stderr, "volt8: unknown command \"%s\"\n", command);
-  usage(stderr);
-  return 2;
+  const cli_command *command = find_command(name);
+  if (!command) {
+    fprintf(stderr, "volt8: unknown command \"%s\"\n", name);
+    usage(stderr);
+    return 2;
+  }
+  if (command->run != cli_bench && command->run != cli_tune && cli_wants_help(argc - 1, argv + 1)) {
+    print_command(stdout, command);
+    return 0;
+  }
+  return command->run(argc - 1, argv + 1);
 }

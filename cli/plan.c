@@ -9,42 +9,42 @@
 #define MIB (1024.0 * 1024.0)
 
 typedef struct plan_args {
-  const char *checkpoint_dir, *draft_dir, *online;
+  const char *checkpoint_dir, *draft_dir, *online, *rank_text;
   int32_t tp_size, rank, online_block_n;
   int json;
 } plan_args;
 
-static void plan_usage(FILE *stream) {
-  fprintf(stream, "usage: volt8 plan CKPT_DIR --tp N [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]\n");
-}
-
-static int parse_count(const char *text, int32_t low, int32_t high, int32_t *out) {
-  char *end = NULL;
-  long value = strtol(text, &end, 10);
-  if (end == text || *end != '\0' || value < low || value > high) return -1;
-  *out = (int32_t)value;
-  return 0;
-}
+#define PLAN_MAX_TP 4096
 
 static int parse_plan_args(int argc, char **argv, plan_args *args) {
   *args = (plan_args){.tp_size = 0, .rank = -1, .online_block_n = 128};
   for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    int has_value = i + 1 < argc;
-    if (strcmp(arg, "--json") == 0) args->json = 1;
-    else if (strcmp(arg, "--tp") == 0 && has_value) {
-      if (parse_count(argv[++i], 1, 4096, &args->tp_size) != 0) return fprintf(stderr, "volt8 plan: --tp needs a count\n"), -1;
-    } else if (strcmp(arg, "--rank") == 0 && has_value) {
-      if (parse_count(argv[++i], 0, 4095, &args->rank) != 0) return fprintf(stderr, "volt8 plan: --rank needs a rank\n"), -1;
-    } else if (strcmp(arg, "--online-block") == 0 && has_value) {
-      if (parse_count(argv[++i], 1, 128, &args->online_block_n) != 0) return fprintf(stderr, "volt8 plan: bad --online-block\n"), -1;
-    } else if (strcmp(arg, "--draft") == 0 && has_value) args->draft_dir = argv[++i];
-    else if (strcmp(arg, "--online") == 0 && has_value) args->online = argv[++i];
-    else if (arg[0] != '-' && !args->checkpoint_dir) args->checkpoint_dir = arg;
-    else return fprintf(stderr, "volt8 plan: unexpected argument \"%s\"\n", arg), -1;
+    const char *arg = argv[i], *value = NULL;
+    int bad = 0;
+    if (strcmp(arg, "--json") == 0) {
+      args->json = 1;
+      continue;
+    }
+    if (arg[0] != '-' && !args->checkpoint_dir) {
+      args->checkpoint_dir = arg;
+      continue;
+    }
+    if (!cli_is_one_of(arg, "--tp --rank --online-block --draft --online")) return cli_unknown_argument("plan", arg);
+    if (!(value = cli_flag_value("plan", argc, argv, &i))) return 2;
+    if (strcmp(arg, "--tp") == 0) bad = cli_parse_number("plan", arg, value, "TP size", 1, PLAN_MAX_TP, &args->tp_size);
+    else if (strcmp(arg, "--rank") == 0) args->rank_text = value; /* checked against the TP size below */
+    else if (strcmp(arg, "--online-block") == 0)
+      bad = cli_parse_number("plan", arg, value, "online scale block height", 1, 128, &args->online_block_n);
+    else if (strcmp(arg, "--draft") == 0) args->draft_dir = value;
+    else args->online = value;
+    if (bad) return 2;
   }
-  if (!args->checkpoint_dir || args->tp_size == 0) return fprintf(stderr, "volt8 plan: needs CKPT_DIR and --tp N\n"), -1;
-  if (args->rank >= args->tp_size) return fprintf(stderr, "volt8 plan: --rank %d is not below --tp %d\n", args->rank, args->tp_size), -1;
+  if (!args->checkpoint_dir || args->tp_size == 0) {
+    fprintf(stderr, "volt8 plan: needs %s\nusage: volt8 %s\n", args->checkpoint_dir ? "--tp N" : "CKPT_DIR",
+            cli_usage("plan"));
+    return 2;
+  }
+  if (args->rank_text && cli_parse_rank("plan", args->rank_text, args->tp_size, &args->rank) != 0) return 2;
   return 0;
 }
 
@@ -107,10 +107,8 @@ static void print_rank(const plan_args *args, int32_t rank, int first, const vol
 
 int cli_plan(int argc, char **argv) {
   plan_args args;
-  if (parse_plan_args(argc, argv, &args) != 0) {
-    plan_usage(stderr);
-    return 2;
-  }
+  int rc = parse_plan_args(argc, argv, &args);
+  if (rc != 0) return rc;
   volt8_ctx_options ctx_options = VOLT8_CTX_OPTIONS_INIT;
   ctx_options.device = -1;
   volt8_ctx *ctx = NULL;
@@ -127,7 +125,7 @@ int cli_plan(int argc, char **argv) {
   if (status == VOLT8_OK) {
     if (args.json) print_header_json(&args, &plan);
     else print_header_text(&args, &plan);
-    int32_t first = args.rank >= 0 ? args.rank : 0, last = args.rank >= 0 ? args.rank : plan.tp_size - 1;
+    int32_t first = args.rank_text ? args.rank : 0, last = args.rank_text ? args.rank : plan.tp_size - 1;
     for (int32_t rank = first; rank <= last && status == VOLT8_OK; rank++) {
       volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
       volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
@@ -136,7 +134,7 @@ int cli_plan(int argc, char **argv) {
     }
     if (args.json) printf("]}\n");
   }
-  int rc = status == VOLT8_OK ? 0 : cli_report(ctx, "plan", status);
+  rc = status == VOLT8_OK ? 0 : cli_report(ctx, "plan", status);
   volt8_ctx_destroy(ctx);
   return rc;
 }

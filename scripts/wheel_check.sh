@@ -32,10 +32,11 @@ cd "$scratch"
   --forbid "$root/build/wheel"
 
 echo "wheel_check: import, plan and compile from the installed wheel"
-mkdir "$scratch/demo"
-TMPDIR="$scratch/demo" "$scratch/venv/bin/volt8" demo --keep >"$scratch/demo.log" 2>&1 ||
+checkpoint="$scratch/demo-checkpoint"
+"$scratch/venv/bin/volt8" demo --keep "$checkpoint" >"$scratch/demo.log" 2>&1 ||
   { cat "$scratch/demo.log"; exit 1; }
-checkpoint="$(ls -d "$scratch"/demo/volt8-demo-*)"
+grep -qF "the checkpoint is kept in $checkpoint" "$scratch/demo.log" ||
+  { cat "$scratch/demo.log"; echo "wheel_check: volt8 demo --keep did not say where the checkpoint is" >&2; exit 1; }
 "$venv_python" - "$checkpoint" "$root" <<'PY'
 import os, sys
 import volt8

@@ -1048,8 +1048,6 @@ Test(bench_report, reference_shapes) {
   cr_assert_eq(bench_reference_shape(4, 4, &shape), -1);
 }
 
-#endif /* HAVE_BENCH */
-
 TestSuite(bench_support, .timeout = 120);
 
 /* The support kernels live in the bench library (bench/bench_kernels.cu), not in libvolt8: their
@@ -1070,3 +1068,5 @@ Test(bench_support, kernels_expand_from_the_bench_library_and_compile) {
   free(source);
   volt8_ctx_destroy(ctx);
 }
+
+#endif /* HAVE_BENCH: the bench support kernels are the bench library's */

@@ -68,6 +68,16 @@ static int add_tp_shapes(const volt8_model *model, const char *text, tune_option
   return 0;
 }
 
+/* Every option of tune_usage takes a value. */
+static int is_tune_option(const char *name) {
+  static const char *const names[] = {"--tp",     "--model",  "--shape", "--m",      "--top-k",     "--out",
+                                      "--target-arch", "--device", "--seed", "--sets", "--screen", "--final",
+                                      "--finalists",   "--jobs",   "--derive"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(name, names[i]) == 0) return 1;
+  return 0;
+}
+
 int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tune_options *out, char *error,
                        size_t error_size) {
   tune_options_default(out);
@@ -77,7 +87,7 @@ int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tu
     const char *name = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) return 1;
     if (!next) {
-      snprintf(error, error_size, "%s needs a value", name);
+      snprintf(error, error_size, is_tune_option(name) ? "%s needs a value" : "unknown argument \"%s\"", name);
       return -1;
     }
     int bad = 0;

@@ -1,0 +1,241 @@
+/* The volt8 command's arguments: each bad value is refused with exit 2 and a message that names the
+ * flag and the text given, unknown arguments are refused by every command, and help, --version and
+ * demo --keep DIR do what the README says. */
+#include <criterion/criterion.h>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_support.h"
+#include "volt8.h"
+
+extern char **environ;
+
+TestSuite(cli_args, .timeout = 300);
+
+typedef struct cli_result {
+  int status; /* exit status, -1 when killed */
+  char out[16384], err[16384];
+} cli_result;
+
+static void read_back(int fd, char *text, size_t size) {
+  ssize_t length = pread(fd, text, size - 1, 0);
+  text[length > 0 ? length : 0] = '\0';
+  close(fd);
+}
+
+/* Runs `volt8 ARGS...` (NULL-terminated) with stdout and stderr into temp files. */
+static void run_volt8(cli_result *result, char *const *args) {
+  char *argv[16] = {VOLT8_CLI_PATH};
+  size_t count = 1;
+  while (args[count - 1] && count < 15) argv[count] = args[count - 1], count++;
+  argv[count] = NULL;
+  char out_path[] = "/tmp/volt8-cli-out-XXXXXX", err_path[] = "/tmp/volt8-cli-err-XXXXXX";
+  int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path);
+  cr_assert(out_fd >= 0 && err_fd >= 0, "cannot make temp files");
+  unlink(out_path);
+  unlink(err_path);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
+  pid_t pid;
+  int spawn_error = posix_spawn(&pid, VOLT8_CLI_PATH, &actions, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  cr_assert_eq(spawn_error, 0, "cannot run %s: %s", VOLT8_CLI_PATH, strerror(spawn_error));
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  result->status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  read_back(out_fd, result->out, sizeof result->out);
+  read_back(err_fd, result->err, sizeof result->err);
+}
+
+#define VOLT8(result, ...) run_volt8((result), (char *[]){__VA_ARGS__, NULL})
+
+static void args_text(char *const *args, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (; *args && used < size; args++) used += (size_t)snprintf(buf + used, size - used, " %s", *args);
+}
+
+/* volt8 ARGS exits 2 with nothing on stdout and every one of `expected` (NULL-terminated) on stderr. */
+static void expect_refused(char *const *args, const char *const *expected) {
+  cli_result *result = malloc(sizeof *result);
+  cr_assert_not_null(result);
+  run_volt8(result, args);
+  char command[512];
+  args_text(args, command, sizeof command);
+  cr_assert_eq(result->status, 2, "volt8%s exited %d, expected 2; stderr:\n%s", command, result->status, result->err);
+  cr_assert_str_empty(result->out, "volt8%s printed on stdout:\n%s", command, result->out);
+  for (; *expected; expected++)
+    cr_assert_not_null(strstr(result->err, *expected), "volt8%s: stderr lacks \"%s\":\n%s", command, *expected,
+                       result->err);
+  free(result);
+}
+
+#define REFUSED(args, ...) expect_refused((char *[]){args, NULL}, (const char *[]){__VA_ARGS__, NULL})
+#define ARGS(...) __VA_ARGS__
+
+/* bench and tune exist only in builds with bench/ (the sanitized build has none). */
+static int is_built(const char *command) {
+  cli_result *result = malloc(sizeof *result);
+  cr_assert_not_null(result);
+  VOLT8(result, (char *)command, "--help");
+  int built = strstr(result->err, "this build has no") == NULL;
+  free(result);
+  return built;
+}
+
+/* A checkpoint folder that need not exist: argument errors come before any file is read. */
+#define NO_CKPT "/nonexistent/volt8-checkpoint"
+
+Test(cli_args, tp_sizes_out_of_range_name_the_value_and_the_valid_range) {
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "0"), "--tp 0 is not a valid TP size", "1..4096");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "-1"), "--tp -1 is not a valid TP size", "1..4096");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "5000"), "--tp 5000 is not a valid TP size", "1..4096");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "99999999999999999999"), "--tp 99999999999999999999 is not a valid TP size");
+  REFUSED(ARGS("models", "--tp", "0"), "volt8 models: --tp 0 is not a valid TP size", "1..64");
+  REFUSED(ARGS("list", "--model", "reference", "--tp", "65"), "volt8 list: --tp 65 is not a valid TP size", "1..64");
+}
+
+Test(cli_args, numbers_with_junk_are_refused_naming_the_text) {
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4x"), "--tp \"4x\" is not a whole number");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", ""), "--tp \"\" is not a whole number");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--rank", "1.5"), "--rank \"1.5\" is not a whole number");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--online-block", "12 8"), "--online-block \"12 8\" is not a whole number");
+  REFUSED(ARGS("models", "--tp", "two"), "--tp \"two\" is not a whole number");
+  REFUSED(ARGS("list", "--model", "reference", "--tp", "4", "--rank", "0x1"), "--rank \"0x1\" is not a whole number");
+}
+
+Test(cli_args, ranks_outside_the_tp_size_give_its_ranks) {
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--rank", "9999"), "--rank 9999 is outside 0..3", "--tp 4");
+  REFUSED(ARGS("plan", NO_CKPT, "--rank", "4", "--tp", "4"), "--rank 4 is outside 0..3");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "2", "--rank", "-1"), "--rank -1 is outside 0..1");
+  REFUSED(ARGS("list", "--model", "reference", "--tp", "8", "--rank", "8"), "volt8 list: --rank 8 is outside 0..7");
+  /* without --tp, list's default TP size of 4 */
+  REFUSED(ARGS("list", "--model", "reference", "--rank", "4"), "--rank 4 is outside 0..3");
+}
+
+Test(cli_args, a_flag_without_its_value_is_named) {
+  REFUSED(ARGS("plan", NO_CKPT, "--tp"), "volt8 plan: --tp needs a value");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--rank"), "volt8 plan: --rank needs a value");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--draft"), "volt8 plan: --draft needs a value");
+  REFUSED(ARGS("models", "--tp"), "volt8 models: --tp needs a value");
+  REFUSED(ARGS("list", "--model"), "volt8 list: --model needs a value");
+  REFUSED(ARGS("list", "--shape"), "volt8 list: --shape needs a value");
+  REFUSED(ARGS("compile", "--cache", "/tmp", "--arch"), "volt8 compile: --arch needs a value");
+  REFUSED(ARGS("demo", "--model"), "volt8 demo: --model needs a value");
+  if (is_built("tune")) REFUSED(ARGS("tune", "--tp"), "volt8 tune: --tp needs a value");
+}
+
+Test(cli_args, unknown_arguments_are_refused_by_every_command) {
+  REFUSED(ARGS("demo", "--bogus"), "volt8 demo: unknown argument \"--bogus\"", "usage: volt8 demo");
+  REFUSED(ARGS("demo", "--keep", "--bogus"), "volt8 demo: unknown argument \"--bogus\"");
+  REFUSED(ARGS("list", "--bogus"), "volt8 list: unknown argument \"--bogus\"", "usage: volt8 list");
+  REFUSED(ARGS("models", "--bogus"), "volt8 models: unknown argument \"--bogus\"");
+  REFUSED(ARGS("models", "8"), "volt8 models: unknown argument \"8\"");
+  REFUSED(ARGS("compile", "--arch", "sm_70", "--cache", "/tmp", "extra"), "volt8 compile: unknown argument \"extra\"");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--bogus"), "volt8 plan: unknown argument \"--bogus\"", "usage: volt8 plan");
+  REFUSED(ARGS("plan", NO_CKPT, "second", "--tp", "4"), "volt8 plan: unknown argument \"second\"");
+  REFUSED(ARGS("version", "--bogus"), "volt8 version: unknown argument \"--bogus\"");
+  REFUSED(ARGS("help", "plan", "extra"), "volt8 help: unknown argument \"extra\"");
+  REFUSED(ARGS("help", "frobnicate"), "volt8 help: unknown command \"frobnicate\"");
+  REFUSED(ARGS("frobnicate"), "volt8: unknown command \"frobnicate\"");
+  if (is_built("tune")) REFUSED(ARGS("tune", "--bogus"), "volt8 tune: unknown argument \"--bogus\"");
+  if (is_built("bench")) REFUSED(ARGS("bench", "--bogus"), "volt8 bench: unknown argument \"--bogus\"");
+}
+
+Test(cli_args, plan_says_which_of_its_two_needs_is_missing) {
+  REFUSED(ARGS("plan", "--tp", "4"), "volt8 plan: needs CKPT_DIR", "usage: volt8 plan");
+  REFUSED(ARGS("plan", NO_CKPT), "volt8 plan: needs --tp N");
+}
+
+Test(cli_args, version_and_help_work) {
+  cli_result *result = malloc(sizeof *result);
+  cr_assert_not_null(result);
+  char expected[64];
+  snprintf(expected, sizeof expected, "volt8 %s\n", volt8_version_string());
+  const char *version_forms[] = {"--version", "version"};
+  for (int i = 0; i < 2; i++) {
+    VOLT8(result, (char *)version_forms[i]);
+    cr_assert_eq(result->status, 0, "volt8 %s exited %d: %s", version_forms[i], result->status, result->err);
+    cr_assert_str_eq(result->out, expected, "volt8 %s", version_forms[i]);
+  }
+  const char *commands[] = {"demo", "list", "models", "compile", "plan", "bench", "tune", "version", "help"};
+  const char *help_forms[] = {"help", "--help", "-h"};
+  for (int i = 0; i < 3; i++) {
+    VOLT8(result, (char *)help_forms[i]);
+    cr_assert_eq(result->status, 0, "volt8 %s exited %d: %s", help_forms[i], result->status, result->err);
+    for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
+      char line[64];
+      snprintf(line, sizeof line, "  volt8 %s", commands[c]);
+      cr_assert_not_null(strstr(result->out, line), "volt8 %s lacks \"%s\":\n%s", help_forms[i], line, result->out);
+    }
+  }
+  /* bench and tune list their own options; the others give their usage line */
+  for (size_t c = 0; c < 5; c++) {
+    char usage[64];
+    snprintf(usage, sizeof usage, "volt8 %s", commands[c]);
+    VOLT8(result, (char *)commands[c], "--help");
+    cr_assert_eq(result->status, 0, "volt8 %s --help exited %d: %s", commands[c], result->status, result->err);
+    cr_assert_not_null(strstr(result->out, usage), "volt8 %s --help:\n%s", commands[c], result->out);
+    VOLT8(result, "help", (char *)commands[c]);
+    cr_assert_eq(result->status, 0, "volt8 help %s exited %d: %s", commands[c], result->status, result->err);
+    cr_assert_not_null(strstr(result->out, usage), "volt8 help %s:\n%s", commands[c], result->out);
+  }
+  VOLT8(result, "plan", NO_CKPT, "--tp", "4", "--help");
+  cr_assert(result->status == 0 && strstr(result->out, "volt8 plan CKPT_DIR"), "plan ... --help: %d %s", result->status,
+            result->err);
+  if (is_built("bench")) {
+    VOLT8(result, "bench", "--help");
+    cr_assert_eq(result->status, 0, "volt8 bench --help exited %d: %s", result->status, result->err);
+    cr_assert_not_null(strstr(result->out, "usage: volt8 bench"), "%s", result->out);
+  }
+  free(result);
+}
+
+static size_t count_of(const char *text, const char *part) {
+  size_t count = 0;
+  for (const char *at = strstr(text, part); at; at = strstr(at + 1, part)) count++;
+  return count;
+}
+
+/* The README's first two commands: `volt8 demo --keep DIR`, then `volt8 plan DIR --tp 4`. */
+Test(cli_args, demo_keep_dir_leaves_a_checkpoint_that_plan_reads) {
+  setenv("VOLT8_CACHE_DIR", VOLT8_BINARY_DIR "/tests/demo_cache", 1);
+  char parent[] = "/tmp/volt8-keep-XXXXXX", dir[64];
+  cr_assert_not_null(mkdtemp(parent));
+  snprintf(dir, sizeof dir, "%s/ckpt", parent);
+  cli_result *result = malloc(sizeof *result);
+  cr_assert_not_null(result);
+  VOLT8(result, "demo", "--keep", dir);
+  cr_assert_eq(result->status, 0, "volt8 demo --keep %s exited %d:\n%s\n%s", dir, result->status, result->out,
+               result->err);
+  char said[256];
+  snprintf(said, sizeof said, "the checkpoint is kept in %s; next: volt8 plan %s --tp 4\n", dir, dir);
+  cr_assert_not_null(strstr(result->out, said), "stdout lacks \"%s\":\n%s", said, result->out);
+  cr_assert_eq(count_of(result->out, "  padded  what a loader that pads each rank's slice"), 1,
+               "the padded column should be explained once:\n%s", result->out);
+  const char *files[] = {"model.safetensors", "config.json"};
+  for (int i = 0; i < 2; i++) {
+    char path[128];
+    struct stat info;
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    cr_assert(stat(path, &info) == 0 && info.st_size > 0, "%s was not kept", path);
+  }
+  VOLT8(result, "plan", dir, "--tp", "4");
+  cr_assert_eq(result->status, 0, "volt8 plan %s --tp 4 exited %d: %s", dir, result->status, result->err);
+  cr_assert_not_null(strstr(result->out, "tp 4 "), "%s", result->out);
+  /* a second run refuses to write over what is there */
+  char refused[160];
+  snprintf(refused, sizeof refused, "--keep %s: the folder is not empty", dir);
+  REFUSED(ARGS("demo", "--keep", dir), refused);
+  free(result);
+  test_remove_tree(parent);
+}
