@@ -67,6 +67,13 @@ volt8_status volt8_tuning_warnings(char *buf, size_t buf_size, int32_t *out_coun
   return VOLT8_OK;
 }
 
+void volt8_tuning_match_set(volt8_tuning_match *out, int32_t source, const volt8_tuning_entry *entry, const char *origin) {
+  out->source = source;
+  out->table_m = entry->m;
+  snprintf(out->variant, sizeof out->variant, "%s", entry->variant);
+  snprintf(out->origin, sizeof out->origin, "%s", origin);
+}
+
 const char *volt8_tuning_op_name(volt8_op op) {
   return op == VOLT8_OP_GATE_UP ? "gate_up" : op == VOLT8_OP_DOWN ? "down" : NULL;
 }
@@ -282,10 +289,7 @@ static int try_table(volt8_ctx *ctx, const char *text, size_t length, const char
     volt8_tuning_warn(origin, "%s; it was skipped", scratch->last_error);
   } else {
     const volt8_tuning_entry *entry = volt8_tuning_table_nearest(&table, num_tokens, top_k);
-    out_match->source = source;
-    out_match->table_m = entry->m;
-    snprintf(out_match->variant, sizeof out_match->variant, "%s", entry->variant);
-    snprintf(out_match->origin, sizeof out_match->origin, "%s", origin);
+    volt8_tuning_match_set(out_match, source, entry, origin);
     served = 1;
     volt8_tuning_table_free(&table);
   }

@@ -76,6 +76,9 @@ typedef struct volt8_tuning_match {
   char origin[VOLT8_TUNING_ORIGIN_BYTES];    /* the file path, or "built-in:<name>" */
 } volt8_tuning_match;
 
+/* Fills `out` with `entry` of the table at `origin`, served as `source`. */
+void volt8_tuning_match_set(volt8_tuning_match *out, int32_t source, const volt8_tuning_entry *entry, const char *origin);
+
 /* "gate_up" / "down"; NULL for the support ops. */
 const char *volt8_tuning_op_name(volt8_op op);
 /* The op's weight matrix N x K for `shape` (see the file name above). */

@@ -135,10 +135,7 @@ static int try_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *ta
       int32_t tokens = scaled_tokens(num_tokens, top_k, shape->num_experts, table_top_k, table_experts(text, length));
       const volt8_tuning_entry *entry = volt8_tuning_table_nearest(&table, tokens, table_top_k);
       if (!volt8_dispatch_family_emulated(ctx->target_arch, entry->variant) && listed(names, count, entry->variant)) {
-        out_match->source = VOLT8_TUNING_SOURCE_NEAREST;
-        out_match->table_m = entry->m;
-        snprintf(out_match->variant, sizeof out_match->variant, "%s", entry->variant);
-        snprintf(out_match->origin, sizeof out_match->origin, "%s", origin);
+        volt8_tuning_match_set(out_match, VOLT8_TUNING_SOURCE_NEAREST, entry, origin);
         served = 1;
       }
       volt8_tuning_table_free(&table);
