@@ -4,18 +4,14 @@
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test_support.h"
 #include "volt8.h"
-
-extern char **environ;
 
 TestSuite(cli_args, .timeout = 300);
 
@@ -24,36 +20,8 @@ typedef struct cli_result {
   char out[16384], err[16384];
 } cli_result;
 
-static void read_back(int fd, char *text, size_t size) {
-  ssize_t length = pread(fd, text, size - 1, 0);
-  text[length > 0 ? length : 0] = '\0';
-  close(fd);
-}
-
-/* Runs `volt8 ARGS...` (NULL-terminated) with stdout and stderr into temp files. */
 static void run_volt8(cli_result *result, char *const *args) {
-  char *argv[16] = {VOLT8_CLI_PATH};
-  size_t count = 1;
-  while (args[count - 1] && count < 15) argv[count] = args[count - 1], count++;
-  argv[count] = NULL;
-  char out_path[] = "/tmp/volt8-cli-out-XXXXXX", err_path[] = "/tmp/volt8-cli-err-XXXXXX";
-  int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path);
-  cr_assert(out_fd >= 0 && err_fd >= 0, "cannot make temp files");
-  unlink(out_path);
-  unlink(err_path);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
-  pid_t pid;
-  int spawn_error = posix_spawn(&pid, VOLT8_CLI_PATH, &actions, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  cr_assert_eq(spawn_error, 0, "cannot run %s: %s", VOLT8_CLI_PATH, strerror(spawn_error));
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  result->status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  read_back(out_fd, result->out, sizeof result->out);
-  read_back(err_fd, result->err, sizeof result->err);
+  result->status = test_run_volt8(args, result->out, sizeof result->out, result->err, sizeof result->err);
 }
 
 #define VOLT8(result, ...) run_volt8((result), (char *[]){__VA_ARGS__, NULL})

@@ -25,8 +25,7 @@
 static char temp_dir[4096];
 
 static void make_temp_dir(void) {
-  snprintf(temp_dir, sizeof temp_dir, "%s/volt8_fallback_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  cr_assert_not_null(mkdtemp(temp_dir), "mkdtemp failed");
+  test_make_temp_dir(temp_dir, sizeof temp_dir, "volt8_fallback");
   volt8_tuning_warnings_reset();
   unsetenv(VOLT8_TUNING_DIR_ENV);
 }

@@ -11,11 +11,9 @@
 
 #include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,7 +27,6 @@
 #define TOKENS 3
 #define MAX_TOP_K 16
 
-extern char **environ;
 
 static const char *const projection_names[PROJECTIONS] = {"gate_proj", "up_proj", "down_proj"};
 
@@ -103,19 +100,25 @@ Test(models, rank_shapes_follow_the_shard_plan) {
 
 /* ---- plan and memory at every model, TP size and rank ---- */
 
+/* The plan of a native 128x128 checkpoint of `model`'s experts at TP `tp`, as volt8_plan fills it. */
+static volt8_plan_report native_plan(const volt8_model *model, int32_t tp) {
+  volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+  plan.route = VOLT8_ROUTE_NATIVE;
+  plan.hidden = model->hidden;
+  plan.intermediate = model->intermediate;
+  plan.num_experts = model->num_experts;
+  plan.tp_size = tp;
+  plan.block_n = plan.block_k = BLOCK;
+  return plan;
+}
+
 Test(models, plan_and_memory_at_every_tp) {
   volt8_ctx *ctx = test_cpu_ctx(NULL);
   for (int32_t m = 0; m < volt8_model_count(); m++) {
     const volt8_model *model = volt8_model_at(m);
     int64_t experts = model->num_experts, hidden_blocks = ceil_div(model->hidden, BLOCK);
     for (int32_t tp = 1; tp <= 8; tp *= 2) {
-      volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
-      plan.route = VOLT8_ROUTE_NATIVE;
-      plan.hidden = model->hidden;
-      plan.intermediate = model->intermediate;
-      plan.num_experts = model->num_experts;
-      plan.tp_size = tp;
-      plan.block_n = plan.block_k = BLOCK;
+      volt8_plan_report plan = native_plan(model, tp);
       int64_t weight_total = 0;
       for (int32_t rank = 0; rank < tp; rank++) {
         volt8_moe_shape shape, expected_shape;
@@ -458,52 +461,22 @@ Test(models, load_options_serve_top_k_16_by_default) {
 
 /* ---- the command line ---- */
 
-/* Runs the volt8 command with stderr (and, with `keep_stdout`, stdout) into a temp file; its exit
- * status, and what it wrote in `text`. */
-static int run_cli_output(char *const *argv, int keep_stdout, char *text, size_t text_size) {
-  char path[] = "/tmp/volt8-models-stderr-XXXXXX";
-  int fd = mkstemp(path);
-  cr_assert_geq(fd, 0, "cannot make a temp file");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fd, 2);
-  if (keep_stdout)
-    posix_spawn_file_actions_adddup2(&actions, fd, 1);
-  else
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  pid_t pid;
-  int spawn_error = posix_spawn(&pid, VOLT8_CLI_PATH, &actions, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  cr_assert_eq(spawn_error, 0, "cannot run %s: %s", VOLT8_CLI_PATH, strerror(spawn_error));
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  ssize_t length = pread(fd, text, text_size - 1, 0);
-  text[length > 0 ? length : 0] = '\0';
-  close(fd);
-  unlink(path);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static int run_cli(char *const *argv, char *text, size_t text_size) { return run_cli_output(argv, 0, text, text_size); }
-
 Test(models, unknown_names_exit_2_listing_the_known_ones) {
-  char *commands[][6] = {{VOLT8_CLI_PATH, "bench", "--model", "llama", NULL},
-                         {VOLT8_CLI_PATH, "tune", "--model", "llama", "--tp", "4"},
-                         {VOLT8_CLI_PATH, "list", "--model", "llama", NULL},
-                         {VOLT8_CLI_PATH, "demo", "--model", "llama", NULL}};
-  char known[256], expected[320], text[8192];
+  char *commands[][6] = {{"bench", "--model", "llama", NULL},
+                         {"tune", "--model", "llama", "--tp", "4", NULL},
+                         {"list", "--model", "llama", NULL},
+                         {"demo", "--model", "llama", NULL}};
+  char known[256], expected[320], out[8192], text[8192];
   volt8_model_names(known, sizeof known);
   snprintf(expected, sizeof expected, "unknown model \"llama\" (known: %s)", known);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-    char *argv[7] = {0};
-    memcpy(argv, commands[i], sizeof commands[i]);
-    int status = run_cli(argv, text, sizeof text);
+    int status = test_run_volt8(commands[i], out, sizeof out, text, sizeof text);
     if ((i == 0 && strstr(text, "no benchmark harness")) || (i == 1 && strstr(text, "no tuner"))) continue;
-    cr_assert_eq(status, 2, "volt8 %s exited %d: %s", commands[i][1], status, text);
-    cr_assert_not_null(strstr(text, expected), "volt8 %s: \"%s\" lacks \"%s\"", commands[i][1], text, expected);
+    cr_assert_eq(status, 2, "volt8 %s exited %d: %s", commands[i][0], status, text);
+    cr_assert_not_null(strstr(text, expected), "volt8 %s: \"%s\" lacks \"%s\"", commands[i][0], text, expected);
   }
-  char *narrow[] = {VOLT8_CLI_PATH, "list", "--model", "qwen3-next", "--tp", "64", NULL};
-  cr_assert_eq(run_cli(narrow, text, sizeof text), 2, "%s", text);
+  char *narrow[] = {"list", "--model", "qwen3-next", "--tp", "64", NULL};
+  cr_assert_eq(test_run_volt8(narrow, out, sizeof out, text, sizeof text), 2, "%s", text);
   cr_assert_not_null(strstr(text, "not a multiple of 16"), "%s", text);
 }
 
@@ -537,13 +510,13 @@ Test(models, models_command_prints_every_rank_shape) {
 /* `volt8 demo --model qwen3-next` on the CPU: its checkpoint has the model's per-expert shape, and its
  * table gives the largest rank's FP16 / padded / volt8 MiB at TP 1/2/4/8 with all 512 experts. */
 Test(models, demo_prints_the_model_memory_table) {
-  char *argv[] = {VOLT8_CLI_PATH, "demo", "--model", "qwen3-next", NULL};
+  char *args[] = {"demo", "--model", "qwen3-next", NULL};
   setenv("VOLT8_CACHE_DIR", VOLT8_BINARY_DIR "/tests/demo_cache", 1);
   size_t size = 1 << 16;
-  char *text = malloc(size);
+  char *text = malloc(size), err[8192];
   cr_assert_not_null(text);
-  int status = run_cli_output(argv, 1, text, size);
-  cr_assert_eq(status, 0, "volt8 demo --model qwen3-next exited %d:\n%s", status, text);
+  int status = test_run_volt8(args, text, size, err, sizeof err);
+  cr_assert_eq(status, 0, "volt8 demo --model qwen3-next exited %d:\n%s\n%s", status, text, err);
   cr_assert_not_null(strstr(text, "16 E4M3 experts of 512x2048"), "%s", text);
   cr_assert_not_null(strstr(text, "loaded rank 0 on the host: I=128 at offset 0"), "%s", text);
   const volt8_model *model = volt8_model_find("qwen3-next");
@@ -559,13 +532,7 @@ Test(models, demo_prints_the_model_memory_table) {
     double fp16 = 0, padded = 0, resident = 0;
     cr_assert_eq(sscanf(row, " %d %d %63s %lf %lf %lf", &printed_tp, &width, offsets, &fp16, &padded, &resident), 6,
                  "table row: %.120s", row);
-    volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
-    plan.route = VOLT8_ROUTE_NATIVE;
-    plan.hidden = model->hidden;
-    plan.intermediate = model->intermediate;
-    plan.num_experts = model->num_experts;
-    plan.tp_size = tp;
-    plan.block_n = plan.block_k = BLOCK;
+    volt8_plan_report plan = native_plan(model, tp);
     volt8_memory_report largest = VOLT8_MEMORY_REPORT_INIT;
     char expected_offsets[64] = "";
     for (int32_t rank = 0; rank < tp; rank++) {

@@ -16,4 +16,12 @@ void *test_read_whole(const char *path, size_t *out_bytes);
  * path does nothing. Safe in fixture teardowns. */
 void test_remove_tree(const char *dir);
 
+/* Makes a fresh folder $TMPDIR/<prefix>_XXXXXX (default /tmp) into `dir`; fails the test when it cannot. */
+void test_make_temp_dir(char *dir, size_t dir_size, const char *prefix);
+
+/* Runs the volt8 command with `args` (NULL-terminated, without the program name), its stdout and
+ * stderr into `out` and `err` (NUL-terminated, cut to their sizes); returns its exit status, -1 when
+ * it did not exit. Fails the test when it cannot be started. */
+int test_run_volt8(char *const *args, char *out, size_t out_size, char *err, size_t err_size);
+
 #endif
