@@ -57,13 +57,15 @@ volt8_status volt8_open_regular(volt8_ctx *ctx, const char *path, int *out_fd, s
   return volt8_fail(ctx, VOLT8_ERR_IO, "%s: cannot open: %s", path, strerror(error));
 }
 
-static int read_fully(int fd, char *buffer, size_t bytes) {
-  while (bytes > 0) {
-    ssize_t got = read(fd, buffer, bytes);
+int volt8_read_fully_at(int fd, void *buf, size_t size, off_t offset) {
+  uint8_t *bytes = buf;
+  while (size > 0) {
+    ssize_t got = pread(fd, bytes, size, offset);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) return -1;
-    buffer += got;
-    bytes -= (size_t)got;
+    bytes += got;
+    size -= (size_t)got;
+    offset += got;
   }
   return 0;
 }
@@ -82,7 +84,7 @@ volt8_status volt8_read_regular(volt8_ctx *ctx, const char *path, size_t limit, 
                         (long long)info.st_size, limit);
   else if (!(text = malloc((size_t)info.st_size + 1)))
     status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "%s: out of memory for its %lld bytes", path, (long long)info.st_size);
-  else if (read_fully(fd, text, (size_t)info.st_size) != 0)
+  else if (volt8_read_fully_at(fd, text, (size_t)info.st_size, 0) != 0)
     status = volt8_fail(ctx, VOLT8_ERR_IO, "%s: short read of %lld bytes", path, (long long)info.st_size);
   close(fd);
   if (status != VOLT8_OK) {

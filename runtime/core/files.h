@@ -20,6 +20,10 @@ int volt8_open_regular_fd(const char *path, int *out_fd, struct stat *out_info);
  * VOLT8_OK, no message and *out_fd = -1, when path does not exist (ENOENT or ENOTDIR). */
 volt8_status volt8_open_regular(volt8_ctx *ctx, const char *path, int *out_fd, struct stat *out_info, int *out_missing);
 
+/* Reads exactly `size` bytes at `offset` (retrying short and interrupted reads); 0, or -1 on an error
+ * or an early end of file. */
+int volt8_read_fully_at(int fd, void *buf, size_t size, off_t offset);
+
 /* The whole regular file, NUL-terminated, malloc'ed; more than limit bytes is VOLT8_ERR_FORMAT
  * naming its size and the limit. *out_missing as for volt8_open_regular (then *out_text is NULL). */
 volt8_status volt8_read_regular(volt8_ctx *ctx, const char *path, size_t limit, char **out_text, size_t *out_bytes,

@@ -141,19 +141,6 @@ char *volt8_cache_entry_path(const char *dir, const volt8_cache_inputs *inputs, 
   return path;
 }
 
-static int read_fully(int fd, void *buf, size_t size, off_t offset) {
-  uint8_t *bytes = buf;
-  while (size > 0) {
-    ssize_t got = pread(fd, bytes, size, offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return -1;
-    bytes += got;
-    size -= (size_t)got;
-    offset += got;
-  }
-  return 0;
-}
-
 static int write_fully(int fd, const void *buf, size_t size) {
   const uint8_t *bytes = buf;
   while (size > 0) {
@@ -186,7 +173,7 @@ static volt8_status read_entry(const char *path, const volt8_cache_inputs *input
   struct stat info;
   if (volt8_open_regular_fd(path, &fd, &info) != 0) return VOLT8_ERR_NOT_FOUND; /* a FIFO or device is a miss */
   if (info.st_size < HEADER_BYTES ||
-      (uint64_t)info.st_size > MAX_ENTRY_BYTES || read_fully(fd, header, HEADER_BYTES, 0) != 0)
+      (uint64_t)info.st_size > MAX_ENTRY_BYTES || volt8_read_fully_at(fd, header, HEADER_BYTES, 0) != 0)
     goto done;
   size_t name_bytes = get_u32(header + HEADER_NAME_BYTES);
   uint64_t payload_bytes = get_u64(header + HEADER_PAYLOAD_BYTES);
@@ -197,7 +184,7 @@ static volt8_status read_entry(const char *path, const volt8_cache_inputs *input
       name_bytes != strlen(inputs->kernel_name) ||
       payload_bytes == 0 || payload_bytes > MAX_ENTRY_BYTES ||
       (uint64_t)info.st_size != HEADER_BYTES + name_bytes + payload_bytes ||
-      read_fully(fd, name, name_bytes, HEADER_BYTES) != 0 || memcmp(name, inputs->kernel_name, name_bytes) != 0)
+      volt8_read_fully_at(fd, name, name_bytes, HEADER_BYTES) != 0 || memcmp(name, inputs->kernel_name, name_bytes) != 0)
     goto done;
   uint8_t digest[VOLT8_SHA256_BYTES];
   header_digest(header, name, name_bytes, digest);
@@ -225,7 +212,7 @@ static volt8_status read_entry(const char *path, const volt8_cache_inputs *input
     status = VOLT8_ERR_OUT_OF_MEMORY;
     goto done;
   }
-  if (read_fully(fd, payload, (size_t)payload_bytes, (off_t)(HEADER_BYTES + name_bytes)) != 0) goto done;
+  if (volt8_read_fully_at(fd, payload, (size_t)payload_bytes, (off_t)(HEADER_BYTES + name_bytes)) != 0) goto done;
   volt8_sha256_digest(payload, (size_t)payload_bytes, digest);
   if (memcmp(digest, header + HEADER_PAYLOAD_SHA256, sizeof digest) != 0) goto done;
   if (inputs->kind == VOLT8_IMAGE_PTX && ((char *)payload)[payload_bytes - 1] != '\0') goto done;
