@@ -224,7 +224,7 @@ Test(tuning_nearest, nearest_token_count_ties_to_the_smaller) {
     entries[i].m = keys[i];
     snprintf(entries[i].variant, sizeof entries[i].variant, "gate_up.v%d", keys[i]);
   }
-  volt8_tuning_table table = {VOLT8_TUNING_SCHEMA_VERSION, 0, -1, 8, entries};
+  volt8_tuning_table table = {VOLT8_TUNING_SCHEMA_VERSION, 0, -1, 8, entries, 0};
   struct { int32_t tokens, expected; } cases[] = {{1, 1}, {3, 2}, {5, 4}, {6, 4}, {7, 8}, {12, 8}, {13, 16},
                                                   {96, 64}, {97, 128}, {1000, 128}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -238,7 +238,7 @@ Test(tuning_nearest, nearest_token_count_ties_to_the_smaller) {
 
 Test(tuning_nearest, other_top_k_matched_by_routed_pairs) {
   volt8_tuning_entry entries[3] = {{1, "down.a"}, {8, "down.b"}, {64, "down.c"}};
-  volt8_tuning_table table = {VOLT8_TUNING_SCHEMA_VERSION, 10, 1, 3, entries};
+  volt8_tuning_table table = {VOLT8_TUNING_SCHEMA_VERSION, 10, 1, 3, entries, 0};
   cr_assert_eq(volt8_tuning_table_nearest(&table, 16, 5)->m, 8, "16 tokens x 5 = 80 pairs = 8 x 10");
   cr_assert_eq(volt8_tuning_table_nearest(&table, 16, 10)->m, 8, "same top_k: by tokens");
   cr_assert_eq(volt8_tuning_table_nearest(&table, 2, 40)->m, 8, "80 pairs");

@@ -190,6 +190,10 @@ static volt8_status parse_metadata(volt8_ctx *ctx, const cJSON *root, const char
   if (measured && !cJSON_IsBool(measured))
     return volt8_fail(ctx, VOLT8_ERR_FORMAT, "tuning table %s: __metadata__.measured must be true or false", origin);
   table->measured = measured ? cJSON_IsTrue(measured) : -1;
+  const cJSON *experts = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(metadata, "shape"),
+                                                          "num_experts");
+  table->num_experts = cJSON_IsNumber(experts) && experts->valuedouble >= 1 && experts->valuedouble <= 1 << 20
+                           ? (int32_t)experts->valuedouble : 0;
   return VOLT8_OK;
 }
 

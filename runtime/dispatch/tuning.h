@@ -67,6 +67,7 @@ typedef struct volt8_tuning_table {
   int32_t measured;             /* __metadata__.measured: 1, 0, or -1 when absent */
   int32_t count;
   volt8_tuning_entry *entries;  /* ascending M */
+  int32_t num_experts;          /* __metadata__.shape.num_experts in 1..2^20, else 0 (informative only) */
 } volt8_tuning_table;
 
 typedef struct volt8_tuning_match {

@@ -1,7 +1,6 @@
 /* Nearest tabled shape: the dispatch fallback for shapes without a table (tuning_nearest.h). */
 #include "dispatch/tuning_nearest.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -81,17 +80,6 @@ static int32_t gather(const wanted_table *wanted, const char *dir, candidate *ou
   return count;
 }
 
-/* __metadata__.shape.num_experts, or 0 when the table does not say. */
-static int32_t table_experts(const char *text, size_t length) {
-  cJSON *root = cJSON_ParseWithLength(text, length);
-  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "__metadata__"), "shape");
-  const cJSON *experts = cJSON_GetObjectItemCaseSensitive(shape, "num_experts");
-  int32_t value = cJSON_IsNumber(experts) && experts->valuedouble >= 1 && experts->valuedouble <= 1 << 20
-                      ? (int32_t)experts->valuedouble : 0;
-  cJSON_Delete(root);
-  return value;
-}
-
 /* The token count of a table measured at (table_top_k, table_experts) with the routed pairs per
  * expert that num_tokens gives at (top_k, experts). */
 static int32_t scaled_tokens(int32_t num_tokens, int32_t top_k, int32_t experts, int32_t table_top_k,
@@ -132,7 +120,7 @@ static int try_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *ta
       volt8_tuning_warn(origin, "%s; it was skipped", scratch->last_error);
     } else {
       int32_t table_top_k = table.top_k > 0 ? table.top_k : top_k;
-      int32_t tokens = scaled_tokens(num_tokens, top_k, shape->num_experts, table_top_k, table_experts(text, length));
+      int32_t tokens = scaled_tokens(num_tokens, top_k, shape->num_experts, table_top_k, table.num_experts);
       const volt8_tuning_entry *entry = volt8_tuning_table_nearest(&table, tokens, table_top_k);
       if (!volt8_dispatch_family_emulated(ctx->target_arch, entry->variant) && listed(names, count, entry->variant)) {
         volt8_tuning_match_set(out_match, VOLT8_TUNING_SOURCE_NEAREST, entry, origin);
