@@ -1,5 +1,6 @@
 """Context: a volt8_ctx (device, kernel cache, last-error message)."""
 import ctypes
+import os
 import threading
 import weakref
 
@@ -45,13 +46,13 @@ class Context:
                  nvrtc_dirs=None):
         library = load()
         self.device = device_ordinal(device)
-        if nvrtc_dirs is not None and not isinstance(nvrtc_dirs, str):
-            nvrtc_dirs = ":".join(str(folder) for folder in nvrtc_dirs)
-        elif nvrtc_dirs is None:
+        if nvrtc_dirs is None:
             nvrtc_dirs = _nvrtc.search_dirs()
+        elif not isinstance(nvrtc_dirs, (str, bytes, os.PathLike)):
+            nvrtc_dirs = ":".join(os.fsdecode(folder) for folder in nvrtc_dirs)
         options = _abi.CtxOptions(device=self.device, cache_dir=c_path(cache_dir, "cache_dir"),
                                   cache_disable=int(bool(cache_disable)), target_arch=c_string(target_arch, "target_arch"),
-                                  early_launch_disable=int(not early_launch), nvrtc_dirs=c_string(nvrtc_dirs, "nvrtc_dirs"))
+                                  early_launch_disable=int(not early_launch), nvrtc_dirs=c_path(nvrtc_dirs, "nvrtc_dirs"))
         handle = ctypes.c_void_p()
         check(library.volt8_ctx_create(ctypes.byref(options), ctypes.byref(handle)), "volt8_ctx_create")
         self._handle = handle.value
