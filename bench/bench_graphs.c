@@ -46,26 +46,25 @@ void bench_graph_set_destroy(bench_graph_set *graphs) {
 static volt8_status capture_chain(volt8_ctx *ctx, volt8_experts *experts, const bench_inputs *inputs, int32_t first,
                                   int32_t chain, CUstream stream, CUgraphExec *out) {
   const volt8_cuda_driver *cuda = volt8_tools_ctx(ctx).cuda;
-  CUresult result = cuda->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-  if (result != CUDA_SUCCESS) return volt8_fail(ctx, VOLT8_ERR_CUDA, "bench --chain: cuStreamBeginCapture failed (%d)", (int)result);
-  volt8_status status = VOLT8_OK;
+  volt8_status status = volt8_cuda_check(ctx, cuda->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                                         "bench --chain: ", "cuStreamBeginCapture");
+  if (status != VOLT8_OK) return status;
   for (int32_t i = 0; i < chain && status == VOLT8_OK; i++) {
     volt8_moe_args args = forward_args(inputs, first + i);
     status = volt8_moe_forward(experts, &args, stream);
   }
   CUgraph graph = NULL;
-  result = cuda->cuStreamEndCapture(stream, &graph); /* always ended, so the stream is usable again */
-  if (status == VOLT8_OK && result != CUDA_SUCCESS)
-    status = volt8_fail(ctx, VOLT8_ERR_CUDA, "bench --chain: cuStreamEndCapture failed (%d)", (int)result);
-  if (status == VOLT8_OK && (result = cuda->cuGraphInstantiate(out, graph, 0)) != CUDA_SUCCESS)
-    status = volt8_fail(ctx, VOLT8_ERR_CUDA, "bench --chain: cuGraphInstantiate failed (%d)", (int)result);
+  CUresult ended = cuda->cuStreamEndCapture(stream, &graph); /* always ended, so the stream is usable again */
+  if (status == VOLT8_OK) status = volt8_cuda_check(ctx, ended, "bench --chain: ", "cuStreamEndCapture");
+  if (status == VOLT8_OK)
+    status = volt8_cuda_check(ctx, cuda->cuGraphInstantiate(out, graph, 0), "bench --chain: ", "cuGraphInstantiate");
   if (graph) cuda->cuGraphDestroy(graph);
   return status;
 }
 
 volt8_status bench_chain_set_capture(volt8_ctx *ctx, volt8_experts *experts, const bench_inputs *inputs, int32_t chain,
                                      CUstream stream, bench_chain_set *out) {
-  *out = (bench_chain_set){volt8_tools_ctx(ctx).cuda, NULL, 0, chain};
+  *out = (bench_chain_set){ctx, NULL, 0, chain};
   if (chain < 1 || inputs->count < chain)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "bench --chain %d: only %d input sets", chain, inputs->count);
   int32_t graphs = inputs->count / chain;
@@ -81,13 +80,12 @@ volt8_status bench_chain_set_capture(volt8_ctx *ctx, volt8_experts *experts, con
 
 volt8_status bench_chain_set_launch(void *user, int32_t set, CUstream stream) {
   const bench_chain_set *chains = user;
-  CUresult result = chains->cuda->cuGraphLaunch(chains->execs[set], stream);
-  return result == CUDA_SUCCESS ? VOLT8_OK
-                                : volt8_fail(NULL, VOLT8_ERR_CUDA, "bench --chain: cuGraphLaunch failed (%d)", (int)result);
+  return volt8_cuda_check(chains->ctx, volt8_tools_ctx(chains->ctx).cuda->cuGraphLaunch(chains->execs[set], stream),
+                          "bench --chain: ", "cuGraphLaunch");
 }
 
 void bench_chain_set_destroy(bench_chain_set *chains) {
-  for (int32_t g = 0; g < chains->count; g++) chains->cuda->cuGraphExecDestroy(chains->execs[g]);
+  for (int32_t g = 0; g < chains->count; g++) volt8_tools_ctx(chains->ctx).cuda->cuGraphExecDestroy(chains->execs[g]);
   free(chains->execs);
   chains->execs = NULL;
   chains->count = 0;

@@ -23,7 +23,7 @@ void bench_graph_set_destroy(bench_graph_set *graphs);
  * forward of a replay has its own routing and finds its experts' weights cold, as the draft steps
  * of an engine's graph do. */
 typedef struct bench_chain_set {
-  const volt8_cuda_driver *cuda;
+  volt8_ctx *ctx;
   CUgraphExec *execs;
   int32_t count, chain;
 } bench_chain_set;

@@ -190,8 +190,10 @@ static volt8_status time_volt8(bench_state *state, const bench_inputs *inputs, c
  * are NaN), without a reference of its own (only set 0 has one). */
 static volt8_status check_written(volt8_ctx *ctx, const bench_inputs *inputs, int32_t index, uint16_t *scratch) {
   size_t values = (size_t)inputs->num_tokens * inputs->hidden;
-  CUresult result = volt8_tools_ctx(ctx).cuda->cuMemcpyDtoH(scratch, inputs->sets[index].d_out, values * sizeof *scratch);
-  if (result != CUDA_SUCCESS) return volt8_fail(ctx, VOLT8_ERR_CUDA, "bench --chain: cuMemcpyDtoH failed (%d)", (int)result);
+  volt8_status status = volt8_cuda_check(
+      ctx, volt8_tools_ctx(ctx).cuda->cuMemcpyDtoH(scratch, inputs->sets[index].d_out, values * sizeof *scratch),
+      "bench --chain: ", "cuMemcpyDtoH");
+  if (status != VOLT8_OK) return status;
   for (size_t i = 0; i < values; i++)
     if ((scratch[i] & 0x7C00u) == 0x7C00u)
       return volt8_fail(ctx, VOLT8_ERR_INTERNAL, "bench --chain: forward %d of the chain left output value %zu not finite",
@@ -205,7 +207,7 @@ static volt8_status time_chained(bench_state *state, const bench_inputs *inputs,
                                  bench_method_result *result) {
   volt8_ctx *ctx = state->ctx;
   int32_t chain = state->options->chain;
-  bench_chain_set chains = {volt8_tools_ctx(ctx).cuda, NULL, 0, chain};
+  bench_chain_set chains = {ctx, NULL, 0, chain};
   uint16_t *scratch = malloc((size_t)inputs->num_tokens * inputs->hidden * sizeof *scratch);
   volt8_status status = scratch ? VOLT8_OK : volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench --chain: out of memory");
   if (status == VOLT8_OK) status = bench_chain_set_capture(ctx, state->experts, inputs, chain, state->gpu.stream, &chains);
