@@ -261,6 +261,9 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
     ctx->early_launch = volt8_early_launch_usable(ctx->target_arch, driver_version, ctx->cuda->cuLaunchKernelEx != NULL,
                                                   disabled);
   }
+  /* The one-launch forward stands in for early launch where the target has none (before sm_80 only,
+   * so the sm_80+ paths stay as they are). */
+  ctx->single_launch = ctx->target_arch < 80 && !volt8_env_is_one("VOLT8_SINGLE_LAUNCH_DISABLE");
   *out_ctx = ctx;
   return VOLT8_OK;
 }
