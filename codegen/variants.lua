@@ -389,7 +389,7 @@ local function single_description(s)
     ENTRY = entry, THREADS = SINGLE_THREADS, HIDDEN = s.hidden, INTERMEDIATE = s.intermediate,
     NUM_EXPERTS = s.num_experts, SCALE_BN = s.block_n, MIN_BLOCKS = 3,
     GATE_LANES = SINGLE_GATE_LANES,
-    GATE_UNROLL = math.min(ceil_div(gate.k // 16, SINGLE_GATE_LANES), 6),
+    GATE_UNROLL = math.min(ceil_div(gate.k // 16, SINGLE_GATE_LANES), 5),
     GATE_K_BLOCKS = (gate.scale_k_offset + gate.k - 1) // s.block_k + 1,
     GATE_SCALE_ROW_OFFSET = gate.scale_row_offset, GATE_SCALE_ROW_STRIDE = gate.scale_row_stride,
     GATE_SCALE_HALF_STRIDE = gate.scale_half_stride, GATE_SCALE_EXPERT_STRIDE = gate.scale_expert_stride,
