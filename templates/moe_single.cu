@@ -9,9 +9,10 @@
 // took their tickets before it, so they run on CTAs already started, and they wait on nothing: the
 // wait always ends, whatever order the hardware starts CTAs in. The CTA that stores the last z of a
 // token's column tile sums the token's z rows there, in pair order, as the reduce kernel does (and
-// sets that tile's arrival counter back to zero). The CTA that writes the forward's last tile of out
-// sets the ticket, tile and h counters back to zero, so every forward starts from zeros; no other
-// CTA waits for a counter once it has its ticket, so a CTA ends as soon as its item is done.
+// sets that tile's arrival counter back to zero). Every counter goes back to zero in the launch
+// that used it, so every forward starts from zeros: the ticket counter by the CTA that takes the last
+// ticket, the tile count and the h counts by the CTA that writes the forward's last tile of out (by
+// then every item that reads or adds to them is done).
 // Only instructions sm_70 has: volatile loads to poll, __threadfence, 32-bit atomics, L2 loads of
 // what this launch wrote.
 #define VOLT8_MAY_START_EARLY 0
@@ -242,22 +243,16 @@ static __device__ void reduce_tile(int token, int tile, const int *topk_ids, int
 }
 
 // After the CTA wrote out for one (token, column tile): the CTA that writes the forward's last one
-// waits until every CTA has taken its ticket (the CTAs still to start hold items of bad ids, which
-// wait for nothing and read no counter), then sets the counters back to zero.
+// sets the tile count and the h counts back to zero. Every down item of a live pair has arrived by
+// then, so it polls no h count any more, and the gate_up items of live pairs have all counted (the
+// downs waited for them); the items of bad ids never touch either.
 static __device__ void tile_written(int *flags, int num_tokens, int num_pairs, int *last_shared) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    const int last = atomicAdd(flags + 1, 1) + 1 == num_tokens * kDownTiles;
-    if (last) {
-      while (load_volatile(flags) < (int)gridDim.x) {
-      }
-    }
-    *last_shared = last;
-  }
+  if (threadIdx.x == 0) *last_shared = atomicAdd(flags + 1, 1) + 1 == num_tokens * kDownTiles;
   __syncthreads();
   if (*last_shared) {
     for (int i = (int)threadIdx.x; i < num_pairs; i += kThreads) flags[2 + i] = 0;
-    if (threadIdx.x == 0) flags[0] = flags[1] = 0;
+    if (threadIdx.x == 0) flags[1] = 0;
   }
 }
 
@@ -350,7 +345,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   // flags: [0] the next ticket, [1] tiles of out written, [2 + pair] gate_up items of the pair done.
   int *h_ready = flags + 2;
   const int num_pairs = num_tokens * top_k;
-  if (threadIdx.x == 0) item_shared = atomicAdd(flags, 1);
+  if (threadIdx.x == 0) {
+    const int ticket = atomicAdd(flags, 1);
+    if (ticket == (int)gridDim.x - 1) flags[0] = 0;  // the last ticket: no CTA of this launch takes another
+    item_shared = ticket;
+  }
   __syncthreads();
   const int item = item_shared;
   const int gate_items = num_pairs * kGateTiles;
