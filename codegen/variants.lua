@@ -14,6 +14,7 @@ local REDUCE_THREADS = 128
 local SINGLE_THREADS = 256
 local SINGLE_GATE_LANES = 32
 local SINGLE_DOWN_LANES = 2
+local SINGLE_MIN_BLOCKS = 3  -- CTAs an SM must hold: 80 registers a thread at most
 
 variants.DEFAULT_SHAPE = {
   hidden = 2560, intermediate = 160, num_experts = 512, block_n = 128, block_k = 128, intermediate_offset = 32,
@@ -387,7 +388,7 @@ local function single_description(s)
   local entry = "volt8_single__" .. variants.shape_key(s)
   local values = {
     ENTRY = entry, THREADS = SINGLE_THREADS, HIDDEN = s.hidden, INTERMEDIATE = s.intermediate,
-    NUM_EXPERTS = s.num_experts, SCALE_BN = s.block_n, MIN_BLOCKS = 3,
+    NUM_EXPERTS = s.num_experts, SCALE_BN = s.block_n, MIN_BLOCKS = SINGLE_MIN_BLOCKS,
     GATE_LANES = SINGLE_GATE_LANES,
     GATE_UNROLL = math.min(ceil_div(gate.k // 16, SINGLE_GATE_LANES), 5),
     GATE_K_BLOCKS = (gate.scale_k_offset + gate.k - 1) // s.block_k + 1,

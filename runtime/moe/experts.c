@@ -37,7 +37,7 @@ struct volt8_experts {
   CUdeviceptr workspace;
   CUdeviceptr sorted_pairs, items_gate_up, items_down, counters, h, z;
   /* (token, column tile) counters of a down that fuses the reduce, and the one-launch forward's
-   * ticket, done and per-pair counters: zero between forwards */
+   * ticket, tile and per-pair h counters: zero between forwards */
   CUdeviceptr arrivals, flags;
   size_t workspace_bytes;
   loaded_kernel kernels[VOLT8_MAX_LOADED_KERNELS];
