@@ -3,16 +3,20 @@
 // kGateLanes lanes per row, down.cc.bm1 with kDownLanes lanes per row and the reduce form them
 // (same products, sums and order, so the same bits).
 //
-// Each CTA takes one work item from a ticket counter: first every gate_up item (kGateColumns columns
-// of one pair's h), then every down item (kDownColumns columns of one pair's z). A down item
-// requests its weights, then waits until all gate_up items of its pair have stored h. Those items
-// took their tickets before it, so they run on CTAs already started, and they wait on nothing: the
-// wait always ends, whatever order the hardware starts CTAs in. The CTA that stores the last z of a
+// CTAs take work items from a ticket counter, one after the other, until the tickets run out: first
+// every gate_up item (kGateColumns columns of one pair's h), then every down item (kDownColumns
+// columns of one pair's z). A CTA asks for its next ticket once the loads of its item are in flight,
+// so the atomic's round trip overlaps them (and a down item's poll). A down item requests its weights, then waits until all gate_up items
+// of its pair have stored h. Those items have smaller tickets, so they are held by CTAs already
+// running, which either run them or first finish an earlier gate_up item; gate_up items wait on
+// nothing, so the wait always ends, whatever order the hardware starts CTAs in and however few fit.
+// The grid is the runtime's choice (as many CTAs as fit, or one per item). The CTA that stores the last z of a
 // token's column tile sums the token's z rows there, in pair order, as the reduce kernel does (and
 // sets that tile's arrival counter back to zero). Every counter goes back to zero in the launch
 // that used it, so every forward starts from zeros: the ticket counter by the CTA that takes the last
-// ticket, the tile count and the h counts by the CTA that writes the forward's last tile of out (by
-// then every item that reads or adds to them is done).
+// ticket (each CTA takes one past the items, to learn it is done), the tile count and the h counts by
+// the CTA that writes the forward's last tile of out (by then every item that reads or adds to them
+// is done).
 // Only instructions sm_70 has: volatile loads to poll, __threadfence, 32-bit atomics, L2 loads of
 // what this launch wrote.
 #define VOLT8_MAY_START_EARLY 0
@@ -60,6 +64,14 @@ static_assert(32 % kGateLanes == 0 && 32 % kDownLanes == 0, "lane groups inside 
 static_assert(kDownColumns >= 32 && kDownColumns % 32 == 0, "a down tile covers whole arrival tiles");
 }  // namespace
 
+// The thread's index, read where it is used: in the item loop the compiler then keeps nothing derived
+// from it in registers from one item to the next (which made the loop spill).
+static __device__ __forceinline__ int thread_index() {
+  int index;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(index));
+  return index;
+}
+
 // Loads of what other CTAs of this launch wrote (h, z): through L2, never the read-only path or L1.
 static __device__ __forceinline__ uint4 load_l2(const unsigned short *address) {
   uint4 value;
@@ -89,14 +101,14 @@ static __device__ __forceinline__ void stage_row(float4 *x_tile, int chunks, con
     uint4 raw[kGroup];
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
-      const int vector = (start + g) * kThreads + (int)threadIdx.x;
+      const int vector = (start + g) * kThreads + thread_index();
       raw[g] = vector >= kVectors ? zero_uint4()
                : kProduced        ? load_l2(row + vector * 8)
                                   : *reinterpret_cast<const uint4 *>(row + vector * 8);
     }
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
-      const int vector = (start + g) * kThreads + (int)threadIdx.x;
+      const int vector = (start + g) * kThreads + thread_index();
       if (vector < kVectors) store_x_vector(x_tile, chunks, 0, vector, raw[g]);
     }
   }
@@ -139,7 +151,7 @@ struct ScaleStage {
   __device__ __forceinline__ void load(Address scale_of) {
 #pragma unroll
     for (int i = 0; i < kIterations; ++i) {
-      const int index = i * kThreads + (int)threadIdx.x;
+      const int index = i * kThreads + thread_index();
       const unsigned short *address = index < kCount ? scale_of(index) : nullptr;
       bits[i] = address ? *address : (unsigned short)0;
     }
@@ -147,21 +159,38 @@ struct ScaleStage {
   __device__ __forceinline__ void store(float *scale_tile) const {
 #pragma unroll
     for (int i = 0; i < kIterations; ++i) {
-      const int index = i * kThreads + (int)threadIdx.x;
+      const int index = i * kThreads + thread_index();
       if (index < kCount) scale_tile[index] = half_to_float(bits[i]);
     }
   }
 };
 
+// Thread 0 asks for the CTA's next ticket (the other threads get 0); publish_ticket stores it in
+// *ticket_shared, read after the CTA's next barrier. The launch's last ticket (each CTA takes one past
+// the items, its last) zeroes the counter, since no CTA takes another.
+static __device__ __forceinline__ int request_ticket(int *flags) { return thread_index() == 0 ? atomicAdd(flags, 1) : 0; }
+
+static __device__ __forceinline__ void publish_ticket(int *flags, int items, int ticket, int *ticket_shared) {
+  if (thread_index() != 0) return;
+  if (ticket == items + (int)gridDim.x - 1) flags[0] = 0;
+  *ticket_shared = ticket;
+}
+
+static __device__ __forceinline__ void take_ticket(int *flags, int items, int *ticket_shared) {
+  publish_ticket(flags, items, request_ticket(flags), ticket_shared);
+}
+
 // h[pair][column] for kGateColumns columns: lanes of a group take chunks lane, lane + kGateLanes, ...
 // in that order, as gate_up.cc.bm1 does; each chunk's raw sum is scaled and accumulated.
-static __device__ void gate_up_item(int item, float4 *x_tile, float *scale_tile, const unsigned short *x, const unsigned char *w13,
-                                    const unsigned short *s13, const int *topk_ids, int top_k, unsigned short *h,
-                                    int *h_ready) {
+// Takes the CTA's next ticket on every path, once its own loads are in flight.
+static __device__ void gate_up_item(int item, int items, int *ticket_shared, float4 *x_tile, float *scale_tile,
+                                    const unsigned short *x, const unsigned char *w13, const unsigned short *s13,
+                                    const int *topk_ids, int top_k, unsigned short *h, int *flags) {
+  int *h_ready = flags + 2;
   const int pair = item / kGateTiles;
   const int expert = topk_ids[pair];
-  if (!expert_id_valid(expert, kNumExperts)) return;  // its h is never read
-  const int group = (int)threadIdx.x / kGateLanes, lane_in_row = (int)threadIdx.x % kGateLanes;
+  if (!expert_id_valid(expert, kNumExperts)) return take_ticket(flags, items, ticket_shared);  // its h is never read
+  const int group = thread_index() / kGateLanes, lane_in_row = thread_index() % kGateLanes;
   const int column = (item % kGateTiles) * kGateColumns + group;
   const bool valid = column < kInter;
   const unsigned char *rows[2];
@@ -171,6 +200,7 @@ static __device__ void gate_up_item(int item, float4 *x_tile, float *scale_tile,
   // the scales are staged. Chunks past the row read as zeros and are skipped.
   uint4 raw[kGateUnroll][2];
   gate_load_batch(raw, rows, valid, lane_in_row);
+  const int ticket = request_ticket(flags);
   const int column0 = (item % kGateTiles) * kGateColumns;
   ScaleStage<kGateScales> scales;
   scales.load([&](int index) -> const unsigned short * {
@@ -181,6 +211,7 @@ static __device__ void gate_up_item(int item, float4 *x_tile, float *scale_tile,
   });
   stage_row<false, kHidden / 8>(x_tile, kGateChunks, x + (long long)(pair / top_k) * kHidden);
   scales.store(scale_tile);
+  publish_ticket(flags, items, ticket, ticket_shared);
   __syncthreads();
   float acc[2] = {0.0f, 0.0f};
   for (int base = lane_in_row;; ) {
@@ -205,7 +236,7 @@ static __device__ void gate_up_item(int item, float4 *x_tile, float *scale_tile,
   if (lane_in_row == 0 && valid) h[(long long)pair * kInter + column] = float_to_half(silu_times(gate, up));
   // The CTA's stores, then one fence and the count (the order cooperative groups' grid sync uses).
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (thread_index() == 0) {
     __threadfence();
     atomicAdd(h_ready + pair, 1);
   }
@@ -222,8 +253,8 @@ static __device__ __forceinline__ int live_pairs(const int *topk_ids, long long 
 // exactly as the reduce kernel sums them; zeros for a token with no live pair.
 static __device__ void reduce_tile(int token, int tile, const int *topk_ids, int top_k, const float *z,
                                    unsigned short *out) {
-  const int column = tile * kDownColumns + (int)threadIdx.x;
-  if ((int)threadIdx.x >= kDownColumns || column >= kHidden) return;
+  const int column = tile * kDownColumns + thread_index();
+  if (thread_index() >= kDownColumns || column >= kHidden) return;
   const long long first_pair = (long long)token * top_k;
   float sum = 0.0f;
   for (int batch = 0; batch < top_k; batch += kBatch) {
@@ -248,17 +279,19 @@ static __device__ void reduce_tile(int token, int tile, const int *topk_ids, int
 // downs waited for them); the items of bad ids never touch either.
 static __device__ void tile_written(int *flags, int num_tokens, int num_pairs, int *last_shared) {
   __syncthreads();
-  if (threadIdx.x == 0) *last_shared = atomicAdd(flags + 1, 1) + 1 == num_tokens * kDownTiles;
+  if (thread_index() == 0) *last_shared = atomicAdd(flags + 1, 1) + 1 == num_tokens * kDownTiles;
   __syncthreads();
   if (*last_shared) {
-    for (int i = (int)threadIdx.x; i < num_pairs; i += kThreads) flags[2 + i] = 0;
-    if (threadIdx.x == 0) flags[1] = 0;
+    for (int i = thread_index(); i < num_pairs; i += kThreads) flags[2 + i] = 0;
+    if (thread_index() == 0) flags[1] = 0;
   }
 }
 
 // z[pair][column] = topk_weights[pair] * (h[pair] . W2[e][column]) for kDownColumns columns, as
 // down.cc.bm1 forms it; then the tile's arrival, and the token's sum by the CTA that completes it.
-static __device__ void down_item(int item, float4 *x_tile, float *scale_tile, const unsigned char *w2, const unsigned short *s2,
+// Takes the CTA's next ticket on every path, once its own loads are in flight.
+static __device__ void down_item(int item, int items, int *ticket_shared, float4 *x_tile, float *scale_tile,
+                                 const unsigned char *w2, const unsigned short *s2,
                                  const int *topk_ids, const float *topk_weights, int top_k, const unsigned short *h,
                                  int *flags, int num_tokens, float *z, unsigned short *out, int *arrivals,
                                  int *last_shared) {
@@ -268,6 +301,7 @@ static __device__ void down_item(int item, float4 *x_tile, float *scale_tile, co
   const long long first_pair = (long long)token * top_k;
   const int expert = topk_ids[pair];
   if (!expert_id_valid(expert, kNumExperts)) {
+    take_ticket(flags, items, ticket_shared);
     // A token with no live pair still gets its zeros, from the items of its first pair.
     if (pair == first_pair && live_pairs(topk_ids, first_pair, top_k) == 0) {
       reduce_tile(token, tile, topk_ids, top_k, z, out);
@@ -275,7 +309,7 @@ static __device__ void down_item(int item, float4 *x_tile, float *scale_tile, co
     }
     return;
   }
-  const int group = (int)threadIdx.x / kDownLanes, lane_in_row = (int)threadIdx.x % kDownLanes;
+  const int group = thread_index() / kDownLanes, lane_in_row = thread_index() % kDownLanes;
   const int column = tile * kDownColumns + group;
   const bool valid = column < kHidden;
   const unsigned char *row = w2 + expert * kDownExpertBytes + (long long)column * kInter;
@@ -290,11 +324,13 @@ static __device__ void down_item(int item, float4 *x_tile, float *scale_tile, co
     if (scale_column >= kHidden) return nullptr;
     return s2 + expert * kDownScaleExpertStride + (scale_column / kScaleBlockN) * kDownScaleRowStride + index % kDownKBlocks;
   });
-  if (threadIdx.x == 0) {
+  const int ticket = request_ticket(flags);  // in flight while the h count is polled
+  if (thread_index() == 0) {
     while (load_volatile(h_ready + pair) < kGateTiles) {
     }
     __threadfence();
   }
+  publish_ticket(flags, items, ticket, ticket_shared);
   __syncthreads();
   stage_row<true, kInter / 8>(x_tile, kDownChunks, h + (long long)pair * kInter);
   scales.store(scale_tile);
@@ -318,7 +354,7 @@ static __device__ void down_item(int item, float4 *x_tile, float *scale_tile, co
   const float sum = lane_group_sum(acc, kDownLanes);
   if (lane_in_row == 0 && valid) z[(long long)pair * kHidden + column] = topk_weights[pair] * sum;
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (thread_index() == 0) {
     int *arrival = arrivals + (long long)token * kArrivalTiles + tile;
     __threadfence();
     const int last = atomicAdd(arrival, 1) + 1 == live_pairs(topk_ids, first_pair, top_k);
@@ -343,22 +379,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   __shared__ float scale_tile[kScaleTile];
   __shared__ int item_shared, last_shared;
   // flags: [0] the next ticket, [1] tiles of out written, [2 + pair] gate_up items of the pair done.
-  int *h_ready = flags + 2;
   const int num_pairs = num_tokens * top_k;
-  if (threadIdx.x == 0) {
-    const int ticket = atomicAdd(flags, 1);
-    if (ticket == (int)gridDim.x - 1) flags[0] = 0;  // the last ticket: no CTA of this launch takes another
-    item_shared = ticket;
-  }
+  const int gate_items = num_pairs * kGateTiles, items = gate_items + num_pairs * kDownTiles;
+  take_ticket(flags, items, &item_shared);
   __syncthreads();
-  const int item = item_shared;
-  const int gate_items = num_pairs * kGateTiles;
-  // Stores (never adds) the bad-id count, as the reduce kernel does.
-  if (item == 0) store_bad_id_count(topk_ids, num_pairs, kNumExperts, counters + 2);
-  if (item < gate_items) {
-    gate_up_item(item, x_tile, scale_tile, x, w13, s13, topk_ids, top_k, h, h_ready);
-  } else if (item < gate_items + num_pairs * kDownTiles) {
-    down_item(item - gate_items, x_tile, scale_tile, w2, s2, topk_ids, topk_weights, top_k, h, flags, num_tokens, z, out,
-              arrivals, &last_shared);
+  for (int item = item_shared; item < items;) {
+    __syncthreads();  // every thread has read item_shared: the item may take the next ticket into it
+    // Stores (never adds) the bad-id count, as the reduce kernel does.
+    if (item == 0) store_bad_id_count(topk_ids, num_pairs, kNumExperts, counters + 2);
+    if (item < gate_items) {
+      gate_up_item(item, items, &item_shared, x_tile, scale_tile, x, w13, s13, topk_ids, top_k, h, flags);
+    } else {
+      down_item(item - gate_items, items, &item_shared, x_tile, scale_tile, w2, s2, topk_ids, topk_weights, top_k, h,
+                flags, num_tokens, z, out, arrivals, &last_shared);
+    }
+    __syncthreads();  // the next ticket is in item_shared, and the tiles are free again
+    item = item_shared;
   }
 }

@@ -148,6 +148,8 @@ Test(codegen, single_launch_tiles_match_the_launcher) {
   snprintf(line, sizeof line, "constexpr int kDownLanes = %d;", source.threads / VOLT8_SINGLE_DOWN_COLUMNS);
   cr_expect(strstr(source.source, line) != NULL, "no %s", line);
   cr_expect(strstr(source.source, "\n#define VOLT8_MAY_START_EARLY 0") != NULL, "the one-launch forward may start early");
+  snprintf(line, sizeof line, "__launch_bounds__(kThreads, %d)", VOLT8_SINGLE_CTAS_PER_SM);
+  cr_expect(strstr(source.source, line) != NULL, "no %s", line);
   volt8_kernel_source_free(&source);
   /* Offered exactly where the launcher's rule says it fits, on both sides of the largest hidden. */
   int offered = 0, refused = 0;
@@ -163,6 +165,26 @@ Test(codegen, single_launch_tiles_match_the_launcher) {
   shape.hidden = 12288;
   cr_expect_eq(volt8_codegen_emit(ctx, &shape, "single", &source), VOLT8_ERR_CODEGEN);
   cr_expect(strstr(volt8_last_error(ctx), "shared memory") != NULL, "%s", volt8_last_error(ctx));
+  volt8_ctx_destroy(ctx);
+}
+
+/* The one-launch forward serves targets before sm_80 unless turned off; its grid follows the
+ * environment (read when the context is made). */
+Test(codegen, single_launch_follows_the_target_and_the_environment) {
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  cr_expect_eq(ctx->single_launch, 1);
+  cr_expect_eq(ctx->single_ctas_per_sm, VOLT8_SINGLE_CTAS_PER_SM);
+  volt8_ctx_destroy(ctx);
+  ctx = test_cpu_ctx("sm_90");
+  cr_expect_eq(ctx->single_launch, 0);
+  volt8_ctx_destroy(ctx);
+  setenv("VOLT8_SINGLE_LAUNCH_DISABLE", "1", 1);
+  setenv("VOLT8_SINGLE_LAUNCH_CTAS", "0", 1);
+  ctx = test_cpu_ctx(NULL);
+  unsetenv("VOLT8_SINGLE_LAUNCH_DISABLE");
+  unsetenv("VOLT8_SINGLE_LAUNCH_CTAS");
+  cr_expect_eq(ctx->single_launch, 0);
+  cr_expect_eq(ctx->single_ctas_per_sm, 0);
   volt8_ctx_destroy(ctx);
 }
 

@@ -333,7 +333,7 @@ int volt8_experts_single_launch(const volt8_experts *experts, int32_t num_tokens
 }
 
 /* gate_up items (VOLT8_SINGLE_GATE_COLUMNS columns of h) then down items (VOLT8_SINGLE_DOWN_COLUMNS
- * of z) of every pair, one CTA each. */
+ * of z) of every pair, taken in turn by as many CTAs as fit the SMs (or one CTA an item). */
 static volt8_status launch_single(volt8_experts *experts, const volt8_moe_args *args, int capturing, CUstream stream) {
   const loaded_kernel *single;
   volt8_status status = get_kernel(experts, "single", capturing, VOLT8_OP_SINGLE, &single);
@@ -349,7 +349,8 @@ static volt8_status launch_single(volt8_experts *experts, const volt8_moe_args *
   unsigned gate_tiles = (unsigned)(experts->shape.intermediate + VOLT8_SINGLE_GATE_COLUMNS - 1) / VOLT8_SINGLE_GATE_COLUMNS;
   unsigned down_tiles = (unsigned)(experts->shape.hidden + VOLT8_SINGLE_DOWN_COLUMNS - 1) / VOLT8_SINGLE_DOWN_COLUMNS;
   unsigned items = (unsigned)(args->num_tokens * args->top_k) * (gate_tiles + down_tiles);
-  return launch(experts->ctx, single, items, 1, stream, params, 0);
+  unsigned ctas = (unsigned)experts->ctx->single_ctas_per_sm * (unsigned)experts->ctx->sm_count;
+  return launch(experts->ctx, single, ctas > 0 && ctas < items ? ctas : items, 1, stream, params, 0);
 }
 
 volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *args, void *stream) {
