@@ -35,6 +35,8 @@ constexpr int kGateTiles = (kInter + kGateColumns - 1) / kGateColumns;
 constexpr int kGateChunks = kHidden / 16;
 constexpr int kGateUnroll = @{GATE_UNROLL};
 constexpr int kGateKBlocks = @{GATE_K_BLOCKS};
+// Whole batches cover the row exactly: no chunk past it is ever asked for, so none is tested.
+constexpr bool kGateExact = kGateChunks % (kGateUnroll * kGateLanes) == 0;
 constexpr long long kGateExpertBytes = 2LL * kInter * kHidden;
 constexpr int kGateScaleRowOffset = @{GATE_SCALE_ROW_OFFSET};
 constexpr int kGateScaleRowStride = @{GATE_SCALE_ROW_STRIDE};
@@ -47,6 +49,7 @@ constexpr int kDownTiles = (kHidden + kDownColumns - 1) / kDownColumns;
 constexpr int kDownChunks = kInter / 16;
 constexpr int kDownUnroll = @{DOWN_UNROLL};
 constexpr int kDownKBlocks = @{DOWN_K_BLOCKS};
+constexpr bool kDownExact = kDownChunks % (kDownUnroll * kDownLanes) == 0;
 constexpr long long kDownExpertBytes = (long long)kHidden * kInter;
 constexpr int kDownScaleKOffset = @{DOWN_SCALE_K_OFFSET};
 constexpr int kDownScaleRowStride = @{DOWN_SCALE_ROW_STRIDE};
@@ -127,7 +130,9 @@ static __device__ __forceinline__ void gate_load_batch(uint4 (&raw)[kGateUnroll]
   for (int u = 0; u < kGateUnroll; ++u) {
     const int chunk = base + u * kGateLanes;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) raw[u][r] = valid && chunk < kGateChunks ? load_weights_16(rows[r] + chunk * 16) : zero_uint4();
+    for (int r = 0; r < 2; ++r) {
+      raw[u][r] = valid && (kGateExact || chunk < kGateChunks) ? load_weights_16(rows[r] + chunk * 16) : zero_uint4();
+    }
   }
 }
 
@@ -136,7 +141,7 @@ static __device__ __forceinline__ void down_load_batch(uint4 (&raw)[kDownUnroll]
 #pragma unroll
   for (int u = 0; u < kDownUnroll; ++u) {
     const int chunk = base + u * kDownLanes;
-    raw[u] = valid && chunk < kDownChunks ? load_weights_16(row + chunk * 16) : zero_uint4();
+    raw[u] = valid && (kDownExact || chunk < kDownChunks) ? load_weights_16(row + chunk * 16) : zero_uint4();
   }
 }
 
@@ -218,7 +223,7 @@ static __device__ void gate_up_item(int item, int items, int *ticket_shared, flo
 #pragma unroll
     for (int u = 0; u < kGateUnroll; ++u) {
       const int chunk = base + u * kGateLanes;
-      if (chunk < kGateChunks) {
+      if (kGateExact || chunk < kGateChunks) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float w[16];
@@ -340,7 +345,7 @@ static __device__ void down_item(int item, int items, int *ticket_shared, float4
 #pragma unroll
     for (int u = 0; u < kDownUnroll; ++u) {
       const int chunk = base + u * kDownLanes;
-      if (chunk < kDownChunks) {
+      if (kDownExact || chunk < kDownChunks) {
         float w[16];
         e4m3x16_to_float(raw[u], w);
         const float scale = scale_tile[group * kDownKBlocks + ((kDownScaleKOffset + chunk * 16) >> 7)];
