@@ -3,20 +3,20 @@
 // kGateLanes lanes per row, down.cc.bm1 with kDownLanes lanes per row and the reduce form them
 // (same products, sums and order, so the same bits).
 //
-// CTAs take work items from a ticket counter, one after the other, until the tickets run out: first
-// every gate_up item (kGateColumns columns of one pair's h), then every down item (kDownColumns
-// columns of one pair's z). A CTA asks for its next ticket once the loads of its item are in flight,
-// so the atomic's round trip overlaps them (and a down item's poll). A down item requests its weights, then waits until all gate_up items
-// of its pair have stored h. Those items have smaller tickets, so they are held by CTAs already
-// running, which either run them or first finish an earlier gate_up item; gate_up items wait on
-// nothing, so the wait always ends, whatever order the hardware starts CTAs in and however few fit.
-// The grid is the runtime's choice (as many CTAs as fit, or one per item). The CTA that stores the last z of a
-// token's column tile sums the token's z rows there, in pair order, as the reduce kernel does (and
-// sets that tile's arrival counter back to zero). Every counter goes back to zero in the launch
-// that used it, so every forward starts from zeros: the ticket counter by the CTA that takes the last
-// ticket (each CTA takes one past the items, to learn it is done), the tile count and the h counts by
-// the CTA that writes the forward's last tile of out (by then every item that reads or adds to them
-// is done).
+// CTAs take work items from a ticket counter, one after the other, until the tickets run out:
+// first every gate_up item (kGateColumns columns of one pair's h), then every down item
+// (kDownColumns columns of one pair's z). A CTA asks for its next ticket once the loads of its item
+// are in flight, so the atomic's round trip overlaps them (and a down item's poll). A down item
+// requests its weights, then waits until all gate_up items of its pair have stored h. Those items
+// have smaller tickets, so they are held by CTAs already running, which either run them or first
+// finish an earlier gate_up item; gate_up items wait on nothing, so the wait always ends, whatever
+// order the hardware starts CTAs in and however few fit. The grid is the runtime's choice (as many
+// CTAs as fit, or one per item). The CTA that stores the last z of a token's column tile sums the
+// token's z rows there, in pair order, as the reduce kernel does (and sets that tile's arrival
+// counter back to zero). Every counter goes back to zero in the launch that used it, so every
+// forward starts from zeros: the ticket counter by the CTA that takes the last ticket (each CTA
+// takes one past the items, to learn it is done); a pair's h count, which each of its down items
+// also counts up once past its poll, by the last of them.
 // Only instructions sm_70 has: volatile loads to poll, __threadfence, 32-bit atomics, L2 loads of
 // what this launch wrote.
 #define VOLT8_MAY_START_EARLY 0
@@ -191,7 +191,7 @@ static __device__ __forceinline__ void take_ticket(int *flags, int items, int *t
 static __device__ void gate_up_item(int item, int items, int *ticket_shared, float4 *x_tile, float *scale_tile,
                                     const unsigned short *x, const unsigned char *w13, const unsigned short *s13,
                                     const int *topk_ids, int top_k, unsigned short *h, int *flags) {
-  int *h_ready = flags + 2;
+  int *h_ready = flags + 1;
   const int pair = item / kGateTiles;
   const int expert = topk_ids[pair];
   if (!expert_id_valid(expert, kNumExperts)) return take_ticket(flags, items, ticket_shared);  // its h is never read
@@ -278,29 +278,14 @@ static __device__ void reduce_tile(int token, int tile, const int *topk_ids, int
   out[(long long)token * kHidden + column] = float_to_half(sum);
 }
 
-// After the CTA wrote out for one (token, column tile): the CTA that writes the forward's last one
-// sets the tile count and the h counts back to zero. Every down item of a live pair has arrived by
-// then, so it polls no h count any more, and the gate_up items of live pairs have all counted (the
-// downs waited for them); the items of bad ids never touch either.
-static __device__ void tile_written(int *flags, int num_tokens, int num_pairs, int *last_shared) {
-  __syncthreads();
-  if (thread_index() == 0) *last_shared = atomicAdd(flags + 1, 1) + 1 == num_tokens * kDownTiles;
-  __syncthreads();
-  if (*last_shared) {
-    for (int i = thread_index(); i < num_pairs; i += kThreads) flags[2 + i] = 0;
-    if (thread_index() == 0) flags[1] = 0;
-  }
-}
-
 // z[pair][column] = topk_weights[pair] * (h[pair] . W2[e][column]) for kDownColumns columns, as
 // down.cc.bm1 forms it; then the tile's arrival, and the token's sum by the CTA that completes it.
 // Takes the CTA's next ticket on every path, once its own loads are in flight.
 static __device__ void down_item(int item, int items, int *ticket_shared, float4 *x_tile, float *scale_tile,
                                  const unsigned char *w2, const unsigned short *s2,
                                  const int *topk_ids, const float *topk_weights, int top_k, const unsigned short *h,
-                                 int *flags, int num_tokens, float *z, unsigned short *out, int *arrivals,
-                                 int *last_shared) {
-  const int *h_ready = flags + 2;
+                                 int *flags, float *z, unsigned short *out, int *arrivals, int *last_shared) {
+  int *h_ready = flags + 1;
   const int pair = item / kDownTiles, tile = item % kDownTiles;
   const int token = pair / top_k;
   const long long first_pair = (long long)token * top_k;
@@ -308,10 +293,7 @@ static __device__ void down_item(int item, int items, int *ticket_shared, float4
   if (!expert_id_valid(expert, kNumExperts)) {
     take_ticket(flags, items, ticket_shared);
     // A token with no live pair still gets its zeros, from the items of its first pair.
-    if (pair == first_pair && live_pairs(topk_ids, first_pair, top_k) == 0) {
-      reduce_tile(token, tile, topk_ids, top_k, z, out);
-      tile_written(flags, num_tokens, num_tokens * top_k, last_shared);
-    }
+    if (pair == first_pair && live_pairs(topk_ids, first_pair, top_k) == 0) reduce_tile(token, tile, topk_ids, top_k, z, out);
     return;
   }
   const int group = thread_index() / kDownLanes, lane_in_row = thread_index() % kDownLanes;
@@ -336,9 +318,13 @@ static __device__ void down_item(int item, int items, int *ticket_shared, float4
     __threadfence();
   }
   publish_ticket(flags, items, ticket, ticket_shared);
+  // Past the poll, this item counts itself on the pair's h count; the last of the pair's down items
+  // to do so sets it back to zero (every other one is past its poll). In flight while h is staged.
+  const int seen = thread_index() == 0 ? atomicAdd(h_ready + pair, 1) : 0;
   __syncthreads();
   stage_row<true, kInter / 8>(x_tile, kDownChunks, h + (long long)pair * kInter);
   scales.store(scale_tile);
+  if (thread_index() == 0 && seen == kGateTiles + kDownTiles - 1) h_ready[pair] = 0;
   __syncthreads();
   float acc = 0.0f;
   for (int base = lane_in_row;; ) {
@@ -368,10 +354,7 @@ static __device__ void down_item(int item, int items, int *ticket_shared, float4
     *last_shared = last;
   }
   __syncthreads();
-  if (*last_shared) {
-    reduce_tile(token, tile, topk_ids, top_k, z, out);
-    tile_written(flags, num_tokens, num_tokens * top_k, last_shared);
-  }
+  if (*last_shared) reduce_tile(token, tile, topk_ids, top_k, z, out);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
@@ -383,7 +366,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   __shared__ float4 x_tile[4 * kTileChunks];
   __shared__ float scale_tile[kScaleTile];
   __shared__ int item_shared, last_shared;
-  // flags: [0] the next ticket, [1] tiles of out written, [2 + pair] gate_up items of the pair done.
+  // flags: [0] the next ticket, [1 + pair] the pair's h count (its gate_up items done, then its down
+  // items past their poll).
   const int num_pairs = num_tokens * top_k;
   const int gate_items = num_pairs * kGateTiles, items = gate_items + num_pairs * kDownTiles;
   take_ticket(flags, items, &item_shared);
@@ -396,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
       gate_up_item(item, items, &item_shared, x_tile, scale_tile, x, w13, s13, topk_ids, top_k, h, flags);
     } else {
       down_item(item - gate_items, items, &item_shared, x_tile, scale_tile, w2, s2, topk_ids, topk_weights, top_k, h,
-                flags, num_tokens, z, out, arrivals, &last_shared);
+                flags, z, out, arrivals, &last_shared);
     }
     __syncthreads();  // the next ticket is in item_shared, and the tiles are free again
     item = item_shared;

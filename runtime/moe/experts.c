@@ -37,7 +37,7 @@ struct volt8_experts {
   CUdeviceptr workspace;
   CUdeviceptr sorted_pairs, items_gate_up, items_down, counters, h, z;
   /* (token, column tile) counters of a down that fuses the reduce, and the one-launch forward's
-   * ticket, tile and per-pair h counters: zero between forwards */
+   * ticket and per-pair h counters: zero between forwards */
   CUdeviceptr arrivals, flags;
   size_t workspace_bytes;
   loaded_kernel kernels[VOLT8_MAX_LOADED_KERNELS];
@@ -102,7 +102,7 @@ static volt8_status allocate_workspace(volt8_experts *experts) {
   /* A fused-reduce down has block_n >= VOLT8_ARRIVAL_MIN_BLOCK_N (codegen/variants.lua). */
   size_t tiles = ((size_t)experts->shape.hidden + VOLT8_ARRIVAL_MIN_BLOCK_N - 1) / VOLT8_ARRIVAL_MIN_BLOCK_N;
   size_t bytes[8] = {pairs * 4, pairs * 16, pairs * 16, 16, pairs * (size_t)experts->shape.intermediate * 2,
-                     pairs * (size_t)experts->shape.hidden * 4, (size_t)experts->max_tokens * tiles * 4, (2 + pairs) * 4};
+                     pairs * (size_t)experts->shape.hidden * 4, (size_t)experts->max_tokens * tiles * 4, (1 + pairs) * 4};
   CUdeviceptr *targets[8] = {&experts->sorted_pairs, &experts->items_gate_up, &experts->items_down,
                              &experts->counters, &experts->h, &experts->z, &experts->arrivals, &experts->flags};
   size_t total = 0;

@@ -46,7 +46,7 @@
   P(CUdeviceptr, "float *", z) P(CUdeviceptr, "int *", topk_ids) P(int, "int", num_tokens) P(int, "int", top_k) \
   P(CUdeviceptr, "unsigned short *", out) P(CUdeviceptr, "int *", counters)
 
-/* The one-launch forward (templates/moe_single.cu); flags: the ticket, tile and per-pair h counters. */
+/* The one-launch forward (templates/moe_single.cu); flags: the ticket and per-pair h counters. */
 #define VOLT8_SINGLE_PARAMS(P)                                                                                  \
   P(CUdeviceptr, "unsigned short *", x) P(CUdeviceptr, "unsigned char *", w13)                                 \
   P(CUdeviceptr, "unsigned short *", s13) P(CUdeviceptr, "unsigned char *", w2)                                \
