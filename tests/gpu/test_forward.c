@@ -211,13 +211,12 @@ static void forward_and_copy(volt8_ctx *ctx, volt8_experts *experts, const devic
  * gate_up.cc.bm1 (32 lanes a row), down.cc.bm1 (2 lanes) and the reduce, with bad ids and a token
  * none of whose ids is live at M >= 2 (their count stored as the reduce stores it); then forwards
  * back to back on new routing with nothing reset between them. Returns the M that ran as one launch. */
-static int check_single_launch(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t top_k, const int32_t *ms,
+static int check_single_launch(volt8_ctx *ctx, const host_problem *problem, int32_t top_k, const int32_t *ms,
                                int32_t m_count, const char *name) {
-  host_problem problem;
-  gpu_make_problem(ctx, shape, &problem);
+  const volt8_moe_shape *shape = &problem->shape;
   int32_t max_m = 0;
   for (int32_t i = 0; i < m_count; i++) max_m = ms[i] > max_m ? ms[i] : max_m;
-  volt8_experts *experts = gpu_upload(ctx, &problem, max_m, top_k);
+  volt8_experts *experts = gpu_upload(ctx, problem, max_m, top_k);
   cr_assert_eq(volt8_experts_prepare(experts, ms, m_count), VOLT8_OK, "%s", volt8_last_error(ctx));
   int ran = 0;
   for (int32_t i = 0; i < m_count; i++) {
@@ -230,13 +229,13 @@ static int check_single_launch(volt8_ctx *ctx, const volt8_moe_shape *shape, int
     }
     ran++;
     device_batch batch;
-    gpu_make_batch(ctx, &problem, m, top_k, ROUTING_UNIFORM, &batch);
+    gpu_make_batch(ctx, problem, m, top_k, ROUTING_UNIFORM, &batch);
     int32_t bad = 0;
     if (m >= 2) {
       batch.ids[1] = shape->num_experts; /* token 0: one id just past E */
       for (int32_t j = 0; j < top_k; j++) batch.ids[top_k + j] = j % 2 ? -1 - j : 1 << 20; /* token 1: none live */
       bad = top_k + 1;
-      gpu_update_ids(ctx, &problem, &batch);
+      gpu_update_ids(ctx, problem, &batch);
     }
     size_t elements = (size_t)m * shape->hidden;
     uint16_t *single = malloc(elements * 2), *twin = malloc(elements * 2);
@@ -253,7 +252,7 @@ static int check_single_launch(volt8_ctx *ctx, const volt8_moe_shape *shape, int
                    e, single[e], twin[e], SINGLE_TWIN_GATE_UP, SINGLE_TWIN_DOWN);
     /* Each forward must leave its counters at zero for the next: nothing resets them here. */
     for (int r = 0; r < 2; r++) {
-      gpu_reroute_batch(ctx, &problem, &batch);
+      gpu_reroute_batch(ctx, problem, &batch);
       snprintf(label, sizeof label, "%s M=%d top_k=%d, one launch, back to back %d", name, m, top_k, r);
       forward_and_copy(ctx, experts, &batch, shape->hidden, NULL, NULL, 0, label, NULL);
     }
@@ -263,7 +262,6 @@ static int check_single_launch(volt8_ctx *ctx, const volt8_moe_shape *shape, int
   }
   cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
   volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
   return ran;
 }
 
@@ -288,12 +286,15 @@ Test(gpu_forward, single_launch_matches_the_kernels_it_stands_for) {
   const int32_t ms[] = {1, 2, 4, 8, 16, 25}, model_ms[] = {1, 8};
   /* The default grid (CTAs that fit), one CTA an item, and one CTA an SM (each takes many items). */
   const int32_t grids[] = {VOLT8_SINGLE_CTAS_PER_SM, 0, 1};
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
   for (int g = 0; g < 3; g++) {
     ctx->single_ctas_per_sm = grids[g];
     char name[64];
     snprintf(name, sizeof name, "reference TP4, %d CTAs an SM (0: one an item)", grids[g]);
-    cr_assert_gt(check_single_launch(ctx, &shape, 10, ms, g == 0 ? 6 : 3, name), 0, "%s: no M ran as one launch", name);
+    cr_assert_gt(check_single_launch(ctx, &problem, 10, ms, g == 0 ? 6 : 3, name), 0, "%s: no M ran as one launch", name);
   }
+  gpu_free_problem(&problem);
   ctx->single_ctas_per_sm = VOLT8_SINGLE_CTAS_PER_SM;
   for (int32_t index = 0; index < volt8_model_count() && !gpu_quick_mode(); index++) {
     const volt8_model *model = volt8_model_at(index);
@@ -304,7 +305,9 @@ Test(gpu_forward, single_launch_matches_the_kernels_it_stands_for) {
         char name[96];
         snprintf(name, sizeof name, "%s TP%d rank %d", model->name, tp, ranks[r]);
         /* The derived sm_70 tables pick block_m 1 cc gate_ups and cc or tok downs at M = 1 for every model. */
-        cr_assert_gt(check_single_launch(ctx, &shape, model->top_k, model_ms, 2, name), 0, "%s: M = 1 not one launch", name);
+        gpu_make_problem(ctx, &shape, &problem);
+        cr_assert_gt(check_single_launch(ctx, &problem, model->top_k, model_ms, 2, name), 0, "%s: M = 1 not one launch", name);
+        gpu_free_problem(&problem);
       }
     }
   }
