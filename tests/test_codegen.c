@@ -10,6 +10,8 @@
 
 #include "jit/codegen.h"
 #include "core/ctx_internal.h"
+#include "dispatch/dispatch.h"
+#include "moe/experts_internal.h"
 #include "core/embedded_files.h"
 
 #ifndef VOLT8_SOURCE_DIR
@@ -186,6 +188,30 @@ Test(codegen, single_launch_follows_the_target_and_the_environment) {
   cr_expect_eq(ctx->single_launch, 0);
   cr_expect_eq(ctx->single_ctas_per_sm, 0);
   volt8_ctx_destroy(ctx);
+}
+
+/* The dispatch's picks at few tokens on an sm_70 target run as one launch (the derived tables pick
+ * block_m 1 cc kernels there); more than VOLT8_SINGLE_MAX_PAIRS pairs, the routed picks, forced
+ * variants, an sm_90 target and a shape whose tiles do not fit do not. */
+Test(codegen, single_launch_serves_the_dispatched_few_token_forwards_of_sm_70) {
+  volt8_ctx *ctx = test_cpu_ctx(NULL), *ctx90 = test_cpu_ctx("sm_90");
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  const int32_t ms[] = {1, 2, 4, 8, 16, 25, 26, 64};
+  for (int i = 0; i < 8; i++) {
+    volt8_variant_choice choice;
+    cr_assert_eq(volt8_dispatch_choose(ctx, &shape, ms[i], 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+    int64_t pairs = (int64_t)ms[i] * 10;
+    cr_expect_eq(volt8_single_launch_serves(ctx, &shape, 0, pairs, &choice), ms[i] <= 25, "M=%d (%s, %s)", ms[i],
+                 choice.gate_up, choice.down);
+    cr_expect_not(volt8_single_launch_serves(ctx, &shape, 1, pairs, &choice), "M=%d forced", ms[i]);
+    cr_expect_not(volt8_single_launch_serves(ctx90, &shape, 0, pairs, &choice), "M=%d on sm_90", ms[i]);
+  }
+  volt8_variant_choice choice;
+  cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 1, 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+  shape.hidden = 12288;
+  cr_expect_not(volt8_single_launch_serves(ctx, &shape, 0, 10, &choice), "a shape whose tiles do not fit");
+  volt8_ctx_destroy(ctx);
+  volt8_ctx_destroy(ctx90);
 }
 
 /* Every variant listed for `target_arch` emits marked, deterministic source of its family. */

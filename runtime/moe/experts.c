@@ -324,12 +324,17 @@ static volt8_status choose_variants(volt8_experts *experts, int32_t num_tokens, 
 /* The one-launch forward (templates/moe_single.cu) serves the forward of a few tokens whose
  * dispatched kernels are block_m 1 cc work items (gate_up.cc.bm1 and down.cc.bm1 or tok), on a
  * target without early launch; variants forced by name run as named. */
-int volt8_experts_single_launch(const volt8_experts *experts, int32_t num_tokens, int32_t top_k,
-                                const volt8_variant_choice *choice) {
-  return experts->ctx->single_launch && !experts->forced_gate_up[0] && !experts->forced_down[0] &&
-         (int64_t)num_tokens * top_k <= VOLT8_SINGLE_MAX_PAIRS && volt8_codegen_single_fits(&experts->shape) &&
+int volt8_single_launch_serves(const volt8_ctx *ctx, const volt8_moe_shape *shape, int forced, int64_t num_pairs,
+                               const volt8_variant_choice *choice) {
+  return ctx->single_launch && !forced && num_pairs <= VOLT8_SINGLE_MAX_PAIRS && volt8_codegen_single_fits(shape) &&
          strncmp(choice->gate_up, "gate_up.cc.bm1.", 15) == 0 &&
          (strncmp(choice->down, "down.cc.bm1.", 12) == 0 || strncmp(choice->down, "down.tok.", 9) == 0);
+}
+
+int volt8_experts_single_launch(const volt8_experts *experts, int32_t num_tokens, int32_t top_k,
+                                const volt8_variant_choice *choice) {
+  int forced = experts->forced_gate_up[0] || experts->forced_down[0];
+  return volt8_single_launch_serves(experts->ctx, &experts->shape, forced, (int64_t)num_tokens * top_k, choice);
 }
 
 /* gate_up items (VOLT8_SINGLE_GATE_COLUMNS columns of h) then down items (VOLT8_SINGLE_DOWN_COLUMNS
