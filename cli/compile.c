@@ -46,11 +46,15 @@ int cli_cache_store_failures(volt8_ctx *ctx, const char *command, int is_error) 
 
 int cli_list(int argc, char **argv) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  const char *arch = NULL, *model = NULL, *tp = NULL, *rank = NULL;
-  int shape_given = 0;
+  const char *arch = NULL, *model = NULL, *tp = NULL, *rank = NULL, *jobs_text = NULL;
+  int shape_given = 0, resources = 0, json = 0;
   for (int i = 1; i < argc; i++) {
     const char *flag = argv[i];
-    if (!cli_is_one_of(flag, "--shape --arch --model --tp --rank")) return cli_unknown_argument("list", flag);
+    if (strcmp(flag, "--resources") == 0 || strcmp(flag, "--json") == 0) {
+      *(flag[2] == 'r' ? &resources : &json) = 1;
+      continue;
+    }
+    if (!cli_is_one_of(flag, "--shape --arch --model --tp --rank --jobs")) return cli_unknown_argument("list", flag);
     const char *value = cli_flag_value("list", argc, argv, &i);
     if (!value) return 2;
     if (strcmp(flag, "--shape") == 0) {
@@ -62,10 +66,18 @@ int cli_list(int argc, char **argv) {
       model = value;
     } else if (strcmp(flag, "--tp") == 0) {
       tp = value;
+    } else if (strcmp(flag, "--jobs") == 0) {
+      jobs_text = value;
     } else {
       rank = value;
     }
   }
+  int32_t jobs = cli_default_jobs();
+  if ((json || jobs_text) && !resources) {
+    fprintf(stderr, "volt8 list: --json and --jobs need --resources\n");
+    return 2;
+  }
+  if (jobs_text && cli_parse_number("list", "--jobs", jobs_text, "compile thread count", 1, 64, &jobs) != 0) return 2;
   if ((tp || rank) && !model) {
     fprintf(stderr, "volt8 list: --tp and --rank need --model\n");
     return 2;
@@ -81,14 +93,19 @@ int cli_list(int argc, char **argv) {
   volt8_ctx *ctx = NULL;
   volt8_status status = volt8_ctx_create(&options, &ctx);
   if (status != VOLT8_OK) return cli_report(NULL, "list", status);
-  int32_t count = 0;
-  status = volt8_variant_count(ctx, &shape, &count);
-  for (int32_t i = 0; status == VOLT8_OK && i < count; i++) {
-    char name[128];
-    status = volt8_variant_name(ctx, &shape, i, name, sizeof name);
-    if (status == VOLT8_OK) printf("%s\n", name);
+  int rc = 0;
+  if (resources) {
+    rc = cli_print_resources(ctx, &shape, jobs, json);
+  } else {
+    int32_t count = 0;
+    status = volt8_variant_count(ctx, &shape, &count);
+    for (int32_t i = 0; status == VOLT8_OK && i < count; i++) {
+      char name[128];
+      status = volt8_variant_name(ctx, &shape, i, name, sizeof name);
+      if (status == VOLT8_OK) printf("%s\n", name);
+    }
+    rc = status == VOLT8_OK ? 0 : cli_report(ctx, "list", status);
   }
-  int rc = status == VOLT8_OK ? 0 : cli_report(ctx, "list", status);
   volt8_ctx_destroy(ctx);
   return rc;
 }
