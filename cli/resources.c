@@ -75,14 +75,17 @@ int cli_print_resources(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t jo
   int32_t count = 0;
   char **names = status == VOLT8_OK ? variant_names(ctx, shape, &count, &status) : NULL;
   volt8_variant_resources *reports = status == VOLT8_OK ? calloc((size_t)count + 1, sizeof *reports) : NULL;
-  if (status == VOLT8_OK && !reports) status = VOLT8_ERR_OUT_OF_MEMORY;
-  if (status == VOLT8_OK)
-    status = volt8_variant_resources_many(ctx, shape, (const char *const *)names, count, jobs, reports);
+  volt8_variant_ref *variants = status == VOLT8_OK ? calloc((size_t)count + 1, sizeof *variants) : NULL;
+  if (status == VOLT8_OK && (!reports || !variants))
+    status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the reports of %d variants", (int)count);
+  for (int32_t i = 0; status == VOLT8_OK && i < count; i++) variants[i] = (volt8_variant_ref){shape, names[i]};
+  if (status == VOLT8_OK) status = volt8_variant_resources_many(ctx, variants, count, jobs, reports);
   if (status == VOLT8_OK && json) print_json(&limits, shape, names, reports, count);
   else if (status == VOLT8_OK) print_table(&limits, shape, names, reports, count);
   int rc = status == VOLT8_OK ? 0 : cli_report(ctx, "list", status);
   for (int32_t i = 0; names && i < count; i++) free(names[i]);
   free(names);
+  free(variants);
   free(reports);
   return rc;
 }

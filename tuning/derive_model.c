@@ -70,6 +70,11 @@ static void expected_items(int32_t num_tokens, double q, int32_t block_m, double
   *out_items = items;
 }
 
+double derive_ctas_per_sm(const derive_device *device, const derive_variant *variant) {
+  if (variant->ctas_per_sm > 0) return variant->ctas_per_sm;
+  return fmin(device->max_ctas_per_sm, floor((double)device->max_warps_per_sm / variant->warps));
+}
+
 double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
                     const derive_variant *variant) {
   volt8_moe_dims dims;
@@ -94,11 +99,11 @@ double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, i
   double flops = 2.0 * items * variant->block_m * columns * rows * k;
   double conversions = items * columns * rows * k;
 
-  double resident_warps = fmin(ctas * variant->warps, (double)device->sm_count * device->max_warps_per_sm);
+  double ctas_per_sm = derive_ctas_per_sm(device, variant);
+  double resident_warps = fmin(ctas * variant->warps, device->sm_count * ctas_per_sm * variant->warps);
   double fill = fmin(1.0, resident_warps / ((double)device->sm_count * device->saturating_warps_per_sm));
   double memory_us = fmax(dram_bytes / (device->dram_gbps * 1e3 * fmax(fill, 1e-3)), l2_bytes / (device->l2_gbps * 1e3));
   double rate = variant->cuda_core ? device->cuda_core_tflops : device->mma_tflops;
-  double ctas_per_sm = fmin(device->max_ctas_per_sm, floor((double)device->max_warps_per_sm / variant->warps));
   double waves = ctas / (device->sm_count * ctas_per_sm);
   double tail = waves > 1 && waves < 8 ? ceil(waves) / waves : 1.0;
   double math_us = (flops / (rate * 1e6) + conversions / (device->conversions_per_ns * 1e3)) / fmax(fill, 1e-3) * tail;
@@ -116,6 +121,12 @@ double derive_support_us(const derive_device *device, const volt8_moe_shape *sha
 static volt8_status derive_begin(void *state, int32_t m) { return VOLT8_OK; }
 static void derive_end(void *state, int32_t m) {}
 
+static int32_t known_ctas_per_sm(const derive_occupancy *occupancy, const char *name) {
+  for (int32_t i = 0; occupancy && i < occupancy->count; i++)
+    if (strcmp(occupancy->names[i], name) == 0) return occupancy->ctas_per_sm[i];
+  return 0;
+}
+
 static volt8_status derive_measure(void *user, int32_t m, const char *gate_up, const char *down, int32_t batches,
                                    tuner_measurement *out) {
   derive_state *state = user;
@@ -125,6 +136,12 @@ static volt8_status derive_measure(void *user, int32_t m, const char *gate_up, c
   out->forward_us = 0.0;
   for (int i = 0; i < 2 && out->accepted; i++) {
     out->accepted = derive_parse_variant(names[i], &variants[i]);
+    variants[i].ctas_per_sm = known_ctas_per_sm(state->occupancy, names[i]);
+    if (variants[i].ctas_per_sm < 0) {
+      out->accepted = 0;
+      snprintf(out->reason, sizeof out->reason, "%s spills or does not fit on an SM (its CUBIN's ptxas report)", names[i]);
+      return VOLT8_OK;
+    }
     double us = out->accepted ? derive_op_us(state->device, &state->shape, state->top_k, m, &variants[i]) : NAN;
     out->accepted = isfinite(us);
     out->forward_us += us;

@@ -10,7 +10,8 @@
  *   math        = 2 * W * bm * N_out * rows * K flops at the family's rate (cc: FP32 FMA,
  *                 mma: m8n8k4), plus W * N_out * rows * K E4M3 -> FP16 conversions
  *   memory time = max(DRAM / (bandwidth * fill), L2 / L2 bandwidth), fill = min(1, resident
- *                 warps / warps that saturate DRAM), resident warps = min(C * w, SMs * 64)
+ *                 warps / warps that saturate DRAM), resident warps = min(C * w, SMs * R * w), R the
+ *                 resident CTAs per SM: from the variant's CUBIN when known, else min(32, 64 / w)
  *   math time   = math / (rate * fill), stretched by the last partial wave when there are several
  *   op time     = launch + max(memory, math) + 15% of min(memory, math) (imperfect overlap)
  * The forward adds route and reduce (launches plus the z read and out write). Ties keep the
@@ -42,8 +43,13 @@ typedef struct derive_variant {
   int32_t cuda_core;    /* family cc or tok (1), mma (0) */
   int32_t fused_reduce; /* family tok: down walks a token's pairs and does the reduce's work */
   int32_t block_m, block_n, warps, split_k;
+  int32_t ctas_per_sm;  /* resident CTAs per SM of its CUBIN (list --resources); 0: unknown, warps alone limit;
+                         * negative: it spills or does not fit, and the derivation passes it over */
 } derive_variant;
 int derive_parse_variant(const char *name, derive_variant *out);
+/* The resident CTAs per SM the model takes for `variant`: its ctas_per_sm when known, else as many
+ * as the SM's warp and CTA slots allow. */
+double derive_ctas_per_sm(const derive_device *device, const derive_variant *variant);
 
 /* Modelled microseconds of one op's kernel; NaN when the name does not parse. */
 double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
@@ -52,10 +58,18 @@ double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, i
 double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
                          int32_t fused_reduce);
 
+/* Resident CTAs per SM by variant name, from the variants' CUBINs. */
+typedef struct derive_occupancy {
+  char *const *names;
+  const int32_t *ctas_per_sm;
+  int32_t count;
+} derive_occupancy;
+
 typedef struct derive_state {
   const derive_device *device;
   volt8_moe_shape shape;
   int32_t top_k;
+  const derive_occupancy *occupancy; /* NULL: every variant's is unknown */
 } derive_state;
 
 /* A backend whose "measurement" is the model (backend.measured = 0). */

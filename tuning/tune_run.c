@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "derive_model.h"
+#include "derive_occupancy.h"
 #include "tools/tools.h"
 #include "tuner_gpu.h"
 
@@ -200,7 +201,11 @@ static volt8_status derive_all(const tune_options *options, const char *command,
     char label[160];
     shape_label(&options->shapes[s], label, sizeof label);
     if (progress) fprintf(progress, "tune: deriving %s tables for %s\n", options->derive_arch, label);
-    derive_state state = {&DERIVE_V100, options->shapes[s], options->top_k};
+    derive_occupancy_set occupancy;
+    status = derive_occupancy_compile(ctx, &options->shapes[s], options->jobs ? options->jobs : bench_host_threads(16),
+                                      &occupancy);
+    if (status != VOLT8_OK) break;
+    derive_state state = {&DERIVE_V100, options->shapes[s], options->top_k, &occupancy.view};
     tuner_backend backend = derive_backend(&state);
     tuner_settings settings = {
         .shape = options->shapes[s], .top_k = options->top_k, .m_values = options->m_values,
@@ -208,11 +213,15 @@ static volt8_status derive_all(const tune_options *options, const char *command,
         .out_dir = options->out_dir, .arch = volt8_tools_ctx(ctx).target_arch, .device = DERIVE_V100.name,
         .device_token = VOLT8_TUNING_ANY_DEVICE,
         .method = "derived, not measured on a V100: the roofline model of tuning/derive_model.h (V100-SXM2: 80 SMs, "
-                  "830 GB/s streaming, 2.5 TB/s L2, 14 TFLOP/s FP32, 40 TFLOP/s m8n8k4) ranks every variant at each M",
+                  "830 GB/s streaming, 2.5 TB/s L2, 14 TFLOP/s FP32, 40 TFLOP/s m8n8k4; resident CTAs per SM "
+                  "from each variant's sm_70 CUBIN, __metadata__.ctas_per_sm) ranks every variant at each M",
         .command = command, .nvrtc_version = "none (derived; nothing compiled)", .progress = progress,
         .progress_tty = tty};
     tuner_summary summary;
     status = tuner_run(ctx, &settings, &backend, &summary);
+    for (int op = 0; op < 2 && status == VOLT8_OK; op++)
+      status = derive_occupancy_record(ctx, &occupancy, summary.tables[op], op ? "down" : "gate_up");
+    derive_occupancy_free(&occupancy);
     report_summary(progress, &summary);
     outcome->m_failed += summary.m_failed;
     if (status == VOLT8_OK) outcome->shapes_done++;

@@ -171,8 +171,7 @@ volt8_status volt8_variant_resources_get(volt8_ctx *ctx, const volt8_moe_shape *
 
 typedef struct resources_work {
   volt8_ctx *ctx;
-  const volt8_moe_shape *shape;
-  const char *const *names;
+  const volt8_variant_ref *variants;
   int32_t count;
   _Atomic int32_t next;
   volt8_variant_resources *out;
@@ -183,20 +182,21 @@ typedef struct resources_work {
 static void *resources_worker(void *argument) {
   resources_work *work = argument;
   for (int32_t i = atomic_fetch_add(&work->next, 1); i < work->count; i = atomic_fetch_add(&work->next, 1)) {
-    work->statuses[i] = volt8_variant_resources_get(work->ctx, work->shape, work->names[i], &work->out[i]);
+    const volt8_variant_ref *variant = &work->variants[i];
+    work->statuses[i] = volt8_variant_resources_get(work->ctx, variant->shape, variant->name, &work->out[i]);
     if (work->statuses[i] != VOLT8_OK) work->errors[i] = strdup(volt8_last_error(work->ctx));
   }
   return NULL;
 }
 
-volt8_status volt8_variant_resources_many(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *const *names,
-                                          int32_t count, int32_t jobs, volt8_variant_resources *out) {
-  if (!ctx || !shape || (count > 0 && (!names || !out)) || count < 0)
+volt8_status volt8_variant_resources_many(volt8_ctx *ctx, const volt8_variant_ref *variants, int32_t count, int32_t jobs,
+                                          volt8_variant_resources *out) {
+  if (!ctx || (count > 0 && (!variants || !out)) || count < 0)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_variant_resources_many: NULL argument or count %d < 0",
                       (int)count);
   if (jobs < 1 || jobs > 64)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_variant_resources_many: %d jobs is outside 1..64", (int)jobs);
-  resources_work work = {ctx, shape, names, count, 0, out, calloc((size_t)count + 1, sizeof(volt8_status)),
+  resources_work work = {ctx, variants, count, 0, out, calloc((size_t)count + 1, sizeof(volt8_status)),
                          calloc((size_t)count + 1, sizeof(char *))};
   pthread_t threads[64];
   int32_t started = 0;
@@ -209,7 +209,7 @@ volt8_status volt8_variant_resources_many(volt8_ctx *ctx, const volt8_moe_shape 
   for (int32_t t = 0; t < started; t++) pthread_join(threads[t], NULL);
   for (int32_t i = 0; status == VOLT8_OK && i < count; i++)
     if (work.statuses[i] != VOLT8_OK)
-      status = volt8_fail(ctx, work.statuses[i], "%s: %s", names[i], work.errors[i] ? work.errors[i] : "failed");
+      status = volt8_fail(ctx, work.statuses[i], "%s: %s", variants[i].name, work.errors[i] ? work.errors[i] : "failed");
   for (int32_t i = 0; work.errors && i < count; i++) free(work.errors[i]);
   free(work.statuses);
   free(work.errors);

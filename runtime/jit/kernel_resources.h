@@ -74,9 +74,16 @@ typedef struct volt8_variant_resources {
 volt8_status volt8_variant_resources_get(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *name,
                                          volt8_variant_resources *out);
 
-/* The same for names[0..count) on `jobs` threads (1..64) into out[0..count). The first failure (in
- * name order) is the status, its message naming the variant; the reports of the others are kept. */
-volt8_status volt8_variant_resources_many(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *const *names,
-                                          int32_t count, int32_t jobs, volt8_variant_resources *out);
+/* One variant of one shape. */
+typedef struct volt8_variant_ref {
+  const volt8_moe_shape *shape;
+  const char *name;
+} volt8_variant_ref;
+
+/* volt8_variant_resources_get of variants[0..count) on `jobs` threads (1..64) into out[0..count).
+ * The first failure in the array's order is the status, its message naming the variant; the reports
+ * of the others are kept. */
+volt8_status volt8_variant_resources_many(volt8_ctx *ctx, const volt8_variant_ref *variants, int32_t count, int32_t jobs,
+                                          volt8_variant_resources *out);
 
 #endif
