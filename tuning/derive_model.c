@@ -121,6 +121,10 @@ double derive_support_us(const derive_device *device, const volt8_moe_shape *sha
 static volt8_status derive_begin(void *state, int32_t m) { return VOLT8_OK; }
 static void derive_end(void *state, int32_t m) {}
 
+/* What a down that spills or does not fit costs: more than any forward, so it never wins while
+ * another down can run. */
+#define DERIVE_UNUSABLE_US 1e6
+
 static int32_t known_ctas_per_sm(const derive_occupancy *occupancy, const char *name) {
   for (int32_t i = 0; occupancy && i < occupancy->count; i++)
     if (strcmp(occupancy->names[i], name) == 0) return occupancy->ctas_per_sm[i];
@@ -137,12 +141,16 @@ static volt8_status derive_measure(void *user, int32_t m, const char *gate_up, c
   for (int i = 0; i < 2 && out->accepted; i++) {
     out->accepted = derive_parse_variant(names[i], &variants[i]);
     variants[i].ctas_per_sm = known_ctas_per_sm(state->occupancy, names[i]);
-    if (variants[i].ctas_per_sm < 0) {
+    int unusable = variants[i].ctas_per_sm < 0;
+    if (unusable && i == 0) {
       out->accepted = 0;
       snprintf(out->reason, sizeof out->reason, "%s spills or does not fit on an SM (its CUBIN's ptxas report)", names[i]);
       return VOLT8_OK;
     }
+    /* The tuner ranks gate_up while holding the down the tables had (tuner.h): a down that has since
+     * come to spill must not refuse every gate_up, so it is priced out instead of refused. */
     double us = out->accepted ? derive_op_us(state->device, &state->shape, state->top_k, m, &variants[i]) : NAN;
+    if (unusable) us += DERIVE_UNUSABLE_US;
     out->accepted = isfinite(us);
     out->forward_us += us;
   }

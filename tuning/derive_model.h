@@ -44,7 +44,7 @@ typedef struct derive_variant {
   int32_t fused_reduce; /* family tok: down walks a token's pairs and does the reduce's work */
   int32_t block_m, block_n, warps, split_k;
   int32_t ctas_per_sm;  /* resident CTAs per SM of its CUBIN (list --resources); 0: unknown, warps alone limit;
-                         * negative: it spills or does not fit, and the derivation passes it over */
+                         * negative: it spills or does not fit, and the derivation does not choose it */
 } derive_variant;
 int derive_parse_variant(const char *name, derive_variant *out);
 /* The resident CTAs per SM the model takes for `variant`: its ctas_per_sm when known, else as many

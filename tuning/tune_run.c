@@ -42,7 +42,8 @@ const char *tune_usage(void) {
          "  --screen N --final N --finalists N   timed passes per candidate, per finalist, and how many\n"
          "                        finalists (default 8, 30, 3)\n"
          "  --jobs N              compile threads (default: processors, at most 16)\n"
-         "  --derive sm_70        no GPU: derive the tables from the V100 model (tuning/derive_model.h)\n";
+         "  --derive sm_70        no GPU: derive the tables from the V100 model (tuning/derive_model.h), with each\n"
+         "                        variant's occupancy from its sm_70 CUBIN (needs NVRTC 12)\n";
 }
 
 static int parse_count(const char *text, long low, long high, int32_t *out) {
