@@ -144,6 +144,67 @@ Test(ptxas_log, a_missing_report_is_an_error_naming_the_entry) {
   cr_assert_not_null(strstr(volt8_last_error(NULL), "Used N registers"), "%s", volt8_last_error(NULL));
 }
 
+/* ---- volt8 list --resources --json ---- */
+
+TestSuite(list_resources, .timeout = 300);
+
+static int json_number(const cJSON *object, const char *key) {
+  const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
+  cr_assert(cJSON_IsNumber(item), "no number %s", key);
+  return item->valueint;
+}
+
+static void skip_without_nvrtc(volt8_ctx *ctx) {
+  const volt8_nvrtc_lib *lib = NULL;
+  if (volt8_nvrtc_for_arch(ctx, 70, &lib) == VOLT8_OK) return;
+  cr_log_warn("skipped: no NVRTC 12 for sm_70 CUBINs (%s)", volt8_last_error(ctx));
+  volt8_ctx_destroy(ctx);
+  cr_skip_test("no NVRTC 12 (make bootstrap installs it into .venv)");
+}
+
+/* Every variant of a small shape, each report as the occupancy rules make it of its own figures. */
+Test(list_resources, json_reports_every_variant_by_the_occupancy_rules) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  skip_without_nvrtc(ctx);
+  static char out[1 << 17], err[1 << 14];
+  char *args[] = {"list", "--arch", "sm_70", "--resources", "--json", "--jobs", "2", "--shape",
+                  "hidden=256,intermediate=128,num_experts=4,intermediate_offset=0", NULL};
+  int status = test_run_volt8(args, out, sizeof out, err, sizeof err);
+  cr_assert_eq(status, 0, "volt8 list --resources --json exited %d:\n%s", status, err);
+  cJSON *root = cJSON_Parse(out);
+  cr_assert_not_null(root, "not JSON:\n%s", out);
+  cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(root, "arch")->valuestring, "sm_70");
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.hidden = 256, shape.intermediate = 128, shape.num_experts = 4, shape.intermediate_offset = 0;
+  int32_t expected = 0;
+  cr_assert_eq(volt8_variant_count(ctx, &shape, &expected), VOLT8_OK);
+  const cJSON *variants = cJSON_GetObjectItemCaseSensitive(root, "variants");
+  cr_assert_eq(cJSON_GetArraySize(variants), expected);
+  volt8_sm_limits limits = limits_of(70);
+  int32_t index = 0;
+  for (const cJSON *variant = variants->child; variant; variant = variant->next, index++) {
+    char name[128];
+    cr_assert_eq(volt8_variant_name(ctx, &shape, index, name, sizeof name), VOLT8_OK);
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(variant, "variant")->valuestring, name);
+    volt8_occupancy occupancy;
+    cr_assert_eq(volt8_occupancy_compute(NULL, &limits, json_number(variant, "registers"),
+                                         json_number(variant, "static_smem_bytes") +
+                                             json_number(variant, "dynamic_smem_bytes"),
+                                         json_number(variant, "threads"), &occupancy),
+                 VOLT8_OK, "%s: %s", name, volt8_last_error(NULL));
+    cr_assert(occupancy.ctas_per_sm == json_number(variant, "ctas_per_sm") &&
+                  occupancy.warps_per_sm == json_number(variant, "warps_per_sm") &&
+                  strcmp(volt8_occupancy_limit_name(occupancy.limit),
+                         cJSON_GetObjectItemCaseSensitive(variant, "limited_by")->valuestring) == 0 &&
+                  occupancy.ctas_per_sm > 0,
+              "%s: reported %d CTAs / %d warps, the rules give %d / %d (%s)", name, json_number(variant, "ctas_per_sm"),
+              json_number(variant, "warps_per_sm"), occupancy.ctas_per_sm, occupancy.warps_per_sm,
+              volt8_occupancy_limit_name(occupancy.limit));
+  }
+  cJSON_Delete(root);
+  volt8_ctx_destroy(ctx);
+}
+
 /* ---- the shipped sm_70 tables ---- */
 
 #ifdef HAVE_DERIVE_MODEL
@@ -157,20 +218,14 @@ typedef struct table_use {
   int32_t warps;            /* per CTA, from the name */
 } table_use;
 
-static int json_int(const cJSON *object, const char *key) {
-  const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
-  cr_assert(cJSON_IsNumber(item), "no number %s", key);
-  return item->valueint;
-}
-
 static volt8_moe_shape table_shape(const cJSON *metadata) {
   const cJSON *shape_json = cJSON_GetObjectItemCaseSensitive(metadata, "shape");
   const cJSON *block = cJSON_GetObjectItemCaseSensitive(metadata, "block");
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  shape.hidden = json_int(shape_json, "hidden");
-  shape.intermediate = json_int(shape_json, "intermediate");
-  shape.num_experts = json_int(shape_json, "num_experts");
-  shape.intermediate_offset = json_int(shape_json, "intermediate_offset");
+  shape.hidden = json_number(shape_json, "hidden");
+  shape.intermediate = json_number(shape_json, "intermediate");
+  shape.num_experts = json_number(shape_json, "num_experts");
+  shape.intermediate_offset = json_number(shape_json, "intermediate_offset");
   shape.block_n = cJSON_GetArrayItem(block, 0)->valueint;
   shape.block_k = cJSON_GetArrayItem(block, 1)->valueint;
   return shape;
@@ -241,12 +296,9 @@ TestSuite(shipped_sm70_tables, .timeout = 600);
 
 Test(shipped_sm70_tables, variants_do_not_spill_and_keep_the_modelled_occupancy) {
   volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  skip_without_nvrtc(ctx);
   const volt8_nvrtc_lib *lib = NULL;
-  if (volt8_nvrtc_for_arch(ctx, 70, &lib) != VOLT8_OK) {
-    cr_log_warn("skipped: no NVRTC 12 for sm_70 CUBINs (%s)", volt8_last_error(ctx));
-    volt8_ctx_destroy(ctx);
-    cr_skip_test("no NVRTC 12 (make bootstrap installs it into .venv)");
-  }
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_OK);
   glob_t tables;
   cr_assert_eq(glob(VOLT8_SOURCE_DIR "/tuning/tables/*arch=sm_70,*.json", 0, NULL, &tables), 0, "no sm_70 tables");
   table_use *uses = NULL;

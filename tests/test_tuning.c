@@ -29,6 +29,7 @@
 #include "bench_options.h"
 #include "bench_report.h"
 #include "derive_model.h"
+#include "derive_occupancy.h"
 #include "table_io.h"
 #include "tune_run.h"
 #include "tuner.h"
@@ -678,6 +679,37 @@ Test(derive, model_grows_with_m_and_every_variant_has_a_time) {
   volt8_ctx_destroy(ctx);
 }
 
+Test(derive, resident_ctas_come_from_the_cubin_when_known) {
+  derive_variant variant;
+  cr_assert(derive_parse_variant("gate_up.mma.bm8.bn16.w2.sk1", &variant));
+  cr_assert_eq(variant.ctas_per_sm, 0, "a name alone says nothing of registers");
+  cr_assert_float_eq(derive_ctas_per_sm(&DERIVE_V100, &variant), 32.0, 1e-9, "the 32 CTA slots bind 2-warp CTAs");
+  volt8_moe_shape shape = reference_shape();
+  double full = derive_op_us(&DERIVE_V100, &shape, 10, 64, &variant);
+  /* what its CUBIN allows at this shape: 3 CTAs of 2 warps, fewer than the 8 warps that keep DRAM busy */
+  variant.ctas_per_sm = 3;
+  cr_assert_float_eq(derive_ctas_per_sm(&DERIVE_V100, &variant), 3.0, 1e-9);
+  double held = derive_op_us(&DERIVE_V100, &shape, 10, 64, &variant);
+  cr_assert(held > full * 1.2, "6 resident warps per SM: %g us, against %g us with 64", held, full);
+}
+
+Test(derive, variants_that_spill_are_not_chosen) {
+  char *names[] = {"gate_up.cc.bm1.bn4.w4.sk1.l32", "down.cc.bm1.bn32.w4.sk1.l4", "down.cc.bm1.bn64.w4.sk1.l2"};
+  int32_t ctas[] = {-1, -1, 8};
+  derive_occupancy occupancy = {names, ctas, 3};
+  derive_state state = {&DERIVE_V100, reference_shape(), 10, &occupancy};
+  tuner_backend backend = derive_backend(&state);
+  tuner_measurement refused, held, usable;
+  cr_assert_eq(backend.measure(backend.state, 4, names[0], names[2], 1, &refused), VOLT8_OK);
+  cr_assert_eq(refused.accepted, 0, "a gate_up that spills is refused");
+  cr_assert_not_null(strstr(refused.reason, "spills"), "%s", refused.reason);
+  /* a down that spills still lets gate_up be ranked, priced above every forward */
+  cr_assert_eq(backend.measure(backend.state, 4, "gate_up.cc.bm1.bn8.w4.sk1.l16", names[1], 1, &held), VOLT8_OK);
+  cr_assert_eq(backend.measure(backend.state, 4, "gate_up.cc.bm1.bn8.w4.sk1.l16", names[2], 1, &usable), VOLT8_OK);
+  cr_assert(held.accepted && usable.accepted && held.forward_us > usable.forward_us + 1e5,
+            "spilling down %g us, the other %g us", held.forward_us, usable.forward_us);
+}
+
 Test(derive, derived_run_writes_unmeasured_tables) {
   tune_options options;
   char error[1024];
@@ -695,6 +727,18 @@ Test(derive, derived_run_writes_unmeasured_tables) {
   volt8_tuning_table_free(&table);
   char *text = read_text(path);
   cr_assert_not_null(strstr(text, "not measured on a V100"), "%s", text);
+  /* the occupancy the model took, from the CUBINs, for the resource check to hold the kernels to */
+  cJSON *root = cJSON_Parse(text);
+  const cJSON *metadata = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+  const cJSON *figures = cJSON_GetObjectItemCaseSensitive(metadata, DERIVE_OCCUPANCY_KEY);
+  cr_assert(cJSON_IsObject(figures) && cJSON_GetArraySize(figures) > 0, "%s", text);
+  for (const cJSON *figure = figures->child; figure; figure = figure->next)
+    cr_assert(strncmp(figure->string, "down.", 5) == 0 && cJSON_IsNumber(figure) && figure->valueint != 0 &&
+                  figure->valueint <= 32,
+              "%s: %d", figure->string, figure->valueint);
+  const cJSON *from = cJSON_GetObjectItemCaseSensitive(metadata, DERIVE_OCCUPANCY_FROM_KEY);
+  cr_assert(cJSON_IsString(from) && strstr(from->valuestring, "sm_70 CUBINs of NVRTC"), "%s", text);
+  cJSON_Delete(root);
   free(text);
 }
 

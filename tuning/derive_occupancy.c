@@ -34,9 +34,11 @@ volt8_status derive_occupancy_compile(volt8_ctx *ctx, const volt8_moe_shape *sha
     int spills = report->kernel.spill_store_bytes > 0 || report->kernel.spill_load_bytes > 0;
     out->ctas_per_sm[i] = spills || report->occupancy.ctas_per_sm == 0 ? -1 : report->occupancy.ctas_per_sm;
   }
-  if (status == VOLT8_OK)
-    snprintf(out->from, sizeof out->from, "sm_%d CUBINs of NVRTC %s (ptxas -v)", volt8_tools_ctx(ctx).target_arch,
-             count ? reports[0].nvrtc_version : "?");
+  const char *version = count ? reports[0].nvrtc_version : "?";
+  if (status == VOLT8_OK) {
+    snprintf(out->from, sizeof out->from, "sm_%d CUBINs of NVRTC %s (ptxas -v)", volt8_tools_ctx(ctx).target_arch, version);
+    snprintf(out->nvrtc_version, sizeof out->nvrtc_version, "%s (CUBINs for occupancy only)", version);
+  }
   free(reports);
   free(variants);
   if (status != VOLT8_OK) derive_occupancy_free(out);

@@ -14,6 +14,7 @@ typedef struct derive_occupancy_set {
   char **names;
   int32_t *ctas_per_sm;
   char from[128];             /* "sm_70 CUBINs of NVRTC 12.9 (ptxas -v)" */
+  char nvrtc_version[64];     /* the tables' nvrtc_version: "12.9 (CUBINs for occupancy only)" */
 } derive_occupancy_set;
 
 /* Compiles every variant of `shape` for ctx's target arch to a CUBIN on `jobs` threads and keeps
@@ -21,7 +22,8 @@ typedef struct derive_occupancy_set {
  * variant; nothing is kept then. */
 volt8_status derive_occupancy_compile(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t jobs,
                                       derive_occupancy_set *out);
-/* Writes the figures of the table's op into the table at `path` (one of op `op_name`). */
+/* Writes the figures of the table's op into the table at `path` (one of op `op_name`): an object of
+ * variant name -> resident CTAs per SM, -1 for one that spills or does not fit. */
 volt8_status derive_occupancy_record(volt8_ctx *ctx, const derive_occupancy_set *set, const char *path,
                                      const char *op_name);
 void derive_occupancy_free(derive_occupancy_set *set);

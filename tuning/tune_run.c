@@ -216,7 +216,7 @@ static volt8_status derive_all(const tune_options *options, const char *command,
         .method = "derived, not measured on a V100: the roofline model of tuning/derive_model.h (V100-SXM2: 80 SMs, "
                   "830 GB/s streaming, 2.5 TB/s L2, 14 TFLOP/s FP32, 40 TFLOP/s m8n8k4; resident CTAs per SM "
                   "from each variant's sm_70 CUBIN, __metadata__.ctas_per_sm) ranks every variant at each M",
-        .command = command, .nvrtc_version = "none (derived; nothing compiled)", .progress = progress,
+        .command = command, .nvrtc_version = occupancy.nvrtc_version, .progress = progress,
         .progress_tty = tty};
     tuner_summary summary;
     status = tuner_run(ctx, &settings, &backend, &summary);
