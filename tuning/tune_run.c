@@ -41,7 +41,9 @@ const char *tune_usage(void) {
          "  --screen N --final N --finalists N   timed passes per candidate, per finalist, and how many\n"
          "                        finalists (default 8, 30, 3)\n"
          "  --jobs N              compile threads (default: processors, at most 16)\n"
-         "  --derive sm_70        no GPU: derive the tables from the V100 model (tuning/derive_model.h)\n";
+         "  --derive sm_70        no GPU: derive the tables from the V100 model (tuning/derive_model.h)\n"
+         "  --model-device h200   with --derive: the model with the H200's figures instead, to check it against\n"
+         "                        measurements (needs --out other than tuning/tables: never shipped)\n";
 }
 
 static int parse_count(const char *text, long low, long high, int32_t *out) {
@@ -72,7 +74,7 @@ static int add_tp_shapes(const volt8_model *model, const char *text, tune_option
 static int is_tune_option(const char *name) {
   static const char *const names[] = {"--tp",     "--model",  "--shape", "--m",      "--top-k",     "--out",
                                       "--target-arch", "--device", "--seed", "--sets", "--screen", "--final",
-                                      "--finalists",   "--jobs",   "--derive"};
+                                      "--finalists",   "--jobs",   "--derive", "--model-device"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(name, names[i]) == 0) return 1;
   return 0;
@@ -130,6 +132,9 @@ int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tu
     } else if (strcmp(name, "--derive") == 0) {
       out->derive_arch = next;
       bad = strcmp(next, "sm_70") != 0; /* the only device with a model */
+    } else if (strcmp(name, "--model-device") == 0) {
+      out->model_device = next;
+      bad = !derive_device_find(next);
     } else {
       snprintf(error, error_size, "unknown argument \"%s\"", name);
       return -1;
@@ -153,6 +158,12 @@ int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tu
   if (model_name && !top_k_given) out->top_k = model->top_k;
   if (out->derive_arch && out->target_arch) {
     snprintf(error, error_size, "--derive and --target-arch exclude each other");
+    return -1;
+  }
+  if (out->model_device && (!out->derive_arch || (strcmp(out->model_device, "v100") != 0 &&
+                                                  strcmp(out->out_dir, "tuning/tables") == 0))) {
+    snprintf(error, error_size, "--model-device %s needs --derive sm_70%s", out->model_device,
+             out->derive_arch ? " and an --out other than tuning/tables (such tables are never shipped)" : "");
     return -1;
   }
   return 0;
@@ -200,14 +211,17 @@ static volt8_status derive_all(const tune_options *options, const char *command,
     char label[160];
     shape_label(&options->shapes[s], label, sizeof label);
     if (progress) fprintf(progress, "tune: deriving %s tables for %s\n", options->derive_arch, label);
-    derive_state state = {&DERIVE_V100, options->shapes[s], options->top_k};
+    const derive_device *device = derive_device_find(options->model_device ? options->model_device : "v100");
+    derive_state state = {device, options->shapes[s], options->top_k};
     tuner_backend backend = derive_backend(&state);
     tuner_settings settings = {
         .shape = options->shapes[s], .top_k = options->top_k, .m_values = options->m_values,
         .m_count = options->m_count, .screen_batches = 1, .final_batches = 1, .finalists = 0,
-        .out_dir = options->out_dir, .arch = volt8_tools_ctx(ctx).target_arch, .device = DERIVE_V100.name,
-        .device_token = VOLT8_TUNING_ANY_DEVICE,
-        .method = "derived, not measured on a V100: the roofline model of tuning/derive_model.h (V100-SXM2: 80 SMs, "
+        .out_dir = options->out_dir, .arch = volt8_tools_ctx(ctx).target_arch, .device = device->name,
+        .device_token = device == &DERIVE_V100 ? VOLT8_TUNING_ANY_DEVICE : "modelled_H200",
+        .method = device != &DERIVE_V100 ? "derived with the H200's figures in the roofline model of "
+                                           "tuning/derive_model.h, to check the model; not for shipping"
+                                         : "derived, not measured on a V100: the roofline model of tuning/derive_model.h (V100-SXM2: 80 SMs, "
                   "830 GB/s streaming, 2.5 TB/s L2, 14 TFLOP/s FP32, 40 TFLOP/s m8n8k4) ranks every variant at each M",
         .command = command, .nvrtc_version = "none (derived; nothing compiled)", .progress = progress,
         .progress_tty = tty};

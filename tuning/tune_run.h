@@ -23,6 +23,7 @@ typedef struct tune_options {
   int32_t warmup_batches, screen_batches, final_batches, finalists;
   int32_t jobs;             /* compile threads; 0: one per processor, at most 16 */
   const char *derive_arch;  /* "sm_70": no GPU, the model of tuning/derive_model.h */
+  const char *model_device; /* with derive_arch: derive_device_find's key; NULL: "v100" */
 } tune_options;
 
 void tune_options_default(tune_options *options);
