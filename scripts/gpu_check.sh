@@ -104,10 +104,12 @@ prepare() {
 # examples/torch_op.py with torch), wheel (the carried wheel installed into a scratch folder: the
 # binding's pytest suite, the torch ops' tests included, and both examples against it, with no
 # VOLT8_LIBRARY), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
-# "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any),
+# "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any; PROFILE_ARCH=sm_70
+# profiles the carried compute_70 PTX instead),
 # models_tune (each registry model, or those of MODELS, measured for the device's arch at TP
-# ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, then derived for sm_70, into $OUT's logs/tables: copy those
-# into tuning/tables to ship them; MODELS_TIMEOUT, default 600 s, bounds each model's run),
+# ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, with TUNE_ARGS added to the command, then derived for sm_70,
+# into $OUT's logs/tables: copy those into tuning/tables to ship them; every measurement in
+# logs/tune.MODEL.jsonl (volt8 tune --log); MODELS_TIMEOUT, default 600 s, bounds each model's run),
 # models_bench (volt8 bench --model NAME at TP 4 and TP 8 for each model, with the tables just tuned
 # when there are any, at BENCH_M if set; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
@@ -257,8 +259,10 @@ run() {
         local tune_m=() model
         [ -n "${TUNE_M:-}" ] && tune_m=(--m "$TUNE_M")
         for model in $(model_names "$carry/bin/volt8"); do
+          # shellcheck disable=SC2086 # TUNE_ARGS: extra tune options, split on spaces
           step_timeout="${MODELS_TIMEOUT:-600}" step "tune.$model" env VOLT8_CACHE_DIR="$work/native" \
-            "$carry/bin/volt8" tune --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" "${tune_m[@]}" --out "$logs/tables"
+            "$carry/bin/volt8" tune --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" "${tune_m[@]}" ${TUNE_ARGS:-} \
+            --out "$logs/tables" --log "$logs/tune.$model.jsonl"
           step "derive.$model" "$carry/bin/volt8" tune --derive sm_70 --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" \
             "${tune_m[@]}" --out "$logs/tables"
         done ;;
@@ -278,20 +282,22 @@ run() {
         cat "$logs/demo.log" ;;
       profile)
         # PROFILE_M: token counts, each optionally pinned to variants ("1 8 8:GATE_UP,DOWN 64").
-        local profile_tables=() entry m pinned
+        # PROFILE_ARCH=sm_70: the carried compute_70 PTX through the driver instead of native code.
+        local profile_tables=() entry m pinned profile_cache="$work/native" profile_arch=()
         [ -d "$logs/tables" ] && profile_tables=(env VOLT8_TUNING_DIR="$logs/tables")
+        if [ "${PROFILE_ARCH:-}" = sm_70 ]; then profile_cache="$work/cache70"; profile_arch=(--target-arch sm_70); fi
         for entry in ${PROFILE_M:-8}; do
           m="${entry%%:*}"
           pinned=()
           [ "$entry" != "$m" ] && pinned=(--variants "${entry#*:}")
           name="profile_m$m${pinned[*]:+_pinned$(echo "${entry#*:}" | tr -c 'a-z0-9\n' '_')}"
-          step "$name" "${profile_tables[@]}" env VOLT8_CACHE_DIR="$work/native" ncu --clock-control none \
+          step "$name" "${profile_tables[@]}" env VOLT8_CACHE_DIR="$profile_cache" ncu --clock-control none \
             --kernel-name regex:'volt8_(gate_up|down|route|reduce)' --launch-skip 10 --launch-count 8 \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
             --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard \
               barrier lg_throttle short_scoreboard wait math_pipe_throttle mio_throttle no_instruction drain \
               not_selected selected membar)smsp__warps_active.avg.per_cycle_active" \
-            "$carry/bin/volt8" bench --m "$m" "${pinned[@]}" --no-baselines --warmup 1 --batches 2 --sets 4
+            "$carry/bin/volt8" bench --m "$m" "${pinned[@]}" "${profile_arch[@]}" --no-baselines --warmup 1 --batches 2 --sets 4
           echo "== $name"
           grep -E '^  volt8_|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Grid Size|Block Limit Registers|Waves Per SM|stalled|warps_active' \
             "$logs/$name.log" | sed -E 's/\(([0-9]+, ){2}[0-9]+\)x\(([0-9]+, ){2}[0-9]+\)//; s/ +/ /g'
