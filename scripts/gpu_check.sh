@@ -51,6 +51,17 @@ model_test_shapes() {
   done
 }
 
+# The model check's shapes (issue 27), "SHAPE TOP_K" a line: the reference TP4 rank 1 (the bench's
+# default), Qwen3-Next-80B-A3B TP4 rank 0 and GLM-4.5-Air TP8 rank 0, from `volt8 models`.
+model_check_shapes() {
+  local name shape
+  { "$1" models --tp 4 | awk '$1 == "reference" && $3 == "rank=1" || $1 == "qwen3-next" && $3 == "rank=0" {print $1, $4}'
+    "$1" models --tp 8 | awk '$1 == "glm-4.5-air" && $3 == "rank=0" {print $1, $4}'; } |
+    while read -r name shape; do
+      echo "$shape $("$1" models | awk -v name="$name" '$1 == name {sub(/top-/, "", $9); print $9}')"
+    done
+}
+
 # The registry's model names (MODELS narrows them: "deepseek-v3 glm-4.5-air").
 model_names() {
   if [ -n "${MODELS:-}" ]; then echo "$MODELS"; else "$1" models | awk '{print $1}'; fi
@@ -71,6 +82,10 @@ prepare() {
   # two runs: one takes at most 32 shapes
   "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${shape_args[@]}" | tail -n 1
   "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${model_shape_args[@]}" | tail -n 1
+  # the model check's shapes at all their experts (its tune times every variant)
+  local check_shape_args=()
+  for shape in $(model_check_shapes "$root/build/volt8" | awk '{print $1}'); do check_shape_args+=(--shape "$shape"); done
+  "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${check_shape_args[@]}" | tail -n 1
   # PTX compresses about tenfold; the carried folder must stay small.
   tar -C "$carry" -czf "$carry/cache70.tgz" cache70
   rm -rf "$carry/cache70"
@@ -110,6 +125,9 @@ prepare() {
 # ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, with TUNE_ARGS added to the command, then derived for sm_70,
 # into $OUT's logs/tables: copy those into tuning/tables to ship them; every measurement in
 # logs/tune.MODEL.jsonl (volt8 tune --log); MODELS_TIMEOUT, default 600 s, bounds each model's run),
+# model_check (the derivation model with the H200's figures against the compute_70 PTX timed here, for
+# the model_check_shapes: scripts/model_check.py's Spearman and regret into logs/model_check.txt and .md;
+# MODEL_CHECK_M, MODEL_CHECK_SCREEN, MODEL_CHECK_ARGS),
 # models_bench (volt8 bench --model NAME at TP 4 and TP 8 for each model, with the tables just tuned
 # when there are any, at BENCH_M if set; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
@@ -277,6 +295,34 @@ run() {
             cat "$logs/bench.$model.tp$tp.log"
           done
         done ;;
+      model_check)
+        # The derivation model against the compute_70 PTX on this GPU (issue 27): every variant of
+        # the model_check_shapes at MODEL_CHECK_M (default 1,2,4,8,16) timed by `volt8 tune
+        # --target-arch sm_70` (screen pass only, MODEL_CHECK_SCREEN timed passes, default 5;
+        # MODEL_CHECK_ARGS adds tune options), then predicted by `volt8 tune --derive sm_70
+        # --model-device h200`, compared by scripts/model_check.py into logs/model_check.txt and .md.
+        # Tables go to logs/model_check/ only, never to the shipped ones.
+        local check_dir="$logs/model_check" check_m="${MODEL_CHECK_M:-1,2,4,8,16}" shape top_k index=0
+        mkdir -p "$check_dir"
+        : >"$check_dir/measured.jsonl"
+        : >"$check_dir/predicted.jsonl"
+        while read -r shape top_k; do
+          index=$((index + 1))
+          # shellcheck disable=SC2086 # MODEL_CHECK_ARGS: extra tune options, split on spaces
+          step "model_check.measure$index" env VOLT8_CACHE_DIR="$work/cache70" "$carry/bin/volt8" tune \
+            --target-arch sm_70 --shape "$shape" --top-k "$top_k" --m "$check_m" --screen "${MODEL_CHECK_SCREEN:-5}" \
+            --finalists 0 ${MODEL_CHECK_ARGS:-} --out "$check_dir/measured" --log "$check_dir/measured.$index.jsonl"
+          step "model_check.predict$index" "$carry/bin/volt8" tune --derive sm_70 --model-device h200 --shape "$shape" \
+            --top-k "$top_k" --m "$check_m" --out "$check_dir/predicted" --log "$check_dir/predicted.$index.jsonl"
+          cat "$check_dir/measured.$index.jsonl" >>"$check_dir/measured.jsonl"
+          cat "$check_dir/predicted.$index.jsonl" >>"$check_dir/predicted.jsonl"
+        done < <(model_check_shapes "$carry/bin/volt8")
+        python3 "$root/scripts/model_check.py" "$check_dir/measured.jsonl" "$check_dir/predicted.jsonl" --m "$check_m" \
+          >"$logs/model_check.txt" 2>&1
+        python3 "$root/scripts/model_check.py" "$check_dir/measured.jsonl" "$check_dir/predicted.jsonl" --m "$check_m" \
+          --markdown >"$logs/model_check.md" 2>&1
+        echo "model_check: $(tail -n +2 "$logs/model_check.txt" | grep '^goal')" | tee -a "$summary"
+        cat "$logs/model_check.txt" ;;
       demo)
         step demo env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" demo
         cat "$logs/demo.log" ;;

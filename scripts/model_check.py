@@ -51,12 +51,13 @@ def spearman(first, second):
 
 
 def compare(measured, predicted):
-    """One point: {measured: {v: us}, predicted: {v: us}} over the variants both have -> a result dict."""
-    names = sorted(set(measured) & set(predicted))
+    """One point: {variant: us} measured and predicted, over the variants both have -> a result dict."""
+    # In the predicted log's order, the code generator's: a tie goes to the earlier, as in the tuner.
+    names = [name for name in predicted if name in measured]
     if not names:
         return None
-    pick = min(names, key=lambda name: (predicted[name], name))
-    best = min(names, key=lambda name: (measured[name], name))
+    pick = min(names, key=lambda name: predicted[name])
+    best = min(names, key=lambda name: measured[name])
     return {
         "variants": len(names),
         "spearman": spearman([measured[n] for n in names], [predicted[n] for n in names]),

@@ -87,3 +87,11 @@ def test_a_shape_without_prediction_and_no_data(tmp_path):
     result = run(measured_path, predicted_path)
     assert "no prediction for this shape" in result.stdout and "miss" in result.stdout
     assert run(measured_path, predicted_path, "--m", "64").returncode == 2
+
+
+def test_a_predicted_tie_goes_to_the_earlier_variant_as_in_the_tuner():
+    predicted = {"gate_up.cc.bm2.bn8.w4.sk1.l16": 5.0, "gate_up.cc.bm1.bn8.w4.sk1.l16": 5.0}
+    measured = {"gate_up.cc.bm1.bn8.w4.sk1.l16": 10.0, "gate_up.cc.bm2.bn8.w4.sk1.l16": 11.0}
+    result = model_check.compare(measured, predicted)
+    assert result["pick"] == "gate_up.cc.bm2.bn8.w4.sk1.l16" and abs(result["regret"] - 0.1) < 1e-12
+    assert result["spearman"] is None  # no spread in the prediction
