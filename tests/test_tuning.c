@@ -22,6 +22,7 @@
 #include "dispatch/dispatch.h"
 #include "core/embedded_files.h"
 #include "dispatch/tuning.h"
+#include "dispatch/tuning_nearest.h"
 
 /* The bench and tuner suites need bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("tuner.h")
@@ -90,6 +91,7 @@ static int32_t warning_count(char *buf, size_t size) {
 }
 
 /* The first variant of `op` the code generator lists for the reference shape, and the last. */
+/* The first and last of the op's variants that the context's arch does not emulate (the tuner's). */
 static void listed_variants(volt8_ctx *ctx, volt8_op op, char *first, char *last) {
   const char *prefix = op == VOLT8_OP_GATE_UP ? "gate_up." : "down.";
   char **names = NULL;
@@ -97,7 +99,8 @@ static void listed_variants(volt8_ctx *ctx, volt8_op op, char *first, char *last
   cr_assert_eq(volt8_codegen_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, &names, &count), VOLT8_OK, "%s",
                volt8_last_error(ctx));
   for (int32_t i = 0; i < count; i++) {
-    if (strncmp(names[i], prefix, strlen(prefix)) != 0) continue;
+    if (strncmp(names[i], prefix, strlen(prefix)) != 0 || volt8_dispatch_family_emulated(ctx->target_arch, names[i]))
+      continue;
     if (matched++ == 0) snprintf(first, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
     snprintf(last, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
   }
@@ -497,11 +500,23 @@ Test(tuner, candidates_are_the_generators_variants_of_the_op) {
   char **names = NULL, **all = NULL;
   int32_t count = 0, all_count = 0, expected = 0;
   cr_assert_eq(volt8_codegen_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, &all, &all_count), VOLT8_OK);
-  for (int32_t i = 0; i < all_count; i++) expected += strncmp(all[i], "down.", 5) == 0;
+  int32_t emulated = 0;
+  for (int32_t i = 0; i < all_count; i++) {
+    expected += strncmp(all[i], "down.", 5) == 0 && strncmp(all[i], "down.mma.", 9) != 0;
+    emulated += strncmp(all[i], "down.mma.", 9) == 0;
+  }
+  cr_assert_gt(emulated, 0, "the generator offers mma downs, which sm_90 emulates");
   cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_DOWN, &names, &count), VOLT8_OK);
-  cr_assert_eq(count, expected);
+  cr_assert_eq(count, expected, "every down but the emulated mma family");
   cr_assert_gt(count, 1);
   for (int32_t i = 0; i < count; i++) cr_assert_eq(strncmp(names[i], "down.", 5), 0, "%s", names[i]);
+  volt8_codegen_names_free(names, count);
+  volt8_ctx *volta = test_cpu_ctx("sm_70");
+  int32_t mma = 0;
+  cr_assert_eq(tuner_candidates(volta, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_DOWN, &names, &count), VOLT8_OK);
+  for (int32_t i = 0; i < count; i++) mma += strncmp(names[i], "down.mma.", 9) == 0;
+  cr_assert_gt(mma, 0, "sm_70 runs mma natively, so its downs are candidates there");
+  volt8_ctx_destroy(volta);
   volt8_codegen_names_free(names, count);
   volt8_codegen_names_free(all, all_count);
   cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_REDUCE, &names, &count),

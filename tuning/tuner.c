@@ -90,9 +90,15 @@ volt8_status tuner_candidates(volt8_ctx *ctx, const volt8_moe_shape *shape, volt
   if (status != VOLT8_OK) return status;
   size_t prefix = strlen(op_name);
   int32_t kept = 0;
+  /* A family the target arch runs as a software routine is never served (the dispatch's rule), so
+   * timing it would only cost time. */
+  int32_t arch = volt8_tools_ctx(ctx).target_arch;
   for (int32_t i = 0; i < count; i++) {
-    if (strncmp(names[i], op_name, prefix) == 0 && names[i][prefix] == '.') names[kept++] = names[i];
-    else free(names[i]);
+    if (strncmp(names[i], op_name, prefix) == 0 && names[i][prefix] == '.' &&
+        !volt8_dispatch_family_emulated(arch, names[i]))
+      names[kept++] = names[i];
+    else
+      free(names[i]);
   }
   if (kept == 0) {
     free(names);
