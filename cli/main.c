@@ -15,9 +15,12 @@ static const cli_command COMMANDS[] = {
     {"demo", cli_demo, "demo [--model NAME] [--keep [DIR]]",
      "the main job at a model's per-expert shape (default reference); --keep keeps the synthetic\n"
      "checkpoint (in DIR, or in a temporary folder it prints) for `volt8 plan DIR --tp 4`"},
-    {"list", cli_list, "list [--arch sm_XX] [--shape S | --model NAME [--tp N] [--rank R]] [--resources [--json] [--jobs N]]",
-     "list the kernel variants for a shape (default sm_70); --resources compiles each to a CUBIN and prints\n"
-     "its registers, spills, shared memory and resident CTAs and warps per SM (NVRTC 12 for sm_70)"},
+    {"list", cli_list,
+     "list [--arch sm_XX] [--shape S | --model NAME [--tp N] [--rank R]] [--choice 1,8,64 [--top-k K] [--tables DIR]] "
+     "[--resources [--json] [--jobs N]]",
+     "list the kernel variants for a shape (default sm_70); --choice: the dispatch's pair at each M instead, "
+     "--tables: from the tables of DIR alone;\n--resources: each compiled to a CUBIN, with its registers, spills, "
+     "shared memory and resident CTAs and warps per SM (NVRTC 12 for sm_70)"},
     {"models", cli_models, "models [--tp N]", "the known models, or each rank's shape at TP N"},
     {"compile", cli_compile, "compile --arch sm_XX --cache DIR [--shape S]...",
      "fill a kernel cache ahead of time (PTX for compute_XX)"},

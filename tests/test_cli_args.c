@@ -179,6 +179,7 @@ Test(cli_args, list_resources_arguments_and_the_archs_it_cannot_report_on) {
   REFUSED(ARGS("list", "--resources", "--jobs"), "volt8 list: --jobs needs a value");
   REFUSED(ARGS("list", "--resources", "--tp", "4"), "volt8 list: --tp and --rank need --model");
   REFUSED(ARGS("list", "--resources", "--bogus"), "volt8 list: unknown argument \"--bogus\"");
+  REFUSED(ARGS("list", "--resources", "--choice", "1,8"), "volt8 list: --resources and --choice exclude each other");
   cli_result *result = malloc(sizeof *result);
   cr_assert_not_null(result);
   VOLT8(result, "list", "--resources", "--arch", "sm_75");

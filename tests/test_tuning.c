@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "jit/codegen.h"
@@ -21,6 +22,7 @@
 #include "dispatch/dispatch.h"
 #include "core/embedded_files.h"
 #include "dispatch/tuning.h"
+#include "dispatch/tuning_nearest.h"
 
 /* The bench and tuner suites need bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("tuner.h")
@@ -90,6 +92,7 @@ static int32_t warning_count(char *buf, size_t size) {
 }
 
 /* The first variant of `op` the code generator lists for the reference shape, and the last. */
+/* The first and last of the op's variants that the context's arch does not emulate (the tuner's). */
 static void listed_variants(volt8_ctx *ctx, volt8_op op, char *first, char *last) {
   const char *prefix = op == VOLT8_OP_GATE_UP ? "gate_up." : "down.";
   char **names = NULL;
@@ -97,7 +100,8 @@ static void listed_variants(volt8_ctx *ctx, volt8_op op, char *first, char *last
   cr_assert_eq(volt8_codegen_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, &names, &count), VOLT8_OK, "%s",
                volt8_last_error(ctx));
   for (int32_t i = 0; i < count; i++) {
-    if (strncmp(names[i], prefix, strlen(prefix)) != 0) continue;
+    if (strncmp(names[i], prefix, strlen(prefix)) != 0 || volt8_dispatch_family_emulated(ctx->target_arch, names[i]))
+      continue;
     if (matched++ == 0) snprintf(first, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
     snprintf(last, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
   }
@@ -497,11 +501,23 @@ Test(tuner, candidates_are_the_generators_variants_of_the_op) {
   char **names = NULL, **all = NULL;
   int32_t count = 0, all_count = 0, expected = 0;
   cr_assert_eq(volt8_codegen_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, &all, &all_count), VOLT8_OK);
-  for (int32_t i = 0; i < all_count; i++) expected += strncmp(all[i], "down.", 5) == 0;
+  int32_t emulated = 0;
+  for (int32_t i = 0; i < all_count; i++) {
+    expected += strncmp(all[i], "down.", 5) == 0 && strncmp(all[i], "down.mma.", 9) != 0;
+    emulated += strncmp(all[i], "down.mma.", 9) == 0;
+  }
+  cr_assert_gt(emulated, 0, "the generator offers mma downs, which sm_90 emulates");
   cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_DOWN, &names, &count), VOLT8_OK);
-  cr_assert_eq(count, expected);
+  cr_assert_eq(count, expected, "every down but the emulated mma family");
   cr_assert_gt(count, 1);
   for (int32_t i = 0; i < count; i++) cr_assert_eq(strncmp(names[i], "down.", 5), 0, "%s", names[i]);
+  volt8_codegen_names_free(names, count);
+  volt8_ctx *volta = test_cpu_ctx("sm_70");
+  int32_t mma = 0;
+  cr_assert_eq(tuner_candidates(volta, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_DOWN, &names, &count), VOLT8_OK);
+  for (int32_t i = 0; i < count; i++) mma += strncmp(names[i], "down.mma.", 9) == 0;
+  cr_assert_gt(mma, 0, "sm_70 runs mma natively, so its downs are candidates there");
+  volt8_ctx_destroy(volta);
   volt8_codegen_names_free(names, count);
   volt8_codegen_names_free(all, all_count);
   cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_REDUCE, &names, &count),
@@ -740,6 +756,87 @@ Test(derive, derived_run_writes_unmeasured_tables) {
   cr_assert(cJSON_IsString(from) && strstr(from->valuestring, "sm_70 CUBINs of NVRTC"), "%s", text);
   cJSON_Delete(root);
   free(text);
+}
+
+/* Every line of a --log is JSON; the measures are every candidate of each op at each M, the picks are
+ * the tables' entries, and the dispatch's own choice is there per M. */
+Test(derive, log_holds_every_measurement_and_the_picks) {
+  tune_options options;
+  char error[1024], log_path[8192];
+  snprintf(log_path, sizeof log_path, "%s/tune.jsonl", temp_dir);
+  char *argv[] = {"tune", "--derive", "sm_70", "--tp", "8", "--m", "1,64", "--out", temp_dir, "--log", log_path};
+  cr_assert_eq(tune_options_parse(11, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  tune_outcome outcome;
+  cr_assert_eq(tune_run(&options, "volt8 tune --derive sm_70 --tp 8 --log", NULL, 0, &outcome, error, sizeof error),
+               VOLT8_OK, "%s", error);
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  int32_t candidates[2];
+  for (int op = 0; op < 2; op++) {
+    char **names = NULL;
+    cr_assert_eq(tuner_candidates(ctx, &options.shapes[0], op ? VOLT8_OP_DOWN : VOLT8_OP_GATE_UP, &names, &candidates[op]),
+                 VOLT8_OK);
+    volt8_codegen_names_free(names, candidates[op]);
+  }
+  volt8_ctx_destroy(ctx);
+  char path[8192];
+  snprintf(path, sizeof path, "%s/op=down,N=2560,K=80,block=128x128,arch=sm_70,device=any.json", temp_dir);
+  volt8_tuning_table down = parse_written(path, "down");
+  char *text = read_text(log_path);
+  int shapes = 0, m_lines = 0, measures[2] = {0, 0}, picks = 0;
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    cJSON *item = cJSON_Parse(line);
+    cr_assert_not_null(item, "not JSON: %s", line);
+    const char *kind = cJSON_GetObjectItem(item, "kind")->valuestring;
+    if (strcmp(kind, "shape") == 0) {
+      shapes++;
+      cr_assert_str_eq(cJSON_GetObjectItem(item, "label")->valuestring, "reference tp8 rank 1");
+      cr_assert_eq(cJSON_GetObjectItem(item, "intermediate")->valueint, 80);
+      cr_assert_eq(cJSON_GetObjectItem(item, "measured")->valueint, 0);
+    } else if (strcmp(kind, "m") == 0) {
+      m_lines++;
+      cr_assert_eq(strncmp(cJSON_GetObjectItem(item, "dispatch_down")->valuestring, "down.", 5), 0);
+    } else if (strcmp(kind, "measure") == 0) {
+      int is_down = strcmp(cJSON_GetObjectItem(item, "op")->valuestring, "down") == 0;
+      measures[is_down]++;
+      cr_assert_str_eq(cJSON_GetObjectItem(item, "pass")->valuestring, "screen");
+      /* the model refuses only a gate_up whose CUBIN spills or does not fit, and says so */
+      const cJSON *reason = cJSON_GetObjectItem(item, "reason");
+      cr_assert(cJSON_GetObjectItem(item, "accepted")->valueint
+                    ? cJSON_IsNumber(cJSON_GetObjectItem(item, "forward_us"))
+                    : !is_down && cJSON_IsString(reason) && strstr(reason->valuestring, "spills or does not fit"),
+                "%s", line);
+      cr_assert_eq(strncmp(cJSON_GetObjectItem(item, "held")->valuestring, is_down ? "gate_up." : "down.", is_down ? 8 : 5),
+                   0, "%s", line);
+    } else {
+      cr_assert_str_eq(kind, "pick");
+      picks++;
+      int32_t m = cJSON_GetObjectItem(item, "m")->valueint;
+      if (strcmp(cJSON_GetObjectItem(item, "op")->valuestring, "down") == 0)
+        cr_assert_str_eq(cJSON_GetObjectItem(item, "variant")->valuestring, down.entries[m == 1 ? 0 : 1].variant);
+    }
+    cJSON_Delete(item);
+  }
+  cr_assert_eq(shapes, 1);
+  cr_assert_eq(m_lines, 2);
+  cr_assert_eq(measures[0], 2 * candidates[0], "every gate_up candidate at M = 1 and 64");
+  cr_assert_eq(measures[1], 2 * candidates[1], "every down candidate at M = 1 and 64");
+  cr_assert_eq(picks, 4);
+  free(text);
+  volt8_tuning_table_free(&down);
+}
+
+Test(derive, log_refuses_a_fifo_without_waiting) {
+  tune_options options;
+  char error[1024], log_path[8192];
+  snprintf(log_path, sizeof log_path, "%s/fifo", temp_dir);
+  cr_assert_eq(mkfifo(log_path, 0600), 0);
+  char *argv[] = {"tune", "--derive", "sm_70", "--m", "1", "--out", temp_dir, "--log", log_path};
+  cr_assert_eq(tune_options_parse(9, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  tune_outcome outcome;
+  cr_assert_eq(tune_run(&options, "volt8 tune", NULL, 0, &outcome, error, sizeof error), VOLT8_ERR_IO);
+  cr_assert_not_null(strstr(error, "not a regular file"), "%s", error);
+  cr_assert_not_null(strstr(error, log_path), "%s", error);
+  cr_assert_eq(outcome.shapes_done, 0);
 }
 
 /* ---- bench and tune options, report shapes ---- */

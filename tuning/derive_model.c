@@ -27,6 +27,29 @@ const derive_device DERIVE_V100 = {
     .max_ctas_per_sm = 32,
 };
 
+/* NVIDIA H200 running the compute_70 PTX (the driver JIT-compiles it; no early launch, kernels in a
+ * CUDA graph), to check the model against measurements where a GPU is at hand; its tables are never
+ * shipped. Sources: measured here (bench/RESULTS.md, the floor and copy probes of docs/notebook/),
+ * data sheet, or an assumption, per figure. */
+const derive_device DERIVE_H200 = {
+    .name = "NVIDIA H200, compute_70 PTX (modelled, a check of the model)",
+    .sm_count = 132,              /* data sheet */
+    .dram_gbps = 3825.0,          /* measured here: 16-byte load/store copy, bytes read + written */
+    .l2_gbps = 8000.0,            /* assumption: about twice the copy rate, as V100's 2.5 TB/s is three times its
+                                     DRAM's; not measured here */
+    .cuda_core_tflops = 60.0,     /* data sheet 66.9 (132 SMs x 128 FP32 lanes x 2 x 1.98 GHz), 90% reachable
+                                     as for V100 */
+    .mma_tflops = 15.0,           /* assumption: sm_90 runs m8n8k4 as a software routine (emulated, so the
+                                     check leaves mma out); a quarter of the FP32 rate */
+    .conversions_per_ns = 11150.0, /* data sheet lanes and clock: 16896 lanes x 1.98 GHz / 3 instructions a value */
+    .launch_us = 1.0,             /* measured here: a graph's launch floor is 2.4 us for three kernels and 3.4 for
+                                     four, with early launch, which compute_70 code lacks: the fourth kernel's 1.0 */
+    .saturating_warps_per_sm = 22, /* assumption: V100's 8 scaled by the DRAM bandwidth per SM (29 against
+                                      10.4 GB/s), at a like DRAM latency */
+    .max_warps_per_sm = 64,       /* data sheet (as are the 32 CTAs and 228 KiB of shared memory per SM) */
+    .max_ctas_per_sm = 32,
+};
+
 static int read_field(const char **cursor, const char *key, int32_t *out) {
   size_t length = strlen(key);
   if (strncmp(*cursor, key, length) != 0) return 0;
@@ -162,4 +185,14 @@ static volt8_status derive_measure(void *user, int32_t m, const char *gate_up, c
 
 tuner_backend derive_backend(derive_state *state) {
   return (tuner_backend){state, 0, derive_begin, derive_measure, derive_end};
+}
+
+const derive_device *derive_device_find(const char *key) {
+  static const struct {
+    const char *key;
+    const derive_device *device;
+  } devices[] = {{"v100", &DERIVE_V100}, {"h200", &DERIVE_H200}};
+  for (size_t i = 0; key && i < sizeof devices / sizeof devices[0]; i++)
+    if (strcmp(key, devices[i].key) == 0) return devices[i].device;
+  return NULL;
 }

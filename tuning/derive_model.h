@@ -36,6 +36,10 @@ typedef struct derive_device {
 } derive_device;
 
 extern const derive_device DERIVE_V100;
+/* The H200 running the compute_70 PTX: checks the model against measurements; never for shipped tables. */
+extern const derive_device DERIVE_H200;
+/* The model device named `key` ("v100", "h200"); NULL for any other. */
+const derive_device *derive_device_find(const char *key);
 
 /* The parts of a GEMM variant name; 0 when `name` is not one. */
 typedef struct derive_variant {

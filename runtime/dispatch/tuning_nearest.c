@@ -71,7 +71,8 @@ static int32_t gather(const wanted_table *wanted, const char *dir, candidate *ou
   }
   if (folder) closedir(folder);
   size_t prefix = strlen(VOLT8_TUNING_BUILT_IN_PREFIX);
-  for (const volt8_embedded_file *file = volt8_embedded_files; file->path && count < MAX_CANDIDATES; file++) {
+  for (const volt8_embedded_file *file = volt8_embedded_files; volt8_tuning_built_in() && file->path && count < MAX_CANDIDATES;
+       file++) {
     if (strncmp(file->path, VOLT8_TUNING_BUILT_IN_PREFIX, prefix) != 0) continue;
     out[count].built_in = file;
     count += consider(file->path + prefix, wanted, &out[count]);

@@ -1,0 +1,203 @@
+/* The derivation model's arithmetic on the H200's figures (tuning/derive_model.h), against values
+ * worked out here from what each term means: bytes each expert and pair moves, CTAs, resident warps,
+ * waves. The reference model's TP4 rank 1 (hidden 2560, intermediate 160 at offset 32, 512 experts,
+ * top-10). No GPU. */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "derive_model.h"
+#include "test_support.h"
+#include "tune_run.h"
+
+#define TOP_K 10
+#define EXPERTS 512.0
+#define HIDDEN 2560.0
+#define INTERMEDIATE 160.0
+
+static volt8_moe_shape reference_tp4_rank1(void) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.hidden = 2560;
+  shape.intermediate = 160;
+  shape.intermediate_offset = 32;
+  shape.num_experts = 512;
+  return shape;
+}
+
+static derive_variant parsed(const char *name) {
+  derive_variant variant;
+  cr_assert(derive_parse_variant(name, &variant), "%s does not parse", name);
+  return variant;
+}
+
+static void assert_close(double actual, double expected, const char *what) {
+  cr_assert(fabs(actual - expected) <= 1e-9 * fabs(expected) + 1e-12, "%s: the model gives %.12g, expected %.12g", what,
+            actual, expected);
+}
+
+/* Rows [32, 192) touch scale rows 0 and 1 of the 128 grid; 2560 / 128 = 20 scale columns. */
+static const double GATE_UP_EXPERT_BYTES = 2.0 * INTERMEDIATE * HIDDEN + 2.0 /* FP16 */ * 2 /* gate, up */ * 2 * 20;
+static const double DOWN_EXPERT_BYTES = HIDDEN * INTERMEDIATE + 2.0 * 20 * 2;
+
+/* M = 1: ten pairs land on ten experts, each read once, each a work item of one row. */
+Test(derive_h200, gate_up_at_one_token_is_dram_bound_with_a_partial_fill) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  derive_variant variant = parsed("gate_up.cc.bm1.bn8.w4.sk1.l16");
+  double ctas = 10 * (INTERMEDIATE / 8);
+  double dram_bytes = 10 * GATE_UP_EXPERT_BYTES + 10 * (2 * HIDDEN + 2 * INTERMEDIATE); /* x in, h out */
+  double l2_bytes = 10 * GATE_UP_EXPERT_BYTES + ctas * 1 * HIDDEN * 2;                  /* each CTA rereads x */
+  double fill = ctas * 4 / (132.0 * 22);                                                /* 800 of 2904 warps */
+  double memory_us = dram_bytes / 3825e3 / fill;
+  cr_assert(l2_bytes / 8000e3 < memory_us, "the L2 term is not the larger here");
+  double math_us = (2.0 * 10 * INTERMEDIATE * 2 * HIDDEN / 60e6 + 10 * INTERMEDIATE * 2 * HIDDEN / 11150e3) / fill;
+  cr_assert(math_us < memory_us);
+  double expected = 1.0 + memory_us + 0.15 * math_us;
+  assert_close(derive_op_us(&DERIVE_H200, &shape, TOP_K, 1, &variant), expected, "gate_up M=1");
+  cr_assert(expected > 9.0 && expected < 10.0, "hand value %g", expected);
+
+  /* The DRAM term alone: math and L2 made free. */
+  derive_device free_math = DERIVE_H200;
+  free_math.cuda_core_tflops = 1e12;
+  free_math.conversions_per_ns = 1e15;
+  free_math.l2_gbps = 1e12;
+  assert_close(derive_op_us(&free_math, &shape, TOP_K, 1, &variant) - 1.0, memory_us, "DRAM term");
+  /* A slow L2 takes over the memory term. */
+  derive_device slow_l2 = free_math;
+  slow_l2.l2_gbps = 100.0;
+  cr_assert(fabs(derive_op_us(&slow_l2, &shape, TOP_K, 1, &variant) - 1.0 - l2_bytes / 100e3) < 1e-6);
+}
+
+/* More warps per CTA: more of the saturating warps resident, the DRAM term shrinks in proportion. */
+Test(derive_h200, fill_grows_with_resident_warps_until_dram_saturates) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  derive_device memory_only = DERIVE_H200;
+  memory_only.cuda_core_tflops = 1e12;
+  memory_only.conversions_per_ns = 1e15;
+  memory_only.l2_gbps = 1e12;
+  derive_variant four = parsed("gate_up.cc.bm1.bn8.w4.sk1.l16");
+  derive_variant eight = four;
+  eight.warps = 8;
+  double at_four = derive_op_us(&memory_only, &shape, TOP_K, 1, &four) - 1.0;
+  double at_eight = derive_op_us(&memory_only, &shape, TOP_K, 1, &eight) - 1.0;
+  assert_close(at_four / at_eight, 2.0, "1600 against 800 of 2904 saturating warps");
+  derive_variant many = four;
+  many.warps = 32; /* 6400 warps wanted, 2904 saturate */
+  double dram_bytes = 10 * GATE_UP_EXPERT_BYTES + 10 * (2 * HIDDEN + 2 * INTERMEDIATE);
+  assert_close(derive_op_us(&memory_only, &shape, TOP_K, 1, &many) - 1.0, dram_bytes / 3825e3, "full fill");
+}
+
+/* down at M = 16 with one row per item: 160 items of 40 column tiles = 6400 CTAs of 4 warps, 16 CTAs
+ * per SM (64 warps), 2112 a wave: 3.03 waves run as 4. */
+Test(derive_h200, down_at_sixteen_tokens_pays_the_last_partial_wave) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  derive_variant variant = parsed("down.cc.bm1.bn64.w4.sk1.l2");
+  double pairs = 16 * TOP_K, ctas = pairs * (HIDDEN / 64);
+  double waves = ctas / (132 * 16.0);
+  cr_assert(waves > 3 && waves < 4);
+  double tail = 4 / waves;
+  double active = EXPERTS * (1 - pow(1 - TOP_K / EXPERTS, 16));
+  double dram_bytes = active * DOWN_EXPERT_BYTES + pairs * (2 * INTERMEDIATE + 4 * HIDDEN); /* h in, z out FP32 */
+  double l2_bytes = pairs * DOWN_EXPERT_BYTES + ctas * 1 * INTERMEDIATE * 2;
+  double memory_us = fmax(dram_bytes / 3825e3, l2_bytes / 8000e3); /* fill 1 */
+  double math_us = (2 * pairs * HIDDEN * INTERMEDIATE / 60e6 + pairs * HIDDEN * INTERMEDIATE / 11150e3) * tail;
+  assert_close(derive_op_us(&DERIVE_H200, &shape, TOP_K, 16, &variant),
+               1.0 + fmax(memory_us, math_us) + 0.15 * fmin(memory_us, math_us), "down M=16");
+  derive_device math_only = DERIVE_H200;
+  math_only.dram_gbps = 1e12;
+  math_only.l2_gbps = 1e12;
+  double us = derive_op_us(&math_only, &shape, TOP_K, 16, &variant) - 1.0;
+  cr_assert(fabs(us - math_us) < 1e-6 * math_us, "math term with the tail: %.9g us, expected %.9g", us, math_us);
+}
+
+/* bm4 at M = 8: an expert's pairs p ~ Binomial(8, 10/512) make ceil(p / 4) items: one for 1..4 pairs,
+ * two for 5..8, so items per expert = P(p >= 1) + P(p >= 5). */
+Test(derive_h200, items_follow_the_binomial_split_by_block_m) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  derive_device l2_only = DERIVE_H200;
+  l2_only.cuda_core_tflops = 1e12;
+  l2_only.conversions_per_ns = 1e15;
+  l2_only.dram_gbps = 1e12;
+  l2_only.l2_gbps = 1.0;
+  derive_variant variant = parsed("gate_up.cc.bm4.bn8.w4.sk1.l16");
+  double q = TOP_K / EXPERTS, at_least_five = 0.0;
+  double choose[9] = {1, 8, 28, 56, 70, 56, 28, 8, 1};
+  for (int p = 5; p <= 8; p++) at_least_five += choose[p] * pow(q, p) * pow(1 - q, 8 - p);
+  double items = EXPERTS * (1 - pow(1 - q, 8) + at_least_five);
+  double l2_bytes = items * GATE_UP_EXPERT_BYTES + items * (INTERMEDIATE / 8) * 4 * HIDDEN * 2;
+  double us = derive_op_us(&l2_only, &shape, TOP_K, 8, &variant) - 1.0;
+  cr_assert(fabs(us - l2_bytes / 1e3) < 1e-6 * us, "L2 term %.9g us, expected %.9g", us, l2_bytes / 1e3);
+}
+
+Test(derive_h200, route_and_reduce) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  double pairs = 8 * TOP_K;
+  /* route and reduce: two launches, the reduce reads z (FP32 per pair) and writes out, ids and weights */
+  double bytes = pairs * HIDDEN * 4 + 8 * HIDDEN * 2 + pairs * 12;
+  assert_close(derive_support_us(&DERIVE_H200, &shape, TOP_K, 8, 0), 2 * 1.0 + bytes / 3825e3, "route + reduce");
+  assert_close(derive_support_us(&DERIVE_H200, &shape, TOP_K, 8, 1), 1.0 + pairs * 12 / 3825e3, "route alone");
+}
+
+/* The same op on both devices: with fill 1 on both and DRAM bound on both, the bandwidth ratio
+ * (3825 / 830) divides the DRAM term; the launch differs by its own figures (1.0 against 1.5 us). */
+Test(derive_h200, v100_and_h200_differ_as_their_figures_say) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  derive_variant variant = parsed("down.cc.bm1.bn64.w4.sk1.l2");
+  derive_device devices[2] = {DERIVE_V100, DERIVE_H200};
+  double dram_us[2];
+  for (int i = 0; i < 2; i++) {
+    devices[i].cuda_core_tflops = 1e12;
+    devices[i].conversions_per_ns = 1e15;
+    devices[i].l2_gbps = 1e12;
+    dram_us[i] = derive_op_us(&devices[i], &shape, TOP_K, 16, &variant) - devices[i].launch_us;
+  }
+  assert_close(dram_us[0] / dram_us[1], 3825.0 / 830.0, "V100 / H200 DRAM term");
+  cr_assert_eq(DERIVE_V100.launch_us, 1.5);
+  cr_assert_eq(DERIVE_H200.launch_us, 1.0);
+  /* unmodified: the H200 is faster at every M, by less than the bandwidth ratio (launches) */
+  for (int32_t m = 1; m <= 16; m *= 2) {
+    double v100 = derive_op_us(&DERIVE_V100, &shape, TOP_K, m, &variant);
+    double h200 = derive_op_us(&DERIVE_H200, &shape, TOP_K, m, &variant);
+    cr_assert(h200 < v100 && v100 / h200 < 3825.0 / 830.0 + 1e-9, "M=%d: V100 %g us, H200 %g us", m, v100, h200);
+  }
+}
+
+Test(derive_h200, devices_by_name) {
+  cr_assert_eq(derive_device_find("v100"), &DERIVE_V100);
+  cr_assert_eq(derive_device_find("h200"), &DERIVE_H200);
+  cr_assert_null(derive_device_find("H200"));
+  cr_assert_null(derive_device_find("a100"));
+  cr_assert_null(derive_device_find(NULL));
+  cr_assert_eq(DERIVE_H200.sm_count, 132);
+  cr_assert_eq(DERIVE_H200.dram_gbps, 3825.0);
+}
+
+/* `volt8 tune --derive sm_70 --model-device h200`: tables under their own device name, never into
+ * the shipped folder. */
+Test(derive_h200, tune_option_and_its_tables) {
+  tune_options options;
+  char error[1024], dir[4096];
+  char *refused[][6] = {{"tune", "--derive", "sm_70", "--model-device", "h200", NULL},
+                        {"tune", "--model-device", "h200", "--out", "/tmp", NULL},
+                        {"tune", "--derive", "sm_70", "--model-device", "a100", NULL}};
+  const char *why[] = {"never shipped", "needs --derive sm_70", "bad value \"a100\" for --model-device"};
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(tune_options_parse(5, refused[i], NULL, &options, error, sizeof error), -1, "case %d", i);
+    cr_assert_not_null(strstr(error, why[i]), "case %d: %s", i, error);
+  }
+  test_make_temp_dir(dir, sizeof dir, "volt8_derive_h200");
+  char *argv[] = {"tune", "--derive", "sm_70", "--model-device", "h200", "--m", "1", "--out", dir};
+  cr_assert_eq(tune_options_parse(9, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  tune_outcome outcome;
+  cr_assert_eq(tune_run(&options, "volt8 tune --derive sm_70 --model-device h200", NULL, 0, &outcome, error, sizeof error),
+               VOLT8_OK, "%s", error);
+  char path[8192];
+  snprintf(path, sizeof path, "%s/op=down,N=2560,K=160,block=128x128,arch=sm_70,device=modelled_H200.json", dir);
+  size_t bytes = 0;
+  char *text = test_read_whole(path, &bytes);
+  cr_assert_not_null(text, "%s was not written", path);
+  cr_assert_not_null(strstr(text, "not for shipping"), "%s", text);
+  free(text);
+  test_remove_tree(dir);
+}
