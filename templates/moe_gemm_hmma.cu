@@ -66,16 +66,7 @@ constexpr int kSliceWindows = (kWindows + kSplitK - 1) / kSplitK;
 constexpr int kSteps = kColumnGroups * kSliceWindows;  // (group, window) steps of a warp
 constexpr int kBatches = (kSteps + kUnroll - 1) / kUnroll;
 constexpr int kAccumulators = kNTiles * 4;
-constexpr int kNumExperts = @{NUM_EXPERTS};
-constexpr long long kExpertWeightBytes = @{EXPERT_WEIGHT_BYTES}LL;
-constexpr int kUpRowOffset = @{UP_ROW_OFFSET};
-constexpr int kScaleBlockN = @{SCALE_BN};
-constexpr int kScaleRowOffset = @{SCALE_ROW_OFFSET};
-constexpr int kScaleKOffset = @{SCALE_K_OFFSET};
-constexpr int kScaleRowStride = @{SCALE_ROW_STRIDE};
-constexpr int kScaleHalfStride = @{SCALE_HALF_STRIDE};
-constexpr long long kScaleExpertStride = @{SCALE_EXPERT_STRIDE}LL;
-constexpr int kScaleKBlocks = @{SCALE_K_BLOCKS};
+@{include moe_expert_layout.cu}
 constexpr bool kFp8Convert = @{FP8_CVT};  // the target has cvt.rn.f16x2.e4m3x2 (sm_89 and later)
 // The bit-level conversion yields e4m3 * 2^-8, the instruction e4m3 itself: scales are staged to match.
 constexpr float kScaleFactor = kFp8Convert ? 1.0f / 256.0f : 1.0f;
@@ -340,22 +331,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 #endif
 
   int expert, first, count;
-  if (kBlockM == 1) {
-    // One routed pair per CTA, straight from topk_ids (written before the forward): no route pass
-    // is needed, and its weights may be requested before the wait below.
-    if ((int)blockIdx.y >= num_pairs) return wait_if_started_early();
-    expert = topk_ids[blockIdx.y];
-    first = blockIdx.y;
-    count = 1;
-  } else {
-    // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
-    const int item_count = counters[@{COUNTER_INDEX}];
-    const int4 item = load_input_before_wait(items + blockIdx.y);  // the route's, done before gate_up began
-    if ((int)blockIdx.y >= item_count) return wait_if_started_early();
-    expert = item.x;
-    first = item.y;
-    count = min(item.z, kBlockM);
-  }
+  VOLT8_READ_WORK_ITEM(counters[@{COUNTER_INDEX}], load_input_before_wait(items + blockIdx.y), return wait_if_started_early(),
+                       return wait_if_started_early());
   if (!expert_id_valid(expert, kNumExperts) || count <= 0) {
 #if VOLT8_FUSED_REDUCE
     // The CTAs of a token's first pair, when it is outside [0, E), write the token's zeros if no

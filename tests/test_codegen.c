@@ -367,6 +367,36 @@ Test(codegen, substitution_keeps_template_line_numbers) {
   volt8_ctx_destroy(ctx);
 }
 
+/* The layout constants and the work-item start are written once (moe_expert_layout.cu, moe_common.cu)
+ * and every routed GEMM family's source carries them from there. */
+Test(codegen, gemm_families_share_layout_constants_and_work_item_start) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  const char *variants[] = {"gate_up.cc.bm2.bn8.w4.sk1.l16", "down.mma.bm16.bn32.w4.sk1", "down.hmma.bm4.bn128.w4.sk1"};
+  const char *templates[] = {"templates/moe_gemm_cc.cu", "templates/moe_gemm_mma.cu", "templates/moe_gemm_hmma.cu"};
+  const char *arches[] = {NULL, NULL, "sm_90"};
+  for (int v = 0; v < 3; v++) {
+    volt8_ctx *ctx = test_cpu_ctx(arches[v]);
+    volt8_kernel_source source;
+    cr_assert_eq(volt8_codegen_emit(ctx, &shape, variants[v], &source), VOLT8_OK, "%s: %s",
+                 variants[v], volt8_last_error(ctx));
+    const char *layout = strstr(source.source, "#line 1 \"templates/moe_expert_layout.cu\"");
+    cr_assert_not_null(layout, "%s does not include moe_expert_layout.cu", variants[v]);
+    cr_expect_null(strstr(layout + 1, "#line 1 \"templates/moe_expert_layout.cu\""), "%s includes it twice", variants[v]);
+    const char *declaration = strstr(source.source, "kNumExperts = ");
+    cr_assert_not_null(declaration, "%s: no kNumExperts", variants[v]);
+    cr_expect(declaration > layout && !strstr(declaration + 1, "kNumExperts = "), "%s: kNumExperts declared outside the layout file",
+              variants[v]);
+    cr_expect_not_null(strstr(source.source, "  VOLT8_READ_WORK_ITEM(counters["), "%s does not start with the shared work-item read",
+                       variants[v]);
+    const volt8_embedded_file *family = volt8_embedded_find(templates[v]);
+    cr_assert_not_null(family);
+    cr_expect_null(strstr(family->data, "@{NUM_EXPERTS}"), "%s spells the expert count itself", templates[v]);
+    cr_expect_null(strstr(family->data, "@{SCALE_EXPERT_STRIDE}"), "%s spells the scale layout itself", templates[v]);
+    volt8_kernel_source_free(&source);
+    volt8_ctx_destroy(ctx);
+  }
+}
+
 static void expect_invalid_shape(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *field) {
   char **names = NULL;
   int32_t count = 0;
