@@ -7,6 +7,7 @@
 // f variants (sm_80 and later): the weight loads' L2 prefetch size (moe_common.cu).
 #define VOLT8_WEIGHT_FETCH @{WEIGHT_FETCH}
 @{include moe_common.cu}
+@{include moe_expert_range.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}
 

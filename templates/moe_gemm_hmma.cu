@@ -36,6 +36,7 @@
 #define VOLT8_MAY_START_EARLY 1
 #define VOLT8_WEIGHT_FETCH @{WEIGHT_FETCH}
 @{include moe_common.cu}
+@{include moe_expert_range.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}
 #define VOLT8_FUSED_REDUCE @{FUSED_REDUCE}
@@ -214,7 +215,7 @@ static __device__ __forceinline__ void store_group(const float (&acc)[kNTiles][4
 #if VOLT8_FUSED_REDUCE
 constexpr int kIdBatch = 8;  // ids (and z rows) a thread has in flight together
 
-// Pairs of the token whose ids (caller input) are in [0, E).
+// Pairs of the token whose experts (caller input ids) the kernel holds.
 static __device__ __forceinline__ int live_pairs(const int *token_ids, int top_k) {
   int live = 0;
   for (int batch = 0; batch < top_k; batch += kIdBatch) {
@@ -222,7 +223,7 @@ static __device__ __forceinline__ int live_pairs(const int *token_ids, int top_k
 #pragma unroll
     for (int b = 0; b < kIdBatch; ++b) ids[b] = batch + b < top_k ? load_input_before_wait(token_ids + batch + b) : -1;
 #pragma unroll
-    for (int b = 0; b < kIdBatch; ++b) live += expert_id_valid(ids[b], kNumExperts);
+    for (int b = 0; b < kIdBatch; ++b) live += expert_id_valid(local_expert(ids[b]), kNumExperts);
   }
   return live;
 }
@@ -243,7 +244,7 @@ static __device__ void reduce_token_columns(const float *z, const int *topk_ids,
 #pragma unroll
       for (int b = 0; b < kIdBatch; ++b) {
         const bool present = batch + b < top_k;
-        live[b] = present && expert_id_valid(topk_ids[first_pair + batch + b], kNumExperts);
+        live[b] = present && expert_id_valid(local_expert(topk_ids[first_pair + batch + b]), kNumExperts);
         // Requested with the ids: a dead pair's row (never stored this forward) is read but not added.
         values[b] = present ? load_produced(reinterpret_cast<const float4 *>(z + (first_pair + batch + b) * kN + column))
                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -327,7 +328,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   // The count the reduce kernel would store (a routed forward's route stores it too). Nothing else
   // in this forward writes counters[2]; the ids were written before the forward began.
   if (kBlockM == 1 && blockIdx.x == 0 && blockIdx.y == 0)
-    store_bad_id_count(topk_ids, num_pairs, kNumExperts, counters + 2);
+    store_bad_id_count(topk_ids, num_pairs, kGlobalExperts, counters + 2);
 #endif
 
   int expert, first, count;

@@ -12,6 +12,7 @@
 // x is staged in shared memory one k tile at a time; weights stream straight to registers, the
 // next batch requested before the current one is used.
 @{include moe_common.cu}
+@{include moe_expert_range.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}
 
