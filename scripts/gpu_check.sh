@@ -35,6 +35,20 @@ gpu_test_shapes=(
   "hidden=128,intermediate=128,num_experts=2,block_n=1,intermediate_offset=0"
 )
 
+# The ep suite's shapes (tests/gpu/test_ep.c; keep the two in step): the fixture checkpoint
+# modelopt_mixed_indexed (6 experts, hidden 256, intermediate 640) whole, at EP 3, and at TP 2 x EP 2.
+ep_fixture="hidden=256,num_experts=6,intermediate=640,intermediate_offset=0"
+ep_test_shapes=(
+  "$ep_fixture"
+  "hidden=256,intermediate=640,intermediate_offset=0,num_experts=2,global_experts=6,expert_start=0"
+  "hidden=256,intermediate=640,intermediate_offset=0,num_experts=2,global_experts=6,expert_start=2"
+  "hidden=256,intermediate=640,intermediate_offset=0,num_experts=2,global_experts=6,expert_start=4"
+  "hidden=256,intermediate=320,intermediate_offset=0,num_experts=3,global_experts=6,expert_start=0"
+  "hidden=256,intermediate=320,intermediate_offset=0,num_experts=3,global_experts=6,expert_start=3"
+  "hidden=256,intermediate=320,intermediate_offset=64,num_experts=3,global_experts=6,expert_start=0"
+  "hidden=256,intermediate=320,intermediate_offset=64,num_experts=3,global_experts=6,expert_start=3"
+)
+
 # The models suite's shapes (tests/gpu/test_models.c; keep the two in step): each registry model at
 # TP 4 and 8, rank 0 and the first rank at the largest offset in the 128 grid when that is not 0,
 # with 16 experts. Read from `volt8 models --tp N`: "NAME tp=N rank=R SHAPE" per rank.
@@ -94,6 +108,9 @@ prepare() {
   local check_shape_args=()
   for shape in $(model_check_shapes "$root/build/volt8" | awk '{print $1}'); do check_shape_args+=(--shape "$shape"); done
   "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${check_shape_args[@]}" | tail -n 1
+  local -a ep_shape_args=()
+  for shape in "${ep_test_shapes[@]}"; do ep_shape_args+=(--shape "$shape"); done
+  "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${ep_shape_args[@]}" | tail -n 1
   find "$carry/cache70" -type f ! -newerat 2001-01-01 -delete
   rm -rf "$seed"
   cp -a "$carry/cache70" "$seed"
