@@ -9,6 +9,12 @@ local MAX_DIMENSION = 65536
 local ROUTE_THREADS = 256
 local ROUTE_ID_CAPACITY_LIMIT = 8192         -- ids the route kernel keeps in shared memory at once
 local REDUCE_THREADS = 128
+-- The one-launch forward (templates/moe_single.cu): a CTA of SINGLE_THREADS threads per work item,
+-- lanes per weight row as the cc tiles the sm_70 tables pick at few tokens.
+local SINGLE_THREADS = 256
+local SINGLE_GATE_LANES = 32
+local SINGLE_DOWN_LANES = 2
+local SINGLE_MIN_BLOCKS = 3  -- CTAs an SM must hold: 80 registers a thread at most
 
 -- expert_start, global_experts: expert parallelism (moe_layout.h); global_experts 0 means all experts.
 variants.DEFAULT_SHAPE = {
@@ -190,7 +196,7 @@ function variants.gemm_name(spec)
 end
 
 function variants.parse_name(name)
-  if name == "route" or name == "reduce" then return { op = name, family = "support" } end
+  if name == "route" or name == "reduce" or name == "single" then return { op = name, family = "support" } end
   local op, family, rest = name:match("^([%a_]+)%.(%a+)%.(.*)$")
   if not op then return nil end
   local spec = { op = op, family = family }
@@ -385,7 +391,46 @@ end
 local TEMPLATES = {
   cc = "templates/moe_gemm_cc.cu", mma = "templates/moe_gemm_mma.cu", hmma = "templates/moe_gemm_hmma.cu",
   tok = "templates/moe_down_tok.cu", route = "templates/moe_route.cu", reduce = "templates/moe_reduce.cu",
+  single = "templates/moe_single.cu",
 }
+
+-- The one-launch forward of a shape: gate_up, down and the reduce of block_m 1 work items (the
+-- runtime uses it where no early launch exists), or nil and why it does not fit.
+local function single_description(s)
+  local gate = op_geometry("gate_up", s)
+  local down = op_geometry("down", s)
+  local k_blocks = ceil_div(s.hidden, s.block_k)
+  local down_k_blocks = (s.intermediate_offset + s.intermediate - 1) // s.block_k + 1
+  local scale_bytes = 4 * math.max(2 * (SINGLE_THREADS // SINGLE_GATE_LANES) * k_blocks,
+                                   (SINGLE_THREADS // SINGLE_DOWN_LANES) * down_k_blocks)
+  local tile_bytes = 4 * math.max(s.hidden, s.intermediate) + scale_bytes + 8
+  if tile_bytes > SHARED_MEMORY_LIMIT_BYTES then
+    return nil, string.format("the one-launch forward needs %d bytes of shared memory", tile_bytes)
+  end
+  local entry = "volt8_single__" .. variants.shape_key(s)
+  local values = {
+    ENTRY = entry, THREADS = SINGLE_THREADS, HIDDEN = s.hidden, INTERMEDIATE = s.intermediate,
+    NUM_EXPERTS = s.num_experts, SCALE_BN = s.block_n, MIN_BLOCKS = SINGLE_MIN_BLOCKS,
+    GATE_LANES = SINGLE_GATE_LANES,
+    GATE_UNROLL = math.min(ceil_div(gate.k // 16, SINGLE_GATE_LANES), 5),
+    GATE_K_BLOCKS = (gate.scale_k_offset + gate.k - 1) // s.block_k + 1,
+    GATE_SCALE_ROW_OFFSET = gate.scale_row_offset, GATE_SCALE_ROW_STRIDE = gate.scale_row_stride,
+    GATE_SCALE_HALF_STRIDE = gate.scale_half_stride, GATE_SCALE_EXPERT_STRIDE = gate.scale_expert_stride,
+    DOWN_LANES = SINGLE_DOWN_LANES,
+    DOWN_UNROLL = math.min(ceil_div(down.k // 16, SINGLE_DOWN_LANES), 8),
+    DOWN_K_BLOCKS = (down.scale_k_offset + down.k - 1) // s.block_k + 1,
+    DOWN_SCALE_K_OFFSET = down.scale_k_offset, DOWN_SCALE_ROW_STRIDE = down.scale_row_stride,
+    DOWN_SCALE_EXPERT_STRIDE = down.scale_expert_stride,
+  }
+  local parameters = { variant = "single", shape = variants.shape_key(s) }
+  for value_name, value in pairs(values) do
+    if value_name ~= "ENTRY" then parameters[value_name:lower()] = value end
+  end
+  return {
+    op = "single", family = "support", block_m = 1, block_n = 0, threads = SINGLE_THREADS, split_k = 1,
+    warps = SINGLE_THREADS // 32, entry = entry, template = TEMPLATES.single, values = values, parameters = parameters,
+  }
+end
 
 -- The target arch (70 for sm_70) a description or list is for: default sm_70.
 local function target_arch(arch)
@@ -402,6 +447,11 @@ function variants.describe(name, s, arch)
   local spec = variants.parse_name(name)
   if not spec then return nil, string.format("unknown variant '%s'", name) end
   local key = variants.shape_key(s)
+  if spec.op == "single" then
+    local description, reason = single_description(s)
+    if not description then return nil, string.format("variant '%s' does not fit shape %s: %s", name, key, reason) end
+    return description
+  end
   if spec.op == "route" or spec.op == "reduce" then
     local threads = spec.op == "route" and ROUTE_THREADS or REDUCE_THREADS
     local entry = "volt8_" .. spec.op .. "__" .. key
@@ -450,6 +500,7 @@ end
 function variants.list(s, arch)
   arch = target_arch(arch)
   local names = { "route", "reduce" }
+  if single_description(s) then names[#names + 1] = "single" end
   for _, op in ipairs({ "gate_up", "down" }) do
     for _, family in ipairs(FAMILIES) do
       for _, bm in ipairs(FAMILY_BLOCK_M[family]) do

@@ -89,6 +89,28 @@ Test(abi, l2_warm_budget_from_the_environment_is_checked) {
   unsetenv("VOLT8_L2_WARM_BYTES");
 }
 
+Test(abi, single_launch_grid_from_the_environment_is_checked) {
+  setenv("VOLT8_DISABLE_CUDA", "1", 1);
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.cache_disable = 1;
+  const char *bad[] = {"", "three", "-1", "33", "3.5"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("VOLT8_SINGLE_LAUNCH_CTAS", bad[i], 1);
+    volt8_ctx *ctx = (volt8_ctx *)0x1;
+    cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_ERR_INVALID_ARGUMENT, "value \"%s\"", bad[i]);
+    cr_assert_null(ctx);
+    cr_assert(strstr(volt8_last_error(NULL), "VOLT8_SINGLE_LAUNCH_CTAS") != NULL, "message: %s", volt8_last_error(NULL));
+  }
+  const char *good[] = {"0", "1", "32"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    setenv("VOLT8_SINGLE_LAUNCH_CTAS", good[i], 1);
+    volt8_ctx *ctx = NULL;
+    cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "value \"%s\": %s", good[i], volt8_last_error(NULL));
+    volt8_ctx_destroy(ctx);
+  }
+  unsetenv("VOLT8_SINGLE_LAUNCH_CTAS");
+}
+
 Test(abi, older_options_size_is_accepted) {
   /* A caller compiled against a header that only had `size` and `device`. */
   volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;

@@ -109,6 +109,7 @@ Test(codegen, list_is_sorted_and_covers_both_families_of_both_ops) {
     cr_expect_geq(count_prefix(&list, prefixes[i]), 3, "too few %s variants", prefixes[i]);
   cr_expect(contains(&list, "route"));
   cr_expect(contains(&list, "reduce"));
+  cr_expect(contains(&list, "single"));
   volt8_codegen_names_free(list.names, list.count);
   volt8_ctx_destroy(ctx);
 }
@@ -116,9 +117,9 @@ Test(codegen, list_is_sorted_and_covers_both_families_of_both_ops) {
 Test(codegen, route_and_reduce_emit) {
   volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  const char *names[] = {"route", "reduce"};
-  volt8_op ops[] = {VOLT8_OP_ROUTE, VOLT8_OP_REDUCE};
-  for (int i = 0; i < 2; i++) {
+  const char *names[] = {"route", "reduce", "single"};
+  volt8_op ops[] = {VOLT8_OP_ROUTE, VOLT8_OP_REDUCE, VOLT8_OP_SINGLE};
+  for (int i = 0; i < 3; i++) {
     volt8_kernel_source source;
     cr_assert_eq(volt8_codegen_emit(ctx, &shape, names[i], &source), VOLT8_OK, "%s", volt8_last_error(ctx));
     cr_expect_eq(source.op, ops[i]);
@@ -129,6 +130,61 @@ Test(codegen, route_and_reduce_emit) {
     cr_expect(strstr(source.source, source.entry) != NULL, "%s does not define %s", names[i], source.entry);
     volt8_kernel_source_free(&source);
   }
+  volt8_ctx_destroy(ctx);
+}
+
+/* The one-launch forward's tiles are what the launcher counts its items with (codegen.h), and it is
+ * offered only where its row tile fits in shared memory. */
+Test(codegen, single_launch_tiles_match_the_launcher) {
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  volt8_kernel_source source;
+  cr_assert_eq(volt8_codegen_emit(ctx, &shape, "single", &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+  char line[128];
+  snprintf(line, sizeof line, "constexpr int kThreads = %d;", source.threads);
+  cr_expect(strstr(source.source, line) != NULL, "no %s", line);
+  snprintf(line, sizeof line, "constexpr int kGateLanes = %d;", source.threads / VOLT8_SINGLE_GATE_COLUMNS);
+  cr_expect(strstr(source.source, line) != NULL, "no %s", line);
+  snprintf(line, sizeof line, "constexpr int kDownLanes = %d;", source.threads / VOLT8_SINGLE_DOWN_COLUMNS);
+  cr_expect(strstr(source.source, line) != NULL, "no %s", line);
+  cr_expect(strstr(source.source, "\n#define VOLT8_MAY_START_EARLY 0") != NULL, "the one-launch forward may start early");
+  snprintf(line, sizeof line, "__launch_bounds__(kThreads, %d)", VOLT8_SINGLE_CTAS_PER_SM);
+  cr_expect(strstr(source.source, line) != NULL, "no %s", line);
+  volt8_kernel_source_free(&source);
+  /* Offered exactly where the launcher's rule says it fits, on both sides of the largest hidden. */
+  int offered = 0, refused = 0;
+  for (shape.hidden = 10240; shape.hidden <= 12288; shape.hidden += 16) {
+    name_list list = list_ok(ctx, &shape);
+    int fits = volt8_codegen_single_fits(&shape);
+    cr_expect_eq(contains(&list, "single"), fits, "hidden %d: listed %d, fits %d", shape.hidden, contains(&list, "single"), fits);
+    offered += fits;
+    refused += !fits;
+    volt8_codegen_names_free(list.names, list.count);
+  }
+  cr_expect(offered > 0 && refused > 0, "the sweep does not cross the limit (%d offered, %d refused)", offered, refused);
+  shape.hidden = 12288;
+  cr_expect_eq(volt8_codegen_emit(ctx, &shape, "single", &source), VOLT8_ERR_CODEGEN);
+  cr_expect(strstr(volt8_last_error(ctx), "shared memory") != NULL, "%s", volt8_last_error(ctx));
+  volt8_ctx_destroy(ctx);
+}
+
+/* The one-launch forward serves targets before sm_80 unless turned off; its grid follows the
+ * environment (read when the context is made). */
+Test(codegen, single_launch_follows_the_target_and_the_environment) {
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  cr_expect_eq(ctx->single_launch, 1);
+  cr_expect_eq(ctx->single_ctas_per_sm, VOLT8_SINGLE_CTAS_PER_SM);
+  volt8_ctx_destroy(ctx);
+  ctx = test_cpu_ctx("sm_90");
+  cr_expect_eq(ctx->single_launch, 0);
+  volt8_ctx_destroy(ctx);
+  setenv("VOLT8_SINGLE_LAUNCH_DISABLE", "1", 1);
+  setenv("VOLT8_SINGLE_LAUNCH_CTAS", "0", 1);
+  ctx = test_cpu_ctx(NULL);
+  unsetenv("VOLT8_SINGLE_LAUNCH_DISABLE");
+  unsetenv("VOLT8_SINGLE_LAUNCH_CTAS");
+  cr_expect_eq(ctx->single_launch, 0);
+  cr_expect_eq(ctx->single_ctas_per_sm, 0);
   volt8_ctx_destroy(ctx);
 }
 

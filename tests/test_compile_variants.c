@@ -125,7 +125,9 @@ static void check_grid_dependency_control(const char *arch_name, int32_t arch, i
     if (strcmp(name, "route") == 0) cr_assert(prefetches, "route for %s does not warm L2", arch_name);
     if (!expected) {
       if (strcmp(name, "route") != 0) cr_assert_not(prefetches, "%s for %s prefetches", name, arch_name);
-      cr_assert(strstr(ptx, "ld.global.cg") == NULL, "%s for %s has early-launch loads", name, arch_name);
+      /* The one-launch forward reads what its own CTAs wrote through L2 at every arch. */
+      if (strcmp(name, "single") != 0)
+        cr_assert(strstr(ptx, "ld.global.cg") == NULL, "%s for %s has early-launch loads", name, arch_name);
     }
     with_wait += expected;
     /* Weight fetch: ".f128" / ".f256" hmma variants load their weights with that L2 prefetch size

@@ -143,6 +143,7 @@ static const volt8_kernel_signature *signature_of(const volt8_kernel_source *sou
     case VOLT8_OP_ROUTE: return &volt8_route_signature;
     case VOLT8_OP_GATE_UP: return &volt8_gate_up_signature;
     case VOLT8_OP_REDUCE: return &volt8_reduce_signature;
+    case VOLT8_OP_SINGLE: return &volt8_single_signature;
     case VOLT8_OP_DOWN:
       if (source->family == VOLT8_FAMILY_TOKEN) return &volt8_down_token_signature;
       return source->fused_reduce ? &volt8_down_fused_signature : &volt8_down_signature;

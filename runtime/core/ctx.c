@@ -154,6 +154,22 @@ static volt8_status resolve_cache_dir(volt8_ctx *ctx, const volt8_ctx_options *o
   return ctx->cache_dir ? VOLT8_OK : volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the cache path");
 }
 
+/* VOLT8_SINGLE_LAUNCH_CTAS, when set, replaces the one-launch forward's CTAs an SM (0: one CTA a
+ * work item); *out is -1 when the variable is unset. */
+static volt8_status read_single_launch_ctas(int32_t *out) {
+  *out = -1;
+  const char *text = getenv("VOLT8_SINGLE_LAUNCH_CTAS");
+  if (!text) return VOLT8_OK;
+  char *end = NULL;
+  errno = 0;
+  long value = strtol(text, &end, 10);
+  if (!*text || *end || errno || value < 0 || value > 32)
+    return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT,
+                      "VOLT8_SINGLE_LAUNCH_CTAS=\"%s\" is not a count of CTAs an SM in 0..32 (0: one CTA a work item)", text);
+  *out = (int32_t)value;
+  return VOLT8_OK;
+}
+
 /* VOLT8_L2_WARM_BYTES, when set, replaces the default L2 warm budget (a fifth of the device's L2);
  * 0 turns warming off. *out is -1 when the variable is unset. Checked with or without a device. */
 static volt8_status read_l2_warm_bytes(int64_t *out) {
@@ -228,7 +244,9 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
                         defaults.target_arch);
   }
   int64_t warm_bytes;
+  int32_t single_ctas;
   volt8_status status = read_l2_warm_bytes(&warm_bytes);
+  if (status == VOLT8_OK) status = read_single_launch_ctas(&single_ctas);
   if (status != VOLT8_OK) return status;
   volt8_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "volt8_ctx_create: out of memory");
@@ -261,6 +279,10 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
     ctx->early_launch = volt8_early_launch_usable(ctx->target_arch, driver_version, ctx->cuda->cuLaunchKernelEx != NULL,
                                                   disabled);
   }
+  /* The one-launch forward stands in for early launch where the target has none (before sm_80 only,
+   * so the sm_80+ paths stay as they are). */
+  ctx->single_launch = ctx->target_arch < 80 && !volt8_env_is_one("VOLT8_SINGLE_LAUNCH_DISABLE");
+  ctx->single_ctas_per_sm = single_ctas >= 0 ? single_ctas : VOLT8_SINGLE_CTAS_PER_SM;
   *out_ctx = ctx;
   return VOLT8_OK;
 }

@@ -132,6 +132,7 @@ static void copy_emit(lua_State *L, codegen_job *job) {
   else if (strcmp(op, "down") == 0) out->op = VOLT8_OP_DOWN;
   else if (strcmp(op, "route") == 0) out->op = VOLT8_OP_ROUTE;
   else if (strcmp(op, "reduce") == 0) out->op = VOLT8_OP_REDUCE;
+  else if (strcmp(op, "single") == 0) out->op = VOLT8_OP_SINGLE;
   else luaL_error(L, "gen.emit returned unknown op '%s'", op);
   if (strcmp(family, "cc") == 0) out->family = VOLT8_FAMILY_CUDA_CORE;
   else if (strcmp(family, "mma") == 0) out->family = VOLT8_FAMILY_MMA884;
@@ -343,4 +344,13 @@ volt8_status volt8_variant_name(volt8_ctx *ctx, const volt8_moe_shape *shape, in
   }
   volt8_codegen_names_free(names, count);
   return status;
+}
+
+int volt8_codegen_single_fits(const volt8_moe_shape *shape) {
+  int64_t widest = shape->hidden > shape->intermediate ? shape->hidden : shape->intermediate;
+  int64_t gate_scales = 2LL * VOLT8_SINGLE_GATE_COLUMNS * ((shape->hidden + shape->block_k - 1) / shape->block_k);
+  int64_t down_scales = (int64_t)VOLT8_SINGLE_DOWN_COLUMNS *
+                        ((shape->intermediate_offset + shape->intermediate - 1) / shape->block_k + 1);
+  int64_t scales = gate_scales > down_scales ? gate_scales : down_scales;
+  return 4 * (widest + scales) + 8 <= 48 * 1024;
 }

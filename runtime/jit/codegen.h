@@ -4,7 +4,14 @@
 
 #include "volt8.h"
 
-typedef enum volt8_op { VOLT8_OP_GATE_UP = 0, VOLT8_OP_DOWN = 1, VOLT8_OP_ROUTE = 2, VOLT8_OP_REDUCE = 3 } volt8_op;
+/* VOLT8_OP_SINGLE: the whole forward of block_m 1 work items in one launch (templates/moe_single.cu). */
+typedef enum volt8_op {
+  VOLT8_OP_GATE_UP = 0,
+  VOLT8_OP_DOWN = 1,
+  VOLT8_OP_ROUTE = 2,
+  VOLT8_OP_REDUCE = 3,
+  VOLT8_OP_SINGLE = 4
+} volt8_op;
 /* VOLT8_FAMILY_TOKEN: down fused with the weighted top-k reduce, one token per CTA row (no reduce launch).
  * VOLT8_FAMILY_HMMA16816: m16n8k16 tensor cores, listed only for a target of sm_80 or newer. */
 typedef enum volt8_family {
@@ -18,12 +25,18 @@ typedef enum volt8_family {
 /* The narrowest block_n of a down that fuses the reduce (ARRIVAL_MIN_BLOCK_N in codegen/variants.lua):
  * the workspace keeps ceil(hidden / this) arrival counters per token. */
 #define VOLT8_ARRIVAL_MIN_BLOCK_N 32
+/* The one-launch forward's tiles (templates/moe_single.cu; SINGLE_* in codegen/variants.lua): columns
+ * of h per gate_up item and of z per down item. */
+#define VOLT8_SINGLE_GATE_COLUMNS 8
+#define VOLT8_SINGLE_DOWN_COLUMNS 128
+/* Routed pairs up to which a forward of block_m 1 cc kernels runs as one launch (runtime/moe/experts.c). */
+#define VOLT8_SINGLE_MAX_PAIRS 256
 /* Kernels one experts handle keeps loaded (runtime/moe/experts.c): more than the variant space of any
  * shape at any arch, so a handle can run every variant in turn (test_codegen checks the lists). */
 #define VOLT8_MAX_LOADED_KERNELS 512
 
 typedef struct volt8_kernel_source {
-  char *variant;        /* "gate_up.cc.bm4.bn16.w4.sk1" (route: "route", reduce: "reduce") */
+  char *variant;        /* "gate_up.cc.bm4.bn16.w4.sk1" (route: "route", reduce: "reduce", "single") */
   char *entry;          /* extern "C" __global__ name, unique per variant and shape */
   char *template_path;  /* "templates/moe_gemm_cc.cu" */
   char *source;         /* generated CUDA source */
@@ -56,5 +69,8 @@ volt8_status volt8_codegen_expand_text(volt8_ctx *ctx, const char *template_path
                                        const char *const *keys, const char *const *values, int32_t count,
                                        char **out_source);
 void volt8_codegen_names_free(char **names, int32_t count);
+/* 1 when the one-launch forward ("single") is offered for a valid shape: its row and scale tiles fit
+ * the 48 KiB of static shared memory (the rule of single_description in codegen/variants.lua). */
+int volt8_codegen_single_fits(const volt8_moe_shape *shape);
 
 #endif

@@ -33,11 +33,12 @@ struct volt8_experts {
   CUdeviceptr weights; /* w13 | s13 | w2 | s2 */
   CUdeviceptr w13, s13, w2, s2;
   size_t weight_bytes;
-  CUdeviceptr workspace; /* sorted_pairs | items_gate_up | items_down | counters | h | z | arrivals */
+  /* sorted_pairs | items_gate_up | items_down | counters | h | z | arrivals | flags */
+  CUdeviceptr workspace;
   CUdeviceptr sorted_pairs, items_gate_up, items_down, counters, h, z;
-  /* (token, column tile) counters of a down that fuses the reduce: zero between forwards */
-  CUdeviceptr arrivals;
-  size_t arrival_bytes;
+  /* (token, column tile) counters of a down that fuses the reduce, and the one-launch forward's
+   * ticket and per-pair h counters: zero between forwards */
+  CUdeviceptr arrivals, flags;
   size_t workspace_bytes;
   loaded_kernel kernels[VOLT8_MAX_LOADED_KERNELS];
   int32_t kernel_count;
@@ -100,35 +101,34 @@ static volt8_status allocate_workspace(volt8_experts *experts) {
   size_t pairs = (size_t)experts->max_tokens * (size_t)experts->max_top_k;
   /* A fused-reduce down has block_n >= VOLT8_ARRIVAL_MIN_BLOCK_N (codegen/variants.lua). */
   size_t tiles = ((size_t)experts->shape.hidden + VOLT8_ARRIVAL_MIN_BLOCK_N - 1) / VOLT8_ARRIVAL_MIN_BLOCK_N;
-  size_t bytes[7] = {pairs * 4, pairs * 16, pairs * 16, 16, pairs * (size_t)experts->shape.intermediate * 2,
-                     pairs * (size_t)experts->shape.hidden * 4, (size_t)experts->max_tokens * tiles * 4};
-  CUdeviceptr *targets[7] = {&experts->sorted_pairs, &experts->items_gate_up, &experts->items_down,
-                             &experts->counters, &experts->h, &experts->z, &experts->arrivals};
+  size_t bytes[8] = {pairs * 4, pairs * 16, pairs * 16, 16, pairs * (size_t)experts->shape.intermediate * 2,
+                     pairs * (size_t)experts->shape.hidden * 4, (size_t)experts->max_tokens * tiles * 4, (1 + pairs) * 4};
+  CUdeviceptr *targets[8] = {&experts->sorted_pairs, &experts->items_gate_up, &experts->items_down,
+                             &experts->counters, &experts->h, &experts->z, &experts->arrivals, &experts->flags};
   size_t total = 0;
-  for (int i = 0; i < 7; i++) total += volt8_device_align(bytes[i]);
+  for (int i = 0; i < 8; i++) total += volt8_device_align(bytes[i]);
   volt8_status status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemAlloc(&experts->workspace, total),
                                    "cuMemAlloc(workspace)");
   if (status != VOLT8_OK) return status;
   experts->workspace_bytes = total;
-  experts->arrival_bytes = bytes[6];
   CUdeviceptr cursor = experts->workspace;
-  for (int i = 0; i < 7; i++) {
+  for (int i = 0; i < 8; i++) {
     *targets[i] = cursor;
     cursor += volt8_device_align(bytes[i]);
   }
   /* Defined counters before any forward (volt8_experts_bad_id_count may be asked first), and the
-   * arrivals at zero, as every forward leaves them. */
+   * arrivals and flags (the last regions) at zero, as every forward leaves them. */
   static const int32_t zeros[4] = {0, 0, 0, 0};
   status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemcpyHtoD(experts->counters, zeros, sizeof zeros),
                       "cuMemcpyHtoD(counters)");
-  void *arrival_zeros = status == VOLT8_OK ? calloc(1, experts->arrival_bytes) : NULL;
-  if (status == VOLT8_OK && !arrival_zeros)
+  size_t zeroed = total - (size_t)(experts->arrivals - experts->workspace);
+  void *counter_zeros = status == VOLT8_OK ? calloc(1, zeroed) : NULL;
+  if (status == VOLT8_OK && !counter_zeros)
     status = volt8_fail(experts->ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the arrival counters");
   if (status == VOLT8_OK)
-    status = cuda_check(experts->ctx,
-                        experts->ctx->cuda->cuMemcpyHtoD(experts->arrivals, arrival_zeros, experts->arrival_bytes),
+    status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemcpyHtoD(experts->arrivals, counter_zeros, zeroed),
                         "cuMemcpyHtoD(arrivals)");
-  free(arrival_zeros);
+  free(counter_zeros);
   return status;
 }
 
@@ -323,6 +323,38 @@ static volt8_status choose_variants(volt8_experts *experts, int32_t num_tokens, 
   return VOLT8_OK;
 }
 
+/* The one-launch forward (templates/moe_single.cu) serves the forward of a few tokens whose
+ * dispatched kernels are block_m 1 cc work items (gate_up.cc.bm1 and down.cc.bm1 or tok), on a
+ * target without early launch; variants forced by name run as named. */
+int volt8_experts_single_launch(const volt8_experts *experts, int32_t num_tokens, int32_t top_k,
+                                const volt8_variant_choice *choice) {
+  return experts->ctx->single_launch && !experts->forced_gate_up[0] && !experts->forced_down[0] &&
+         (int64_t)num_tokens * top_k <= VOLT8_SINGLE_MAX_PAIRS && volt8_codegen_single_fits(&experts->shape) &&
+         strncmp(choice->gate_up, "gate_up.cc.bm1.", 15) == 0 &&
+         (strncmp(choice->down, "down.cc.bm1.", 12) == 0 || strncmp(choice->down, "down.tok.", 9) == 0);
+}
+
+/* gate_up items (VOLT8_SINGLE_GATE_COLUMNS columns of h) then down items (VOLT8_SINGLE_DOWN_COLUMNS
+ * of z) of every pair, taken in turn by as many CTAs as fit the SMs (or one CTA an item). */
+static volt8_status launch_single(volt8_experts *experts, const volt8_moe_args *args, int capturing, CUstream stream) {
+  const loaded_kernel *single;
+  volt8_status status = get_kernel(experts, "single", capturing, VOLT8_OP_SINGLE, &single);
+  if (status != VOLT8_OK) return status;
+  volt8_single_args single_args = {
+      .x = (CUdeviceptr)args->x, .w13 = experts->w13, .s13 = experts->s13, .w2 = experts->w2, .s2 = experts->s2,
+      .topk_ids = (CUdeviceptr)args->topk_ids, .topk_weights = (CUdeviceptr)args->topk_weights,
+      .num_tokens = args->num_tokens, .top_k = args->top_k, .h = experts->h, .z = experts->z,
+      .out = (CUdeviceptr)args->out, .counters = experts->counters, .arrivals = experts->arrivals,
+      .flags = experts->flags};
+  void *params[VOLT8_MAX_KERNEL_PARAMS];
+  volt8_kernel_params_fill(&volt8_single_signature, &single_args, params);
+  unsigned gate_tiles = (unsigned)(experts->shape.intermediate + VOLT8_SINGLE_GATE_COLUMNS - 1) / VOLT8_SINGLE_GATE_COLUMNS;
+  unsigned down_tiles = (unsigned)(experts->shape.hidden + VOLT8_SINGLE_DOWN_COLUMNS - 1) / VOLT8_SINGLE_DOWN_COLUMNS;
+  unsigned items = (unsigned)(args->num_tokens * args->top_k) * (gate_tiles + down_tiles);
+  unsigned ctas = (unsigned)experts->ctx->single_ctas_per_sm * (unsigned)experts->ctx->sm_count;
+  return launch(experts->ctx, single, ctas > 0 && ctas < items ? ctas : items, 1, stream, params, 0);
+}
+
 volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *args, void *stream) {
   if (!experts) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_moe_forward: experts is NULL");
   volt8_ctx *ctx = experts->ctx;
@@ -346,6 +378,8 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   if (status != VOLT8_OK) return status;
   if (experts->forced_gate_up[0]) snprintf(choice.gate_up, sizeof choice.gate_up, "%s", experts->forced_gate_up);
   if (experts->forced_down[0]) snprintf(choice.down, sizeof choice.down, "%s", experts->forced_down);
+  if (volt8_experts_single_launch(experts, args->num_tokens, args->top_k, &choice))
+    return launch_single(experts, args, capturing, cu_stream);
   const loaded_kernel *route, *gate_up, *down, *reduce;
   if ((status = get_kernel(experts, "route", capturing, VOLT8_OP_ROUTE, &route)) != VOLT8_OK ||
       (status = get_kernel(experts, choice.gate_up, capturing, VOLT8_OP_GATE_UP, &gate_up)) != VOLT8_OK ||
@@ -421,7 +455,7 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
 
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream) {
   volt8_ctx *ctx = experts->ctx;
-  /* The arrival counters, the workspace's last region, are kept at zero, as forwards leave them. */
+  /* The arrival counters and flags, the workspace's last regions, are kept at zero, as forwards leave them. */
   size_t poisoned = (size_t)(experts->arrivals - experts->workspace);
   volt8_status status =
       cuda_check(ctx, ctx->cuda->cuMemsetD8Async(experts->workspace, byte, poisoned, (CUstream)stream),
@@ -475,6 +509,9 @@ volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_valu
       if (experts->forced_down[0]) snprintf(choice.down, sizeof choice.down, "%s", experts->forced_down);
       if ((status = get_kernel(experts, choice.gate_up, 0, VOLT8_OP_GATE_UP, &kernel)) != VOLT8_OK ||
           (status = get_kernel(experts, choice.down, 0, VOLT8_OP_DOWN, &kernel)) != VOLT8_OK)
+        return status;
+      if (volt8_experts_single_launch(experts, m_values[i], top_k, &choice) &&
+          (status = get_kernel(experts, "single", 0, VOLT8_OP_SINGLE, &kernel)) != VOLT8_OK)
         return status;
     }
   }

@@ -21,6 +21,11 @@ size_t volt8_experts_workspace_bytes(const volt8_experts *experts);
  * that reads workspace data before the kernel that writes it has finished. The arrival counters of
  * a fused-reduce down are set back to zero, as every forward leaves them. */
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream);
+/* 1 when a forward of num_tokens x top_k routed pairs with the dispatched `choice` runs as the one
+ * launch of templates/moe_single.cu (experts.c says when). */
+struct volt8_variant_choice;
+int volt8_experts_single_launch(const volt8_experts *experts, int32_t num_tokens, int32_t top_k,
+                                const struct volt8_variant_choice *choice);
 /* The context the handle was created on. */
 volt8_ctx *volt8_experts_ctx(const volt8_experts *experts);
 

@@ -46,13 +46,23 @@
   P(CUdeviceptr, "float *", z) P(CUdeviceptr, "int *", topk_ids) P(int, "int", num_tokens) P(int, "int", top_k) \
   P(CUdeviceptr, "unsigned short *", out) P(CUdeviceptr, "int *", counters)
 
+/* The one-launch forward (templates/moe_single.cu); flags: the ticket and per-pair h counters. */
+#define VOLT8_SINGLE_PARAMS(P)                                                                                  \
+  P(CUdeviceptr, "unsigned short *", x) P(CUdeviceptr, "unsigned char *", w13)                                 \
+  P(CUdeviceptr, "unsigned short *", s13) P(CUdeviceptr, "unsigned char *", w2)                                \
+  P(CUdeviceptr, "unsigned short *", s2) P(CUdeviceptr, "int *", topk_ids) P(CUdeviceptr, "float *", topk_weights) \
+  P(int, "int", num_tokens) P(int, "int", top_k) P(CUdeviceptr, "unsigned short *", h) P(CUdeviceptr, "float *", z) \
+  P(CUdeviceptr, "unsigned short *", out) P(CUdeviceptr, "int *", counters) P(CUdeviceptr, "int *", arrivals)   \
+  P(CUdeviceptr, "int *", flags)
+
 typedef struct volt8_route_args { VOLT8_ROUTE_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_route_args;
 typedef struct volt8_gate_up_args { VOLT8_GATE_UP_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_gate_up_args;
 typedef struct volt8_down_args { VOLT8_DOWN_FUSED_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_down_args;
 typedef struct volt8_down_token_args { VOLT8_DOWN_TOKEN_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_down_token_args;
 typedef struct volt8_reduce_args { VOLT8_REDUCE_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_reduce_args;
+typedef struct volt8_single_args { VOLT8_SINGLE_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_single_args;
 
 extern const volt8_kernel_signature volt8_route_signature, volt8_gate_up_signature, volt8_down_signature,
-    volt8_down_fused_signature, volt8_down_token_signature, volt8_reduce_signature;
+    volt8_down_fused_signature, volt8_down_token_signature, volt8_reduce_signature, volt8_single_signature;
 
 #endif

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint/models.h"
+#include "dispatch/dispatch.h"
 #include "moe/experts_internal.h"
 #include "gpu_fixture.h"
 #include "reference/reference.h"
@@ -184,5 +186,141 @@ Test(gpu_forward, early_launch_where_the_kernels_and_the_driver_have_it) {
   }
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* The one-launch forward (templates/moe_single.cu) and the kernels whose arithmetic it runs. */
+#define SINGLE_TWIN_GATE_UP "gate_up.cc.bm1.bn4.w4.sk1.l32"
+#define SINGLE_TWIN_DOWN "down.cc.bm1.bn128.w8.sk1.l2"
+
+/* Poisons out and the workspace (`poison_workspace`), runs the forward with the given variants
+ * (NULL: dispatch) and checks out against the reference, copying it into `copy`. */
+static void forward_and_copy(volt8_ctx *ctx, volt8_experts *experts, const device_batch *batch, int32_t hidden,
+                             const char *gate_up, const char *down, int poison_workspace, const char *label,
+                             uint16_t *copy) {
+  cr_assert_eq(volt8_experts_set_variants(experts, gate_up, down), VOLT8_OK);
+  volt8_moe_args args = gpu_batch_args(batch);
+  cr_assert_eq(ctx->cuda->cuMemsetD8Async(batch->d_out, 0xFF, (size_t)batch->num_tokens * hidden * 2, NULL), CUDA_SUCCESS);
+  if (poison_workspace)
+    cr_assert_eq(volt8_experts_fill_workspace(experts, 0xFF, NULL), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(volt8_moe_forward(experts, &args, NULL), VOLT8_OK, "%s: %s", label, volt8_last_error(ctx));
+  gpu_check_output(ctx, hidden, batch, label, copy);
+}
+
+/* At each M whose dispatched forward is one launch: against the reference, bit for bit against
+ * gate_up.cc.bm1 (32 lanes a row), down.cc.bm1 (2 lanes) and the reduce, with bad ids and a token
+ * none of whose ids is live at M >= 2 (their count stored as the reduce stores it); then forwards
+ * back to back on new routing with nothing reset between them. Returns the M that ran as one launch. */
+static int check_single_launch(volt8_ctx *ctx, const host_problem *problem, int32_t top_k, const int32_t *ms,
+                               int32_t m_count, const char *name) {
+  const volt8_moe_shape *shape = &problem->shape;
+  int32_t max_m = 0;
+  for (int32_t i = 0; i < m_count; i++) max_m = ms[i] > max_m ? ms[i] : max_m;
+  volt8_experts *experts = gpu_upload(ctx, problem, max_m, top_k);
+  cr_assert_eq(volt8_experts_prepare(experts, ms, m_count), VOLT8_OK, "%s", volt8_last_error(ctx));
+  int ran = 0;
+  for (int32_t i = 0; i < m_count; i++) {
+    int32_t m = ms[i];
+    volt8_variant_choice choice;
+    cr_assert_eq(volt8_dispatch_choose(ctx, shape, m, top_k, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+    if (!volt8_experts_single_launch(experts, m, top_k, &choice)) {
+      printf("%s M=%d top_k=%d: not one launch (dispatch: %s, %s)\n", name, m, top_k, choice.gate_up, choice.down);
+      continue;
+    }
+    ran++;
+    device_batch batch;
+    gpu_make_batch(ctx, problem, m, top_k, ROUTING_UNIFORM, &batch);
+    int32_t bad = 0;
+    if (m >= 2) {
+      batch.ids[1] = shape->num_experts; /* token 0: one id just past E */
+      for (int32_t j = 0; j < top_k; j++) batch.ids[top_k + j] = j % 2 ? -1 - j : 1 << 20; /* token 1: none live */
+      bad = top_k + 1;
+      gpu_update_ids(ctx, problem, &batch);
+    }
+    size_t elements = (size_t)m * shape->hidden;
+    uint16_t *single = malloc(elements * 2), *twin = malloc(elements * 2);
+    char label[256];
+    snprintf(label, sizeof label, "%s M=%d top_k=%d, one launch", name, m, top_k);
+    forward_and_copy(ctx, experts, &batch, shape->hidden, NULL, NULL, 1, label, single);
+    int32_t counted = -1;
+    cr_assert_eq(volt8_experts_bad_id_count(experts, &counted), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_eq(counted, bad, "%s: %d bad ids counted, %d written", label, counted, bad);
+    snprintf(label, sizeof label, "%s M=%d top_k=%d, the twin kernels", name, m, top_k);
+    forward_and_copy(ctx, experts, &batch, shape->hidden, SINGLE_TWIN_GATE_UP, SINGLE_TWIN_DOWN, 1, label, twin);
+    for (size_t e = 0; e < elements; e++)
+      cr_assert_eq(single[e], twin[e], "%s M=%d: out[%zu] = 0x%04x in one launch, 0x%04x from %s + %s + reduce", name, m,
+                   e, single[e], twin[e], SINGLE_TWIN_GATE_UP, SINGLE_TWIN_DOWN);
+    /* Each forward must leave its counters at zero for the next: nothing resets them here. */
+    for (int r = 0; r < 2; r++) {
+      gpu_reroute_batch(ctx, problem, &batch);
+      snprintf(label, sizeof label, "%s M=%d top_k=%d, one launch, back to back %d", name, m, top_k, r);
+      forward_and_copy(ctx, experts, &batch, shape->hidden, NULL, NULL, 0, label, NULL);
+    }
+    free(single);
+    free(twin);
+    gpu_free_batch(ctx, &batch);
+  }
+  cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
+  volt8_experts_destroy(experts);
+  return ran;
+}
+
+/* The first rank at the largest offset in the 128 grid (0 when every rank sits at offset 0), as
+ * the models suite and scripts/gpu_check.sh (model_test_shapes) pick it. */
+static int32_t widest_offset_rank(const volt8_model *model, int32_t tp) {
+  int32_t width = model->intermediate / tp, best = 0;
+  for (int32_t rank = 1; rank < tp; rank++)
+    if (width * rank % 128 > width * best % 128) best = rank;
+  return best;
+}
+
+Test(gpu_forward, single_launch_matches_the_kernels_it_stands_for) {
+  volt8_ctx *ctx = gpu_open();
+  if (!ctx->single_launch) {
+    volt8_ctx_destroy(ctx);
+    cr_skip_test("the one-launch forward serves targets without early launch (VOLT8_TARGET_ARCH=sm_70)");
+  }
+  gpu_seed(16);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  if (gpu_quick_mode()) shape.num_experts = 64;
+  const int32_t ms[] = {1, 2, 4, 8, 16, 25}, model_ms[] = {1, 8};
+  /* The default grid (CTAs that fit), one CTA an item, and one CTA an SM (each takes many items). */
+  const int32_t grids[] = {VOLT8_SINGLE_CTAS_PER_SM, 0, 1};
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  for (int g = 0; g < 3; g++) {
+    ctx->single_ctas_per_sm = grids[g];
+    char name[64];
+    snprintf(name, sizeof name, "reference TP4, %d CTAs an SM (0: one an item)", grids[g]);
+    cr_assert_gt(check_single_launch(ctx, &problem, 10, ms, g == 0 ? 6 : 3, name), 0, "%s: no M ran as one launch", name);
+  }
+  gpu_free_problem(&problem);
+  ctx->single_ctas_per_sm = VOLT8_SINGLE_CTAS_PER_SM;
+  for (int32_t index = 0; index < volt8_model_count() && !gpu_quick_mode(); index++) {
+    const volt8_model *model = volt8_model_at(index);
+    for (int32_t tp = 4; tp <= 8; tp *= 2) {
+      int32_t ranks[2] = {0, widest_offset_rank(model, tp)};
+      for (int r = 0; r < (ranks[1] ? 2 : 1); r++) {
+        cr_assert_eq(volt8_model_rank_shape(ctx, model, tp, ranks[r], 16, &shape), VOLT8_OK, "%s", volt8_last_error(ctx));
+        char name[96];
+        snprintf(name, sizeof name, "%s TP%d rank %d", model->name, tp, ranks[r]);
+        /* The derived sm_70 tables pick block_m 1 cc gate_ups and cc or tok downs at M = 1 for every model. */
+        gpu_make_problem(ctx, &shape, &problem);
+        cr_assert_gt(check_single_launch(ctx, &problem, model->top_k, model_ms, 2, name), 0, "%s: M = 1 not one launch", name);
+        gpu_free_problem(&problem);
+      }
+    }
+  }
+  volt8_ctx_destroy(ctx);
+}
+
+Test(gpu_forward, single_launch_can_be_turned_off) {
+  setenv("VOLT8_SINGLE_LAUNCH_DISABLE", "1", 1);
+  volt8_ctx *ctx = gpu_open();
+  unsetenv("VOLT8_SINGLE_LAUNCH_DISABLE");
+  cr_assert_eq(ctx->single_launch, 0);
+  volt8_ctx_destroy(ctx);
+  ctx = gpu_open();
+  cr_assert_eq(ctx->single_launch, ctx->target_arch < 80, "target sm_%d", ctx->target_arch);
   volt8_ctx_destroy(ctx);
 }

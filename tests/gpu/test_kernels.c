@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch/dispatch.h"
 #include "jit/codegen.h"
 #include "gpu_fixture.h"
+#include "moe/experts_internal.h"
 #include "reference/reference.h"
 
 TestSuite(gpu_kernels, .timeout = 1200);
@@ -169,6 +171,41 @@ Test(gpu_kernels, skewed_routing) {
   }
   volt8_experts_destroy(experts);
   volt8_codegen_names_free(lists.names, lists.count);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* The one-launch forward of an sm_70 target (templates/moe_single.cu) under skewed routing: many
+ * work items of one expert, and pairs whose h and z rows belong to the same few experts. */
+Test(gpu_kernels, one_launch_forward_under_skewed_routing) {
+  volt8_moe_shape shape;
+  host_problem problem;
+  volt8_ctx *ctx = open_with_problem(0x3c6ef372fe94f82bull, 64, &shape, &problem);
+  if (!ctx->single_launch) {
+    gpu_free_problem(&problem);
+    volt8_ctx_destroy(ctx);
+    cr_skip_test("the one-launch forward serves targets without early launch (VOLT8_TARGET_ARCH=sm_70)");
+  }
+  const int32_t ms[2] = {8, 25};
+  volt8_experts *experts = gpu_upload(ctx, &problem, 25, 10);
+  cr_assert_eq(volt8_experts_prepare(experts, ms, 2), VOLT8_OK, "%s", volt8_last_error(ctx));
+  const routing modes[2] = {ROUTING_ONE_EXPERT, ROUTING_FEW_EXPERTS};
+  const char *mode_names[2] = {"one expert gets every token", "most experts get none"};
+  for (int mode = 0; mode < 2; mode++) {
+    for (int i = 0; i < 2; i++) {
+      volt8_variant_choice choice;
+      cr_assert_eq(volt8_dispatch_choose(ctx, &shape, ms[i], 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+      cr_assert(volt8_experts_single_launch(experts, ms[i], 10, &choice), "M=%d is not one launch (dispatch: %s, %s)", ms[i],
+                choice.gate_up, choice.down);
+      device_batch batch;
+      gpu_make_batch(ctx, &problem, ms[i], 10, modes[mode], &batch);
+      char label[128];
+      snprintf(label, sizeof label, "one launch, %s, M=%d", mode_names[mode], ms[i]);
+      gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, label);
+      gpu_free_batch(ctx, &batch);
+    }
+  }
+  volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);
 }
