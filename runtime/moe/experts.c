@@ -325,10 +325,13 @@ static volt8_status choose_variants(volt8_experts *experts, int32_t num_tokens, 
 
 /* The one-launch forward (templates/moe_single.cu) serves the forward of a few tokens whose
  * dispatched kernels are block_m 1 cc work items (gate_up.cc.bm1 and down.cc.bm1 or tok), on a
- * target without early launch; variants forced by name run as named. */
+ * target without early launch; variants forced by name run as named. It indexes experts by the
+ * routed id, so a rank holding part of the experts (expert parallelism) uses the separate kernels,
+ * which map global ids to the rank's own. */
 int volt8_experts_single_launch(const volt8_experts *experts, int32_t num_tokens, int32_t top_k,
                                 const volt8_variant_choice *choice) {
   return experts->ctx->single_launch && !experts->forced_gate_up[0] && !experts->forced_down[0] &&
+         volt8_moe_global_experts(&experts->shape) == experts->shape.num_experts &&
          (int64_t)num_tokens * top_k <= VOLT8_SINGLE_MAX_PAIRS && volt8_codegen_single_fits(&experts->shape) &&
          strncmp(choice->gate_up, "gate_up.cc.bm1.", 15) == 0 &&
          (strncmp(choice->down, "down.cc.bm1.", 12) == 0 || strncmp(choice->down, "down.tok.", 9) == 0);
