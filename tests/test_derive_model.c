@@ -130,13 +130,75 @@ Test(derive_h200, items_follow_the_binomial_split_by_block_m) {
   cr_assert(fabs(us - l2_bytes / 1e3) < 1e-6 * us, "L2 term %.9g us, expected %.9g", us, l2_bytes / 1e3);
 }
 
+/* Beside the GEMMs: the reduce is a launch, a chain of dependent round trips (ten ids read as a batch
+ * of eight and one of two, each batch's z rows after its ids: four trips) and its bytes; the route,
+ * run only when a GEMM has block_m > 1, a launch plus its measured one-CTA chain and 12 bytes a pair. */
 Test(derive_h200, route_and_reduce) {
   volt8_moe_shape shape = reference_tp4_rank1();
   double pairs = 8 * TOP_K;
-  /* route and reduce: two launches, the reduce reads z (FP32 per pair) and writes out, ids and weights */
-  double bytes = pairs * HIDDEN * 4 + 8 * HIDDEN * 2 + pairs * 12;
-  assert_close(derive_support_us(&DERIVE_H200, &shape, TOP_K, 8, 0), 2 * 1.0 + bytes / 3825e3, "route + reduce");
-  assert_close(derive_support_us(&DERIVE_H200, &shape, TOP_K, 8, 1), 1.0 + pairs * 12 / 3825e3, "route alone");
+  double reduce_bytes = pairs * HIDDEN * 4 /* z */ + 8 * HIDDEN * 2 /* out */ + pairs * 4 /* ids */;
+  double reduce = 1.0 + 4 * 1.3 + reduce_bytes / 3825e3;
+  double route = 1.0 + 5.8 + pairs * 12 / 3825e3;
+  assert_close(derive_support_us(&DERIVE_H200, &shape, TOP_K, 8, 0, 0), reduce, "reduce alone (no route)");
+  assert_close(derive_support_us(&DERIVE_H200, &shape, TOP_K, 8, 0, 1), route + reduce, "route + reduce");
+  assert_close(derive_support_us(&DERIVE_H200, &shape, TOP_K, 8, 1, 1), route, "route alone (tok down)");
+  assert_close(derive_support_us(&DERIVE_H200, &shape, TOP_K, 8, 1, 0), 0.0, "nothing: no route, reduce fused");
+  /* top-8: one batch of ids, two round trips */
+  double top8 = 1.0 + 2 * 1.3 + (64.0 * HIDDEN * 4 + 8 * HIDDEN * 2 + 64.0 * 4) / 3825e3;
+  assert_close(derive_support_us(&DERIVE_H200, &shape, 8, 8, 0, 0), top8, "top-8 reduce");
+}
+
+/* The forward's support follows the pair of variants: a block_m 2 gate_up brings the route in. */
+Test(derive_h200, a_routed_gemm_pays_the_route) {
+  derive_state state = {&DERIVE_H200, reference_tp4_rank1(), TOP_K, NULL};
+  tuner_backend backend = derive_backend(&state);
+  tuner_measurement plain, routed;
+  cr_assert_eq(backend.measure(backend.state, 4, "gate_up.cc.bm1.bn8.w4.sk1.l16", "down.cc.bm1.bn32.w4.sk1.l4", 1, &plain),
+               VOLT8_OK);
+  cr_assert_eq(backend.measure(backend.state, 4, "gate_up.cc.bm2.bn8.w4.sk1.l16", "down.cc.bm1.bn32.w4.sk1.l4", 1, &routed),
+               VOLT8_OK);
+  cr_assert(plain.accepted && routed.accepted);
+  derive_variant one = parsed("gate_up.cc.bm1.bn8.w4.sk1.l16"), two = parsed("gate_up.cc.bm2.bn8.w4.sk1.l16");
+  volt8_moe_shape shape = reference_tp4_rank1();
+  double gemm_difference = derive_op_us(&DERIVE_H200, &shape, TOP_K, 4, &two) - derive_op_us(&DERIVE_H200, &shape, TOP_K, 4, &one);
+  assert_close(routed.forward_us - plain.forward_us - gemm_difference, 1.0 + 5.8 + 40 * 12 / 3825e3, "the route's cost");
+}
+
+/* A tok CTA stages all top_k h rows of its token: at M = 4, bn16, 4 * 160 CTAs each read 10 rows of
+ * 160 FP16 values, besides the 40 pairs' expert weights. */
+Test(derive_h200, tok_ctas_read_their_tokens_h_rows) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  derive_device l2_only = DERIVE_H200;
+  l2_only.cuda_core_tflops = 1e12;
+  l2_only.conversions_per_ns = 1e15;
+  l2_only.dram_gbps = 1e12;
+  l2_only.l2_gbps = 1.0;
+  derive_variant variant = parsed("down.tok.bm1.bn16.w8.sk1.l2");
+  double q = TOP_K / EXPERTS, items = EXPERTS * 4 * q; /* bm1: one item a pair, 40 expected */
+  double l2_bytes = items * DOWN_EXPERT_BYTES + 4 * (HIDDEN / 16) * TOP_K * INTERMEDIATE * 2;
+  double us = derive_op_us(&l2_only, &shape, TOP_K, 4, &variant) - 1.0;
+  cr_assert(fabs(us - l2_bytes / 1e3) < 1e-6 * us, "L2 term %.9g us, expected %.9g", us, l2_bytes / 1e3);
+}
+
+/* Past eight waves the last partial one still runs whole: time never falls as CTAs grow. M = 64, bn64:
+ * 640 pairs x 40 tiles = 25600 CTAs at 2112 a wave = 12.12 waves, run as 13. */
+Test(derive_h200, the_tail_applies_at_any_number_of_waves) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  derive_device math_only = DERIVE_H200;
+  math_only.dram_gbps = 1e12;
+  math_only.l2_gbps = 1e12;
+  derive_variant variant = parsed("down.cc.bm1.bn64.w4.sk1.l2");
+  double ctas = 64.0 * TOP_K * (HIDDEN / 64), waves = ctas / (132 * 16.0);
+  cr_assert(waves > 12 && waves < 13);
+  /* items: bm1 gives one a pair, 640 */
+  double math_us = (2 * 640.0 * HIDDEN * INTERMEDIATE / 60e6 + 640.0 * HIDDEN * INTERMEDIATE / 11150e3) * 13 / waves;
+  double us = derive_op_us(&math_only, &shape, TOP_K, 64, &variant) - 1.0;
+  cr_assert(fabs(us - math_us) < 1e-6 * math_us, "math term %.9g us, expected %.9g", us, math_us);
+  for (int32_t m = 16; m < 128; m++) {
+    double now = derive_op_us(&math_only, &shape, TOP_K, m, &variant);
+    double next = derive_op_us(&math_only, &shape, TOP_K, m + 1, &variant);
+    cr_assert(next >= now - 1e-9, "M=%d: %g us, M=%d: %g us", m, now, m + 1, next);
+  }
 }
 
 /* The same op on both devices: with fill 1 on both and DRAM bound on both, the bandwidth ratio

@@ -12,10 +12,14 @@
  *   memory time = max(DRAM / (bandwidth * fill), L2 / L2 bandwidth), fill = min(1, resident
  *                 warps / warps that saturate DRAM), resident warps = min(C * w, SMs * R * w), R the
  *                 resident CTAs per SM: from the variant's CUBIN when known, else min(32, 64 / w)
- *   math time   = math / (rate * fill), stretched by the last partial wave when there are several
+ *   (tok: C = M * ceil(N_out / bn), each CTA reading its token's top_k h rows)
+ *   math time   = math / (rate * fill), stretched by the last partial wave, ceil(waves) / waves,
+ *                 whenever there is more than one wave
  *   op time     = launch + max(memory, math) + 15% of min(memory, math) (imperfect overlap)
- * The forward adds route and reduce (launches plus the z read and out write). Ties keep the
- * code generator's order. The constants are the device's data-sheet figures derated to what
+ * The forward adds the route when either GEMM has block_m > 1 (launch plus its one-CTA chain), and
+ * the reduce unless the down fuses it: launch, 2 * ceil(top_k / 8) dependent round trips (a batch of
+ * eight ids, then their z rows) and the z read and out write at DRAM bandwidth. Ties keep the code
+ * generator's order. The constants are the device's data-sheet figures derated to what
  * streaming kernels reach (see DERIVE_V100 in derive_model.c). */
 #ifndef VOLT8_DERIVE_MODEL_H
 #define VOLT8_DERIVE_MODEL_H
@@ -31,6 +35,8 @@ typedef struct derive_device {
   double mma_tflops;               /* mma.sync m8n8k4 f16 -> f32, as small tiles reach it */
   double conversions_per_ns;       /* E4M3 -> FP16, whole device */
   double launch_us;                /* one kernel inside a graph */
+  double round_trip_us;            /* one dependent global round trip of a kernel's critical path, drain included */
+  double route_us;                 /* the one-CTA route pass beyond its launch: a chain of such round trips */
   int32_t saturating_warps_per_sm; /* resident warps per SM that keep DRAM busy */
   int32_t max_warps_per_sm, max_ctas_per_sm;
 } derive_device;
@@ -58,9 +64,10 @@ double derive_ctas_per_sm(const derive_device *device, const derive_variant *var
 /* Modelled microseconds of one op's kernel; NaN when the name does not parse. */
 double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
                     const derive_variant *variant);
-/* Modelled route + reduce microseconds; with fused_reduce, the route's alone. */
+/* Modelled microseconds of what the forward runs beside the two GEMMs: the route when `routed` (a
+ * GEMM of block_m > 1: without one no route runs), the reduce unless `fused_reduce`. */
 double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
-                         int32_t fused_reduce);
+                         int32_t fused_reduce, int32_t routed);
 
 /* Resident CTAs per SM by variant name, from the variants' CUBINs. */
 typedef struct derive_occupancy {
