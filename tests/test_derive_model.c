@@ -263,3 +263,30 @@ Test(derive_h200, tune_option_and_its_tables) {
   free(text);
   test_remove_tree(dir);
 }
+
+/* A tok CTA's lanes: down.tok.bm1.bn16.w8.l2 has 8 * 32 / 2 = 128 lane groups, 8 slots of 16 columns;
+ * a pass stages 16 pairs (48 KiB / (160 * 4 + 16 * 4 + 8) = 69, capped at 16, a multiple of 8), so
+ * with top-10 the slots walk 16 pair places of which 10 hold a pair: the warps count 10/16. At M = 1:
+ * 160 CTAs of 8 warps, all resident, 1280 * 10/16 = 800 of the 2904 that saturate DRAM. */
+Test(derive_h200, tok_lanes_without_a_pair_add_no_fill) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  derive_device memory_only = DERIVE_H200;
+  memory_only.cuda_core_tflops = 1e12;
+  memory_only.conversions_per_ns = 1e15;
+  memory_only.l2_gbps = 1e12;
+  derive_variant variant = parsed("down.tok.bm1.bn16.w8.sk1.l2");
+  cr_assert_eq(variant.lanes, 2);
+  double dram_bytes = 10 * DOWN_EXPERT_BYTES + 10 * (2 * INTERMEDIATE + 2 * HIDDEN / TOP_K); /* h in, out share */
+  double fill = 160 * 8 * (10.0 / 16) / (132.0 * 22);
+  assert_close(derive_op_us(&memory_only, &shape, TOP_K, 1, &variant) - 1.0, dram_bytes / 3825e3 / fill, "tok M=1");
+  /* top-8: 8 of the 16 places */
+  double dram_top8 = 8 * DOWN_EXPERT_BYTES + 8 * (2 * INTERMEDIATE + 2 * HIDDEN / 8);
+  double fill_top8 = 160 * 8 * 0.5 / (132.0 * 22);
+  assert_close(derive_op_us(&memory_only, &shape, 8, 1, &variant) - 1.0, dram_top8 / 3825e3 / fill_top8, "tok M=1 top-8");
+  /* a cc down has no slots: all its warps count (10 pairs x 80 tiles of bn32, 4 warps each) */
+  derive_variant cc = parsed("down.cc.bm1.bn32.w4.sk1.l4");
+  cr_assert_eq(cc.lanes, 4);
+  double cc_bytes = 10 * DOWN_EXPERT_BYTES + 10 * (2 * INTERMEDIATE + 4 * HIDDEN);
+  double cc_fill = fmin(1.0, 10 * 80 * 4 / (132.0 * 22));
+  assert_close(derive_op_us(&memory_only, &shape, TOP_K, 1, &cc) - 1.0, cc_bytes / 3825e3 / cc_fill, "cc M=1");
+}

@@ -84,8 +84,22 @@ int derive_parse_variant(const char *name, derive_variant *out) {
   out->fused_reduce = strncmp(cursor, "tok.", 4) == 0;
   if (out->fused_reduce && out->op != VOLT8_OP_DOWN) return 0;
   cursor += out->cuda_core && !out->fused_reduce ? 3 : 4;
-  return read_field(&cursor, "bm", &out->block_m) && read_field(&cursor, "bn", &out->block_n) &&
-         read_field(&cursor, "w", &out->warps) && read_field(&cursor, "sk", &out->split_k);
+  if (!(read_field(&cursor, "bm", &out->block_m) && read_field(&cursor, "bn", &out->block_n) &&
+        read_field(&cursor, "w", &out->warps) && read_field(&cursor, "sk", &out->split_k)))
+    return 0;
+  if (out->cuda_core && !read_field(&cursor, "l", &out->lanes)) return 0;
+  return 1;
+}
+
+/* Of a tok CTA's lanes, the share with a pair to walk: codegen/variants.lua lays them out as slots
+ * (lane groups per column) each walking P / slots pairs of a pass of P pairs, P as many as 48 KiB of
+ * shared memory stages (h in FP32, partials, weight, flag), at most 16, a multiple of the slots. */
+static double tok_live_share(const derive_variant *variant, double k, int32_t top_k) {
+  double slots = variant->lanes > 0 ? floor(variant->warps * 32.0 / variant->lanes / variant->block_n) : 0.0;
+  if (slots < 1.0) return 1.0;
+  double pass = floor(fmin(16.0, floor(48.0 * 1024 / (k * 4 + variant->block_n * 4 + 8))) / slots) * slots;
+  if (pass < 1.0) return 1.0;
+  return top_k / (pass * ceil(top_k / pass));
 }
 
 /* Expected work items per expert, sum_p P(p) ceil(p / bm), and P(p = 0), for p ~ Binomial(M, q). */
@@ -131,7 +145,8 @@ double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, i
   double conversions = items * columns * rows * k;
 
   double ctas_per_sm = derive_ctas_per_sm(device, variant);
-  double resident_warps = fmin(ctas * variant->warps, device->sm_count * ctas_per_sm * variant->warps);
+  double live = variant->fused_reduce ? tok_live_share(variant, k, top_k) : 1.0;
+  double resident_warps = live * fmin(ctas * variant->warps, device->sm_count * ctas_per_sm * variant->warps);
   double fill = fmin(1.0, resident_warps / ((double)device->sm_count * device->saturating_warps_per_sm));
   double memory_us = fmax(dram_bytes / (device->dram_gbps * 1e3 * fmax(fill, 1e-3)), l2_bytes / (device->l2_gbps * 1e3));
   double rate = variant->cuda_core ? device->cuda_core_tflops : device->mma_tflops;

@@ -12,7 +12,9 @@
  *   memory time = max(DRAM / (bandwidth * fill), L2 / L2 bandwidth), fill = min(1, resident
  *                 warps / warps that saturate DRAM), resident warps = min(C * w, SMs * R * w), R the
  *                 resident CTAs per SM: from the variant's CUBIN when known, else min(32, 64 / w)
- *   (tok: C = M * ceil(N_out / bn), each CTA reading its token's top_k h rows)
+ *   (tok: C = M * ceil(N_out / bn), each CTA reading its token's top_k h rows; its lanes are laid
+ *   out for a pass of P pairs (as codegen/variants.lua stages them), so with top_k not a multiple of
+ *   P the lanes of the missing pairs idle: resident warps count top_k / (P ceil(top_k / P)) of theirs)
  *   math time   = math / (rate * fill), stretched by the last partial wave, ceil(waves) / waves,
  *                 whenever there is more than one wave
  *   op time     = launch + max(memory, math) + 15% of min(memory, math) (imperfect overlap)
@@ -53,6 +55,7 @@ typedef struct derive_variant {
   int32_t cuda_core;    /* family cc or tok (1), mma (0) */
   int32_t fused_reduce; /* family tok: down walks a token's pairs and does the reduce's work */
   int32_t block_m, block_n, warps, split_k;
+  int32_t lanes;        /* lanes per output column (.lN); 0 when the name has none (mma) */
   int32_t ctas_per_sm;  /* resident CTAs per SM of its CUBIN (list --resources); 0: unknown, warps alone limit;
                          * negative: it spills or does not fit, and the derivation does not choose it */
 } derive_variant;
