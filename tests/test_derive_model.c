@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "derive_explain.h"
 #include "derive_model.h"
 #include "test_support.h"
 #include "tune_run.h"
@@ -289,4 +290,51 @@ Test(derive_h200, tok_lanes_without_a_pair_add_no_fill) {
   double cc_bytes = 10 * DOWN_EXPERT_BYTES + 10 * (2 * INTERMEDIATE + 4 * HIDDEN);
   double cc_fill = fmin(1.0, 10 * 80 * 4 / (132.0 * 22));
   assert_close(derive_op_us(&memory_only, &shape, TOP_K, 1, &cc) - 1.0, cc_bytes / 3825e3 / cc_fill, "cc M=1");
+}
+
+/* The byte floor's bytes, as bench counts them: at M = 1 the ten routed experts' gate_up and down
+ * weights and scales, x in and out out (2560 FP16 each), ten ids and ten weights (4 bytes each). */
+Test(derive_explain, forward_bytes_are_the_byte_floors) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  double expert = GATE_UP_EXPERT_BYTES + DOWN_EXPERT_BYTES;
+  assert_close(derive_forward_bytes(&shape, TOP_K, 1), 10 * expert + 2 * HIDDEN * 2 + 10 * 8, "M=1");
+  cr_assert(fabs(derive_forward_bytes(&shape, TOP_K, 1) / 830e3 - 14.82) < 0.01, "V100 floor at M=1");
+  double active = EXPERTS * (1 - pow(1 - TOP_K / EXPERTS, 64)); /* an expert idle when all 64 tokens pass it by */
+  assert_close(derive_forward_bytes(&shape, TOP_K, 64), active * expert + 64 * HIDDEN * 4 + 640 * 8, "M=64");
+}
+
+Test(derive_explain, what_limits_an_op) {
+  derive_terms launch = {.launch_us = 1.0, .dram_us = 0.5, .l2_us = 0.2, .math_us = 0.1, .fill = 0.3};
+  derive_terms latency = {.launch_us = 1.0, .dram_us = 5.0, .l2_us = 2.0, .math_us = 1.0, .fill = 0.5};
+  derive_terms issue = {.launch_us = 1.0, .dram_us = 5.0, .l2_us = 2.0, .math_us = 6.0, .fill = 1.0};
+  derive_terms l2 = {.launch_us = 1.0, .dram_us = 5.0, .l2_us = 7.0, .math_us = 1.0, .fill = 1.0};
+  derive_terms dram = {.launch_us = 1.0, .dram_us = 5.0, .l2_us = 2.0, .math_us = 1.0, .fill = 1.0};
+  cr_assert_str_eq(derive_terms_limit(&launch), "launch");
+  cr_assert_str_eq(derive_terms_limit(&latency), "latency");
+  cr_assert_str_eq(derive_terms_limit(&issue), "issue");
+  cr_assert_str_eq(derive_terms_limit(&l2), "L2");
+  cr_assert_str_eq(derive_terms_limit(&dram), "DRAM");
+}
+
+/* A forward's account: the two GEMMs, the route only with a block_m > 1 GEMM, the reduce only
+ * without a tok down, and the floor at the device's bandwidth. */
+Test(derive_explain, a_forward_adds_what_it_runs) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  const char *gate_up = "gate_up.cc.bm1.bn8.w4.sk1.l16", *routed = "gate_up.cc.bm2.bn8.w4.sk1.l16";
+  const char *down = "down.cc.bm1.bn32.w4.sk1.l4", *tok = "down.tok.bm1.bn16.w8.sk1.l2";
+  derive_variant g = parsed(gate_up), r = parsed(routed), d = parsed(down), t = parsed(tok);
+  double g_us = derive_op_us(&DERIVE_V100, &shape, TOP_K, 4, &g), r_us = derive_op_us(&DERIVE_V100, &shape, TOP_K, 4, &r);
+  double d_us = derive_op_us(&DERIVE_V100, &shape, TOP_K, 4, &d), t_us = derive_op_us(&DERIVE_V100, &shape, TOP_K, 4, &t);
+  double route = 1.5 + 5.8 + 40 * 12 / 830e3;
+  double reduce = 1.5 + 4 * 1.3 + (40 * HIDDEN * 4 + 4 * HIDDEN * 2 + 40 * 4) / 830e3;
+  derive_forward forward;
+  cr_assert(derive_forward_explain(&DERIVE_V100, &shape, TOP_K, 4, gate_up, down, NULL, &forward));
+  assert_close(forward.total_us, g_us + d_us + reduce, "no route");
+  cr_assert_eq(forward.route_us, 0.0);
+  assert_close(forward.floor_us, derive_forward_bytes(&shape, TOP_K, 4) / 830e3, "floor");
+  cr_assert(derive_forward_explain(&DERIVE_V100, &shape, TOP_K, 4, routed, down, NULL, &forward));
+  assert_close(forward.total_us, r_us + d_us + route + reduce, "routed");
+  cr_assert(derive_forward_explain(&DERIVE_V100, &shape, TOP_K, 4, gate_up, tok, NULL, &forward));
+  assert_close(forward.total_us, g_us + t_us, "tok: two kernels");
+  cr_assert_not(derive_forward_explain(&DERIVE_V100, &shape, TOP_K, 4, "route", tok, NULL, &forward));
 }

@@ -118,10 +118,11 @@ double derive_ctas_per_sm(const derive_device *device, const derive_variant *var
   return fmin(device->max_ctas_per_sm, floor((double)device->max_warps_per_sm / variant->warps));
 }
 
-double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
-                    const derive_variant *variant) {
+int derive_op_terms(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                    const derive_variant *variant, derive_terms *out) {
   volt8_moe_dims dims;
-  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return NAN;
+  memset(out, 0, sizeof *out);
+  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return 0;
   int gate_up = variant->op == VOLT8_OP_GATE_UP;
   double columns = gate_up ? shape->intermediate : shape->hidden;
   double rows = gate_up ? 2.0 : 1.0;
@@ -148,24 +149,62 @@ double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, i
   double live = variant->fused_reduce ? tok_live_share(variant, k, top_k) : 1.0;
   double resident_warps = live * fmin(ctas * variant->warps, device->sm_count * ctas_per_sm * variant->warps);
   double fill = fmin(1.0, resident_warps / ((double)device->sm_count * device->saturating_warps_per_sm));
-  double memory_us = fmax(dram_bytes / (device->dram_gbps * 1e3 * fmax(fill, 1e-3)), l2_bytes / (device->l2_gbps * 1e3));
+  out->fill = fill;
+  out->dram_us = dram_bytes / (device->dram_gbps * 1e3 * fmax(fill, 1e-3));
+  out->l2_us = l2_bytes / (device->l2_gbps * 1e3);
+  double memory_us = fmax(out->dram_us, out->l2_us);
   double rate = variant->cuda_core ? device->cuda_core_tflops : device->mma_tflops;
   double waves = ctas / (device->sm_count * ctas_per_sm);
   /* the last wave runs as a whole one: never fewer waves, never less time, for more CTAs */
   double tail = waves > 1 ? ceil(waves) / waves : 1.0;
   double math_us = (flops / (rate * 1e6) + conversions / (device->conversions_per_ns * 1e3)) / fmax(fill, 1e-3) * tail;
-  return device->launch_us + fmax(memory_us, math_us) + 0.15 * fmin(memory_us, math_us);
+  out->math_us = math_us;
+  out->launch_us = device->launch_us;
+  out->total_us = device->launch_us + fmax(memory_us, math_us) + 0.15 * fmin(memory_us, math_us);
+  return 1;
+}
+
+double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                    const derive_variant *variant) {
+  derive_terms terms;
+  return derive_op_terms(device, shape, top_k, num_tokens, variant, &terms) ? terms.total_us : NAN;
+}
+
+const char *derive_terms_limit(const derive_terms *terms) {
+  double memory = fmax(terms->dram_us, terms->l2_us);
+  if (terms->launch_us >= fmax(memory, terms->math_us)) return "launch";
+  if (terms->fill < 1.0) return "latency";
+  if (terms->math_us > memory) return "issue";
+  return terms->l2_us > terms->dram_us ? "L2" : "DRAM";
+}
+
+double derive_forward_bytes(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  volt8_moe_dims dims;
+  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return NAN;
+  double expert_bytes = (double)dims.w13_bytes_per_expert + dims.w2_bytes_per_expert +
+                        2.0 * (dims.s13_elems_per_expert + dims.s2_elems_per_expert);
+  double active = shape->num_experts * (1.0 - pow(1.0 - (double)top_k / shape->num_experts, num_tokens));
+  return active * expert_bytes + (double)num_tokens * shape->hidden * 2 * 2 + (double)num_tokens * top_k * 8;
+}
+
+
+
+double derive_route_us(const derive_device *device, int32_t top_k, int32_t num_tokens) {
+  /* the route reads ids and weights and writes the work items (12 bytes a pair) */
+  return device->launch_us + device->route_us + (double)num_tokens * top_k * 12.0 / (device->dram_gbps * 1e3);
+}
+
+double derive_reduce_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  double pairs = (double)num_tokens * top_k;
+  double bytes = pairs * shape->hidden * 4.0 + (double)num_tokens * shape->hidden * 2.0 + pairs * 4.0;
+  double round_trips = 2.0 * ceil(top_k / 8.0); /* a batch of eight ids, then their z rows */
+  return device->launch_us + round_trips * device->round_trip_us + bytes / (device->dram_gbps * 1e3);
 }
 
 double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
                          int32_t fused_reduce, int32_t routed) {
-  double pairs = (double)num_tokens * top_k, bandwidth = device->dram_gbps * 1e3;
-  /* the route reads ids and weights and writes the work items (12 bytes a pair) */
-  double route = routed ? device->launch_us + device->route_us + pairs * 12.0 / bandwidth : 0.0;
-  if (fused_reduce) return route;
-  double bytes = pairs * shape->hidden * 4.0 + (double)num_tokens * shape->hidden * 2.0 + pairs * 4.0;
-  double round_trips = 2.0 * ceil(top_k / 8.0);
-  return route + device->launch_us + round_trips * device->round_trip_us + bytes / bandwidth;
+  return (routed ? derive_route_us(device, top_k, num_tokens) : 0.0) +
+         (fused_reduce ? 0.0 : derive_reduce_us(device, shape, top_k, num_tokens));
 }
 
 static volt8_status derive_begin(void *state, int32_t m) { return VOLT8_OK; }

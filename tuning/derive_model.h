@@ -64,6 +64,26 @@ int derive_parse_variant(const char *name, derive_variant *out);
  * as the SM's warp and CTA slots allow. */
 double derive_ctas_per_sm(const derive_device *device, const derive_variant *variant);
 
+/* One op's modelled terms: each microseconds, fill the share of the warps that saturate DRAM. */
+typedef struct derive_terms {
+  double launch_us, dram_us, l2_us, math_us; /* dram_us at the fill, math_us at the fill and tail */
+  double fill;
+  double total_us;                            /* launch + the larger of memory and math + 15% of the other */
+} derive_terms;
+/* 0 when the shape is not one (out zeroed). */
+int derive_op_terms(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                    const derive_variant *variant, derive_terms *out);
+/* What limits the op: "launch" (its launch outlasts its work), "latency" (too few warps resident to
+ * keep DRAM busy: fill < 1), "issue" (math), "L2" or "DRAM". */
+const char *derive_terms_limit(const derive_terms *terms);
+/* Bytes a forward must move, as bench's byte floor counts them: the active experts' E4M3 weights and
+ * FP16 scales (E (1 - (1 - top_k / E)^M) experts expected active), x in and out out in FP16, ids and
+ * weights. NaN for a shape that is not one. */
+double derive_forward_bytes(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens);
+/* The route's and the reduce's modelled microseconds. */
+double derive_route_us(const derive_device *device, int32_t top_k, int32_t num_tokens);
+double derive_reduce_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens);
+
 /* Modelled microseconds of one op's kernel; NaN when the name does not parse. */
 double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
                     const derive_variant *variant);
