@@ -187,8 +187,6 @@ double derive_forward_bytes(const volt8_moe_shape *shape, int32_t top_k, int32_t
   return active * expert_bytes + (double)num_tokens * shape->hidden * 2 * 2 + (double)num_tokens * top_k * 8;
 }
 
-
-
 double derive_route_us(const derive_device *device, int32_t top_k, int32_t num_tokens) {
   /* the route reads ids and weights and writes the work items (12 bytes a pair) */
   return device->launch_us + device->route_us + (double)num_tokens * top_k * 12.0 / (device->dram_gbps * 1e3);
