@@ -331,10 +331,13 @@ Test(derive_explain, a_forward_adds_what_it_runs) {
   cr_assert(derive_forward_explain(&DERIVE_V100, &shape, TOP_K, 4, gate_up, down, NULL, &forward));
   assert_close(forward.total_us, g_us + d_us + reduce, "no route");
   cr_assert_eq(forward.route_us, 0.0);
+  cr_assert_eq(forward.kernels, 3);
   assert_close(forward.floor_us, derive_forward_bytes(&shape, TOP_K, 4) / 830e3, "floor");
   cr_assert(derive_forward_explain(&DERIVE_V100, &shape, TOP_K, 4, routed, down, NULL, &forward));
   assert_close(forward.total_us, r_us + d_us + route + reduce, "routed");
+  cr_assert_eq(forward.kernels, 4);
   cr_assert(derive_forward_explain(&DERIVE_V100, &shape, TOP_K, 4, gate_up, tok, NULL, &forward));
   assert_close(forward.total_us, g_us + t_us, "tok: two kernels");
+  cr_assert_eq(forward.kernels, 2);
   cr_assert_not(derive_forward_explain(&DERIVE_V100, &shape, TOP_K, 4, "route", tok, NULL, &forward));
 }

@@ -31,6 +31,7 @@ int derive_forward_explain(const derive_device *device, const volt8_moe_shape *s
     return 0;
   if (first.block_m > 1 || second.block_m > 1) out->route_us = derive_route_us(device, top_k, num_tokens);
   if (!second.fused_reduce) out->reduce_us = derive_reduce_us(device, shape, top_k, num_tokens);
+  out->kernels = 2 + (out->route_us > 0) + (out->reduce_us > 0);
   out->total_us = out->gate_up.total_us + out->down.total_us + out->route_us + out->reduce_us;
   out->floor_us = derive_forward_bytes(shape, top_k, num_tokens) / (device->dram_gbps * 1e3);
   return 1;
@@ -47,7 +48,7 @@ volt8_status derive_explain_markdown(volt8_ctx *ctx, const derive_device *device
                                      int32_t top_k, const int32_t *m_values, int32_t m_count,
                                      const derive_occupancy *occupancy, FILE *out) {
   fprintf(out, "| M | gate_up | us | limited by | down | us | limited by | route + reduce (us) | forward (us) | "
-               "byte floor (us) | floor / forward |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "of it launches (us) | byte floor (us) | floor / forward |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int32_t i = 0; i < m_count; i++) {
     volt8_variant_choice choice;
     volt8_status status = volt8_dispatch_choose(ctx, shape, m_values[i], top_k, &choice);
@@ -58,10 +59,10 @@ volt8_status derive_explain_markdown(volt8_ctx *ctx, const derive_device *device
     char gate_up_limit[48], down_limit[48];
     limit_text(&forward.gate_up, gate_up_limit, sizeof gate_up_limit);
     limit_text(&forward.down, down_limit, sizeof down_limit);
-    fprintf(out, "| %d | `%s` | %.1f | %s | `%s` | %.1f | %s | %.1f | %.1f | %.1f | %.0f%% |\n", m_values[i],
+    fprintf(out, "| %d | `%s` | %.1f | %s | `%s` | %.1f | %s | %.1f | %.1f | %.1f (%d) | %.1f | %.0f%% |\n", m_values[i],
             choice.gate_up, forward.gate_up.total_us, gate_up_limit, choice.down, forward.down.total_us, down_limit,
-            forward.route_us + forward.reduce_us, forward.total_us, forward.floor_us,
-            100.0 * forward.floor_us / forward.total_us);
+            forward.route_us + forward.reduce_us, forward.total_us, forward.kernels * device->launch_us, forward.kernels,
+            forward.floor_us, 100.0 * forward.floor_us / forward.total_us);
   }
   return VOLT8_OK;
 }

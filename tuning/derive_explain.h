@@ -11,6 +11,7 @@
 typedef struct derive_forward {
   derive_terms gate_up, down;
   double route_us, reduce_us; /* 0 when the forward runs none */
+  int32_t kernels;            /* launches: 2 to 4 */
   double total_us;
   double floor_us;            /* derive_forward_bytes over the device's DRAM bandwidth */
 } derive_forward;
