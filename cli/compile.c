@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "derive_explain.h"
+#include "derive_occupancy.h"
 #include "tools/tools.h"
 
 volt8_status cli_compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compile_totals *totals, int one_line) {
@@ -74,6 +76,21 @@ static volt8_status print_choices(volt8_ctx *ctx, const volt8_moe_shape *shape, 
   return VOLT8_OK;
 }
 
+/* The model's V100 account of the dispatch's pairs (derive_explain.h), with the occupancy the
+ * derivation takes: each variant's sm_70 CUBIN. */
+static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
+                                    int32_t top_k, int32_t jobs) {
+  derive_occupancy_set occupancy;
+  volt8_status status = derive_occupancy_compile(ctx, shape, jobs, NULL, &occupancy);
+  if (status != VOLT8_OK) return status;
+  printf("%s, modelled (tuning/derive_model.h); byte floor: the bytes a forward must move over %.0f GB/s; "
+         "resident CTAs per SM from %s\n\n",
+         DERIVE_V100.name, DERIVE_V100.dram_gbps, occupancy.from);
+  status = derive_explain_markdown(ctx, &DERIVE_V100, shape, top_k, m_values, count, &occupancy.view, stdout);
+  derive_occupancy_free(&occupancy);
+  return status;
+}
+
 /* The shape's variant names, one a line. */
 static volt8_status print_variants(volt8_ctx *ctx, const volt8_moe_shape *shape) {
   int32_t count = 0;
@@ -89,12 +106,12 @@ static volt8_status print_variants(volt8_ctx *ctx, const volt8_moe_shape *shape)
 int cli_list(int argc, char **argv) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   const char *arch = NULL, *model = NULL, *tp = NULL, *rank = NULL, *tables = NULL, *jobs_text = NULL;
-  int shape_given = 0, choice_count = 0, resources = 0, json = 0;
+  int shape_given = 0, choice_count = 0, resources = 0, json = 0, explain = 0;
   int32_t choice_m[64], top_k = 0;
   for (int i = 1; i < argc; i++) {
     const char *flag = argv[i];
-    if (strcmp(flag, "--resources") == 0 || strcmp(flag, "--json") == 0) {
-      *(flag[2] == 'r' ? &resources : &json) = 1;
+    if (strcmp(flag, "--resources") == 0 || strcmp(flag, "--json") == 0 || strcmp(flag, "--explain") == 0) {
+      *(flag[2] == 'r' ? &resources : flag[2] == 'j' ? &json : &explain) = 1;
       continue;
     }
     if (!cli_is_one_of(flag, "--shape --arch --model --tp --rank --choice --top-k --tables --jobs"))
@@ -134,8 +151,16 @@ int cli_list(int argc, char **argv) {
     fprintf(stderr, "volt8 list: --top-k and --tables need --choice\n");
     return 2;
   }
-  if ((json || jobs_text) && !resources) {
-    fprintf(stderr, "volt8 list: --json and --jobs need --resources\n");
+  if (json && !resources) {
+    fprintf(stderr, "volt8 list: --json needs --resources\n");
+    return 2;
+  }
+  if (jobs_text && !resources && !explain) {
+    fprintf(stderr, "volt8 list: --jobs needs --resources or --explain\n");
+    return 2;
+  }
+  if (explain && (!choice_count || (arch && strcmp(arch, "sm_70") != 0))) {
+    fprintf(stderr, "volt8 list: --explain needs --choice and sm_70 (the model is of a V100)\n");
     return 2;
   }
   if (resources && choice_count) {
@@ -161,7 +186,9 @@ int cli_list(int argc, char **argv) {
   if (resources) {
     rc = cli_print_resources(ctx, &shape, jobs, json);
   } else {
-    status = choice_count ? print_choices(ctx, &shape, choice_m, choice_count, top_k) : print_variants(ctx, &shape);
+    status = explain        ? print_explained(ctx, &shape, choice_m, choice_count, top_k, jobs)
+             : choice_count ? print_choices(ctx, &shape, choice_m, choice_count, top_k)
+                            : print_variants(ctx, &shape);
     rc = status == VOLT8_OK ? 0 : cli_report(ctx, "list", status);
   }
   volt8_ctx_destroy(ctx);

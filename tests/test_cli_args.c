@@ -171,8 +171,10 @@ Test(cli_args, version_and_help_work) {
 /* list --resources: its flags need it, --jobs is a thread count, and an arch it cannot report on is
  * said to be one (exit 1: the arguments were fine). */
 Test(cli_args, list_resources_arguments_and_the_archs_it_cannot_report_on) {
-  REFUSED(ARGS("list", "--json"), "volt8 list: --json and --jobs need --resources");
-  REFUSED(ARGS("list", "--jobs", "2"), "volt8 list: --json and --jobs need --resources");
+  REFUSED(ARGS("list", "--json"), "volt8 list: --json needs --resources");
+  REFUSED(ARGS("list", "--jobs", "2"), "volt8 list: --jobs needs --resources or --explain");
+  REFUSED(ARGS("list", "--explain"), "volt8 list: --explain needs --choice and sm_70");
+  REFUSED(ARGS("list", "--choice", "1", "--explain", "--arch", "sm_90"), "volt8 list: --explain needs --choice and sm_70");
   REFUSED(ARGS("list", "--resources", "--jobs", "0"), "volt8 list: --jobs 0 is not a valid compile thread count", "1..64");
   REFUSED(ARGS("list", "--resources", "--jobs", "65"), "--jobs 65 is not a valid compile thread count");
   REFUSED(ARGS("list", "--resources", "--jobs", "two"), "volt8 list: --jobs \"two\" is not a whole number");

@@ -14,8 +14,17 @@ void derive_occupancy_free(derive_occupancy_set *set) {
   memset(set, 0, sizeof *set);
 }
 
+/* The CTAs per SM that `limits` give the CUBIN's registers, shared memory and threads. */
+static int32_t ctas_under(volt8_ctx *ctx, const volt8_sm_limits *limits, const volt8_variant_resources *report) {
+  volt8_occupancy occupancy;
+  int32_t smem = report->kernel.static_smem_bytes + report->dynamic_smem_bytes;
+  if (volt8_occupancy_compute(ctx, limits, report->kernel.registers, smem, report->threads, &occupancy) != VOLT8_OK)
+    return 0;
+  return occupancy.ctas_per_sm;
+}
+
 volt8_status derive_occupancy_compile(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t jobs,
-                                      derive_occupancy_set *out) {
+                                      const volt8_sm_limits *limits, derive_occupancy_set *out) {
   memset(out, 0, sizeof *out);
   int32_t count = 0;
   volt8_status status = volt8_codegen_list(ctx, shape, &out->names, &count);
@@ -32,11 +41,15 @@ volt8_status derive_occupancy_compile(volt8_ctx *ctx, const volt8_moe_shape *sha
   for (int32_t i = 0; status == VOLT8_OK && i < count; i++) {
     const volt8_variant_resources *report = &reports[i];
     int spills = report->kernel.spill_store_bytes > 0 || report->kernel.spill_load_bytes > 0;
-    out->ctas_per_sm[i] = spills || report->occupancy.ctas_per_sm == 0 ? -1 : report->occupancy.ctas_per_sm;
+    int32_t ctas = limits ? ctas_under(ctx, limits, report) : report->occupancy.ctas_per_sm;
+    out->ctas_per_sm[i] = spills || ctas == 0 ? -1 : ctas;
   }
   const char *version = count ? reports[0].nvrtc_version : "?";
   if (status == VOLT8_OK) {
-    snprintf(out->from, sizeof out->from, "sm_%d CUBINs of NVRTC %s (ptxas -v)", volt8_tools_ctx(ctx).target_arch, version);
+    char under[32] = "";
+    if (limits) snprintf(under, sizeof under, ", sm_%d limits", (int)limits->arch);
+    snprintf(out->from, sizeof out->from, "sm_%d CUBINs of NVRTC %s (ptxas -v)%s", volt8_tools_ctx(ctx).target_arch,
+             version, under);
     snprintf(out->nvrtc_version, sizeof out->nvrtc_version, "%s (CUBINs for occupancy only)", version);
   }
   free(reports);

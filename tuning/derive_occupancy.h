@@ -18,10 +18,11 @@ typedef struct derive_occupancy_set {
 } derive_occupancy_set;
 
 /* Compiles every variant of `shape` for ctx's target arch to a CUBIN on `jobs` threads and keeps
- * each one's resident CTAs per SM (-1 for one that spills or does not fit: the model passes it over). Errors (no NVRTC that makes CUBINs, a failed compile) name the
+ * each one's resident CTAs per SM under `limits` (NULL: the target arch's own; the H200 check gives
+ * sm_90's, its JIT being taken to use the registers the sm_70 CUBIN does) (-1 for one that spills or does not fit: the model passes it over). Errors (no NVRTC that makes CUBINs, a failed compile) name the
  * variant; nothing is kept then. */
 volt8_status derive_occupancy_compile(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t jobs,
-                                      derive_occupancy_set *out);
+                                      const volt8_sm_limits *limits, derive_occupancy_set *out);
 /* Writes the figures of the table's op into the table at `path` (one of op `op_name`): an object of
  * variant name -> resident CTAs per SM, -1 for one that spills or does not fit. */
 volt8_status derive_occupancy_record(volt8_ctx *ctx, const derive_occupancy_set *set, const char *path,

@@ -222,13 +222,16 @@ static volt8_status derive_all(const tune_options *options, const char *command,
     if (progress) fprintf(progress, "tune: deriving %s tables for %s\n", options->derive_arch, label);
     const derive_device *device = derive_device_find(options->model_device ? options->model_device : "v100");
     int v100 = device == &DERIVE_V100;
-    /* the occupancy of sm_70 CUBINs is the V100's only; the H200 check keeps the warps-only figure */
+    /* Resident CTAs per SM from the sm_70 CUBINs: under sm_70's limits for the V100, under sm_90's for
+     * the H200 check (its driver's JIT of the same PTX taken to need the registers the CUBIN does). */
     derive_occupancy_set occupancy = {0};
-    if (v100)
+    volt8_sm_limits h200_limits;
+    if (!v100) status = volt8_sm_limits_for_arch(ctx, 90, &h200_limits);
+    if (status == VOLT8_OK)
       status = derive_occupancy_compile(ctx, &options->shapes[s], options->jobs ? options->jobs : bench_host_threads(16),
-                                        &occupancy);
+                                        v100 ? NULL : &h200_limits, &occupancy);
     if (status != VOLT8_OK) break;
-    derive_state state = {device, options->shapes[s], options->top_k, v100 ? &occupancy.view : NULL};
+    derive_state state = {device, options->shapes[s], options->top_k, &occupancy.view};
     tuner_backend backend = derive_backend(&state);
     tuner_settings settings = {
         .shape = options->shapes[s], .top_k = options->top_k, .m_values = options->m_values,
@@ -240,7 +243,7 @@ static volt8_status derive_all(const tune_options *options, const char *command,
                         : "derived, not measured on a V100: the roofline model of tuning/derive_model.h (V100-SXM2: 80 "
                           "SMs, 830 GB/s streaming, 2.5 TB/s L2, 14 TFLOP/s FP32, 40 TFLOP/s m8n8k4; resident CTAs per "
                           "SM from each variant's sm_70 CUBIN, __metadata__.ctas_per_sm) ranks every variant at each M",
-        .command = command, .nvrtc_version = v100 ? occupancy.nvrtc_version : "none (derived; nothing compiled)",
+        .command = command, .nvrtc_version = occupancy.nvrtc_version,
         .progress = progress, .progress_tty = tty, .log = log, .label = options->labels[s]};
     tuner_summary summary;
     status = tuner_run(ctx, &settings, &backend, &summary);
