@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define VOLT8_VERSION_MAJOR 0
-#define VOLT8_VERSION_MINOR 2
+#define VOLT8_VERSION_MINOR 3
 #define VOLT8_VERSION_PATCH 0
 #define VOLT8_VERSION_NUMBER (VOLT8_VERSION_MAJOR * 10000 + VOLT8_VERSION_MINOR * 100 + VOLT8_VERSION_PATCH)
 
@@ -116,7 +116,8 @@ typedef struct volt8_moe_shape {
   int32_t num_experts;        /* E */
   int32_t block_n, block_k;   /* scale block: (128,128) for checkpoints, (1,128) or (128,128) online */
   int32_t intermediate_offset; /* rank's offset inside the scale grid along I, in [0, block) */
-  /* Expert parallelism: the rank holds experts [expert_start, expert_start + num_experts) of
+  /* Since 0.3 (the shape's size grew; a caller built against 0.2 is refused, naming the size).
+   * Expert parallelism: the rank holds experts [expert_start, expert_start + num_experts) of
    * global_experts and is given global ids; pairs of other experts are skipped (not bad ids), ids
    * outside [0, global_experts) are bad ids. global_experts 0: all experts (expert_start 0). */
   int32_t expert_start;

@@ -4,7 +4,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_uint8, c_uint16, c_uint64, c_void_p)
 
 # The version of volt8.h this module mirrors.
-HEADER_VERSION = (0, 2, 0)
+HEADER_VERSION = (0, 3, 0)
 
 
 class _Sized(Structure):
