@@ -73,6 +73,7 @@ int cli_parse_shape(const char *text, volt8_moe_shape *shape) {
       {"hidden", &shape->hidden},         {"intermediate", &shape->intermediate},
       {"num_experts", &shape->num_experts}, {"block_n", &shape->block_n},
       {"block_k", &shape->block_k},       {"intermediate_offset", &shape->intermediate_offset},
+      {"expert_start", &shape->expert_start}, {"global_experts", &shape->global_experts},
   };
   char *copy = strdup(text);
   if (!copy) return -1;
@@ -104,9 +105,13 @@ int cli_parse_shape(const char *text, volt8_moe_shape *shape) {
 }
 
 void cli_format_shape(const volt8_moe_shape *shape, char *buf, size_t buf_size) {
-  snprintf(buf, buf_size, "hidden=%d,intermediate=%d,num_experts=%d,block_n=%d,block_k=%d,intermediate_offset=%d",
-           shape->hidden, shape->intermediate, shape->num_experts, shape->block_n, shape->block_k,
-           shape->intermediate_offset);
+  int used = snprintf(buf, buf_size, "hidden=%d,intermediate=%d,num_experts=%d,block_n=%d,block_k=%d,intermediate_offset=%d",
+                      shape->hidden, shape->intermediate, shape->num_experts, shape->block_n, shape->block_k,
+                      shape->intermediate_offset);
+  /* an expert-parallel rank's range; nothing for a shape of all experts, so such lines read as before */
+  if (shape->global_experts > 0 && used >= 0 && (size_t)used < buf_size)
+    snprintf(buf + used, buf_size - (size_t)used, ",expert_start=%d,global_experts=%d", shape->expert_start,
+             shape->global_experts);
 }
 
 double cli_now_seconds(void) {

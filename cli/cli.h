@@ -59,6 +59,13 @@ volt8_status cli_compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compi
  * compiled kernels, and why; returns how many. */
 int cli_cache_store_failures(volt8_ctx *ctx, const char *command, int is_error);
 
+/* list --resources: each variant of `shape` compiled to a CUBIN for ctx's target arch on `jobs`
+ * threads, with its registers, spills, shared memory and what one SM holds of it; a table, or JSON.
+ * 0 on success, else 1 after the error on stderr. */
+int cli_print_resources(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t jobs, int json);
+/* Compile threads when not given: the processors online, 1..16. */
+int32_t cli_default_jobs(void);
+
 int cli_compile(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_bench(int argc, char **argv);

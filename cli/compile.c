@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "derive_explain.h"
+#include "derive_occupancy.h"
+#include "tools/tools.h"
 
 volt8_status cli_compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compile_totals *totals, int one_line) {
   int32_t count = 0;
@@ -44,16 +47,84 @@ int cli_cache_store_failures(volt8_ctx *ctx, const char *command, int is_error) 
   return count;
 }
 
+/* "1,8,64" into m_values; the count, or -1 after an error on stderr. */
+static int parse_m_list(const char *text, int32_t *m_values, int capacity) {
+  char copy[256];
+  int count = 0;
+  if (snprintf(copy, sizeof copy, "%s", text) >= (int)sizeof copy) copy[0] = '\0';
+  for (char *save = NULL, *token = strtok_r(copy, ",", &save); token; token = strtok_r(NULL, ",", &save)) {
+    if (count == capacity) {
+      fprintf(stderr, "volt8 list: --choice takes at most %d token counts\n", capacity);
+      return -1;
+    }
+    if (cli_parse_number("list", "--choice", token, "token count", 1, VOLT8_TUNING_MAX_M, &m_values[count++]) != 0)
+      return -1;
+  }
+  if (count == 0) fprintf(stderr, "volt8 list: --choice \"%s\" names no token count\n", text);
+  return count ? count : -1;
+}
+
+/* The dispatch's pair at each token count, as the library would serve it: "M GATE_UP DOWN". */
+static volt8_status print_choices(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
+                                  int32_t top_k) {
+  for (int i = 0; i < count; i++) {
+    volt8_variant_choice choice;
+    volt8_status status = volt8_dispatch_choose(ctx, shape, m_values[i], top_k, &choice);
+    if (status != VOLT8_OK) return status;
+    printf("%d %s %s\n", m_values[i], choice.gate_up, choice.down);
+  }
+  return VOLT8_OK;
+}
+
+/* The model's V100 account of the dispatch's pairs (derive_explain.h), with the occupancy the
+ * derivation takes: each variant's sm_70 CUBIN. */
+static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
+                                    int32_t top_k, int32_t jobs) {
+  derive_occupancy_set occupancy;
+  volt8_status status = derive_occupancy_compile(ctx, shape, jobs, NULL, &occupancy);
+  if (status != VOLT8_OK) return status;
+  printf("%s, modelled (tuning/derive_model.h); byte floor: the bytes a forward must move over %.0f GB/s; "
+         "resident CTAs per SM from %s\n\n",
+         DERIVE_V100.name, DERIVE_V100.dram_gbps, occupancy.from);
+  status = derive_explain_markdown(ctx, &DERIVE_V100, shape, top_k, m_values, count, &occupancy.view, stdout);
+  derive_occupancy_free(&occupancy);
+  return status;
+}
+
+/* The shape's variant names, one a line. */
+static volt8_status print_variants(volt8_ctx *ctx, const volt8_moe_shape *shape) {
+  int32_t count = 0;
+  volt8_status status = volt8_variant_count(ctx, shape, &count);
+  for (int32_t i = 0; status == VOLT8_OK && i < count; i++) {
+    char name[128];
+    status = volt8_variant_name(ctx, shape, i, name, sizeof name);
+    if (status == VOLT8_OK) printf("%s\n", name);
+  }
+  return status;
+}
+
 int cli_list(int argc, char **argv) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  const char *arch = NULL, *model = NULL, *tp = NULL, *rank = NULL;
-  int shape_given = 0;
+  const char *arch = NULL, *model = NULL, *tp = NULL, *rank = NULL, *tables = NULL, *jobs_text = NULL;
+  int shape_given = 0, choice_count = 0, resources = 0, json = 0, explain = 0;
+  int32_t choice_m[64], top_k = 0;
   for (int i = 1; i < argc; i++) {
     const char *flag = argv[i];
-    if (!cli_is_one_of(flag, "--shape --arch --model --tp --rank")) return cli_unknown_argument("list", flag);
+    if (strcmp(flag, "--resources") == 0 || strcmp(flag, "--json") == 0 || strcmp(flag, "--explain") == 0) {
+      *(flag[2] == 'r' ? &resources : flag[2] == 'j' ? &json : &explain) = 1;
+      continue;
+    }
+    if (!cli_is_one_of(flag, "--shape --arch --model --tp --rank --choice --top-k --tables --jobs"))
+      return cli_unknown_argument("list", flag);
     const char *value = cli_flag_value("list", argc, argv, &i);
     if (!value) return 2;
-    if (strcmp(flag, "--shape") == 0) {
+    if (strcmp(flag, "--choice") == 0) {
+      if ((choice_count = parse_m_list(value, choice_m, 64)) < 0) return 2;
+    } else if (strcmp(flag, "--top-k") == 0) {
+      if (cli_parse_number("list", flag, value, "top-k", 1, 64, &top_k) != 0) return 2;
+    } else if (strcmp(flag, "--tables") == 0) {
+      tables = value;
+    } else if (strcmp(flag, "--shape") == 0) {
       if (cli_parse_shape(value, &shape) != 0) return 2;
       shape_given = 1;
     } else if (strcmp(flag, "--arch") == 0) {
@@ -62,6 +133,8 @@ int cli_list(int argc, char **argv) {
       model = value;
     } else if (strcmp(flag, "--tp") == 0) {
       tp = value;
+    } else if (strcmp(flag, "--jobs") == 0) {
+      jobs_text = value;
     } else {
       rank = value;
     }
@@ -74,21 +147,50 @@ int cli_list(int argc, char **argv) {
     fprintf(stderr, "volt8 list: --model and --shape exclude each other\n");
     return 2;
   }
+  if ((top_k || tables) && !choice_count) {
+    fprintf(stderr, "volt8 list: --top-k and --tables need --choice\n");
+    return 2;
+  }
+  if (json && !resources) {
+    fprintf(stderr, "volt8 list: --json needs --resources\n");
+    return 2;
+  }
+  if (jobs_text && !resources && !explain) {
+    fprintf(stderr, "volt8 list: --jobs needs --resources or --explain\n");
+    return 2;
+  }
+  if (explain && (!choice_count || (arch && strcmp(arch, "sm_70") != 0))) {
+    fprintf(stderr, "volt8 list: --explain needs --choice and sm_70 (the model is of a V100)\n");
+    return 2;
+  }
+  if (resources && choice_count) {
+    fprintf(stderr, "volt8 list: --resources and --choice exclude each other\n");
+    return 2;
+  }
+  int32_t jobs = cli_default_jobs();
+  if (jobs_text && cli_parse_number("list", "--jobs", jobs_text, "compile thread count", 1, 64, &jobs) != 0) return 2;
   if (model && cli_model_shape("list", model, tp, rank, &shape) != 0) return 2;
+  if (!top_k) top_k = volt8_model_find(model ? model : VOLT8_MODEL_REFERENCE)->top_k;
+  if (tables) {
+    /* the folder's tables alone, as the dispatch reads $VOLT8_TUNING_DIR, none built in */
+    setenv(VOLT8_TUNING_DIR_ENV, tables, 1);
+    volt8_tuning_set_built_in(0);
+  }
   volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
   options.device = -1;
   options.target_arch = arch;  /* NULL: sm_70 (no device is opened) */
   volt8_ctx *ctx = NULL;
   volt8_status status = volt8_ctx_create(&options, &ctx);
   if (status != VOLT8_OK) return cli_report(NULL, "list", status);
-  int32_t count = 0;
-  status = volt8_variant_count(ctx, &shape, &count);
-  for (int32_t i = 0; status == VOLT8_OK && i < count; i++) {
-    char name[128];
-    status = volt8_variant_name(ctx, &shape, i, name, sizeof name);
-    if (status == VOLT8_OK) printf("%s\n", name);
+  int rc = 0;
+  if (resources) {
+    rc = cli_print_resources(ctx, &shape, jobs, json);
+  } else {
+    status = explain        ? print_explained(ctx, &shape, choice_m, choice_count, top_k, jobs)
+             : choice_count ? print_choices(ctx, &shape, choice_m, choice_count, top_k)
+                            : print_variants(ctx, &shape);
+    rc = status == VOLT8_OK ? 0 : cli_report(ctx, "list", status);
   }
-  int rc = status == VOLT8_OK ? 0 : cli_report(ctx, "list", status);
   volt8_ctx_destroy(ctx);
   return rc;
 }

@@ -15,12 +15,17 @@ static const cli_command COMMANDS[] = {
     {"demo", cli_demo, "demo [--model NAME] [--keep [DIR]]",
      "the main job at a model's per-expert shape (default reference); --keep keeps the synthetic\n"
      "checkpoint (in DIR, or in a temporary folder it prints) for `volt8 plan DIR --tp 4`"},
-    {"list", cli_list, "list [--arch sm_XX] [--shape S | --model NAME [--tp N] [--rank R]]",
-     "list the kernel variants for a shape (default sm_70)"},
+    {"list", cli_list,
+     "list [--arch sm_XX] [--shape S | --model NAME [--tp N] [--rank R]] [--choice 1,8,64 [--top-k K] [--tables DIR]] "
+     "[--explain] [--resources [--json] [--jobs N]]",
+     "list the kernel variants for a shape (default sm_70); --choice: the dispatch's pair at each M\n"
+     "instead, --tables: from the tables of DIR alone, --explain: with the derivation model's V100 time\n"
+     "and limit of each kernel, the byte floor (sm_70); --resources: each variant's CUBIN, its registers,\n"
+     "spills, shared memory and resident CTAs and warps per SM (NVRTC 12 for sm_70)"},
     {"models", cli_models, "models [--tp N]", "the known models, or each rank's shape at TP N"},
     {"compile", cli_compile, "compile --arch sm_XX --cache DIR [--shape S]...",
      "fill a kernel cache ahead of time (PTX for compute_XX)"},
-    {"plan", cli_plan, "plan CKPT_DIR --tp N [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]",
+    {"plan", cli_plan, "plan CKPT_DIR --tp N [--ep N] [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]",
      "validate a checkpoint and print each rank's memory"},
     {"bench", cli_bench, "bench [options]",
      "time the forward against cuBLASLt FP16 and the byte floor (--model NAME [--tp N] [--rank R], or --shape S;\n"
@@ -58,6 +63,7 @@ static void usage(FILE *stream) {
   for (size_t c = 0; c < COMMAND_COUNT; c++) print_command(stream, &COMMANDS[c]);
   fprintf(stream,
           "S is hidden=2560,intermediate=160,num_experts=512,block_n=128,block_k=128,intermediate_offset=32\n"
+          "  (an expert-parallel rank adds expert_start=F,global_experts=E: experts [F, F+num_experts) of E)\n"
           "(keys left out keep these defaults: the reference model's TP4 rank 1).\n");
 }
 

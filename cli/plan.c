@@ -1,4 +1,5 @@
-/* volt8 plan: validate a checkpoint's MTP experts and print what each tensor-parallel rank keeps. */
+/* volt8 plan: validate a checkpoint's MTP experts and print what each rank keeps: a tensor-parallel
+ * rank's slice of every expert, and with --ep N an expert-parallel rank's share of the experts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,14 +11,14 @@
 
 typedef struct plan_args {
   const char *checkpoint_dir, *draft_dir, *online, *rank_text;
-  int32_t tp_size, rank, online_block_n;
+  int32_t tp_size, ep_size, rank, online_block_n;
   int json;
 } plan_args;
 
 #define PLAN_MAX_TP 4096
 
 static int parse_plan_args(int argc, char **argv, plan_args *args) {
-  *args = (plan_args){.tp_size = 0, .rank = -1, .online_block_n = 128};
+  *args = (plan_args){.tp_size = 0, .ep_size = 1, .rank = -1, .online_block_n = 128};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *value = NULL;
     int bad = 0;
@@ -29,9 +30,10 @@ static int parse_plan_args(int argc, char **argv, plan_args *args) {
       args->checkpoint_dir = arg;
       continue;
     }
-    if (!cli_is_one_of(arg, "--tp --rank --online-block --draft --online")) return cli_unknown_argument("plan", arg);
+    if (!cli_is_one_of(arg, "--tp --ep --rank --online-block --draft --online")) return cli_unknown_argument("plan", arg);
     if (!(value = cli_flag_value("plan", argc, argv, &i))) return 2;
     if (strcmp(arg, "--tp") == 0) bad = cli_parse_number("plan", arg, value, "TP size", 1, PLAN_MAX_TP, &args->tp_size);
+    else if (strcmp(arg, "--ep") == 0) bad = cli_parse_number("plan", arg, value, "EP size", 1, PLAN_MAX_TP, &args->ep_size);
     else if (strcmp(arg, "--rank") == 0) args->rank_text = value; /* checked against the TP size below */
     else if (strcmp(arg, "--online-block") == 0)
       bad = cli_parse_number("plan", arg, value, "online scale block height", 1, 128, &args->online_block_n);
@@ -73,8 +75,9 @@ static void print_header_json(const plan_args *args, const volt8_plan_report *pl
   printf(", \"tensor_prefix\": ");
   print_json_string(plan->tensor_prefix);
   printf(", \"scale_dtype\": \"%s\", \"scale_max_relative_error\": %.9g", plan->scale_dtype, plan->scale_max_relative_error);
-  printf(", \"experts\": %d, \"hidden\": %d, \"intermediate\": %d, \"intermediate_per_rank\": %d, \"tp\": %d",
-         plan->num_experts, plan->hidden, plan->intermediate, plan->intermediate / plan->tp_size, plan->tp_size);
+  printf(", \"experts\": %d, \"hidden\": %d, \"intermediate\": %d, \"intermediate_per_rank\": %d, \"tp\": %d, \"ep\": %d",
+         plan->num_experts, plan->hidden, plan->intermediate, plan->intermediate / plan->tp_size, plan->tp_size,
+         args->ep_size);
   printf(", \"block\": [%d, %d], \"ranks\": [", plan->block_n, plan->block_k);
 }
 
@@ -85,24 +88,58 @@ static void print_header_text(const plan_args *args, const volt8_plan_report *pl
   printf("route        %s, scale block %dx%d", volt8_route_name(plan->route), plan->block_n, plan->block_k);
   if (plan->route == VOLT8_ROUTE_NATIVE)
     printf(", %s scales, largest FP16 rounding error %.3g", plan->scale_dtype, plan->scale_max_relative_error);
-  printf("\ntp %d        intermediate %d per rank\n\n", plan->tp_size, plan->intermediate / plan->tp_size);
-  printf("%4s %14s %12s %10s %12s %12s %9s %9s\n", "rank", "resident MiB", "weights MiB", "scales MiB", "FP16 MiB",
-         "padded MiB", "n_offset", "k_offset");
+  printf("\ntp %d        intermediate %d per rank\n", plan->tp_size, plan->intermediate / plan->tp_size);
+  if (args->ep_size > 1)
+    printf("ep %d        experts split in contiguous ranges, the first %d ranks one more\n", args->ep_size,
+           plan->num_experts % args->ep_size);
+  printf("\n%s%4s %14s %12s %10s %12s %12s %9s %9s\n", args->ep_size > 1 ? "  ep   experts " : "", "rank",
+         "resident MiB", "weights MiB", "scales MiB", "FP16 MiB", "padded MiB", "n_offset", "k_offset");
 }
 
-static void print_rank(const plan_args *args, int32_t rank, int first, const volt8_moe_shape *shape,
+/* Expert-parallel rank ep_rank of ep_size over num_experts: a contiguous range, the first
+ * num_experts % ep_size ranks one expert more. */
+static void ep_range(int32_t num_experts, int32_t ep_size, int32_t ep_rank, int32_t *start, int32_t *count) {
+  int32_t base = num_experts / ep_size, extra = num_experts % ep_size;
+  *count = base + (ep_rank < extra);
+  *start = ep_rank * base + (ep_rank < extra ? ep_rank : extra);
+}
+
+static void print_rank(const plan_args *args, int32_t ep_rank, int32_t rank, int first, const volt8_moe_shape *shape,
                        const volt8_memory_report *memory) {
   int32_t offset = shape->intermediate_offset;
+  int32_t expert_start = shape->expert_start, expert_count = shape->num_experts;
   if (args->json) {
-    printf("%s{\"rank\": %d, \"resident_bytes\": %lld, \"weight_bytes\": %lld, \"scale_bytes\": %lld, "
-           "\"fp16_bytes\": %lld, \"padded_bytes\": %lld, \"n_offset\": %d, \"k_offset\": %d}",
-           first ? "" : ", ", rank, (long long)memory->resident_bytes, (long long)memory->weight_bytes,
-           (long long)memory->scale_bytes, (long long)memory->fp16_bytes, (long long)memory->padded_bytes, offset, offset);
-  } else {
-    printf("%4d %14.2f %12.2f %10.2f %12.2f %12.2f %9d %9d\n", rank, memory->resident_bytes / MIB,
-           memory->weight_bytes / MIB, memory->scale_bytes / MIB, memory->fp16_bytes / MIB, memory->padded_bytes / MIB,
-           offset, offset);
+    printf("%s{\"rank\": %d, \"ep_rank\": %d, \"expert_start\": %d, \"expert_count\": %d, \"resident_bytes\": %lld, "
+           "\"weight_bytes\": %lld, \"scale_bytes\": %lld, \"fp16_bytes\": %lld, \"padded_bytes\": %lld, "
+           "\"n_offset\": %d, \"k_offset\": %d}",
+           first ? "" : ", ", rank, ep_rank, expert_start, expert_count, (long long)memory->resident_bytes,
+           (long long)memory->weight_bytes, (long long)memory->scale_bytes, (long long)memory->fp16_bytes,
+           (long long)memory->padded_bytes, offset, offset);
+    return;
   }
+  if (args->ep_size > 1) printf("%4d %4d..%-4d ", ep_rank, expert_start, expert_start + expert_count - 1);
+  printf("%4d %14.2f %12.2f %10.2f %12.2f %12.2f %9d %9d\n", rank, memory->resident_bytes / MIB,
+         memory->weight_bytes / MIB, memory->scale_bytes / MIB, memory->fp16_bytes / MIB, memory->padded_bytes / MIB,
+         offset, offset);
+}
+
+/* Every (EP rank, TP rank) asked for, EP outer; `rank` in the output is the TP rank. */
+static volt8_status print_ranks(volt8_ctx *ctx, const plan_args *args, const volt8_plan_report *plan) {
+  int32_t first = args->rank_text ? args->rank : 0, last = args->rank_text ? args->rank : plan->tp_size - 1;
+  volt8_status status = VOLT8_OK;
+  for (int32_t ep_rank = 0; ep_rank < args->ep_size && status == VOLT8_OK; ep_rank++) {
+    volt8_plan_report share = *plan;
+    int32_t expert_start = 0;
+    ep_range(plan->num_experts, args->ep_size, ep_rank, &expert_start, &share.num_experts);
+    for (int32_t rank = first; rank <= last && status == VOLT8_OK; rank++) {
+      volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+      volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
+      status = volt8_plan_rank(ctx, &share, rank, &shape, &memory);
+      shape.expert_start = expert_start;
+      if (status == VOLT8_OK) print_rank(args, ep_rank, rank, ep_rank == 0 && rank == first, &shape, &memory);
+    }
+  }
+  return status;
 }
 
 int cli_plan(int argc, char **argv) {
@@ -122,16 +159,13 @@ int cli_plan(int argc, char **argv) {
   options.online_block_n = args.online_block_n;
   volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
   status = volt8_plan(ctx, &options, &plan);
+  if (status == VOLT8_OK && args.ep_size > plan.num_experts)
+    status = volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "--ep %d: the checkpoint has %d experts, fewer than the ranks",
+                        args.ep_size, plan.num_experts);
   if (status == VOLT8_OK) {
     if (args.json) print_header_json(&args, &plan);
     else print_header_text(&args, &plan);
-    int32_t first = args.rank_text ? args.rank : 0, last = args.rank_text ? args.rank : plan.tp_size - 1;
-    for (int32_t rank = first; rank <= last && status == VOLT8_OK; rank++) {
-      volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-      volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
-      status = volt8_plan_rank(ctx, &plan, rank, &shape, &memory);
-      if (status == VOLT8_OK) print_rank(&args, rank, rank == first, &shape, &memory);
-    }
+    status = print_ranks(ctx, &args, &plan);
     if (args.json) printf("]}\n");
   }
   rc = status == VOLT8_OK ? 0 : cli_report(ctx, "plan", status);

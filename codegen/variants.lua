@@ -16,10 +16,13 @@ local SINGLE_GATE_LANES = 32
 local SINGLE_DOWN_LANES = 2
 local SINGLE_MIN_BLOCKS = 3  -- CTAs an SM must hold: 80 registers a thread at most
 
+-- expert_start, global_experts: expert parallelism (moe_layout.h); global_experts 0 means all experts.
 variants.DEFAULT_SHAPE = {
   hidden = 2560, intermediate = 160, num_experts = 512, block_n = 128, block_k = 128, intermediate_offset = 32,
+  expert_start = 0, global_experts = 0,
 }
-variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "block_k", "intermediate_offset" }
+variants.SHAPE_FIELDS = { "hidden", "intermediate", "num_experts", "block_n", "block_k", "intermediate_offset",
+                          "expert_start", "global_experts" }
 
 -- Tile shapes per (op, family); every block_m of the family is crossed with every tile. A cc or hmma
 -- tile may set o: the compiler fits o CTAs on an SM, capping registers to match (default 1). tok
@@ -154,13 +157,32 @@ function variants.validate_shape(shape)
   if s.block_n == 1 and s.intermediate_offset ~= 0 then
     shape_error("intermediate_offset", s.intermediate_offset, "must be 0 when block_n=1")
   end
+  if s.global_experts == 0 then
+    if s.expert_start ~= 0 then shape_error("expert_start", s.expert_start, "must be 0 when global_experts=0") end
+  elseif s.expert_start < 0 or s.global_experts < 0 or s.expert_start > s.global_experts - s.num_experts then
+    shape_error("global_experts", s.global_experts, string.format("must hold experts [%d, %d)", s.expert_start,
+                                                                   s.expert_start + s.num_experts))
+  end
+  -- All experts of the model, however spelled, are one shape (and the same kernels).
+  if s.expert_start == 0 and s.global_experts == s.num_experts then s.global_experts = 0 end
   return normalized
 end
 
--- "H2560_I160_E512_b128x128_o32": the shape part of every entry name.
+-- "H2560_I160_E512_b128x128_o32": the shape part of every entry name. A rank of expert parallelism
+-- adds its range: "..._o32_x128of512" holds E experts from global expert 128 of 512.
 function variants.shape_key(s)
-  return string.format("H%d_I%d_E%d_b%dx%d_o%d", s.hidden, s.intermediate, s.num_experts, s.block_n, s.block_k,
-                       s.intermediate_offset)
+  local key = string.format("H%d_I%d_E%d_b%dx%d_o%d", s.hidden, s.intermediate, s.num_experts, s.block_n, s.block_k,
+                            s.intermediate_offset)
+  if s.global_experts ~= 0 then key = key .. string.format("_x%dof%d", s.expert_start, s.global_experts) end
+  return key
+end
+
+-- The expert range every template gets (moe_expert_range.cu).
+local function range_values(s, values)
+  values.EXPERT_START = s.expert_start
+  values.GLOBAL_EXPERTS = s.global_experts ~= 0 and s.global_experts or s.num_experts
+  values.EXPERT_PARALLEL = s.global_experts ~= 0 and 1 or 0
+  return values
 end
 
 function variants.gemm_name(spec)
@@ -436,9 +458,9 @@ function variants.describe(name, s, arch)
     return {
       op = spec.op, family = "support", block_m = 0, block_n = spec.op == "reduce" and 4 * threads or 0,
       threads = threads, split_k = 1, warps = threads // 32, entry = entry, template = TEMPLATES[spec.op],
-      values = { ENTRY = entry, THREADS = threads, NUM_EXPERTS = s.num_experts, HIDDEN = s.hidden,
+      values = range_values(s, { ENTRY = entry, THREADS = threads, NUM_EXPERTS = s.num_experts, HIDDEN = s.hidden,
                  ID_CAPACITY = route_id_capacity(s.num_experts), PLACE_WARPS = route_place_warps(s.num_experts),
-                 GATE_UP_EXPERT_BYTES = op_geometry("gate_up", s).expert_weight_bytes },
+                 GATE_UP_EXPERT_BYTES = op_geometry("gate_up", s).expert_weight_bytes }),
       parameters = { variant = name, shape = key, threads = threads },
     }
   end
@@ -461,6 +483,7 @@ function variants.describe(name, s, arch)
   if not values then return nil, string.format("variant '%s' does not fit shape %s: %s", name, key, reason) end
   local entry = "volt8_" .. name:gsub("%.", "_") .. "__" .. key
   values.ENTRY = entry
+  range_values(s, values)
   local parameters = { variant = name, shape = key }
   for value_name, value in pairs(values) do
     if value_name ~= "ENTRY" then parameters[value_name:lower()] = value end

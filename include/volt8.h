@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define VOLT8_VERSION_MAJOR 0
-#define VOLT8_VERSION_MINOR 2
+#define VOLT8_VERSION_MINOR 3
 #define VOLT8_VERSION_PATCH 0
 #define VOLT8_VERSION_NUMBER (VOLT8_VERSION_MAJOR * 10000 + VOLT8_VERSION_MINOR * 100 + VOLT8_VERSION_PATCH)
 
@@ -116,8 +116,14 @@ typedef struct volt8_moe_shape {
   int32_t num_experts;        /* E */
   int32_t block_n, block_k;   /* scale block: (128,128) for checkpoints, (1,128) or (128,128) online */
   int32_t intermediate_offset; /* rank's offset inside the scale grid along I, in [0, block) */
+  /* Since 0.3 (the shape's size grew; a caller built against 0.2 is refused, naming the size).
+   * Expert parallelism: the rank holds experts [expert_start, expert_start + num_experts) of
+   * global_experts and is given global ids; pairs of other experts are skipped (not bad ids), ids
+   * outside [0, global_experts) are bad ids. global_experts 0: all experts (expert_start 0). */
+  int32_t expert_start;
+  int32_t global_experts;
 } volt8_moe_shape;
-#define VOLT8_MOE_SHAPE_INIT {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, 32}
+#define VOLT8_MOE_SHAPE_INIT {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, 32, 0, 0}
 
 /* Number of kernel variants the code generator offers for `shape`. */
 VOLT8_API volt8_status volt8_variant_count(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t *out_count);
@@ -170,7 +176,8 @@ typedef struct volt8_moe_args {
  * (a CUstream; NULL = the legacy default stream). No host synchronisation. */
 VOLT8_API volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *args, void *stream);
 
-/* Routed pairs the last forward skipped because their id was outside [0, E) (synchronises). */
+/* Routed pairs the last forward skipped because their id was outside [0, E) (synchronises); E is the
+ * model's expert count: with expert parallelism, pairs of other ranks' experts are not counted. */
 VOLT8_API volt8_status volt8_experts_bad_id_count(volt8_experts *experts, int32_t *out_count);
 
 /* Compiles or loads from the cache every variant that forwards of these token counts use, and grows
@@ -183,7 +190,9 @@ VOLT8_API volt8_status volt8_experts_prepare(volt8_experts *experts, const int32
 /* The MoE forward in double on the host, the contract the GPU kernels are checked against:
  * weights dequantized exactly, y = x . W13^T, h = silu(gate) * up rounded to FP16,
  * out[t] = sum_j topk_weights[t][j] * (h . W2^T). Like the GPU, pairs whose id is outside
- * [0, E) contribute nothing. x: FP16 bits [num_tokens][H]; topk_ids, topk_weights:
+ * [0, E) contribute nothing; with expert parallelism (shape->global_experts) ids are global and
+ * only the shape's experts [expert_start, expert_start + num_experts) contribute, so the outputs of
+ * the ranks sum to the output of all experts. x: FP16 bits [num_tokens][H]; topk_ids, topk_weights:
  * [num_tokens][top_k]; out: [num_tokens][H], overwritten. Only the experts routed to are read;
  * a NaN weight code or a non-finite scale in them is VOLT8_ERR_INVALID_ARGUMENT. ctx may be NULL. */
 VOLT8_API volt8_status volt8_reference_moe_forward(volt8_ctx *ctx, const volt8_moe_shape *shape,
@@ -256,8 +265,10 @@ typedef struct volt8_load_options {
   int32_t online_block_n;           /* online scale block rows: 1 or 128 (block_k is 128) */
   int32_t mtp_layer;                /* index of the MTP layer to read (mtp.layers.<i>) */
   volt8_load_report *report;        /* optional output */
+  int32_t expert_start;             /* expert parallelism: this rank holds experts [expert_start, */
+  int32_t expert_count;             /* expert_start + expert_count) of E; count 0: all (start 0) */
 } volt8_load_options;
-#define VOLT8_LOAD_OPTIONS_INIT {sizeof(volt8_load_options), NULL, NULL, 1, 0, 64, 16, NULL, 128, 0, NULL}
+#define VOLT8_LOAD_OPTIONS_INIT {sizeof(volt8_load_options), NULL, NULL, 1, 0, 64, 16, NULL, 128, 0, NULL, 0, 0}
 
 /* Reads, validates and shards the MTP experts of a checkpoint (safetensors, single or indexed;
  * ModelOpt or block-FP8 metadata) and uploads this rank's share into one device allocation,

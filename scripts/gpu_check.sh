@@ -35,6 +35,20 @@ gpu_test_shapes=(
   "hidden=128,intermediate=128,num_experts=2,block_n=1,intermediate_offset=0"
 )
 
+# The ep suite's shapes (tests/gpu/test_ep.c; keep the two in step): the fixture checkpoint
+# modelopt_mixed_indexed (6 experts, hidden 256, intermediate 640) whole, at EP 3, and at TP 2 x EP 2.
+ep_fixture="hidden=256,num_experts=6,intermediate=640,intermediate_offset=0"
+ep_test_shapes=(
+  "$ep_fixture"
+  "hidden=256,intermediate=640,intermediate_offset=0,num_experts=2,global_experts=6,expert_start=0"
+  "hidden=256,intermediate=640,intermediate_offset=0,num_experts=2,global_experts=6,expert_start=2"
+  "hidden=256,intermediate=640,intermediate_offset=0,num_experts=2,global_experts=6,expert_start=4"
+  "hidden=256,intermediate=320,intermediate_offset=0,num_experts=3,global_experts=6,expert_start=0"
+  "hidden=256,intermediate=320,intermediate_offset=0,num_experts=3,global_experts=6,expert_start=3"
+  "hidden=256,intermediate=320,intermediate_offset=64,num_experts=3,global_experts=6,expert_start=0"
+  "hidden=256,intermediate=320,intermediate_offset=64,num_experts=3,global_experts=6,expert_start=3"
+)
+
 # The models suite's shapes (tests/gpu/test_models.c; keep the two in step): each registry model at
 # TP 4 and 8, rank 0 and the first rank at the largest offset in the 128 grid when that is not 0,
 # with 16 experts. Read from `volt8 models --tp N`: "NAME tp=N rank=R SHAPE" per rank.
@@ -51,6 +65,17 @@ model_test_shapes() {
   done
 }
 
+# The model check's shapes (issue 27), "SHAPE TOP_K" a line: the reference TP4 rank 1 (the bench's
+# default), Qwen3-Next-80B-A3B TP4 rank 0 and GLM-4.5-Air TP8 rank 0, from `volt8 models`.
+model_check_shapes() {
+  local name shape
+  { "$1" models --tp 4 | awk '$1 == "reference" && $3 == "rank=1" || $1 == "qwen3-next" && $3 == "rank=0" {print $1, $4}'
+    "$1" models --tp 8 | awk '$1 == "glm-4.5-air" && $3 == "rank=0" {print $1, $4}'; } |
+    while read -r name shape; do
+      echo "$shape $("$1" models | awk -v name="$name" '$1 == name {sub(/top-/, "", $9); print $9}')"
+    done
+}
+
 # The registry's model names (MODELS narrows them: "deepseek-v3 glm-4.5-air").
 model_names() {
   if [ -n "${MODELS:-}" ]; then echo "$MODELS"; else "$1" models | awk '{print $1}'; fi
@@ -65,12 +90,40 @@ prepare() {
   cmake --build "$root/build" -j "$(nproc)" --target "${targets[@]}" >/dev/null
   rm -rf "$carry"
   mkdir -p "$carry/bin" "$carry/libs" "$carry/cache70"
+  # The previous prepare's kernels seed this one's (the cache is keyed by each kernel's source and
+  # options, so a changed kernel is compiled anew); their access times are set far back, and those a
+  # compile below does not read are dropped afterwards, so the carried cache holds only today's.
+  local seed="$root/build/cache70_seed"
+  if [ -d "$seed" ]; then
+    cp -a "$seed/." "$carry/cache70/"
+    find "$carry/cache70" -type f -exec touch -a -d 2000-01-01 {} +
+  fi
   local shape_args=() model_shape_args=()
   for shape in "${gpu_test_shapes[@]}"; do shape_args+=(--shape "$shape"); done
   for shape in $(model_test_shapes "$root/build/volt8"); do model_shape_args+=(--shape "$shape"); done
   # two runs: one takes at most 32 shapes
   "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${shape_args[@]}" | tail -n 1
   "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${model_shape_args[@]}" | tail -n 1
+  # the model check's shapes at all their experts (its tune times every variant)
+  local check_shape_args=()
+  for shape in $(model_check_shapes "$root/build/volt8" | awk '{print $1}'); do check_shape_args+=(--shape "$shape"); done
+  "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${check_shape_args[@]}" | tail -n 1
+  local -a ep_shape_args=()
+  for shape in "${ep_test_shapes[@]}"; do ep_shape_args+=(--shape "$shape"); done
+  "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${ep_shape_args[@]}" | tail -n 1
+  # The model check's predictions are made here: the model reads each variant's registers from its
+  # sm_70 CUBIN, which takes NVRTC 12; MODEL_CHECK_M must be the run's.
+  mkdir -p "$carry/model_check"
+  local check_index=0 check_shape check_top_k
+  while read -r check_shape check_top_k; do
+    check_index=$((check_index + 1))
+    "$root/build/volt8" tune --derive sm_70 --model-device h200 --shape "$check_shape" --top-k "$check_top_k" \
+      --m "${MODEL_CHECK_M:-1,2,4,8,16}" --out "$carry/model_check/tables" \
+      --log "$carry/model_check/predicted.$check_index.jsonl" >/dev/null
+  done < <(model_check_shapes "$root/build/volt8")
+  find "$carry/cache70" -type f ! -newerat 2001-01-01 -delete
+  rm -rf "$seed"
+  cp -a "$carry/cache70" "$seed"
   # PTX compresses about tenfold; the carried folder must stay small.
   tar -C "$carry" -czf "$carry/cache70.tgz" cache70
   rm -rf "$carry/cache70"
@@ -104,10 +157,16 @@ prepare() {
 # examples/torch_op.py with torch), wheel (the carried wheel installed into a scratch folder: the
 # binding's pytest suite, the torch ops' tests included, and both examples against it, with no
 # VOLT8_LIBRARY), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
-# "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any),
+# "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any; PROFILE_ARCH=sm_70
+# profiles the carried compute_70 PTX instead),
 # models_tune (each registry model, or those of MODELS, measured for the device's arch at TP
-# ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, then derived for sm_70, into $OUT's logs/tables: copy those
-# into tuning/tables to ship them; MODELS_TIMEOUT, default 600 s, bounds each model's run),
+# ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, with TUNE_ARGS added to the command, then derived for sm_70,
+# into $OUT's logs/tables: copy those into tuning/tables to ship them; every measurement in
+# logs/tune.MODEL.jsonl (volt8 tune --log), the fallback's distance from them in logs/fallback_distance.md and
+# fallback_eval.md; MODELS_TIMEOUT, default 600 s, bounds each model's run),
+# model_check (the derivation model with the H200's figures against the compute_70 PTX timed here, for
+# the model_check_shapes: scripts/model_check.py's Spearman and regret into logs/model_check.txt and .md;
+# MODEL_CHECK_M, MODEL_CHECK_SCREEN, MODEL_CHECK_ARGS),
 # models_bench (volt8 bench --model NAME at TP 4 and TP 8 for each model, with the tables just tuned
 # when there are any, at BENCH_M if set; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
@@ -257,11 +316,19 @@ run() {
         local tune_m=() model
         [ -n "${TUNE_M:-}" ] && tune_m=(--m "$TUNE_M")
         for model in $(model_names "$carry/bin/volt8"); do
+          # shellcheck disable=SC2086 # TUNE_ARGS: extra tune options, split on spaces
           step_timeout="${MODELS_TIMEOUT:-600}" step "tune.$model" env VOLT8_CACHE_DIR="$work/native" \
-            "$carry/bin/volt8" tune --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" "${tune_m[@]}" --out "$logs/tables"
+            "$carry/bin/volt8" tune --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" "${tune_m[@]}" ${TUNE_ARGS:-} \
+            --out "$logs/tables" --log "$logs/tune.$model.jsonl"
           step "derive.$model" "$carry/bin/volt8" tune --derive sm_70 --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" \
             "${tune_m[@]}" --out "$logs/tables"
-        done ;;
+        done
+        # How far the fallback's pair is from the tuned one, as served today and with each shape's own
+        # tables left out of the ones just tuned (docs/testing.md).
+        python3 "$root/scripts/fallback_distance.py" "$logs"/tune.*.jsonl --markdown >"$logs/fallback_distance.md" 2>&1
+        python3 "$root/scripts/fallback_eval.py" --tables "$logs/tables" --volt8 "$carry/bin/volt8" "$logs"/tune.*.jsonl \
+          --markdown >"$logs/fallback_eval.md" 2>&1
+        grep -h '^goal' "$logs/fallback_distance.md" "$logs/fallback_eval.md" | sed 's/^/models_tune fallback: /' | tee -a "$summary" ;;
       models_bench)
         local model_tables=() model tp bench_m=()
         [ -d "$logs/tables" ] && model_tables=(env VOLT8_TUNING_DIR="$logs/tables")
@@ -273,25 +340,55 @@ run() {
             cat "$logs/bench.$model.tp$tp.log"
           done
         done ;;
+      model_check)
+        # The derivation model against the compute_70 PTX on this GPU (issue 27): every variant of
+        # the model_check_shapes at MODEL_CHECK_M (default 1,2,4,8,16) timed by `volt8 tune
+        # --target-arch sm_70` (screen pass only, MODEL_CHECK_SCREEN timed passes, default 5;
+        # MODEL_CHECK_ARGS adds tune options), against what `volt8 tune --derive sm_70 --model-device
+        # h200` predicted in prepare, compared by scripts/model_check.py into logs/model_check.txt and .md.
+        # Tables go to logs/model_check/ only, never to the shipped ones.
+        local check_dir="$logs/model_check" check_m="${MODEL_CHECK_M:-1,2,4,8,16}" shape top_k index=0
+        mkdir -p "$check_dir"
+        : >"$check_dir/measured.jsonl"
+        : >"$check_dir/predicted.jsonl"
+        while read -r shape top_k; do
+          index=$((index + 1))
+          # shellcheck disable=SC2086 # MODEL_CHECK_ARGS: extra tune options, split on spaces
+          step "model_check.measure$index" env VOLT8_CACHE_DIR="$work/cache70" "$carry/bin/volt8" tune \
+            --target-arch sm_70 --shape "$shape" --top-k "$top_k" --m "$check_m" --screen "${MODEL_CHECK_SCREEN:-5}" \
+            --finalists 0 ${MODEL_CHECK_ARGS:-} --out "$check_dir/measured" --log "$check_dir/measured.$index.jsonl"
+          # predicted by prepare (the model needs NVRTC 12 for the CUBINs' registers)
+          cp "$carry/model_check/predicted.$index.jsonl" "$check_dir/predicted.$index.jsonl"
+          cat "$check_dir/measured.$index.jsonl" >>"$check_dir/measured.jsonl"
+          cat "$check_dir/predicted.$index.jsonl" >>"$check_dir/predicted.jsonl"
+        done < <(model_check_shapes "$carry/bin/volt8")
+        python3 "$root/scripts/model_check.py" "$check_dir/measured.jsonl" "$check_dir/predicted.jsonl" --m "$check_m" \
+          >"$logs/model_check.txt" 2>&1
+        python3 "$root/scripts/model_check.py" "$check_dir/measured.jsonl" "$check_dir/predicted.jsonl" --m "$check_m" \
+          --markdown >"$logs/model_check.md" 2>&1
+        echo "model_check: $(tail -n +2 "$logs/model_check.txt" | grep '^goal')" | tee -a "$summary"
+        cat "$logs/model_check.txt" ;;
       demo)
         step demo env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" demo
         cat "$logs/demo.log" ;;
       profile)
         # PROFILE_M: token counts, each optionally pinned to variants ("1 8 8:GATE_UP,DOWN 64").
-        local profile_tables=() entry m pinned
+        # PROFILE_ARCH=sm_70: the carried compute_70 PTX through the driver instead of native code.
+        local profile_tables=() entry m pinned profile_cache="$work/native" profile_arch=()
         [ -d "$logs/tables" ] && profile_tables=(env VOLT8_TUNING_DIR="$logs/tables")
+        if [ "${PROFILE_ARCH:-}" = sm_70 ]; then profile_cache="$work/cache70"; profile_arch=(--target-arch sm_70); fi
         for entry in ${PROFILE_M:-8}; do
           m="${entry%%:*}"
           pinned=()
           [ "$entry" != "$m" ] && pinned=(--variants "${entry#*:}")
           name="profile_m$m${pinned[*]:+_pinned$(echo "${entry#*:}" | tr -c 'a-z0-9\n' '_')}"
-          step "$name" "${profile_tables[@]}" env VOLT8_CACHE_DIR="$work/native" ncu --clock-control none \
+          step "$name" "${profile_tables[@]}" env VOLT8_CACHE_DIR="$profile_cache" ncu --clock-control none \
             --kernel-name regex:'volt8_(gate_up|down|route|reduce)' --launch-skip 10 --launch-count 8 \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
             --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard \
               barrier lg_throttle short_scoreboard wait math_pipe_throttle mio_throttle no_instruction drain \
               not_selected selected membar)smsp__warps_active.avg.per_cycle_active" \
-            "$carry/bin/volt8" bench --m "$m" "${pinned[@]}" --no-baselines --warmup 1 --batches 2 --sets 4
+            "$carry/bin/volt8" bench --m "$m" "${pinned[@]}" "${profile_arch[@]}" --no-baselines --warmup 1 --batches 2 --sets 4
           echo "== $name"
           grep -E '^  volt8_|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Grid Size|Block Limit Registers|Waves Per SM|stalled|warps_active' \
             "$logs/$name.log" | sed -E 's/\(([0-9]+, ){2}[0-9]+\)x\(([0-9]+, ){2}[0-9]+\)//; s/ +/ /g'

@@ -254,11 +254,36 @@ static __device__ __forceinline__ float silu_times(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
 }
 
-// The one test of a routed id: is it an expert of this shape? A pair whose id is outside
-// [0, num_experts) does no work and adds nothing to its token; the bad-id count (counters[2]) counts it.
+// The one test of a routed id, given as the kernel's own index (local_expert): is it an expert of this
+// kernel? A pair whose expert is outside [0, num_experts) does no work and adds nothing to its token;
+// the bad-id count (counters[2]) counts the ids outside [0, kGlobalExperts), which no rank holds.
 static __device__ __forceinline__ bool expert_id_valid(int id, int num_experts) {
   return id >= 0 && id < num_experts;
 }
+
+// The start of a CTA of a routed GEMM (cc, hmma, mma): sets expert, first and count, which the kernel
+// declares, to its work item, `count` pairs of expert `expert` from position `first` (of sorted_pairs,
+// or of the pairs themselves with block_m 1). block_m 1: routed pair blockIdx.y, straight from
+// topk_ids (written before the forward), so no route pass is needed and its weights may be requested
+// before the kernel's wait. Otherwise item blockIdx.y of the route (item_load), loaded together with
+// the item count (count_load): items has an entry for every blockIdx.y, stale past the count. expert
+// is the kernel's own index (local_expert, moe_expert_range.cu; the route writes those). A CTA
+// past the pairs runs end_past_pairs, one past the items end_past_items. A macro rather than a
+// function: the kernels' PTX is the one these exact statements give.
+#define VOLT8_READ_WORK_ITEM(count_load, item_load, end_past_pairs, end_past_items) \
+  if (kBlockM == 1) {                                                                \
+    if ((int)blockIdx.y >= num_pairs) end_past_pairs;                                \
+    expert = local_expert(topk_ids[blockIdx.y]);                                     \
+    first = blockIdx.y;                                                              \
+    count = 1;                                                                       \
+  } else {                                                                           \
+    const int item_count = count_load;                                               \
+    const int4 item = item_load;                                                     \
+    if ((int)blockIdx.y >= item_count) end_past_items;                               \
+    expert = item.x;                                                                 \
+    first = item.y;                                                                  \
+    count = min(item.z, kBlockM);                                                    \
+  }
 
 // Stores (never adds) in *target the number of ids[0, count) outside [0, num_experts). Every thread
 // of the CTA must call it; ids are loaded eight at a time per thread, all in flight together.

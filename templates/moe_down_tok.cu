@@ -1,14 +1,15 @@
 // down fused with the weighted top-k reduce, for few tokens: a CTA owns one token and kBlockN
 // output columns, and walks every routed pair of the token, each reading its own expert's rows.
 //   out[t][c] = FP16(sum over j = 0..top_k-1, in that order, of topk_weights[t][j] * (h[t * top_k + j] . W2[e_j][c]))
-// over the pairs whose id is in [0, E). No route pass, no z buffer and no reduce launch.
+// over the pairs whose expert the kernel holds (moe_expert_range.cu). No route pass, no z buffer and no reduce launch.
 // Each dot product is computed chunk for chunk as down.cc.bm1 with the same lanes per row computes
 // it, and the weighted sum as the reduce kernel forms it, so the bits equal those two kernels'.
-// CTA (0, 0) also stores the number of ids outside [0, E) in counters[2], as the reduce does.
+// CTA (0, 0) also stores the number of ids outside [0, kGlobalExperts) in counters[2], as the reduce does.
 #define VOLT8_MAY_START_EARLY 1
 // f variants (sm_80 and later): the weight loads' L2 prefetch size (moe_common.cu).
 #define VOLT8_WEIGHT_FETCH @{WEIGHT_FETCH}
 @{include moe_common.cu}
+@{include moe_expert_range.cu}
 
 namespace {
 constexpr int kBlockN = @{BLOCK_N};
@@ -69,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   // kernel that starts early is.
   if (blockIdx.x == 0 && blockIdx.y == 0) {
     wait_for_previous_kernels();
-    store_bad_id_count(topk_ids, num_tokens * top_k, kNumExperts, counters + 2);
+    store_bad_id_count(topk_ids, num_tokens * top_k, kGlobalExperts, counters + 2);
   }
   const int token = blockIdx.y;
   if (token >= num_tokens || top_k <= 0) return wait_for_previous_kernels();
@@ -90,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
 #pragma unroll
     for (int i = 0; i < kPairsPerSlot; ++i) {
       const int j = pass_start + slot + i * kSlots;
-      expert[i] = j < top_k ? topk_ids[first_pair + j] : -1;
+      expert[i] = j < top_k ? local_expert(topk_ids[first_pair + j]) : -1;
     }
     int stage_expert[kStageGroup];
     const unsigned char *rows[kPairsPerSlot];
@@ -121,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
 
     if (tid < kPassPairs) {
       const int j = pass_start + tid;
-      const int id = j < top_k ? topk_ids[first_pair + j] : -1;
+      const int id = j < top_k ? local_expert(topk_ids[first_pair + j]) : -1;
       pair_live[tid] = expert_id_valid(id, kNumExperts);
       pair_weight[tid] = j < top_k ? topk_weights[first_pair + j] : 0.0f;
     }
@@ -132,7 +133,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
         const int index = tid + (group_start + g) * kThreads;
         const int j = pass_start + index / (kK / 8);
         const bool in_range = group_start + g < kStageIterations && index < kPassPairs * (kK / 8) && j < top_k;
-        stage_expert[g] = in_range ? topk_ids[first_pair + j] : -1;
+        stage_expert[g] = in_range ? local_expert(topk_ids[first_pair + j]) : -1;
       }
       uint4 x_raw[kStageGroup];
 #pragma unroll

@@ -7,6 +7,7 @@
 // f variants (sm_80 and later): the weight loads' L2 prefetch size (moe_common.cu).
 #define VOLT8_WEIGHT_FETCH @{WEIGHT_FETCH}
 @{include moe_common.cu}
+@{include moe_expert_range.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}
 
@@ -26,16 +27,7 @@ constexpr int kSliceChunks = (kChunks + kSplitK - 1) / kSplitK;
 constexpr int kBatches = ((kSliceChunks + kLanesPerRow - 1) / kLanesPerRow + kUnroll - 1) / kUnroll;
 constexpr int kStageIterations = (kBlockM * (kK / 8) + kThreads - 1) / kThreads;
 constexpr int kStageGroup = kStageIterations < 8 ? kStageIterations : 8;
-constexpr int kNumExperts = @{NUM_EXPERTS};
-constexpr long long kExpertWeightBytes = @{EXPERT_WEIGHT_BYTES}LL;
-constexpr int kUpRowOffset = @{UP_ROW_OFFSET};
-constexpr int kScaleBlockN = @{SCALE_BN};
-constexpr int kScaleRowOffset = @{SCALE_ROW_OFFSET};
-constexpr int kScaleKOffset = @{SCALE_K_OFFSET};
-constexpr int kScaleRowStride = @{SCALE_ROW_STRIDE};
-constexpr int kScaleHalfStride = @{SCALE_HALF_STRIDE};
-constexpr long long kScaleExpertStride = @{SCALE_EXPERT_STRIDE}LL;
-constexpr int kScaleKBlocks = @{SCALE_K_BLOCKS};
+@{include moe_expert_layout.cu}
 static_assert(kK % 16 == 0 && kWarpsPerSlice * (32 / kLanesPerRow) == kBlockN, "one column per lane group");
 }  // namespace
 
@@ -159,22 +151,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
 #endif
 
   int expert, first, count;
-  if (kBlockM == 1) {
-    // One routed pair per CTA, straight from topk_ids (written before the forward): no route pass
-    // is needed, and its weights may be requested before the wait below.
-    if ((int)blockIdx.y >= num_pairs) return wait_for_previous_kernels();
-    expert = topk_ids[blockIdx.y];
-    first = blockIdx.y;
-    count = 1;
-  } else {
-    // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
-    const int item_count = counters[@{COUNTER_INDEX}];
-    const int4 item = items[blockIdx.y];
-    if ((int)blockIdx.y >= item_count) return;
-    expert = item.x;
-    first = item.y;
-    count = min(item.z, kBlockM);
-  }
+  VOLT8_READ_WORK_ITEM(counters[@{COUNTER_INDEX}], items[blockIdx.y], return wait_for_previous_kernels(), return);
   if (!expert_id_valid(expert, kNumExperts) || count <= 0) return wait_for_previous_kernels();
 #if VOLT8_GATE_UP
   if (top_k <= 0) return wait_for_previous_kernels();

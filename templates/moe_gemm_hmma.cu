@@ -36,6 +36,7 @@
 #define VOLT8_MAY_START_EARLY 1
 #define VOLT8_WEIGHT_FETCH @{WEIGHT_FETCH}
 @{include moe_common.cu}
+@{include moe_expert_range.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}
 #define VOLT8_FUSED_REDUCE @{FUSED_REDUCE}
@@ -66,16 +67,7 @@ constexpr int kSliceWindows = (kWindows + kSplitK - 1) / kSplitK;
 constexpr int kSteps = kColumnGroups * kSliceWindows;  // (group, window) steps of a warp
 constexpr int kBatches = (kSteps + kUnroll - 1) / kUnroll;
 constexpr int kAccumulators = kNTiles * 4;
-constexpr int kNumExperts = @{NUM_EXPERTS};
-constexpr long long kExpertWeightBytes = @{EXPERT_WEIGHT_BYTES}LL;
-constexpr int kUpRowOffset = @{UP_ROW_OFFSET};
-constexpr int kScaleBlockN = @{SCALE_BN};
-constexpr int kScaleRowOffset = @{SCALE_ROW_OFFSET};
-constexpr int kScaleKOffset = @{SCALE_K_OFFSET};
-constexpr int kScaleRowStride = @{SCALE_ROW_STRIDE};
-constexpr int kScaleHalfStride = @{SCALE_HALF_STRIDE};
-constexpr long long kScaleExpertStride = @{SCALE_EXPERT_STRIDE}LL;
-constexpr int kScaleKBlocks = @{SCALE_K_BLOCKS};
+@{include moe_expert_layout.cu}
 constexpr bool kFp8Convert = @{FP8_CVT};  // the target has cvt.rn.f16x2.e4m3x2 (sm_89 and later)
 // The bit-level conversion yields e4m3 * 2^-8, the instruction e4m3 itself: scales are staged to match.
 constexpr float kScaleFactor = kFp8Convert ? 1.0f / 256.0f : 1.0f;
@@ -223,7 +215,7 @@ static __device__ __forceinline__ void store_group(const float (&acc)[kNTiles][4
 #if VOLT8_FUSED_REDUCE
 constexpr int kIdBatch = 8;  // ids (and z rows) a thread has in flight together
 
-// Pairs of the token whose ids (caller input) are in [0, E).
+// Pairs of the token whose experts (caller input ids) the kernel holds.
 static __device__ __forceinline__ int live_pairs(const int *token_ids, int top_k) {
   int live = 0;
   for (int batch = 0; batch < top_k; batch += kIdBatch) {
@@ -231,7 +223,7 @@ static __device__ __forceinline__ int live_pairs(const int *token_ids, int top_k
 #pragma unroll
     for (int b = 0; b < kIdBatch; ++b) ids[b] = batch + b < top_k ? load_input_before_wait(token_ids + batch + b) : -1;
 #pragma unroll
-    for (int b = 0; b < kIdBatch; ++b) live += expert_id_valid(ids[b], kNumExperts);
+    for (int b = 0; b < kIdBatch; ++b) live += expert_id_valid(local_expert(ids[b]), kNumExperts);
   }
   return live;
 }
@@ -252,7 +244,7 @@ static __device__ void reduce_token_columns(const float *z, const int *topk_ids,
 #pragma unroll
       for (int b = 0; b < kIdBatch; ++b) {
         const bool present = batch + b < top_k;
-        live[b] = present && expert_id_valid(topk_ids[first_pair + batch + b], kNumExperts);
+        live[b] = present && expert_id_valid(local_expert(topk_ids[first_pair + batch + b]), kNumExperts);
         // Requested with the ids: a dead pair's row (never stored this forward) is read but not added.
         values[b] = present ? load_produced(reinterpret_cast<const float4 *>(z + (first_pair + batch + b) * kN + column))
                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -336,26 +328,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   // The count the reduce kernel would store (a routed forward's route stores it too). Nothing else
   // in this forward writes counters[2]; the ids were written before the forward began.
   if (kBlockM == 1 && blockIdx.x == 0 && blockIdx.y == 0)
-    store_bad_id_count(topk_ids, num_pairs, kNumExperts, counters + 2);
+    store_bad_id_count(topk_ids, num_pairs, kGlobalExperts, counters + 2);
 #endif
 
   int expert, first, count;
-  if (kBlockM == 1) {
-    // One routed pair per CTA, straight from topk_ids (written before the forward): no route pass
-    // is needed, and its weights may be requested before the wait below.
-    if ((int)blockIdx.y >= num_pairs) return wait_if_started_early();
-    expert = topk_ids[blockIdx.y];
-    first = blockIdx.y;
-    count = 1;
-  } else {
-    // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
-    const int item_count = counters[@{COUNTER_INDEX}];
-    const int4 item = load_input_before_wait(items + blockIdx.y);  // the route's, done before gate_up began
-    if ((int)blockIdx.y >= item_count) return wait_if_started_early();
-    expert = item.x;
-    first = item.y;
-    count = min(item.z, kBlockM);
-  }
+  VOLT8_READ_WORK_ITEM(counters[@{COUNTER_INDEX}], load_input_before_wait(items + blockIdx.y), return wait_if_started_early(),
+                       return wait_if_started_early());
   if (!expert_id_valid(expert, kNumExperts) || count <= 0) {
 #if VOLT8_FUSED_REDUCE
     // The CTAs of a token's first pair, when it is outside [0, E), write the token's zeros if no

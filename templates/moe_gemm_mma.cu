@@ -12,6 +12,7 @@
 // x is staged in shared memory one k tile at a time; weights stream straight to registers, the
 // next batch requested before the current one is used.
 @{include moe_common.cu}
+@{include moe_expert_range.cu}
 
 #define VOLT8_GATE_UP @{OP_GATE_UP}
 
@@ -39,16 +40,7 @@ constexpr int kBatches = kNumTiles * kTileBatches;
 constexpr int kRowStrideBytes = kTileK * 2 + 32;
 constexpr int kSmemBytes = @{SMEM_BYTES};
 constexpr int kAccumulators = kMTiles * kNTiles * kRows * 8;
-constexpr int kNumExperts = @{NUM_EXPERTS};
-constexpr long long kExpertWeightBytes = @{EXPERT_WEIGHT_BYTES}LL;
-constexpr int kUpRowOffset = @{UP_ROW_OFFSET};
-constexpr int kScaleBlockN = @{SCALE_BN};
-constexpr int kScaleRowOffset = @{SCALE_ROW_OFFSET};
-constexpr int kScaleKOffset = @{SCALE_K_OFFSET};
-constexpr int kScaleRowStride = @{SCALE_ROW_STRIDE};
-constexpr int kScaleHalfStride = @{SCALE_HALF_STRIDE};
-constexpr long long kScaleExpertStride = @{SCALE_EXPERT_STRIDE}LL;
-constexpr int kScaleKBlocks = @{SCALE_K_BLOCKS};
+@{include moe_expert_layout.cu}
 static_assert(kTileK % 64 == 0 && kNTiles * 8 * kWarpsN == kBlockN, "tile does not fit the shape");
 static_assert(kBlockM * kRowStrideBytes <= kSmemBytes, "x tile exceeds its shared buffer");
 static_assert((kSplitK - 1) * kWarpsN * 8 * kAccumulators * 4 <= kSmemBytes, "split-k buffer too small");
@@ -165,14 +157,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   __shared__ float pair_weights[kBlockM];  // each pair's routing weight, staged with its id
 #endif
 
-  // Both loads in flight at once; items has an entry for every blockIdx.y, stale past the count.
-  // (topk_ids and num_pairs serve block_m == 1 only, which this family does not have.)
-  const int item_count = counters[@{COUNTER_INDEX}];
-  const int4 item = items[blockIdx.y];
-  if ((int)blockIdx.y >= item_count) return;
-  const int expert = item.x;
-  const int first = item.y;
-  const int count = min(item.z, kBlockM);
+  // (block_m 1, which reads topk_ids and num_pairs, is not a block_m of this family.)
+  int expert, first, count;
+  VOLT8_READ_WORK_ITEM(counters[@{COUNTER_INDEX}], items[blockIdx.y], return, return);
   if (!expert_id_valid(expert, kNumExperts) || count <= 0) return;
 #if VOLT8_GATE_UP
   if (top_k <= 0) return;

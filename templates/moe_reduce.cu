@@ -5,6 +5,7 @@
 
 #define VOLT8_MAY_START_EARLY 1
 @{include moe_common.cu}
+@{include moe_expert_range.cu}
 
 namespace {
 constexpr int kThreads = @{THREADS};
@@ -28,7 +29,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
   for (int b = 0; b < kBatch; ++b) ids[b] = active && b < top_k ? load_input_before_wait(topk_ids + first_pair + b) : -1;
   wait_for_previous_kernels();  // down wrote z
   allow_next_kernel();
-  if (blockIdx.x == 0 && blockIdx.y == 0) store_bad_id_count(topk_ids, num_tokens * top_k, kNumExperts, counters + 2);
+  if (blockIdx.x == 0 && blockIdx.y == 0) store_bad_id_count(topk_ids, num_tokens * top_k, kGlobalExperts, counters + 2);
   if (!active) return;
   float4 sum = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int batch = 0; batch < top_k; batch += kBatch) {
@@ -40,7 +41,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     float4 values[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      live[b] = expert_id_valid(ids[b], kNumExperts);
+      live[b] = expert_id_valid(local_expert(ids[b]), kNumExperts);
       values[b] = live[b] ? load_produced(reinterpret_cast<const float4 *>(z + (first_pair + batch + b) * kHidden + column))
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }

@@ -1,6 +1,7 @@
 // Groups routed pairs per expert on the device (one CTA), in pair order within each expert, and
 // cuts each expert's pairs into work items of at most bm pairs for both GEMMs.
-// counters: [0] gate_up items, [1] down items, [2] ids outside [0, E), [3] 0.
+// counters: [0] gate_up items, [1] down items, [2] ids outside [0, kGlobalExperts), [3] 0. Items name
+// the kernel's own experts (local_expert); pairs of experts another rank holds are left out.
 // Placement runs on kPlaceWarps warps at once: each takes a contiguous segment of an id tile and
 // places it from its own per-expert cursors, which start where the segments before it end.
 // CTAs past the first (if the grid has any) only warm L2: while CTA 0 routes, they ask L2 for the
@@ -10,6 +11,7 @@
 // rows of tokens none of whose ids is in [0, E): no down CTA works for such a token. Otherwise the
 // reduce writes them.
 @{include moe_common.cu}
+@{include moe_expert_range.cu}
 
 namespace {
 constexpr int kThreads = @{THREADS};
@@ -117,7 +119,7 @@ static __device__ void route_warm_l2(const int *topk_ids, int num_pairs, const u
   for (int w = tid; w < kPresentWords; w += kThreads) present[w] = 0u;
   __syncthreads();
   for (int i = tid; i < num_pairs; i += kThreads) {
-    const int id = topk_ids[i];
+    const int id = local_expert(topk_ids[i]);
     if (expert_id_valid(id, kNumExperts)) atomicOr(&present[id >> 5], 1u << (id & 31));
   }
   __syncthreads();
@@ -155,7 +157,7 @@ static __device__ void route_zero_dead_tokens(const int *topk_ids, int num_pairs
   for (int token = threadIdx.x; token < num_tokens; token += kThreads) {
     bool live = false;
     for (int j = 0; j < top_k && !live; ++j) {
-      const int id = topk_ids[(long long)token * top_k + j];
+      const int id = local_expert(topk_ids[(long long)token * top_k + j]);
       live = expert_id_valid(id, kNumExperts);
     }
     if (live) continue;
@@ -196,9 +198,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     route_load_ids(id_tile, topk_ids + tile_start, tile_count);
     __syncthreads();
     for (int i = tid; i < tile_count; i += kThreads) {
-      const int id = id_tile[i];
+      const int id = local_expert(id_tile[i]);
       if (expert_id_valid(id, kNumExperts)) atomicAdd(&cursor[id], 1);
+#if VOLT8_EXPERT_PARALLEL
+      else if (!expert_id_valid(id_tile[i], kGlobalExperts)) atomicAdd(&bad_ids, 1);  // another rank's are not bad
+#else
       else atomicAdd(&bad_ids, 1);
+#endif
     }
   }
   __syncthreads();
@@ -238,7 +244,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     __syncthreads();
     if (warp < kPlaceWarps) {
       for (int i = segment_begin + lane; i < segment_end; i += 32) {
-        const int id = id_tile[i];
+        const int id = local_expert(id_tile[i]);
         if (expert_id_valid(id, kNumExperts)) atomicAdd(&warp_cursor[warp][id], 1);
       }
     }
@@ -260,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
       // advances the segment's cursor for that expert.
       for (int base = segment_begin; base < segment_end; base += 32) {
         const int index = base + lane;
-        const int id = index < segment_end ? id_tile[index] : -1;
+        const int id = index < segment_end ? local_expert(id_tile[index]) : -1;
         const bool valid = expert_id_valid(id, kNumExperts);
         const unsigned peers = __match_any_sync(0xffffffffu, valid ? id : -1);
         int position = 0;

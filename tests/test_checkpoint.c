@@ -319,6 +319,126 @@ Test(checkpoint, shards_add_up_through_the_reference_forward) {
   sharded_forward_matches_whole("real_shape", 4);
 }
 
+/* ---- expert parallelism ---- */
+
+/* Expert-parallel rank ep_rank of ep_size: contiguous, the first E % ep_size ranks one more (as
+ * volt8 plan --ep splits). */
+static void ep_share(int32_t experts, int32_t ep_size, int32_t ep_rank, int32_t *start, int32_t *count) {
+  *count = experts / ep_size + (ep_rank < experts % ep_size);
+  *start = ep_rank * (experts / ep_size) + (ep_rank < experts % ep_size ? ep_rank : experts % ep_size);
+}
+
+static void expect_same_bytes(const void *got, const void *whole, size_t bytes, const char *array, int32_t ep_rank,
+                              int32_t tp_rank) {
+  cr_assert(memcmp(got, whole, bytes) == 0, "ep rank %d, tp rank %d: %s differs from the whole layer's experts", ep_rank,
+            tp_rank, array);
+}
+
+/* An EP x TP rank holds exactly its experts' bytes of the TP rank's slice, and the reference forwards
+ * of all ranks (global ids, some of them bad) sum to the whole layer's. */
+static void expert_parallel_forward_matches_whole(const char *name, const char *online, int32_t ep_size,
+                                                  int32_t tp_size) {
+  char dir[4096];
+  fixture(name, dir, sizeof dir);
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = dir;
+  options.mtp_expert_quantization = online;
+  volt8_host_checkpoint *whole = NULL;
+  cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &whole), VOLT8_OK, "%s", volt8_last_error(ctx));
+  enum { TOKENS = 4, TOP_K = 3 };
+  int32_t hidden = whole->shape.hidden, experts = whole->shape.num_experts;
+  uint16_t *x = malloc(sizeof *x * TOKENS * (size_t)hidden);
+  for (int32_t i = 0; i < TOKENS * hidden; i++) x[i] = volt8_half_from_double(cos(i * 0.37) * 0.5);
+  int32_t ids[TOKENS * TOP_K];
+  float weights[TOKENS * TOP_K];
+  for (int32_t i = 0; i < TOKENS * TOP_K; i++) ids[i] = (i * 7 + 2) % experts, weights[i] = 0.2f + 0.05f * (float)i;
+  ids[4] = experts, ids[9] = -1;  /* bad ids: no rank holds them */
+  size_t count = (size_t)TOKENS * hidden;
+  double *expected = calloc(count, sizeof *expected), *summed = calloc(count, sizeof *summed);
+  double *part = calloc(count, sizeof *part);
+  cr_assert_eq(volt8_reference_moe_forward(ctx, &whole->shape, &whole->experts, x, ids, weights, TOKENS, TOP_K, expected),
+               VOLT8_OK, "%s", volt8_last_error(ctx));
+  options.tp_size = tp_size;
+  for (int32_t tp_rank = 0; tp_rank < tp_size; tp_rank++) {
+    options.tp_rank = tp_rank;
+    options.expert_start = 0, options.expert_count = 0;
+    volt8_host_checkpoint *slice = NULL;
+    cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &slice), VOLT8_OK, "%s", volt8_last_error(ctx));
+    volt8_moe_dims dims;
+    cr_assert_eq(volt8_moe_dims_compute(ctx, &slice->shape, &dims), VOLT8_OK);
+    for (int32_t ep_rank = 0; ep_rank < ep_size; ep_rank++) {
+      ep_share(experts, ep_size, ep_rank, &options.expert_start, &options.expert_count);
+      volt8_host_checkpoint *rank = NULL;
+      cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &rank), VOLT8_OK, "%s", volt8_last_error(ctx));
+      const volt8_moe_shape *shape = &rank->shape;
+      cr_assert(shape->num_experts == options.expert_count && shape->expert_start == options.expert_start &&
+                    shape->global_experts == (options.expert_count == experts ? 0 : experts),
+                "ep rank %d: shape holds %d experts from %d of %d", ep_rank, shape->num_experts, shape->expert_start,
+                shape->global_experts);
+      int64_t start = options.expert_start, n = options.expert_count;
+      expect_same_bytes(rank->experts.w13, slice->experts.w13 + start * dims.w13_bytes_per_expert,
+                        (size_t)(n * dims.w13_bytes_per_expert), "w13", ep_rank, tp_rank);
+      expect_same_bytes(rank->experts.w2, slice->experts.w2 + start * dims.w2_bytes_per_expert,
+                        (size_t)(n * dims.w2_bytes_per_expert), "w2", ep_rank, tp_rank);
+      expect_same_bytes(rank->experts.s13, slice->experts.s13 + start * dims.s13_elems_per_expert,
+                        (size_t)(n * dims.s13_elems_per_expert * 2), "s13", ep_rank, tp_rank);
+      expect_same_bytes(rank->experts.s2, slice->experts.s2 + start * dims.s2_elems_per_expert,
+                        (size_t)(n * dims.s2_elems_per_expert * 2), "s2", ep_rank, tp_rank);
+      cr_assert_eq(volt8_reference_moe_forward(ctx, shape, &rank->experts, x, ids, weights, TOKENS, TOP_K, part), VOLT8_OK,
+                   "ep rank %d: %s", ep_rank, volt8_last_error(ctx));
+      for (size_t i = 0; i < count; i++) summed[i] += part[i];
+      volt8_host_checkpoint_free(rank);
+    }
+    volt8_host_checkpoint_free(slice);
+  }
+  double error = 0.0;
+  cr_assert_eq(volt8_relative_l2(ctx, expected, summed, count, &error), VOLT8_OK);
+  cr_assert_leq(error, 1e-12, "%s ep %d x tp %d: the ranks' outputs sum to %.3g relative L2 off the whole layer", name,
+                ep_size, tp_size, error);
+  free(x), free(expected), free(summed), free(part);
+  volt8_host_checkpoint_free(whole);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(checkpoint, expert_ranks_add_up_through_the_reference_forward) {
+  expert_parallel_forward_matches_whole("modelopt_mixed_indexed", NULL, 4, 1);
+  expert_parallel_forward_matches_whole("modelopt_mixed_indexed", NULL, 2, 2);
+  expert_parallel_forward_matches_whole("modelopt_mixed_indexed", NULL, 6, 4);
+  expert_parallel_forward_matches_whole("bf16_fused", "fp8", 4, 1);
+}
+
+Test(checkpoint, bad_expert_ranges_are_refused_and_leave_nothing) {
+  char dir[4096];
+  fixture("modelopt_mixed_indexed", dir, sizeof dir);  /* 6 experts */
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  struct { int32_t start, count; const char *named; } cases[] = {
+      {-1, 2, "expert_start is -1"}, {0, -3, "expert_count is -3"}, {5, 2, "expert_count is 2"},
+      {6, 1, "expert_start is 6"},   {2, 0, "expert_start is 2"},  {4, 7, "expert_count is 7"},
+  };
+  int64_t held = volt8_checkpoint_live_allocations();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+    options.checkpoint_dir = dir;
+    options.expert_start = cases[i].start, options.expert_count = cases[i].count;
+    volt8_host_checkpoint *host = (volt8_host_checkpoint *)1;
+    cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &host), VOLT8_ERR_INVALID_ARGUMENT,
+                 "start %d count %d accepted", cases[i].start, cases[i].count);
+    cr_assert(strstr(volt8_last_error(ctx), cases[i].named), "start %d count %d: \"%s\" does not say \"%s\"",
+              cases[i].start, cases[i].count, volt8_last_error(ctx), cases[i].named);
+    cr_assert_null(host);
+    cr_assert_eq(volt8_checkpoint_live_allocations(), held, "start %d count %d: allocations left behind", cases[i].start,
+                 cases[i].count);
+    volt8_experts *experts = (volt8_experts *)1;
+    volt8_status status = volt8_experts_load(ctx, &options, &experts);
+    cr_assert(status == VOLT8_ERR_INVALID_ARGUMENT || status == VOLT8_ERR_NO_DEVICE, "device load: %s",
+              volt8_status_string(status));
+    cr_assert_null(experts);
+    cr_assert_eq(volt8_checkpoint_live_allocations(), held);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
 /* ---- volt8 plan ---- */
 
 static int run_cli(const char *arguments, char *out, size_t out_bytes, char *err, size_t err_bytes) {
@@ -369,6 +489,39 @@ Test(checkpoint, cli_plan_prints_json_per_rank) {
   snprintf(arguments, sizeof arguments, "'%s' --tp 4 --rank 3", dir);
   cr_assert_eq(run_cli(arguments, out, sizeof out, err, sizeof err), 0, "%s", err);
   cr_assert(strstr(out, "resident MiB") && strstr(out, "FP8_PB_WO"), "%s", out);
+}
+
+/* --ep 4 over 6 experts: ranges [0, 2), [2, 4), [4, 5), [5, 6), each with its experts' bytes. */
+Test(checkpoint, cli_plan_splits_experts_over_ep_ranks) {
+  static char out[1 << 16], err[1 << 14];
+  char dir[4096], arguments[4200];
+  fixture("modelopt_mixed_indexed", dir, sizeof dir);
+  snprintf(arguments, sizeof arguments, "'%s' --tp 2 --ep 4 --json", dir);
+  int code = run_cli(arguments, out, sizeof out, err, sizeof err);
+  cr_assert_eq(code, 0, "exit %d: %s", code, err);
+  cJSON *json = cJSON_Parse(out);
+  cr_assert_not_null(json, "not JSON: %s", out);
+  cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "ep")->valueint, 4);
+  const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(json, "ranks");
+  cr_assert_eq(cJSON_GetArraySize(ranks), 8, "%s", out);
+  const int32_t starts[4] = {0, 2, 4, 5}, counts[4] = {2, 2, 1, 1};
+  int32_t index = 0;
+  for (const cJSON *item = ranks->child; item; item = item->next, index++) {
+    int32_t ep_rank = index / 2, tp_rank = index % 2;
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(item, "ep_rank")->valueint, ep_rank);
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(item, "rank")->valueint, tp_rank);
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(item, "expert_start")->valueint, starts[ep_rank], "entry %d", index);
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(item, "expert_count")->valueint, counts[ep_rank], "entry %d", index);
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(item, "weight_bytes")->valuedouble, counts[ep_rank] * 3.0 * 320 * 256,
+                 "entry %d", index);
+  }
+  cJSON_Delete(json);
+  snprintf(arguments, sizeof arguments, "'%s' --tp 1 --ep 4", dir);
+  cr_assert_eq(run_cli(arguments, out, sizeof out, err, sizeof err), 0, "%s", err);
+  cr_assert(strstr(out, "ep 4") && strstr(out, "the first 2 ranks one more") && strstr(out, "   4..4"), "%s", out);
+  snprintf(arguments, sizeof arguments, "'%s' --tp 1 --ep 7", dir);
+  cr_assert_eq(run_cli(arguments, out, sizeof out, err, sizeof err), 1, "%s", err);
+  cr_assert(strstr(err, "--ep 7") && strstr(err, "6 experts"), "%s", err);
 }
 
 Test(checkpoint, cli_plan_fails_on_a_bad_checkpoint) {

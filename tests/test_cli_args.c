@@ -168,6 +168,35 @@ Test(cli_args, version_and_help_work) {
   free(result);
 }
 
+/* list --resources: its flags need it, --jobs is a thread count, and an arch it cannot report on is
+ * said to be one (exit 1: the arguments were fine). */
+Test(cli_args, list_resources_arguments_and_the_archs_it_cannot_report_on) {
+  REFUSED(ARGS("list", "--json"), "volt8 list: --json needs --resources");
+  REFUSED(ARGS("list", "--jobs", "2"), "volt8 list: --jobs needs --resources or --explain");
+  REFUSED(ARGS("list", "--explain"), "volt8 list: --explain needs --choice and sm_70");
+  REFUSED(ARGS("list", "--choice", "1", "--explain", "--arch", "sm_90"), "volt8 list: --explain needs --choice and sm_70");
+  REFUSED(ARGS("list", "--resources", "--jobs", "0"), "volt8 list: --jobs 0 is not a valid compile thread count", "1..64");
+  REFUSED(ARGS("list", "--resources", "--jobs", "65"), "--jobs 65 is not a valid compile thread count");
+  REFUSED(ARGS("list", "--resources", "--jobs", "two"), "volt8 list: --jobs \"two\" is not a whole number");
+  REFUSED(ARGS("list", "--resources", "--jobs"), "volt8 list: --jobs needs a value");
+  REFUSED(ARGS("list", "--resources", "--tp", "4"), "volt8 list: --tp and --rank need --model");
+  REFUSED(ARGS("list", "--resources", "--bogus"), "volt8 list: unknown argument \"--bogus\"");
+  REFUSED(ARGS("list", "--resources", "--choice", "1,8"), "volt8 list: --resources and --choice exclude each other");
+  cli_result *result = malloc(sizeof *result);
+  cr_assert_not_null(result);
+  VOLT8(result, "list", "--resources", "--arch", "sm_75");
+  cr_assert(result->status == 1 && strstr(result->err, "no SM limits are known for sm_75"),
+            "list --resources --arch sm_75 exited %d:\n%s", result->status, result->err);
+  setenv("VOLT8_NVRTC_DISABLE", "1", 1);
+  VOLT8(result, "list", "--resources", "--arch", "sm_70", "--jobs", "1");
+  unsetenv("VOLT8_NVRTC_DISABLE");
+  cr_assert(result->status == 1 && strstr(result->err, "no NVRTC can compile for compute_70") &&
+                strstr(result->err, "needs an NVRTC that makes CUBINs"),
+            "list --resources without NVRTC exited %d:\n%s", result->status, result->err);
+  cr_assert_str_empty(result->out, "%s", result->out);
+  free(result);
+}
+
 static size_t count_of(const char *text, const char *part) {
   size_t count = 0;
   for (const char *at = strstr(text, part); at; at = strstr(at + 1, part)) count++;

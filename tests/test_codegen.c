@@ -368,11 +368,11 @@ Test(codegen, entries_are_unique_per_variant_and_shape) {
 
 Test(codegen, unknown_substitution_fails_naming_it) {
   volt8_ctx *ctx = test_cpu_ctx(NULL);
-  const char *keys[] = {"THREADS", "HIDDEN", "NUM_EXPERTS", "ENTRY"};
-  const char *values[] = {"128", "2560", "512", "volt8_reduce_test"};
+  const char *keys[] = {"THREADS", "HIDDEN", "NUM_EXPERTS", "EXPERT_START", "GLOBAL_EXPERTS", "EXPERT_PARALLEL", "ENTRY"};
+  const char *values[] = {"128", "2560", "512", "0", "512", "0", "volt8_reduce_test"};
   char *source = NULL;
   /* ENTRY left out: the template uses it, so expansion must stop at it. */
-  cr_assert_eq(volt8_codegen_expand_template(ctx, "templates/moe_reduce.cu", keys, values, 3, &source),
+  cr_assert_eq(volt8_codegen_expand_template(ctx, "templates/moe_reduce.cu", keys, values, 6, &source),
                VOLT8_ERR_CODEGEN);
   cr_expect_null(source);
   const char *message = volt8_last_error(ctx);
@@ -380,7 +380,7 @@ Test(codegen, unknown_substitution_fails_naming_it) {
   cr_expect(strstr(message, "templates/moe_reduce.cu:") != NULL, "message does not name the template line: %s",
             message);
 
-  cr_assert_eq(volt8_codegen_expand_template(ctx, "templates/moe_reduce.cu", keys, values, 4, &source), VOLT8_OK, "%s",
+  cr_assert_eq(volt8_codegen_expand_template(ctx, "templates/moe_reduce.cu", keys, values, 7, &source), VOLT8_OK, "%s",
                volt8_last_error(ctx));
   cr_expect(strstr(source, "@{") == NULL);
   cr_expect(strstr(source, "volt8_reduce_test") != NULL);
@@ -449,6 +449,65 @@ Test(codegen, substitution_keeps_template_line_numbers) {
   volt8_ctx_destroy(ctx);
 }
 
+/* The layout constants and the work-item start are written once (moe_expert_layout.cu, moe_common.cu)
+ * and every routed GEMM family's source carries them from there. */
+Test(codegen, gemm_families_share_layout_constants_and_work_item_start) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  const char *variants[] = {"gate_up.cc.bm2.bn8.w4.sk1.l16", "down.mma.bm16.bn32.w4.sk1", "down.hmma.bm4.bn128.w4.sk1"};
+  const char *templates[] = {"templates/moe_gemm_cc.cu", "templates/moe_gemm_mma.cu", "templates/moe_gemm_hmma.cu"};
+  const char *arches[] = {NULL, NULL, "sm_90"};
+  for (int v = 0; v < 3; v++) {
+    volt8_ctx *ctx = test_cpu_ctx(arches[v]);
+    volt8_kernel_source source;
+    cr_assert_eq(volt8_codegen_emit(ctx, &shape, variants[v], &source), VOLT8_OK, "%s: %s",
+                 variants[v], volt8_last_error(ctx));
+    const char *layout = strstr(source.source, "#line 1 \"templates/moe_expert_layout.cu\"");
+    cr_assert_not_null(layout, "%s does not include moe_expert_layout.cu", variants[v]);
+    cr_expect_null(strstr(layout + 1, "#line 1 \"templates/moe_expert_layout.cu\""), "%s includes it twice", variants[v]);
+    const char *declaration = strstr(source.source, "kNumExperts = ");
+    cr_assert_not_null(declaration, "%s: no kNumExperts", variants[v]);
+    cr_expect(declaration > layout && !strstr(declaration + 1, "kNumExperts = "), "%s: kNumExperts declared outside the layout file",
+              variants[v]);
+    cr_expect_not_null(strstr(source.source, "  VOLT8_READ_WORK_ITEM(counters["), "%s does not start with the shared work-item read",
+                       variants[v]);
+    const volt8_embedded_file *family = volt8_embedded_find(templates[v]);
+    cr_assert_not_null(family);
+    cr_expect_null(strstr(family->data, "@{NUM_EXPERTS}"), "%s spells the expert count itself", templates[v]);
+    cr_expect_null(strstr(family->data, "@{SCALE_EXPERT_STRIDE}"), "%s spells the scale layout itself", templates[v]);
+    volt8_kernel_source_free(&source);
+    volt8_ctx_destroy(ctx);
+  }
+}
+
+/* An expert-parallel rank's kernels are variants of their own (shape key, entry, hence cache key),
+ * with the range as enumerators; a range of all experts is the shape of before, whatever its spelling. */
+Test(codegen, expert_range_is_part_of_the_shape_key_and_the_source) {
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  volt8_moe_shape rank = VOLT8_MOE_SHAPE_INIT, all = VOLT8_MOE_SHAPE_INIT, spelled = VOLT8_MOE_SHAPE_INIT;
+  rank.num_experts = 128, rank.expert_start = 256, rank.global_experts = 512;
+  spelled.global_experts = 512;  /* start 0, all 512: no expert parallelism */
+  const char *variants[] = {"route", "reduce", "gate_up.cc.bm1.bn8.w4.sk1.l16", "down.tok.bm1.bn16.w4.sk1.l2",
+                            "down.mma.bm16.bn32.w4.sk1"};
+  for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+    volt8_kernel_source ep, plain, same;
+    cr_assert_eq(volt8_codegen_emit(ctx, &rank, variants[v], &ep), VOLT8_OK, "%s: %s", variants[v], volt8_last_error(ctx));
+    cr_assert_eq(volt8_codegen_emit(ctx, &all, variants[v], &plain), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_eq(volt8_codegen_emit(ctx, &spelled, variants[v], &same), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_expect(strstr(ep.entry, "__H2560_I160_E128_b128x128_o32_x256of512") != NULL, "%s: entry %s", variants[v], ep.entry);
+    cr_expect(strstr(plain.entry, "__H2560_I160_E512_b128x128_o32") != NULL && !strstr(plain.entry, "of512"),
+              "%s: entry %s", variants[v], plain.entry);
+    cr_expect_str_eq(same.source, plain.source, "%s: all experts spelled with global_experts is another source", variants[v]);
+    cr_expect_not_null(strstr(ep.source, "enum : int { kExpertStart = 256, kGlobalExperts = 512 };"), "%s", variants[v]);
+    cr_expect_not_null(strstr(ep.source, "#define VOLT8_EXPERT_PARALLEL 1"), "%s", variants[v]);
+    cr_expect_not_null(strstr(plain.source, "enum : int { kExpertStart = 0, kGlobalExperts = 512 };"), "%s", variants[v]);
+    cr_expect_not_null(strstr(plain.source, "#define VOLT8_EXPERT_PARALLEL 0"), "%s", variants[v]);
+    cr_expect_null(strstr(plain.source, "constexpr int kExpertStart"), "%s: a constexpr would be written into the PTX",
+                   variants[v]);
+    volt8_kernel_source_free(&ep), volt8_kernel_source_free(&plain), volt8_kernel_source_free(&same);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
 static void expect_invalid_shape(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *field) {
   char **names = NULL;
   int32_t count = 0;
@@ -485,6 +544,14 @@ Test(codegen, invalid_shapes_are_rejected_naming_the_field) {
   shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
   shape.num_experts = 0;
   expect_invalid_shape(ctx, &shape, "num_experts");
+  shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  shape.expert_start = 5; /* a range needs global_experts */
+  expect_invalid_shape(ctx, &shape, "expert_start");
+  shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 128, shape.expert_start = 448, shape.global_experts = 512;
+  expect_invalid_shape(ctx, &shape, "global_experts");
+  shape.expert_start = -128;
+  expect_invalid_shape(ctx, &shape, "global_experts");
 
   shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
   shape.size = 4;

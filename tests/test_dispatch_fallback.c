@@ -133,7 +133,10 @@ static const char *scaled_entry(const char *path, const char *op, int32_t num_to
  * and K = 160 (down) are nearest; M scaled from 128 experts at top-8 to 512 at top-10. */
 Test(dispatch_fallback, nearest_tabled_shape_at_the_same_pairs_per_expert) {
   volt8_ctx *ctx = ctx_on("sm_90", "NVIDIA H200");
+  /* GLM-4.5-Air's TP8 rank (128 experts, top-8) at the reference's hidden size: no table has it, the
+   * reference TP4 rank's (N 320, K 2560) is the nearest. */
   volt8_moe_shape shape = model_shape("glm-4.5-air", 8);
+  shape.hidden = 2560;
   const int32_t token_counts[3] = {1, 8, 64};
   for (int i = 0; i < 3; i++) {
     int32_t tokens = token_counts[i];

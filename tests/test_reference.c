@@ -215,7 +215,7 @@ typedef struct small_moe {
 /* Every weight code `code`, every stored scale `scale16_bits`. */
 static void small_moe_fill(small_moe *moe, int32_t hidden, int32_t intermediate, int32_t num_experts, uint8_t code,
                            uint16_t scale16_bits) {
-  volt8_moe_shape shape = {sizeof(volt8_moe_shape), hidden, intermediate, num_experts, 128, 128, 0};
+  volt8_moe_shape shape = {sizeof(volt8_moe_shape), hidden, intermediate, num_experts, 128, 128, 0, 0, 0};
   moe->shape = shape;
   cr_assert_eq(volt8_moe_dims_compute(NULL, &moe->shape, &moe->dims), VOLT8_OK, "%s", volt8_last_error(NULL));
   size_t w13_bytes = (size_t)(moe->dims.w13_bytes_per_expert * num_experts);
@@ -365,7 +365,7 @@ Test(reference, dims_of_the_seed_shape) {
   cr_assert_eq(volt8_moe_dims_compute(NULL, &shape, &dims), VOLT8_OK);
   cr_assert_eq(dims.g13, 1);
 
-  volt8_moe_shape online = {sizeof(volt8_moe_shape), 2560, 160, 512, 1, 128, 0};
+  volt8_moe_shape online = {sizeof(volt8_moe_shape), 2560, 160, 512, 1, 128, 0, 0, 0};
   cr_assert_eq(volt8_moe_dims_compute(NULL, &online, &dims), VOLT8_OK);
   cr_assert_eq(dims.g13, 160);
   cr_assert_eq(dims.k13_blocks, 20);
@@ -381,17 +381,20 @@ Test(reference, dims_reject_bad_shapes) {
     const char *field;
     volt8_moe_shape shape;
   } cases[] = {
-      {"size", {sizeof(volt8_moe_shape) - 4, 2560, 160, 512, 128, 128, 32}},
-      {"hidden", {sizeof(volt8_moe_shape), 2568, 160, 512, 128, 128, 32}},
-      {"hidden", {sizeof(volt8_moe_shape), 0, 160, 512, 128, 128, 32}},
-      {"intermediate", {sizeof(volt8_moe_shape), 2560, 150, 512, 128, 128, 32}},
-      {"num_experts", {sizeof(volt8_moe_shape), 2560, 160, 0, 128, 128, 32}},
-      {"block_k", {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 64, 32}},
-      {"block_n", {sizeof(volt8_moe_shape), 2560, 160, 512, 64, 128, 32}},
-      {"intermediate_offset", {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, 40}},
-      {"intermediate_offset", {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, 128}},
-      {"intermediate_offset", {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, -16}},
-      {"intermediate_offset", {sizeof(volt8_moe_shape), 2560, 160, 512, 1, 128, 32}},
+      {"size", {sizeof(volt8_moe_shape) - 4, 2560, 160, 512, 128, 128, 32, 0, 0}},
+      {"hidden", {sizeof(volt8_moe_shape), 2568, 160, 512, 128, 128, 32, 0, 0}},
+      {"hidden", {sizeof(volt8_moe_shape), 0, 160, 512, 128, 128, 32, 0, 0}},
+      {"intermediate", {sizeof(volt8_moe_shape), 2560, 150, 512, 128, 128, 32, 0, 0}},
+      {"num_experts", {sizeof(volt8_moe_shape), 2560, 160, 0, 128, 128, 32, 0, 0}},
+      {"block_k", {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 64, 32, 0, 0}},
+      {"block_n", {sizeof(volt8_moe_shape), 2560, 160, 512, 64, 128, 32, 0, 0}},
+      {"intermediate_offset", {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, 40, 0, 0}},
+      {"intermediate_offset", {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, 128, 0, 0}},
+      {"intermediate_offset", {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, -16, 0, 0}},
+      {"intermediate_offset", {sizeof(volt8_moe_shape), 2560, 160, 512, 1, 128, 32, 0, 0}},
+      {"expert_start", {sizeof(volt8_moe_shape), 2560, 160, 128, 128, 128, 32, -1, 512}},
+      {"expert_start", {sizeof(volt8_moe_shape), 2560, 160, 128, 128, 128, 32, 128, 0}},
+      {"global_experts", {sizeof(volt8_moe_shape), 2560, 160, 128, 128, 128, 32, 448, 512}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     volt8_moe_dims dims;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "jit/codegen.h"
@@ -21,6 +22,7 @@
 #include "dispatch/dispatch.h"
 #include "core/embedded_files.h"
 #include "dispatch/tuning.h"
+#include "dispatch/tuning_nearest.h"
 
 /* The bench and tuner suites need bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("tuner.h")
@@ -29,6 +31,7 @@
 #include "bench_options.h"
 #include "bench_report.h"
 #include "derive_model.h"
+#include "derive_occupancy.h"
 #include "table_io.h"
 #include "tune_run.h"
 #include "tuner.h"
@@ -89,6 +92,7 @@ static int32_t warning_count(char *buf, size_t size) {
 }
 
 /* The first variant of `op` the code generator lists for the reference shape, and the last. */
+/* The first and last of the op's variants that the context's arch does not emulate (the tuner's). */
 static void listed_variants(volt8_ctx *ctx, volt8_op op, char *first, char *last) {
   const char *prefix = op == VOLT8_OP_GATE_UP ? "gate_up." : "down.";
   char **names = NULL;
@@ -96,7 +100,8 @@ static void listed_variants(volt8_ctx *ctx, volt8_op op, char *first, char *last
   cr_assert_eq(volt8_codegen_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, &names, &count), VOLT8_OK, "%s",
                volt8_last_error(ctx));
   for (int32_t i = 0; i < count; i++) {
-    if (strncmp(names[i], prefix, strlen(prefix)) != 0) continue;
+    if (strncmp(names[i], prefix, strlen(prefix)) != 0 || volt8_dispatch_family_emulated(ctx->target_arch, names[i]))
+      continue;
     if (matched++ == 0) snprintf(first, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
     snprintf(last, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
   }
@@ -496,11 +501,23 @@ Test(tuner, candidates_are_the_generators_variants_of_the_op) {
   char **names = NULL, **all = NULL;
   int32_t count = 0, all_count = 0, expected = 0;
   cr_assert_eq(volt8_codegen_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, &all, &all_count), VOLT8_OK);
-  for (int32_t i = 0; i < all_count; i++) expected += strncmp(all[i], "down.", 5) == 0;
+  int32_t emulated = 0;
+  for (int32_t i = 0; i < all_count; i++) {
+    expected += strncmp(all[i], "down.", 5) == 0 && strncmp(all[i], "down.mma.", 9) != 0;
+    emulated += strncmp(all[i], "down.mma.", 9) == 0;
+  }
+  cr_assert_gt(emulated, 0, "the generator offers mma downs, which sm_90 emulates");
   cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_DOWN, &names, &count), VOLT8_OK);
-  cr_assert_eq(count, expected);
+  cr_assert_eq(count, expected, "every down but the emulated mma family");
   cr_assert_gt(count, 1);
   for (int32_t i = 0; i < count; i++) cr_assert_eq(strncmp(names[i], "down.", 5), 0, "%s", names[i]);
+  volt8_codegen_names_free(names, count);
+  volt8_ctx *volta = test_cpu_ctx("sm_70");
+  int32_t mma = 0;
+  cr_assert_eq(tuner_candidates(volta, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_DOWN, &names, &count), VOLT8_OK);
+  for (int32_t i = 0; i < count; i++) mma += strncmp(names[i], "down.mma.", 9) == 0;
+  cr_assert_gt(mma, 0, "sm_70 runs mma natively, so its downs are candidates there");
+  volt8_ctx_destroy(volta);
   volt8_codegen_names_free(names, count);
   volt8_codegen_names_free(all, all_count);
   cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_REDUCE, &names, &count),
@@ -678,6 +695,37 @@ Test(derive, model_grows_with_m_and_every_variant_has_a_time) {
   volt8_ctx_destroy(ctx);
 }
 
+Test(derive, resident_ctas_come_from_the_cubin_when_known) {
+  derive_variant variant;
+  cr_assert(derive_parse_variant("gate_up.mma.bm8.bn16.w2.sk1", &variant));
+  cr_assert_eq(variant.ctas_per_sm, 0, "a name alone says nothing of registers");
+  cr_assert_float_eq(derive_ctas_per_sm(&DERIVE_V100, &variant), 32.0, 1e-9, "the 32 CTA slots bind 2-warp CTAs");
+  volt8_moe_shape shape = reference_shape();
+  double full = derive_op_us(&DERIVE_V100, &shape, 10, 64, &variant);
+  /* what its CUBIN allows at this shape: 3 CTAs of 2 warps, fewer than the 8 warps that keep DRAM busy */
+  variant.ctas_per_sm = 3;
+  cr_assert_float_eq(derive_ctas_per_sm(&DERIVE_V100, &variant), 3.0, 1e-9);
+  double held = derive_op_us(&DERIVE_V100, &shape, 10, 64, &variant);
+  cr_assert(held > full * 1.2, "6 resident warps per SM: %g us, against %g us with 64", held, full);
+}
+
+Test(derive, variants_that_spill_are_not_chosen) {
+  char *names[] = {"gate_up.cc.bm1.bn4.w4.sk1.l32", "down.cc.bm1.bn32.w4.sk1.l4", "down.cc.bm1.bn64.w4.sk1.l2"};
+  int32_t ctas[] = {-1, -1, 8};
+  derive_occupancy occupancy = {names, ctas, 3};
+  derive_state state = {&DERIVE_V100, reference_shape(), 10, &occupancy};
+  tuner_backend backend = derive_backend(&state);
+  tuner_measurement refused, held, usable;
+  cr_assert_eq(backend.measure(backend.state, 4, names[0], names[2], 1, &refused), VOLT8_OK);
+  cr_assert_eq(refused.accepted, 0, "a gate_up that spills is refused");
+  cr_assert_not_null(strstr(refused.reason, "spills"), "%s", refused.reason);
+  /* a down that spills still lets gate_up be ranked, priced above every forward */
+  cr_assert_eq(backend.measure(backend.state, 4, "gate_up.cc.bm1.bn8.w4.sk1.l16", names[1], 1, &held), VOLT8_OK);
+  cr_assert_eq(backend.measure(backend.state, 4, "gate_up.cc.bm1.bn8.w4.sk1.l16", names[2], 1, &usable), VOLT8_OK);
+  cr_assert(held.accepted && usable.accepted && held.forward_us > usable.forward_us + 1e5,
+            "spilling down %g us, the other %g us", held.forward_us, usable.forward_us);
+}
+
 Test(derive, derived_run_writes_unmeasured_tables) {
   tune_options options;
   char error[1024];
@@ -695,7 +743,100 @@ Test(derive, derived_run_writes_unmeasured_tables) {
   volt8_tuning_table_free(&table);
   char *text = read_text(path);
   cr_assert_not_null(strstr(text, "not measured on a V100"), "%s", text);
+  /* the occupancy the model took, from the CUBINs, for the resource check to hold the kernels to */
+  cJSON *root = cJSON_Parse(text);
+  const cJSON *metadata = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+  const cJSON *figures = cJSON_GetObjectItemCaseSensitive(metadata, DERIVE_OCCUPANCY_KEY);
+  cr_assert(cJSON_IsObject(figures) && cJSON_GetArraySize(figures) > 0, "%s", text);
+  for (const cJSON *figure = figures->child; figure; figure = figure->next)
+    cr_assert(strncmp(figure->string, "down.", 5) == 0 && cJSON_IsNumber(figure) && figure->valueint != 0 &&
+                  figure->valueint <= 32,
+              "%s: %d", figure->string, figure->valueint);
+  const cJSON *from = cJSON_GetObjectItemCaseSensitive(metadata, DERIVE_OCCUPANCY_FROM_KEY);
+  cr_assert(cJSON_IsString(from) && strstr(from->valuestring, "sm_70 CUBINs of NVRTC"), "%s", text);
+  cJSON_Delete(root);
   free(text);
+}
+
+/* Every line of a --log is JSON; the measures are every candidate of each op at each M, the picks are
+ * the tables' entries, and the dispatch's own choice is there per M. */
+Test(derive, log_holds_every_measurement_and_the_picks) {
+  tune_options options;
+  char error[1024], log_path[8192];
+  snprintf(log_path, sizeof log_path, "%s/tune.jsonl", temp_dir);
+  char *argv[] = {"tune", "--derive", "sm_70", "--tp", "8", "--m", "1,64", "--out", temp_dir, "--log", log_path};
+  cr_assert_eq(tune_options_parse(11, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  tune_outcome outcome;
+  cr_assert_eq(tune_run(&options, "volt8 tune --derive sm_70 --tp 8 --log", NULL, 0, &outcome, error, sizeof error),
+               VOLT8_OK, "%s", error);
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  int32_t candidates[2];
+  for (int op = 0; op < 2; op++) {
+    char **names = NULL;
+    cr_assert_eq(tuner_candidates(ctx, &options.shapes[0], op ? VOLT8_OP_DOWN : VOLT8_OP_GATE_UP, &names, &candidates[op]),
+                 VOLT8_OK);
+    volt8_codegen_names_free(names, candidates[op]);
+  }
+  volt8_ctx_destroy(ctx);
+  char path[8192];
+  snprintf(path, sizeof path, "%s/op=down,N=2560,K=80,block=128x128,arch=sm_70,device=any.json", temp_dir);
+  volt8_tuning_table down = parse_written(path, "down");
+  char *text = read_text(log_path);
+  int shapes = 0, m_lines = 0, measures[2] = {0, 0}, picks = 0;
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    cJSON *item = cJSON_Parse(line);
+    cr_assert_not_null(item, "not JSON: %s", line);
+    const char *kind = cJSON_GetObjectItem(item, "kind")->valuestring;
+    if (strcmp(kind, "shape") == 0) {
+      shapes++;
+      cr_assert_str_eq(cJSON_GetObjectItem(item, "label")->valuestring, "reference tp8 rank 1");
+      cr_assert_eq(cJSON_GetObjectItem(item, "intermediate")->valueint, 80);
+      cr_assert_eq(cJSON_GetObjectItem(item, "measured")->valueint, 0);
+    } else if (strcmp(kind, "m") == 0) {
+      m_lines++;
+      cr_assert_eq(strncmp(cJSON_GetObjectItem(item, "dispatch_down")->valuestring, "down.", 5), 0);
+    } else if (strcmp(kind, "measure") == 0) {
+      int is_down = strcmp(cJSON_GetObjectItem(item, "op")->valuestring, "down") == 0;
+      measures[is_down]++;
+      cr_assert_str_eq(cJSON_GetObjectItem(item, "pass")->valuestring, "screen");
+      /* the model refuses only a gate_up whose CUBIN spills or does not fit, and says so */
+      const cJSON *reason = cJSON_GetObjectItem(item, "reason");
+      cr_assert(cJSON_GetObjectItem(item, "accepted")->valueint
+                    ? cJSON_IsNumber(cJSON_GetObjectItem(item, "forward_us"))
+                    : !is_down && cJSON_IsString(reason) && strstr(reason->valuestring, "spills or does not fit"),
+                "%s", line);
+      cr_assert_eq(strncmp(cJSON_GetObjectItem(item, "held")->valuestring, is_down ? "gate_up." : "down.", is_down ? 8 : 5),
+                   0, "%s", line);
+    } else {
+      cr_assert_str_eq(kind, "pick");
+      picks++;
+      int32_t m = cJSON_GetObjectItem(item, "m")->valueint;
+      if (strcmp(cJSON_GetObjectItem(item, "op")->valuestring, "down") == 0)
+        cr_assert_str_eq(cJSON_GetObjectItem(item, "variant")->valuestring, down.entries[m == 1 ? 0 : 1].variant);
+    }
+    cJSON_Delete(item);
+  }
+  cr_assert_eq(shapes, 1);
+  cr_assert_eq(m_lines, 2);
+  cr_assert_eq(measures[0], 2 * candidates[0], "every gate_up candidate at M = 1 and 64");
+  cr_assert_eq(measures[1], 2 * candidates[1], "every down candidate at M = 1 and 64");
+  cr_assert_eq(picks, 4);
+  free(text);
+  volt8_tuning_table_free(&down);
+}
+
+Test(derive, log_refuses_a_fifo_without_waiting) {
+  tune_options options;
+  char error[1024], log_path[8192];
+  snprintf(log_path, sizeof log_path, "%s/fifo", temp_dir);
+  cr_assert_eq(mkfifo(log_path, 0600), 0);
+  char *argv[] = {"tune", "--derive", "sm_70", "--m", "1", "--out", temp_dir, "--log", log_path};
+  cr_assert_eq(tune_options_parse(9, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  tune_outcome outcome;
+  cr_assert_eq(tune_run(&options, "volt8 tune", NULL, 0, &outcome, error, sizeof error), VOLT8_ERR_IO);
+  cr_assert_not_null(strstr(error, "not a regular file"), "%s", error);
+  cr_assert_not_null(strstr(error, log_path), "%s", error);
+  cr_assert_eq(outcome.shapes_done, 0);
 }
 
 /* ---- bench and tune options, report shapes ---- */

@@ -12,7 +12,8 @@
  * 2.5 TB/s, 15.7 TFLOP/s FP32 (90% reachable), 125 TFLOP/s tensor peak of which m8n8k4 tiles this
  * small reach about a third, E4M3 -> FP16 at about three instructions per value over 5120 lanes at
  * 1.53 GHz, about 1.5 us per kernel in a graph, 64 warps and 32 CTAs per SM, 8 warps per SM of 16-byte
- * loads to keep HBM2 busy. */
+ * loads to keep HBM2 busy. A dependent round trip and the route's chain of them are the H200's
+ * measured figures (below): an assumption, DRAM latency being of like length on both. */
 const derive_device DERIVE_V100 = {
     .name = "Tesla V100-SXM2 (modelled, not measured)",
     .sm_count = 80,
@@ -22,8 +23,36 @@ const derive_device DERIVE_V100 = {
     .mma_tflops = 40.0,
     .conversions_per_ns = 2600.0,
     .launch_us = 1.5,
+    .round_trip_us = 1.3,
+    .route_us = 5.8,
     .saturating_warps_per_sm = 8,
     .max_warps_per_sm = 64,
+    .max_ctas_per_sm = 32,
+};
+
+/* NVIDIA H200 running the compute_70 PTX (the driver JIT-compiles it; no early launch, kernels in a
+ * CUDA graph), to check the model against measurements where a GPU is at hand; its tables are never
+ * shipped. Sources: measured here (bench/RESULTS.md, the floor and copy probes of docs/notebook/),
+ * data sheet, or an assumption, per figure. */
+const derive_device DERIVE_H200 = {
+    .name = "NVIDIA H200, compute_70 PTX (modelled, a check of the model)",
+    .sm_count = 132,              /* data sheet */
+    .dram_gbps = 3825.0,          /* measured here: 16-byte load/store copy, bytes read + written */
+    .l2_gbps = 8000.0,            /* assumption: about twice the copy rate, as V100's 2.5 TB/s is three times its
+                                     DRAM's; not measured here */
+    .cuda_core_tflops = 60.0,     /* data sheet 66.9 (132 SMs x 128 FP32 lanes x 2 x 1.98 GHz), 90% reachable
+                                     as for V100 */
+    .mma_tflops = 15.0,           /* assumption: sm_90 runs m8n8k4 as a software routine (emulated, so the
+                                     check leaves mma out); a quarter of the FP32 rate */
+    .conversions_per_ns = 11150.0, /* data sheet lanes and clock: 16896 lanes x 1.98 GHz / 3 instructions a value */
+    .launch_us = 1.0,             /* measured here: a graph's launch floor is 2.4 us for three kernels and 3.4 for
+                                     four, with early launch, which compute_70 code lacks: the fourth kernel's 1.0 */
+    .round_trip_us = 1.3,         /* measured here: at M = 1 a forward's 5.3 us beyond launches and bytes over its
+                                     four dependent steps (ids, weights, h, z; notebook 2026-11, launch floor) */
+    .route_us = 5.8,              /* measured here: ncu's 5.6-6.1 us for the route (notebook 2026-11) */
+    .saturating_warps_per_sm = 22, /* assumption: V100's 8 scaled by the DRAM bandwidth per SM (29 against
+                                      10.4 GB/s), at a like DRAM latency */
+    .max_warps_per_sm = 64,       /* data sheet (as are the 32 CTAs and 228 KiB of shared memory per SM) */
     .max_ctas_per_sm = 32,
 };
 
@@ -55,8 +84,22 @@ int derive_parse_variant(const char *name, derive_variant *out) {
   out->fused_reduce = strncmp(cursor, "tok.", 4) == 0;
   if (out->fused_reduce && out->op != VOLT8_OP_DOWN) return 0;
   cursor += out->cuda_core && !out->fused_reduce ? 3 : 4;
-  return read_field(&cursor, "bm", &out->block_m) && read_field(&cursor, "bn", &out->block_n) &&
-         read_field(&cursor, "w", &out->warps) && read_field(&cursor, "sk", &out->split_k);
+  if (!(read_field(&cursor, "bm", &out->block_m) && read_field(&cursor, "bn", &out->block_n) &&
+        read_field(&cursor, "w", &out->warps) && read_field(&cursor, "sk", &out->split_k)))
+    return 0;
+  if (out->cuda_core && !read_field(&cursor, "l", &out->lanes)) return 0;
+  return 1;
+}
+
+/* Of a tok CTA's lanes, the share with a pair to walk: codegen/variants.lua lays them out as slots
+ * (lane groups per column) each walking P / slots pairs of a pass of P pairs, P as many as 48 KiB of
+ * shared memory stages (h in FP32, partials, weight, flag), at most 16, a multiple of the slots. */
+static double tok_live_share(const derive_variant *variant, double k, int32_t top_k) {
+  double slots = variant->lanes > 0 ? floor(variant->warps * 32.0 / variant->lanes / variant->block_n) : 0.0;
+  if (slots < 1.0) return 1.0;
+  double pass = floor(fmin(16.0, floor(48.0 * 1024 / (k * 4 + variant->block_n * 4 + 8))) / slots) * slots;
+  if (pass < 1.0) return 1.0;
+  return top_k / (pass * ceil(top_k / pass));
 }
 
 /* Expected work items per expert, sum_p P(p) ceil(p / bm), and P(p = 0), for p ~ Binomial(M, q). */
@@ -70,10 +113,16 @@ static void expected_items(int32_t num_tokens, double q, int32_t block_m, double
   *out_items = items;
 }
 
-double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
-                    const derive_variant *variant) {
+double derive_ctas_per_sm(const derive_device *device, const derive_variant *variant) {
+  if (variant->ctas_per_sm > 0) return variant->ctas_per_sm;
+  return fmin(device->max_ctas_per_sm, floor((double)device->max_warps_per_sm / variant->warps));
+}
+
+int derive_op_terms(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                    const derive_variant *variant, derive_terms *out) {
   volt8_moe_dims dims;
-  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return NAN;
+  memset(out, 0, sizeof *out);
+  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return 0;
   int gate_up = variant->op == VOLT8_OP_GATE_UP;
   double columns = gate_up ? shape->intermediate : shape->hidden;
   double rows = gate_up ? 2.0 : 1.0;
@@ -81,6 +130,8 @@ double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, i
   double expert_bytes = gate_up ? dims.w13_bytes_per_expert + 2.0 * dims.s13_elems_per_expert
                                 : dims.w2_bytes_per_expert + 2.0 * dims.s2_elems_per_expert;
   /* x in, h out; h in, z out (fused: h in, a top_k-th of the token's out row) */
+  /* tok: every CTA stages its token's top_k h rows */
+  double rows_per_cta = variant->fused_reduce ? top_k : variant->block_m;
   double activation_bytes = gate_up                 ? k * 2 + columns * 2
                             : variant->fused_reduce ? k * 2 + columns * 2 / top_k
                                                     : k * 2 + columns * 4;
@@ -90,31 +141,82 @@ double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, i
   double items = experts * items_per_expert, active = experts * (1.0 - idle);
   double ctas = (variant->fused_reduce ? (double)num_tokens : items) * ceil(columns / variant->block_n);
   double dram_bytes = active * expert_bytes + pairs * activation_bytes;
-  double l2_bytes = items * expert_bytes + ctas * variant->block_m * k * 2;
+  double l2_bytes = items * expert_bytes + ctas * rows_per_cta * k * 2;
   double flops = 2.0 * items * variant->block_m * columns * rows * k;
   double conversions = items * columns * rows * k;
 
-  double resident_warps = fmin(ctas * variant->warps, (double)device->sm_count * device->max_warps_per_sm);
+  double ctas_per_sm = derive_ctas_per_sm(device, variant);
+  double live = variant->fused_reduce ? tok_live_share(variant, k, top_k) : 1.0;
+  double resident_warps = live * fmin(ctas * variant->warps, device->sm_count * ctas_per_sm * variant->warps);
   double fill = fmin(1.0, resident_warps / ((double)device->sm_count * device->saturating_warps_per_sm));
-  double memory_us = fmax(dram_bytes / (device->dram_gbps * 1e3 * fmax(fill, 1e-3)), l2_bytes / (device->l2_gbps * 1e3));
+  out->fill = fill;
+  out->dram_us = dram_bytes / (device->dram_gbps * 1e3 * fmax(fill, 1e-3));
+  out->l2_us = l2_bytes / (device->l2_gbps * 1e3);
+  double memory_us = fmax(out->dram_us, out->l2_us);
   double rate = variant->cuda_core ? device->cuda_core_tflops : device->mma_tflops;
-  double ctas_per_sm = fmin(device->max_ctas_per_sm, floor((double)device->max_warps_per_sm / variant->warps));
   double waves = ctas / (device->sm_count * ctas_per_sm);
-  double tail = waves > 1 && waves < 8 ? ceil(waves) / waves : 1.0;
+  /* the last wave runs as a whole one: never fewer waves, never less time, for more CTAs */
+  double tail = waves > 1 ? ceil(waves) / waves : 1.0;
   double math_us = (flops / (rate * 1e6) + conversions / (device->conversions_per_ns * 1e3)) / fmax(fill, 1e-3) * tail;
-  return device->launch_us + fmax(memory_us, math_us) + 0.15 * fmin(memory_us, math_us);
+  out->math_us = math_us;
+  out->launch_us = device->launch_us;
+  out->total_us = device->launch_us + fmax(memory_us, math_us) + 0.15 * fmin(memory_us, math_us);
+  return 1;
+}
+
+double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                    const derive_variant *variant) {
+  derive_terms terms;
+  return derive_op_terms(device, shape, top_k, num_tokens, variant, &terms) ? terms.total_us : NAN;
+}
+
+const char *derive_terms_limit(const derive_terms *terms) {
+  double memory = fmax(terms->dram_us, terms->l2_us);
+  if (terms->launch_us >= fmax(memory, terms->math_us)) return "launch";
+  if (terms->fill < 1.0) return "latency";
+  if (terms->math_us > memory) return "issue";
+  return terms->l2_us > terms->dram_us ? "L2" : "DRAM";
+}
+
+double derive_forward_bytes(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  volt8_moe_dims dims;
+  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return NAN;
+  double expert_bytes = (double)dims.w13_bytes_per_expert + dims.w2_bytes_per_expert +
+                        2.0 * (dims.s13_elems_per_expert + dims.s2_elems_per_expert);
+  double active = shape->num_experts * (1.0 - pow(1.0 - (double)top_k / shape->num_experts, num_tokens));
+  return active * expert_bytes + (double)num_tokens * shape->hidden * 2 * 2 + (double)num_tokens * top_k * 8;
+}
+
+double derive_route_us(const derive_device *device, int32_t top_k, int32_t num_tokens) {
+  /* the route reads ids and weights and writes the work items (12 bytes a pair) */
+  return device->launch_us + device->route_us + (double)num_tokens * top_k * 12.0 / (device->dram_gbps * 1e3);
+}
+
+double derive_reduce_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  double pairs = (double)num_tokens * top_k;
+  double bytes = pairs * shape->hidden * 4.0 + (double)num_tokens * shape->hidden * 2.0 + pairs * 4.0;
+  double round_trips = 2.0 * ceil(top_k / 8.0); /* a batch of eight ids, then their z rows */
+  return device->launch_us + round_trips * device->round_trip_us + bytes / (device->dram_gbps * 1e3);
 }
 
 double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
-                         int32_t fused_reduce) {
-  double pairs = (double)num_tokens * top_k;
-  if (fused_reduce) return device->launch_us + pairs * 12.0 / (device->dram_gbps * 1e3);
-  double bytes = pairs * shape->hidden * 4.0 + (double)num_tokens * shape->hidden * 2.0 + pairs * 12.0;
-  return 2.0 * device->launch_us + bytes / (device->dram_gbps * 1e3);
+                         int32_t fused_reduce, int32_t routed) {
+  return (routed ? derive_route_us(device, top_k, num_tokens) : 0.0) +
+         (fused_reduce ? 0.0 : derive_reduce_us(device, shape, top_k, num_tokens));
 }
 
 static volt8_status derive_begin(void *state, int32_t m) { return VOLT8_OK; }
 static void derive_end(void *state, int32_t m) {}
+
+/* What a down that spills or does not fit costs: more than any forward, so it never wins while
+ * another down can run. */
+#define DERIVE_UNUSABLE_US 1e6
+
+static int32_t known_ctas_per_sm(const derive_occupancy *occupancy, const char *name) {
+  for (int32_t i = 0; occupancy && i < occupancy->count; i++)
+    if (strcmp(occupancy->names[i], name) == 0) return occupancy->ctas_per_sm[i];
+  return 0;
+}
 
 static volt8_status derive_measure(void *user, int32_t m, const char *gate_up, const char *down, int32_t batches,
                                    tuner_measurement *out) {
@@ -125,16 +227,37 @@ static volt8_status derive_measure(void *user, int32_t m, const char *gate_up, c
   out->forward_us = 0.0;
   for (int i = 0; i < 2 && out->accepted; i++) {
     out->accepted = derive_parse_variant(names[i], &variants[i]);
+    variants[i].ctas_per_sm = known_ctas_per_sm(state->occupancy, names[i]);
+    int unusable = variants[i].ctas_per_sm < 0;
+    if (unusable && i == 0) {
+      out->accepted = 0;
+      snprintf(out->reason, sizeof out->reason, "%s spills or does not fit on an SM (its CUBIN's ptxas report)", names[i]);
+      return VOLT8_OK;
+    }
+    /* The tuner ranks gate_up while holding the down the tables had (tuner.h): a down that has since
+     * come to spill must not refuse every gate_up, so it is priced out instead of refused. */
     double us = out->accepted ? derive_op_us(state->device, &state->shape, state->top_k, m, &variants[i]) : NAN;
+    if (unusable) us += DERIVE_UNUSABLE_US;
     out->accepted = isfinite(us);
     out->forward_us += us;
   }
   if (out->accepted)
-    out->forward_us += derive_support_us(state->device, &state->shape, state->top_k, m, variants[1].fused_reduce);
+    out->forward_us += derive_support_us(state->device, &state->shape, state->top_k, m, variants[1].fused_reduce,
+                                         variants[0].block_m > 1 || variants[1].block_m > 1);
   if (!out->accepted) snprintf(out->reason, sizeof out->reason, "the model cannot read %s or %s", gate_up, down);
   return VOLT8_OK;
 }
 
 tuner_backend derive_backend(derive_state *state) {
   return (tuner_backend){state, 0, derive_begin, derive_measure, derive_end};
+}
+
+const derive_device *derive_device_find(const char *key) {
+  static const struct {
+    const char *key;
+    const derive_device *device;
+  } devices[] = {{"v100", &DERIVE_V100}, {"h200", &DERIVE_H200}};
+  for (size_t i = 0; key && i < sizeof devices / sizeof devices[0]; i++)
+    if (strcmp(key, devices[i].key) == 0) return devices[i].device;
+  return NULL;
 }

@@ -10,11 +10,18 @@
  *   math        = 2 * W * bm * N_out * rows * K flops at the family's rate (cc: FP32 FMA,
  *                 mma: m8n8k4), plus W * N_out * rows * K E4M3 -> FP16 conversions
  *   memory time = max(DRAM / (bandwidth * fill), L2 / L2 bandwidth), fill = min(1, resident
- *                 warps / warps that saturate DRAM), resident warps = min(C * w, SMs * 64)
- *   math time   = math / (rate * fill), stretched by the last partial wave when there are several
+ *                 warps / warps that saturate DRAM), resident warps = min(C * w, SMs * R * w), R the
+ *                 resident CTAs per SM: from the variant's CUBIN when known, else min(32, 64 / w)
+ *   (tok: C = M * ceil(N_out / bn), each CTA reading its token's top_k h rows; its lanes are laid
+ *   out for a pass of P pairs (as codegen/variants.lua stages them), so with top_k not a multiple of
+ *   P the lanes of the missing pairs idle: resident warps count top_k / (P ceil(top_k / P)) of theirs)
+ *   math time   = math / (rate * fill), stretched by the last partial wave, ceil(waves) / waves,
+ *                 whenever there is more than one wave
  *   op time     = launch + max(memory, math) + 15% of min(memory, math) (imperfect overlap)
- * The forward adds route and reduce (launches plus the z read and out write). Ties keep the
- * code generator's order. The constants are the device's data-sheet figures derated to what
+ * The forward adds the route when either GEMM has block_m > 1 (launch plus its one-CTA chain), and
+ * the reduce unless the down fuses it: launch, 2 * ceil(top_k / 8) dependent round trips (a batch of
+ * eight ids, then their z rows) and the z read and out write at DRAM bandwidth. Ties keep the code
+ * generator's order. The constants are the device's data-sheet figures derated to what
  * streaming kernels reach (see DERIVE_V100 in derive_model.c). */
 #ifndef VOLT8_DERIVE_MODEL_H
 #define VOLT8_DERIVE_MODEL_H
@@ -30,11 +37,17 @@ typedef struct derive_device {
   double mma_tflops;               /* mma.sync m8n8k4 f16 -> f32, as small tiles reach it */
   double conversions_per_ns;       /* E4M3 -> FP16, whole device */
   double launch_us;                /* one kernel inside a graph */
+  double round_trip_us;            /* one dependent global round trip of a kernel's critical path, drain included */
+  double route_us;                 /* the one-CTA route pass beyond its launch: a chain of such round trips */
   int32_t saturating_warps_per_sm; /* resident warps per SM that keep DRAM busy */
   int32_t max_warps_per_sm, max_ctas_per_sm;
 } derive_device;
 
 extern const derive_device DERIVE_V100;
+/* The H200 running the compute_70 PTX: checks the model against measurements; never for shipped tables. */
+extern const derive_device DERIVE_H200;
+/* The model device named `key` ("v100", "h200"); NULL for any other. */
+const derive_device *derive_device_find(const char *key);
 
 /* The parts of a GEMM variant name; 0 when `name` is not one. */
 typedef struct derive_variant {
@@ -42,20 +55,55 @@ typedef struct derive_variant {
   int32_t cuda_core;    /* family cc or tok (1), mma (0) */
   int32_t fused_reduce; /* family tok: down walks a token's pairs and does the reduce's work */
   int32_t block_m, block_n, warps, split_k;
+  int32_t lanes;        /* lanes per output column (.lN); 0 when the name has none (mma) */
+  int32_t ctas_per_sm;  /* resident CTAs per SM of its CUBIN (list --resources); 0: unknown, warps alone limit;
+                         * negative: it spills or does not fit, and the derivation does not choose it */
 } derive_variant;
 int derive_parse_variant(const char *name, derive_variant *out);
+/* The resident CTAs per SM the model takes for `variant`: its ctas_per_sm when known, else as many
+ * as the SM's warp and CTA slots allow. */
+double derive_ctas_per_sm(const derive_device *device, const derive_variant *variant);
+
+/* One op's modelled terms: each microseconds, fill the share of the warps that saturate DRAM. */
+typedef struct derive_terms {
+  double launch_us, dram_us, l2_us, math_us; /* dram_us at the fill, math_us at the fill and tail */
+  double fill;
+  double total_us;                            /* launch + the larger of memory and math + 15% of the other */
+} derive_terms;
+/* 0 when the shape is not one (out zeroed). */
+int derive_op_terms(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                    const derive_variant *variant, derive_terms *out);
+/* What limits the op: "launch" (its launch outlasts its work), "latency" (too few warps resident to
+ * keep DRAM busy: fill < 1), "issue" (math), "L2" or "DRAM". */
+const char *derive_terms_limit(const derive_terms *terms);
+/* Bytes a forward must move, as bench's byte floor counts them: the active experts' E4M3 weights and
+ * FP16 scales (E (1 - (1 - top_k / E)^M) experts expected active), x in and out out in FP16, ids and
+ * weights. NaN for a shape that is not one. */
+double derive_forward_bytes(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens);
+/* The route's and the reduce's modelled microseconds. */
+double derive_route_us(const derive_device *device, int32_t top_k, int32_t num_tokens);
+double derive_reduce_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens);
 
 /* Modelled microseconds of one op's kernel; NaN when the name does not parse. */
 double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
                     const derive_variant *variant);
-/* Modelled route + reduce microseconds; with fused_reduce, the route's alone. */
+/* Modelled microseconds of what the forward runs beside the two GEMMs: the route when `routed` (a
+ * GEMM of block_m > 1: without one no route runs), the reduce unless `fused_reduce`. */
 double derive_support_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
-                         int32_t fused_reduce);
+                         int32_t fused_reduce, int32_t routed);
+
+/* Resident CTAs per SM by variant name, from the variants' CUBINs. */
+typedef struct derive_occupancy {
+  char *const *names;
+  const int32_t *ctas_per_sm;
+  int32_t count;
+} derive_occupancy;
 
 typedef struct derive_state {
   const derive_device *device;
   volt8_moe_shape shape;
   int32_t top_k;
+  const derive_occupancy *occupancy; /* NULL: every variant's is unknown */
 } derive_state;
 
 /* A backend whose "measurement" is the model (backend.measured = 0). */

@@ -226,3 +226,29 @@ volt8_status tuning_table_merge_write(volt8_ctx *ctx, const char *dir, const tun
   cJSON_Delete(existing);
   return status;
 }
+
+volt8_status tuning_table_set_metadata(volt8_ctx *ctx, const char *path, const char *op, const char *key, cJSON *value) {
+  cJSON *root = NULL;
+  int missing = 0;
+  volt8_status status = load_existing(ctx, path, op, &root, &missing);
+  if (status == VOLT8_OK && missing) status = volt8_fail(ctx, VOLT8_ERR_IO, "tuning table %s does not exist", path);
+  if (status != VOLT8_OK) {
+    cJSON_Delete(value);
+    return status;
+  }
+  cJSON *metadata = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+  cJSON_DeleteItemFromObjectCaseSensitive(metadata, key);
+  cJSON_AddItemToObject(metadata, key, value);
+  int32_t count = 0;
+  keyed_entry *keyed = calloc((size_t)cJSON_GetArraySize(root) + 1, sizeof *keyed);
+  for (cJSON *item = root->child; keyed && item; item = item->next)
+    if (item != metadata) keyed[count++] = (keyed_entry){(int32_t)strtol(item->string, NULL, 10), item};
+  if (keyed) qsort(keyed, (size_t)count, sizeof *keyed, compare_keyed);
+  char *text = keyed ? render_root(metadata, keyed, count) : NULL;
+  int error = text ? bench_write_file(path, text) : ENOMEM;
+  if (error) status = volt8_fail(ctx, VOLT8_ERR_IO, "writing tuning table %s failed: %s", path, strerror(error));
+  free(text);
+  free(keyed);
+  cJSON_Delete(root);
+  return status;
+}

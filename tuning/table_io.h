@@ -3,6 +3,7 @@
 #ifndef VOLT8_TUNING_TABLE_IO_H
 #define VOLT8_TUNING_TABLE_IO_H
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,9 @@ typedef struct tuning_table_metadata {
 volt8_status tuning_table_merge_write(volt8_ctx *ctx, const char *dir, const tuning_table_metadata *metadata,
                                       const tuning_result_entry *entries, int32_t count, char *out_path,
                                       size_t out_path_size);
+/* Sets (or replaces) __metadata__.<key> of the table at `path` to `value` (taken over, freed in any
+ * case) and rewrites it atomically; the entries stay as they are. */
+volt8_status tuning_table_set_metadata(volt8_ctx *ctx, const char *path, const char *op, const char *key, cJSON *value);
 /* The JSON text of a table from its metadata and entries alone (what a first run writes). */
 char *tuning_table_render(const tuning_table_metadata *metadata, const tuning_result_entry *entries, int32_t count);
 

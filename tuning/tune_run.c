@@ -2,6 +2,7 @@
 #include "tune_run.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "derive_model.h"
+#include "derive_occupancy.h"
 #include "tools/tools.h"
 #include "tuner_gpu.h"
 
@@ -41,7 +43,11 @@ const char *tune_usage(void) {
          "  --screen N --final N --finalists N   timed passes per candidate, per finalist, and how many\n"
          "                        finalists (default 8, 30, 3)\n"
          "  --jobs N              compile threads (default: processors, at most 16)\n"
-         "  --derive sm_70        no GPU: derive the tables from the V100 model (tuning/derive_model.h)\n";
+         "  --log FILE            every measurement and the dispatch's own picks, as JSON Lines\n"
+         "  --derive sm_70        no GPU: derive the tables from the V100 model (tuning/derive_model.h), with each\n"
+         "                        variant's occupancy from its sm_70 CUBIN (needs NVRTC 12)\n"
+         "  --model-device h200   with --derive: the model with the H200's figures instead, to check it against\n"
+         "                        measurements (needs --out other than tuning/tables: never shipped)\n";
 }
 
 static int parse_count(const char *text, long low, long high, int32_t *out) {
@@ -61,10 +67,11 @@ static int add_tp_shapes(const volt8_model *model, const char *text, tune_option
     snprintf(error, error_size, "bad value \"%s\" for --tp (at most %d shapes in all)", text, TUNE_MAX_SHAPES);
     return -1;
   }
-  for (int32_t i = 0; i < count; i++)
-    if (bench_model_shape(model, tps[i], bench_default_rank(tps[i]), &out->shapes[out->shape_count++], error,
-                          error_size) != 0)
-      return -1;
+  for (int32_t i = 0; i < count; i++) {
+    int32_t rank = bench_default_rank(tps[i]);
+    snprintf(out->labels[out->shape_count], sizeof out->labels[0], "%s tp%d rank %d", model->name, tps[i], rank);
+    if (bench_model_shape(model, tps[i], rank, &out->shapes[out->shape_count++], error, error_size) != 0) return -1;
+  }
   return 0;
 }
 
@@ -72,7 +79,7 @@ static int add_tp_shapes(const volt8_model *model, const char *text, tune_option
 static int is_tune_option(const char *name) {
   static const char *const names[] = {"--tp",     "--model",  "--shape", "--m",      "--top-k",     "--out",
                                       "--target-arch", "--device", "--seed", "--sets", "--screen", "--final",
-                                      "--finalists",   "--jobs",   "--derive"};
+                                      "--finalists",   "--jobs",   "--derive", "--log", "--model-device"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(name, names[i]) == 0) return 1;
   return 0;
@@ -127,9 +134,14 @@ int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tu
       bad = parse_count(next, 0, 64, &out->finalists);
     } else if (strcmp(name, "--jobs") == 0) {
       bad = parse_count(next, 1, 256, &out->jobs);
+    } else if (strcmp(name, "--log") == 0) {
+      out->log_path = next;
     } else if (strcmp(name, "--derive") == 0) {
       out->derive_arch = next;
       bad = strcmp(next, "sm_70") != 0; /* the only device with a model */
+    } else if (strcmp(name, "--model-device") == 0) {
+      out->model_device = next;
+      bad = !derive_device_find(next);
     } else {
       snprintf(error, error_size, "unknown argument \"%s\"", name);
       return -1;
@@ -146,13 +158,21 @@ int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tu
   }
   const volt8_model *model = bench_find_model(model_name, error, error_size);
   if (!model || (tp_text && add_tp_shapes(model, tp_text, out, error, error_size) != 0)) return -1;
-  if (out->shape_count == 0 &&
-      bench_model_shape(model, BENCH_DEFAULT_TP, bench_default_rank(BENCH_DEFAULT_TP), &out->shapes[out->shape_count++],
-                        error, error_size) != 0)
-    return -1;
+  if (out->shape_count == 0) {
+    int32_t rank = bench_default_rank(BENCH_DEFAULT_TP);
+    snprintf(out->labels[0], sizeof out->labels[0], "%s tp%d rank %d", model->name, BENCH_DEFAULT_TP, rank);
+    if (bench_model_shape(model, BENCH_DEFAULT_TP, rank, &out->shapes[out->shape_count++], error, error_size) != 0)
+      return -1;
+  }
   if (model_name && !top_k_given) out->top_k = model->top_k;
   if (out->derive_arch && out->target_arch) {
     snprintf(error, error_size, "--derive and --target-arch exclude each other");
+    return -1;
+  }
+  if (out->model_device && (!out->derive_arch || (strcmp(out->model_device, "v100") != 0 &&
+                                                  strcmp(out->out_dir, "tuning/tables") == 0))) {
+    snprintf(error, error_size, "--model-device %s needs --derive sm_70%s", out->model_device,
+             out->derive_arch ? " and an --out other than tuning/tables (such tables are never shipped)" : "");
     return -1;
   }
   return 0;
@@ -185,7 +205,7 @@ static void report_summary(FILE *progress, const tuner_summary *summary) {
   fflush(progress);
 }
 
-static volt8_status derive_all(const tune_options *options, const char *command, FILE *progress, int tty,
+static volt8_status derive_all(const tune_options *options, const char *command, FILE *progress, int tty, FILE *log,
                                tune_outcome *outcome, char *error, size_t error_size) {
   volt8_ctx_options context_options = VOLT8_CTX_OPTIONS_INIT;
   context_options.device = -1;
@@ -200,19 +220,36 @@ static volt8_status derive_all(const tune_options *options, const char *command,
     char label[160];
     shape_label(&options->shapes[s], label, sizeof label);
     if (progress) fprintf(progress, "tune: deriving %s tables for %s\n", options->derive_arch, label);
-    derive_state state = {&DERIVE_V100, options->shapes[s], options->top_k};
+    const derive_device *device = derive_device_find(options->model_device ? options->model_device : "v100");
+    int v100 = device == &DERIVE_V100;
+    /* Resident CTAs per SM from the sm_70 CUBINs: under sm_70's limits for the V100, under sm_90's for
+     * the H200 check (its driver's JIT of the same PTX taken to need the registers the CUBIN does). */
+    derive_occupancy_set occupancy = {0};
+    volt8_sm_limits h200_limits;
+    if (!v100) status = volt8_sm_limits_for_arch(ctx, 90, &h200_limits);
+    if (status == VOLT8_OK)
+      status = derive_occupancy_compile(ctx, &options->shapes[s], options->jobs ? options->jobs : bench_host_threads(16),
+                                        v100 ? NULL : &h200_limits, &occupancy);
+    if (status != VOLT8_OK) break;
+    derive_state state = {device, options->shapes[s], options->top_k, &occupancy.view};
     tuner_backend backend = derive_backend(&state);
     tuner_settings settings = {
         .shape = options->shapes[s], .top_k = options->top_k, .m_values = options->m_values,
         .m_count = options->m_count, .screen_batches = 1, .final_batches = 1, .finalists = 0,
-        .out_dir = options->out_dir, .arch = volt8_tools_ctx(ctx).target_arch, .device = DERIVE_V100.name,
-        .device_token = VOLT8_TUNING_ANY_DEVICE,
-        .method = "derived, not measured on a V100: the roofline model of tuning/derive_model.h (V100-SXM2: 80 SMs, "
-                  "830 GB/s streaming, 2.5 TB/s L2, 14 TFLOP/s FP32, 40 TFLOP/s m8n8k4) ranks every variant at each M",
-        .command = command, .nvrtc_version = "none (derived; nothing compiled)", .progress = progress,
-        .progress_tty = tty};
+        .out_dir = options->out_dir, .arch = volt8_tools_ctx(ctx).target_arch, .device = device->name,
+        .device_token = v100 ? VOLT8_TUNING_ANY_DEVICE : "modelled_H200",
+        .method = !v100 ? "derived with the H200's figures in the roofline model of "
+                          "tuning/derive_model.h, to check the model; not for shipping"
+                        : "derived, not measured on a V100: the roofline model of tuning/derive_model.h (V100-SXM2: 80 "
+                          "SMs, 830 GB/s streaming, 2.5 TB/s L2, 14 TFLOP/s FP32, 40 TFLOP/s m8n8k4; resident CTAs per "
+                          "SM from each variant's sm_70 CUBIN, __metadata__.ctas_per_sm) ranks every variant at each M",
+        .command = command, .nvrtc_version = occupancy.nvrtc_version,
+        .progress = progress, .progress_tty = tty, .log = log, .label = options->labels[s]};
     tuner_summary summary;
     status = tuner_run(ctx, &settings, &backend, &summary);
+    for (int op = 0; v100 && op < 2 && status == VOLT8_OK; op++)
+      status = derive_occupancy_record(ctx, &occupancy, summary.tables[op], op ? "down" : "gate_up");
+    derive_occupancy_free(&occupancy);
     report_summary(progress, &summary);
     outcome->m_failed += summary.m_failed;
     if (status == VOLT8_OK) outcome->shapes_done++;
@@ -228,8 +265,9 @@ static void nvrtc_version(volt8_ctx *ctx, char *buf, size_t size) {
   else snprintf(buf, size, "unknown (kernels from the disk cache)");
 }
 
-static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, const volt8_moe_shape *shape,
-                                  const char *command, FILE *progress, int tty, tune_outcome *outcome) {
+static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, int32_t index, const char *command,
+                                  FILE *progress, int tty, FILE *log, tune_outcome *outcome) {
+  const volt8_moe_shape *shape = &options->shapes[index];
   char **names = NULL;
   int32_t count = 0;
   volt8_status status = volt8_codegen_list(ctx, shape, &names, &count);
@@ -257,7 +295,8 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, c
       .screen_batches = options->screen_batches, .final_batches = options->final_batches,
       .finalists = options->finalists, .out_dir = options->out_dir, .arch = volt8_tools_ctx(ctx).target_arch,
       .device = volt8_tools_ctx(ctx).device_name, .device_token = device_token, .method = method, .command = command,
-      .nvrtc_version = nvrtc, .progress = progress, .progress_tty = tty};
+      .nvrtc_version = nvrtc, .progress = progress, .progress_tty = tty, .log = log,
+      .label = options->labels[index]};
   tuner_summary summary;
   status = tuner_run(ctx, &settings, &backend, &summary);
   report_summary(progress, &summary);
@@ -266,15 +305,8 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, c
   return status;
 }
 
-volt8_status tune_run(const tune_options *options, const char *command, FILE *progress, int tty,
-                      tune_outcome *out_outcome, char *error, size_t error_size) {
-  memset(out_outcome, 0, sizeof *out_outcome);
-  error[0] = '\0';
-  if (make_directories(options->out_dir) != 0 || access(options->out_dir, W_OK) != 0) {
-    snprintf(error, error_size, "cannot create or write %s: %s", options->out_dir, strerror(errno));
-    return VOLT8_ERR_IO;
-  }
-  if (options->derive_arch) return derive_all(options, command, progress, tty, out_outcome, error, error_size);
+static volt8_status measure_all(const tune_options *options, const char *command, FILE *progress, int tty, FILE *log,
+                                tune_outcome *out_outcome, char *error, size_t error_size) {
   volt8_ctx_options context_options = VOLT8_CTX_OPTIONS_INIT;
   context_options.device = options->device;
   context_options.target_arch = options->target_arch;
@@ -285,10 +317,49 @@ volt8_status tune_run(const tune_options *options, const char *command, FILE *pr
     char label[160];
     shape_label(&options->shapes[s], label, sizeof label);
     if (progress) fprintf(progress, "tune: %s on %s (kernels for sm_%d)\n", label, volt8_tools_ctx(ctx).device_name, volt8_tools_ctx(ctx).target_arch);
-    status = measure_shape(ctx, options, &options->shapes[s], command, progress, tty, out_outcome);
+    status = measure_shape(ctx, options, s, command, progress, tty, log, out_outcome);
     if (status == VOLT8_OK) out_outcome->shapes_done++;
   }
   if (status != VOLT8_OK) snprintf(error, error_size, "%s", volt8_last_error(ctx));
   volt8_ctx_destroy(ctx);
+  return status;
+}
+
+/* The log is written as the tune goes, so that a run cut short keeps what it measured; it is created
+ * new (O_EXCL after removing a regular file of that name), so never a FIFO or a device. */
+static int open_log(const char *path, FILE **out, char *error, size_t error_size) {
+  struct stat info;
+  if (lstat(path, &info) == 0 && !S_ISREG(info.st_mode)) {
+    snprintf(error, error_size, "--log %s: not a regular file", path);
+    return -1;
+  }
+  int fd = -1;
+  if (unlink(path) == 0 || errno == ENOENT) fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  *out = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!*out) {
+    snprintf(error, error_size, "cannot create --log %s: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return 0;
+}
+
+volt8_status tune_run(const tune_options *options, const char *command, FILE *progress, int tty,
+                      tune_outcome *out_outcome, char *error, size_t error_size) {
+  memset(out_outcome, 0, sizeof *out_outcome);
+  error[0] = '\0';
+  if (make_directories(options->out_dir) != 0 || access(options->out_dir, W_OK) != 0) {
+    snprintf(error, error_size, "cannot create or write %s: %s", options->out_dir, strerror(errno));
+    return VOLT8_ERR_IO;
+  }
+  FILE *log = NULL;
+  if (options->log_path && open_log(options->log_path, &log, error, error_size) != 0) return VOLT8_ERR_IO;
+  volt8_status status = options->derive_arch
+                            ? derive_all(options, command, progress, tty, log, out_outcome, error, error_size)
+                            : measure_all(options, command, progress, tty, log, out_outcome, error, error_size);
+  if (log && fclose(log) != 0 && status == VOLT8_OK) {
+    snprintf(error, error_size, "cannot write %s: %s", options->log_path, strerror(errno));
+    status = VOLT8_ERR_IO;
+  }
   return status;
 }

@@ -23,6 +23,9 @@ typedef struct tune_options {
   int32_t warmup_batches, screen_batches, final_batches, finalists;
   int32_t jobs;             /* compile threads; 0: one per processor, at most 16 */
   const char *derive_arch;  /* "sm_70": no GPU, the model of tuning/derive_model.h */
+  const char *model_device; /* with derive_arch: derive_device_find's key; NULL: "v100" */
+  const char *log_path;     /* NULL: none; else every measurement as JSON Lines (tuner.h) */
+  char labels[TUNE_MAX_SHAPES][96]; /* each shape's name in the log ("" for --shape) */
 } tune_options;
 
 void tune_options_default(tune_options *options);

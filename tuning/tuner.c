@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "tools/tools.h"
 
 #define BAR_WIDTH 28
@@ -88,9 +90,15 @@ volt8_status tuner_candidates(volt8_ctx *ctx, const volt8_moe_shape *shape, volt
   if (status != VOLT8_OK) return status;
   size_t prefix = strlen(op_name);
   int32_t kept = 0;
+  /* A family the target arch runs as a software routine is never served (the dispatch's rule), so
+   * timing it would only cost time. */
+  int32_t arch = volt8_tools_ctx(ctx).target_arch;
   for (int32_t i = 0; i < count; i++) {
-    if (strncmp(names[i], op_name, prefix) == 0 && names[i][prefix] == '.') names[kept++] = names[i];
-    else free(names[i]);
+    if (strncmp(names[i], op_name, prefix) == 0 && names[i][prefix] == '.' &&
+        !volt8_dispatch_family_emulated(arch, names[i]))
+      names[kept++] = names[i];
+    else
+      free(names[i]);
   }
   if (kept == 0) {
     free(names);
@@ -99,6 +107,81 @@ volt8_status tuner_candidates(volt8_ctx *ctx, const volt8_moe_shape *shape, volt
   *out_names = names;
   *out_count = kept;
   return VOLT8_OK;
+}
+
+/* Writes `line` (consumed) as one line of the log; the log is best effort: a failed write never
+ * stops the tuning. */
+static void log_line(const tuner_settings *settings, cJSON *line) {
+  char *text = line ? cJSON_PrintUnformatted(line) : NULL;
+  if (text) {
+    fprintf(settings->log, "%s\n", text);
+    fflush(settings->log);
+  }
+  cJSON_free(text);
+  cJSON_Delete(line);
+}
+
+static cJSON *log_object(const char *kind, int32_t m) {
+  cJSON *line = cJSON_CreateObject();
+  cJSON_AddStringToObject(line, "kind", kind);
+  if (m > 0) cJSON_AddNumberToObject(line, "m", m);
+  return line;
+}
+
+static void log_number_or_null(cJSON *line, const char *key, double value) {
+  if (isfinite(value)) cJSON_AddNumberToObject(line, key, value);
+  else cJSON_AddNullToObject(line, key);
+}
+
+static void log_shape(const tuner_settings *settings, int32_t measured) {
+  if (!settings->log) return;
+  const volt8_moe_shape *shape = &settings->shape;
+  cJSON *line = log_object("shape", 0);
+  cJSON_AddStringToObject(line, "label", settings->label ? settings->label : "");
+  cJSON_AddNumberToObject(line, "hidden", shape->hidden);
+  cJSON_AddNumberToObject(line, "intermediate", shape->intermediate);
+  cJSON_AddNumberToObject(line, "num_experts", shape->num_experts);
+  cJSON_AddNumberToObject(line, "intermediate_offset", shape->intermediate_offset);
+  cJSON_AddNumberToObject(line, "block_n", shape->block_n);
+  cJSON_AddNumberToObject(line, "block_k", shape->block_k);
+  cJSON_AddNumberToObject(line, "top_k", settings->top_k);
+  cJSON_AddNumberToObject(line, "arch", settings->arch);
+  cJSON_AddNumberToObject(line, "measured", measured);
+  cJSON_AddStringToObject(line, "device", settings->device ? settings->device : "");
+  log_line(settings, line);
+}
+
+static void log_dispatch(const tuner_settings *settings, int32_t m, const volt8_variant_choice *choice) {
+  if (!settings->log) return;
+  cJSON *line = log_object("m", m);
+  cJSON_AddStringToObject(line, "dispatch_gate_up", choice->gate_up);
+  cJSON_AddStringToObject(line, "dispatch_down", choice->down);
+  log_line(settings, line);
+}
+
+static void log_measure(const tuner_settings *settings, int32_t m, volt8_op op, const char *variant, const char *held,
+                        int final, int32_t batches, const tuner_measurement *result) {
+  if (!settings->log) return;
+  cJSON *line = log_object("measure", m);
+  cJSON_AddStringToObject(line, "op", volt8_tuning_op_name(op));
+  cJSON_AddStringToObject(line, "variant", variant);
+  cJSON_AddStringToObject(line, "held", held ? held : "");
+  cJSON_AddStringToObject(line, "pass", final ? "final" : "screen");
+  cJSON_AddNumberToObject(line, "batches", batches);
+  cJSON_AddNumberToObject(line, "accepted", result->accepted ? 1 : 0);
+  log_number_or_null(line, "forward_us", result->accepted ? result->forward_us : NAN);
+  log_number_or_null(line, "relative_l2", result->relative_l2);
+  if (!result->accepted) cJSON_AddStringToObject(line, "reason", result->reason);
+  log_line(settings, line);
+}
+
+static void log_pick(const tuner_settings *settings, volt8_op op, const tuning_result_entry *entry) {
+  if (!settings->log) return;
+  cJSON *line = log_object("pick", entry->m);
+  cJSON_AddStringToObject(line, "op", volt8_tuning_op_name(op));
+  cJSON_AddStringToObject(line, "variant", entry->variant);
+  log_number_or_null(line, "forward_us", entry->forward_us);
+  log_line(settings, line);
 }
 
 static int compare_scored(const void *a, const void *b) {
@@ -146,6 +229,8 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
     tuner_measurement result;
     status = measure_one(backend, m, phase, phase->names[i], settings->screen_batches, &result);
     summary->measurements++;
+    if (status == VOLT8_OK)
+      log_measure(settings, m, phase->op, phase->names[i], phase->held, 0, settings->screen_batches, &result);
     progress_step(state, m, phase->names[i]);
     if (status != VOLT8_OK) break;
     if (result.accepted) {
@@ -165,6 +250,8 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
     tuner_measurement again;
     status = measure_one(backend, m, phase, accepted[i].name, settings->final_batches, &again);
     summary->measurements++;
+    if (status == VOLT8_OK)
+      log_measure(settings, m, phase->op, accepted[i].name, phase->held, 1, settings->final_batches, &again);
     progress_step(state, m, accepted[i].name);
     if (status == VOLT8_OK && again.accepted) accepted[i].result = again;
     else if (status == VOLT8_OK) accepted[i].result.forward_us = INFINITY; /* failed on the second run: last */
@@ -184,6 +271,7 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
     }
     entry->candidates = phase->count;
     entry->rejected = rejected;
+    log_pick(settings, phase->op, entry);
   }
   free(accepted);
   return status;
@@ -230,6 +318,7 @@ static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const
   volt8_status status = volt8_dispatch_choose(ctx, &settings->shape, m, settings->top_k, &start);
   if (status == VOLT8_OK) status = backend->begin_m(backend->state, m);
   if (status != VOLT8_OK) return status;
+  log_dispatch(settings, m, &start);
   char reason[512] = "";
   int found = 0;
   phases[0].held = start.down;
@@ -263,6 +352,7 @@ volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tun
     state.total += (int64_t)settings->m_count * (phases[i].count + (finals < phases[i].count ? finals : phases[i].count));
   char date[32];
   utc_now(date, sizeof date);
+  if (status == VOLT8_OK) log_shape(settings, backend->measured);
   int32_t written = 0;
   for (int32_t i = 0; i < settings->m_count && status == VOLT8_OK; i++) {
     int done = 0;

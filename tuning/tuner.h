@@ -52,6 +52,8 @@ typedef struct tuner_settings {
   const char *command;
   const char *nvrtc_version;
   FILE *progress;           /* NULL: silent */
+  FILE *log;                /* NULL: none; else every measurement as JSON Lines (tuner_run's comment) */
+  const char *label;        /* the shape's name in the log ("GLM-4.5-Air tp8 rank 1"); NULL: none */
   int32_t progress_tty;     /* 1: one self-updating line; 0: a line per finished op */
   double (*clock)(void);    /* seconds; NULL: the monotonic clock */
 } tuner_settings;
@@ -66,7 +68,11 @@ typedef struct tuner_summary {
 /* The gate_up or down variants the code generator offers for `shape`, in its order. */
 volt8_status tuner_candidates(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, char ***out_names,
                               int32_t *out_count);
-/* Tunes every M and merges each M's winners into the two tables as soon as it is done. */
+/* Tunes every M and merges each M's winners into the two tables as soon as it is done. With
+ * settings->log, one JSON object a line: {"kind":"shape",...} first, then per M {"kind":"m"} with the
+ * dispatch's own choice (with no table of this shape loaded: the fallback's), every measurement
+ * {"kind":"measure", "pass":"screen"|"final", "held": the other op's variant}, and each op's
+ * {"kind":"pick"}. docs/testing.md describes the fields. */
 volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend,
                        tuner_summary *out_summary);
 

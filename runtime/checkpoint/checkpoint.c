@@ -83,6 +83,14 @@ volt8_status volt8_load_options_read(volt8_ctx *ctx, const volt8_load_options *o
   if (read.tp_size <= 0 || read.tp_rank < 0 || read.tp_rank >= read.tp_size)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "tp_rank %d and tp_size %d: need 0 <= tp_rank < tp_size",
                       read.tp_rank, read.tp_size);
+  if (read.expert_start < 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "expert_start is %d; it must be 0 or more", read.expert_start);
+  if (read.expert_count < 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "expert_count is %d; it must be 0 (all experts) or more",
+                      read.expert_count);
+  if (read.expert_count == 0 && read.expert_start != 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "expert_start is %d with expert_count 0 (all experts); give a count", read.expert_start);
   if (read.online_block_n != 1 && read.online_block_n != VOLT8_CHECKPOINT_BLOCK)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "online_block_n is %d; online scale blocks have 1 or 128 rows",
                       read.online_block_n);

@@ -61,9 +61,25 @@ typedef struct volt8_expert_sink {
   volt8_status (*commit)(void *context, int32_t expert, const volt8_expert_arrays *arrays); /* may be NULL */
 } volt8_expert_sink;
 
-/* Shards, validates (or quantizes) and hands every expert to `sink`, one at a time. */
+/* The experts one rank holds: [start, start + count) of the checkpoint's (expert parallelism). */
+typedef struct volt8_expert_range {
+  int32_t start, count;
+} volt8_expert_range;
+
+/* The range of load options already read (count 0: all experts), checked against the checkpoint's
+ * expert count; VOLT8_ERR_INVALID_ARGUMENT naming the value otherwise. */
+volt8_status volt8_expert_range_of(volt8_ctx *ctx, const volt8_load_options *options, int32_t num_experts,
+                                   volt8_expert_range *out);
+
+/* The rank's resident shape: the shard's, holding `range` of the checkpoint's num_experts. */
+void volt8_expert_range_shape(const volt8_shard *shard, const volt8_expert_range *range, int32_t hidden,
+                              int32_t num_experts, volt8_moe_shape *out);
+
+/* Shards, validates (or quantizes) and hands every expert of `range` to `sink`, one at a time; the
+ * sink sees each expert's index inside the range. */
 volt8_status volt8_checkpoint_run(volt8_ctx *ctx, volt8_checkpoint *checkpoint, const volt8_shard *shard,
-                                  const volt8_expert_sink *sink, volt8_load_report *report);
+                                  const volt8_expert_range *range, const volt8_expert_sink *sink,
+                                  volt8_load_report *report);
 
 /* Copies into a size-prefixed output struct what the caller's (possibly older) version has room for. */
 void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes);

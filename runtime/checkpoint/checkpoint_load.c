@@ -87,8 +87,36 @@ static void finish_report(const pipeline *p, volt8_load_report *report) {
   *report = filled;
 }
 
+volt8_status volt8_expert_range_of(volt8_ctx *ctx, const volt8_load_options *options, int32_t num_experts,
+                                   volt8_expert_range *out) {
+  int32_t start = options->expert_start, count = options->expert_count;
+  if (count == 0 && start == 0) {
+    *out = (volt8_expert_range){0, num_experts};
+    return VOLT8_OK;
+  }
+  if (start < 0 || start >= num_experts)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "expert_start is %d; the checkpoint's experts are 0..%d", start,
+                      num_experts - 1);
+  if (count <= 0 || count > num_experts - start)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "expert_count is %d; from expert_start %d it must be 1..%d (the checkpoint has %d experts)", count,
+                      start, num_experts - start, num_experts);
+  *out = (volt8_expert_range){start, count};
+  return VOLT8_OK;
+}
+
+void volt8_expert_range_shape(const volt8_shard *shard, const volt8_expert_range *range, int32_t hidden,
+                              int32_t num_experts, volt8_moe_shape *out) {
+  volt8_shard_shape(shard, hidden, range->count, out);
+  if (range->count != num_experts) {
+    out->expert_start = range->start;
+    out->global_experts = num_experts;
+  }
+}
+
 volt8_status volt8_checkpoint_run(volt8_ctx *ctx, volt8_checkpoint *checkpoint, const volt8_shard *shard,
-                                  const volt8_expert_sink *sink, volt8_load_report *report) {
+                                  const volt8_expert_range *range, const volt8_expert_sink *sink,
+                                  volt8_load_report *report) {
   pipeline p = {.ctx = ctx, .checkpoint = checkpoint, .shard = shard};
   volt8_moe_shape shape;
   volt8_shard_shape(shard, checkpoint->hidden, checkpoint->num_experts, &shape);
@@ -104,10 +132,11 @@ volt8_status volt8_checkpoint_run(volt8_ctx *ctx, volt8_checkpoint *checkpoint, 
   if (!staging) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for %lld bytes of staging", (long long)p.staging_bytes);
   if (native) p.block_max = staging;
   else p.staging = staging;
-  for (int32_t e = 0; e < checkpoint->num_experts && status == VOLT8_OK; e++) {
+  for (int32_t e = 0; e < range->count && status == VOLT8_OK; e++) {
     volt8_expert_arrays arrays;
     status = sink->place(sink->context, e, &arrays);
-    if (status == VOLT8_OK) status = native ? stage_native(&p, e, &arrays) : stage_online(&p, e, &arrays);
+    int32_t source = range->start + e;
+    if (status == VOLT8_OK) status = native ? stage_native(&p, source, &arrays) : stage_online(&p, source, &arrays);
     if (status == VOLT8_OK && sink->commit) status = sink->commit(sink->context, e, &arrays);
   }
   volt8_checkpoint_free(staging);
@@ -197,7 +226,8 @@ volt8_status volt8_checkpoint_validate(volt8_ctx *ctx, volt8_checkpoint *checkpo
   }
   if (status == VOLT8_OK) status = staging_sink_init(ctx, &dims, &staging);
   volt8_expert_sink sink = {&staging, staging_place, NULL};
-  if (status == VOLT8_OK) status = volt8_checkpoint_run(ctx, checkpoint, &whole, &sink, report);
+  volt8_expert_range all = {0, checkpoint->num_experts};
+  if (status == VOLT8_OK) status = volt8_checkpoint_run(ctx, checkpoint, &whole, &all, &sink, report);
   if (status == VOLT8_OK) report->staging_peak_bytes += staging.bytes;
   staging_sink_release(&staging);
   return status;
@@ -212,18 +242,20 @@ void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes)
   if (bytes > sizeof(size_t)) memcpy((char *)out + sizeof(size_t), (const char *)filled + sizeof(size_t), bytes - sizeof(size_t));
 }
 
-/* Options read, checkpoint opened, this rank's shard and dims. */
+/* Options read, checkpoint opened, this rank's shard, experts, shape and dims. */
 static volt8_status prepare_load(volt8_ctx *ctx, const volt8_load_options *options, volt8_load_options *read,
-                                 volt8_checkpoint **checkpoint, volt8_shard *shard, volt8_moe_shape *shape,
-                                 volt8_moe_dims *dims) {
+                                 volt8_checkpoint **checkpoint, volt8_shard *shard, volt8_expert_range *range,
+                                 volt8_moe_shape *shape, volt8_moe_dims *dims) {
   volt8_status status = volt8_load_options_read(ctx, options, read);
   if (status == VOLT8_OK) status = volt8_checkpoint_open(ctx, read, checkpoint);
+  if (status != VOLT8_OK) return status;
+  status = volt8_expert_range_of(ctx, read, (*checkpoint)->num_experts, range);
   if (status != VOLT8_OK) return status;
   int32_t block_n = (*checkpoint)->route == VOLT8_ROUTE_NATIVE ? VOLT8_CHECKPOINT_BLOCK : read->online_block_n;
   status = volt8_shard_plan(ctx, (*checkpoint)->intermediate, read->tp_size, read->tp_rank, (*checkpoint)->route, block_n,
                             shard);
   if (status != VOLT8_OK) return status;
-  volt8_shard_shape(shard, (*checkpoint)->hidden, (*checkpoint)->num_experts, shape);
+  volt8_expert_range_shape(shard, range, (*checkpoint)->hidden, (*checkpoint)->num_experts, shape);
   return volt8_moe_dims_compute(ctx, shape, dims);
 }
 
@@ -238,14 +270,15 @@ volt8_status volt8_experts_load(volt8_ctx *ctx, const volt8_load_options *option
   volt8_shard shard;
   volt8_moe_shape shape;
   volt8_moe_dims dims;
+  volt8_expert_range range;
   staging_sink staging = {0};
   volt8_load_report report = VOLT8_LOAD_REPORT_INIT;
-  status = prepare_load(ctx, options, &read, &checkpoint, &shard, &shape, &dims);
+  status = prepare_load(ctx, options, &read, &checkpoint, &shard, &range, &shape, &dims);
   if (status == VOLT8_OK) status = staging_sink_init(ctx, &dims, &staging);
   if (status == VOLT8_OK) status = volt8_experts_alloc(ctx, &shape, read.max_tokens, read.max_top_k, &staging.experts);
   volt8_experts *experts = staging.experts;
   volt8_expert_sink sink = {&staging, staging_place, device_commit};
-  if (status == VOLT8_OK) status = volt8_checkpoint_run(ctx, checkpoint, &shard, &sink, &report);
+  if (status == VOLT8_OK) status = volt8_checkpoint_run(ctx, checkpoint, &shard, &range, &sink, &report);
   report.staging_peak_bytes += staging.bytes;
   staging_sink_release(&staging);
   volt8_checkpoint_close(checkpoint);
@@ -275,14 +308,16 @@ volt8_status volt8_checkpoint_load_host(volt8_ctx *ctx, const volt8_load_options
   volt8_checkpoint *checkpoint = NULL;
   volt8_shard shard;
   host_sink sink_state;
+  volt8_expert_range range;
+  volt8_moe_shape shape;
   volt8_host_checkpoint *host = NULL;
-  volt8_status status = prepare_load(ctx, options, &read, &checkpoint, &shard, &(volt8_moe_shape){0}, &sink_state.dims);
+  volt8_status status = prepare_load(ctx, options, &read, &checkpoint, &shard, &range, &shape, &sink_state.dims);
   if (status == VOLT8_OK && !(host = volt8_checkpoint_alloc(sizeof *host)))
     status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the host checkpoint");
   if (status == VOLT8_OK) {
-    int64_t experts = checkpoint->num_experts;
+    int64_t experts = range.count;
     host->size = sizeof *host;
-    volt8_shard_shape(&shard, checkpoint->hidden, checkpoint->num_experts, &host->shape);
+    host->shape = shape;
     host->experts = (volt8_host_experts)VOLT8_HOST_EXPERTS_INIT;
     host->experts.w13 = sink_state.base.w13 = volt8_checkpoint_alloc((size_t)(sink_state.dims.w13_bytes_per_expert * experts));
     host->experts.s13 = sink_state.base.s13 = volt8_checkpoint_alloc((size_t)(sink_state.dims.s13_elems_per_expert * experts * 2));
@@ -292,7 +327,7 @@ volt8_status volt8_checkpoint_load_host(volt8_ctx *ctx, const volt8_load_options
       status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for %lld experts in host memory", (long long)experts);
   }
   volt8_expert_sink sink = {&sink_state, host_place, NULL};
-  if (status == VOLT8_OK) status = volt8_checkpoint_run(ctx, checkpoint, &shard, &sink, &host->report);
+  if (status == VOLT8_OK) status = volt8_checkpoint_run(ctx, checkpoint, &shard, &range, &sink, &host->report);
   volt8_checkpoint_close(checkpoint);
   if (status != VOLT8_OK) {
     volt8_host_checkpoint_free(host);

@@ -51,7 +51,8 @@ static const char *heuristic_family(int32_t target_arch, double busiest, int32_t
  * (mean plus two standard deviations), the first listed tile of that family. */
 static int heuristic_choice(char **names, int32_t count, const volt8_moe_shape *shape, int32_t num_tokens,
                             int32_t top_k, int32_t target_arch, volt8_variant_choice *out_choice) {
-  double mean = (double)num_tokens * top_k / shape->num_experts;
+  /* pairs per expert: with expert parallelism a rank's experts are as busy as the model's */
+  double mean = (double)num_tokens * top_k / (shape->global_experts > 0 ? shape->global_experts : shape->num_experts);
   double busiest = mean + 2.0 * sqrt(mean) + 1.0;
   int32_t block_m = 1;
   const char *family = heuristic_family(target_arch, busiest, &block_m);

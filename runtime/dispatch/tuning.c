@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -324,8 +325,15 @@ static int try_env_dir(volt8_ctx *ctx, const char *dir, const char *name, const 
   return served;
 }
 
+static atomic_int built_in_enabled = 1;
+
+void volt8_tuning_set_built_in(int enabled) { atomic_store(&built_in_enabled, enabled != 0); }
+
+int volt8_tuning_built_in(void) { return atomic_load(&built_in_enabled); }
+
 static int try_built_in(volt8_ctx *ctx, const char *name, const char *op_name, int32_t num_tokens, int32_t top_k,
                         volt8_tuning_match *out_match) {
+  if (!volt8_tuning_built_in()) return 0;
   char path[640], origin[VOLT8_TUNING_ORIGIN_BYTES];
   snprintf(path, sizeof path, "%s%s", VOLT8_TUNING_BUILT_IN_PREFIX, name);
   const volt8_embedded_file *file = volt8_embedded_find(path);

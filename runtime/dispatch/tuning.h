@@ -118,4 +118,10 @@ void volt8_tuning_warn(const char *key, const char *fmt, ...) __attribute__((for
 /* Forgets every recorded warning (tests). */
 void volt8_tuning_warnings_reset(void);
 
+/* Tools only (not exported): 0 makes the lookup and the nearest-table fallback ignore the tables
+ * built into the library, so that $VOLT8_TUNING_DIR alone serves (`volt8 list --choice --tables DIR`
+ * evaluates the fallback with a shape's own tables left out). Default 1; thread-safe. */
+void volt8_tuning_set_built_in(int enabled);
+int volt8_tuning_built_in(void);
+
 #endif

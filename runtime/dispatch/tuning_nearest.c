@@ -71,7 +71,8 @@ static int32_t gather(const wanted_table *wanted, const char *dir, candidate *ou
   }
   if (folder) closedir(folder);
   size_t prefix = strlen(VOLT8_TUNING_BUILT_IN_PREFIX);
-  for (const volt8_embedded_file *file = volt8_embedded_files; file->path && count < MAX_CANDIDATES; file++) {
+  for (const volt8_embedded_file *file = volt8_embedded_files; volt8_tuning_built_in() && file->path && count < MAX_CANDIDATES;
+       file++) {
     if (strncmp(file->path, VOLT8_TUNING_BUILT_IN_PREFIX, prefix) != 0) continue;
     out[count].built_in = file;
     count += consider(file->path + prefix, wanted, &out[count]);
@@ -120,7 +121,9 @@ static int try_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *ta
       volt8_tuning_warn(origin, "%s; it was skipped", scratch->last_error);
     } else {
       int32_t table_top_k = table.top_k > 0 ? table.top_k : top_k;
-      int32_t tokens = scaled_tokens(num_tokens, top_k, shape->num_experts, table_top_k, table.num_experts);
+      /* routing density: the model's experts, also on a rank of expert parallelism */
+      int32_t experts = shape->global_experts > 0 ? shape->global_experts : shape->num_experts;
+      int32_t tokens = scaled_tokens(num_tokens, top_k, experts, table_top_k, table.num_experts);
       const volt8_tuning_entry *entry = volt8_tuning_table_nearest(&table, tokens, table_top_k);
       if (!volt8_dispatch_family_emulated(ctx->target_arch, entry->variant) && listed(names, count, entry->variant)) {
         volt8_tuning_match_set(out_match, VOLT8_TUNING_SOURCE_NEAREST, entry, origin);

@@ -51,7 +51,7 @@ static int read_embedded(lua_State *L) {
 }
 
 static void push_shape(lua_State *L, const volt8_moe_shape *shape) {
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 8);
   lua_pushinteger(L, shape->hidden);
   lua_setfield(L, -2, "hidden");
   lua_pushinteger(L, shape->intermediate);
@@ -64,6 +64,10 @@ static void push_shape(lua_State *L, const volt8_moe_shape *shape) {
   lua_setfield(L, -2, "block_k");
   lua_pushinteger(L, shape->intermediate_offset);
   lua_setfield(L, -2, "intermediate_offset");
+  lua_pushinteger(L, shape->expert_start);
+  lua_setfield(L, -2, "expert_start");
+  lua_pushinteger(L, shape->global_experts);
+  lua_setfield(L, -2, "global_experts");
 }
 
 /* Pushes gen.<function_name> of the module table at the top of the stack. */

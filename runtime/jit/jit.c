@@ -71,8 +71,23 @@ static volt8_status append_log(volt8_ctx *ctx, const volt8_nvrtc_lib *lib, void 
   return VOLT8_ERR_COMPILE;
 }
 
+/* The log of a compile that worked (malloc'ed into *out_log, "" when NVRTC wrote none). */
+static volt8_status take_log(volt8_ctx *ctx, const volt8_nvrtc_lib *lib, void *program, const char *kernel_name,
+                             char **out_log) {
+  size_t log_size = 0;
+  if (lib->get_log_size(program, &log_size) != 0) log_size = 0;
+  char *log = malloc(log_size > 1 ? log_size : 1);
+  if (!log) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the NVRTC log of kernel %s", kernel_name);
+  if (log_size > 1 && lib->get_log(program, log) == 0) log[log_size - 1] = '\0';
+  else log[0] = '\0';
+  *out_log = log;
+  return VOLT8_OK;
+}
+
+/* out_log (may be NULL) receives the log of a compile that worked. */
 static volt8_status compile_with_nvrtc(volt8_ctx *ctx, const volt8_nvrtc_lib *lib, const volt8_jit_request *request,
-                                       const char *const *options, int32_t num_options, volt8_jit_image *out_image) {
+                                       const char *const *options, int32_t num_options, volt8_jit_image *out_image,
+                                       char **out_log) {
   atomic_fetch_add(&ctx->jit_compiles, 1);
   if (request->kind == VOLT8_IMAGE_CUBIN && !lib->get_cubin_size)
     return volt8_fail(ctx, VOLT8_ERR_COMPILE, "NVRTC %s (%s) cannot emit CUBIN (needs 11.1 or newer) for kernel %s",
@@ -112,6 +127,7 @@ static volt8_status compile_with_nvrtc(volt8_ctx *ctx, const volt8_nvrtc_lib *li
     goto done;
   }
   if (!is_cubin) image[image_size - 1] = '\0';
+  if (out_log && (status = take_log(ctx, lib, program, request->kernel_name, out_log)) != VOLT8_OK) goto done;
   out_image->data = image;
   out_image->size = image_size;
   image = NULL;
@@ -236,7 +252,7 @@ int64_t volt8_jit_compile_count(const volt8_ctx *ctx) { return ctx ? atomic_load
 static volt8_status load_or_compile(volt8_ctx *ctx, const volt8_nvrtc_lib *lib, const volt8_jit_request *request,
                                     const volt8_cache_inputs *inputs, volt8_jit_image *out_image) {
   if (ctx->cache_dir && volt8_cache_load(ctx->cache_dir, inputs, lib->version, out_image) == VOLT8_OK) return VOLT8_OK;
-  volt8_status status = compile_with_nvrtc(ctx, lib, request, inputs->options, inputs->num_options, out_image);
+  volt8_status status = compile_with_nvrtc(ctx, lib, request, inputs->options, inputs->num_options, out_image, NULL);
   if (status != VOLT8_OK) return status;
   out_image->kind = request->kind;
   snprintf(out_image->nvrtc_version, sizeof out_image->nvrtc_version, "%s", lib->version);
@@ -295,3 +311,27 @@ volt8_status volt8_jit_compile(volt8_ctx *ctx, const volt8_jit_request *request,
   return status;
 }
 
+
+volt8_status volt8_jit_compile_logged(volt8_ctx *ctx, const volt8_jit_request *request, volt8_jit_image *out_image,
+                                      char **out_log) {
+  if (!ctx || !request || !out_image || !out_log)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_jit_compile_logged: NULL ctx, request, image or log");
+  memset(out_image, 0, sizeof *out_image);
+  *out_log = NULL;
+  volt8_status status = validate_request(ctx, request);
+  if (status != VOLT8_OK) return status;
+  const volt8_nvrtc_lib *lib = NULL;
+  status = volt8_nvrtc_for_arch(ctx, request->arch, &lib);
+  if (status != VOLT8_OK) return status;
+  const char **options = malloc(((size_t)request->num_options + JIT_FIXED_OPTIONS) * sizeof *options);
+  if (!options) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the options of kernel %s", request->kernel_name);
+  char arch_option[64];
+  int32_t num_options = build_options(request, arch_option, sizeof arch_option, options);
+  status = compile_with_nvrtc(ctx, lib, request, options, num_options, out_image, out_log);
+  if (status == VOLT8_OK) {
+    out_image->kind = request->kind;
+    snprintf(out_image->nvrtc_version, sizeof out_image->nvrtc_version, "%s", lib->version);
+  }
+  free(options);
+  return status;
+}

@@ -22,6 +22,12 @@ typedef struct volt8_jit_request {
  * threads asking for the same key at once share one compile; the cache is safe across processes. */
 volt8_status volt8_jit_compile(volt8_ctx *ctx, const volt8_jit_request *request, volt8_jit_image *out_image);
 
+/* Compiles with NVRTC, never through the disk cache (which keeps no logs), and hands over the log
+ * of the compile that worked (malloc'ed; ptxas' lines when the options ask for them). An arch no
+ * NVRTC builds is VOLT8_ERR_ARCH_UNSUPPORTED naming what was tried. */
+volt8_status volt8_jit_compile_logged(volt8_ctx *ctx, const volt8_jit_request *request, volt8_jit_image *out_image,
+                                      char **out_log);
+
 /* NVRTC compiles run for ctx so far. Threads of one ctx asking for the same key at once share one
  * compile (the others wait and get a copy), so this counts distinct keys missing from the cache. */
 int64_t volt8_jit_compile_count(const volt8_ctx *ctx);

@@ -135,8 +135,10 @@ static volt8_status allocate_workspace(volt8_experts *experts) {
 volt8_status volt8_experts_alloc(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t max_tokens, int32_t max_top_k,
                                  volt8_experts **out_experts) {
   *out_experts = NULL;
-  /* A token routes to distinct experts, so the workspace never needs more than E pairs a token. */
-  if (max_top_k > shape->num_experts && shape->num_experts > 0) max_top_k = shape->num_experts;
+  /* A token routes to distinct experts, so the workspace never needs more than E pairs a token (E of
+   * the model: with expert parallelism every pair has its place, also those of other ranks). */
+  int32_t global_experts = volt8_moe_global_experts(shape);
+  if (max_top_k > global_experts && global_experts > 0) max_top_k = global_experts;
   if (max_tokens <= 0 || max_top_k <= 0 || (int64_t)max_tokens * max_top_k > MAX_GRID_Y)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
                       "max_tokens %d x max_top_k %d must be positive and give at most %d routed pairs",
@@ -268,7 +270,7 @@ static volt8_status check_ids_on_host(volt8_experts *experts, const volt8_moe_ar
                                    "cuMemcpyDtoHAsync(topk_ids)");
   if (status == VOLT8_OK) status = cuda_check(ctx, ctx->cuda->cuStreamSynchronize(stream), "cuStreamSynchronize");
   if (status == VOLT8_OK)
-    status = volt8_moe_ids_check(ctx, ids, args->num_tokens, args->top_k, experts->shape.num_experts);
+    status = volt8_moe_ids_check(ctx, ids, args->num_tokens, args->top_k, volt8_moe_global_experts(&experts->shape));
   free(ids);
   return status;
 }
@@ -323,10 +325,13 @@ static volt8_status choose_variants(volt8_experts *experts, int32_t num_tokens, 
 
 /* The one-launch forward (templates/moe_single.cu) serves the forward of a few tokens whose
  * dispatched kernels are block_m 1 cc work items (gate_up.cc.bm1 and down.cc.bm1 or tok), on a
- * target without early launch; variants forced by name run as named. */
+ * target without early launch; variants forced by name run as named. It indexes experts by the
+ * routed id, so a rank holding part of the experts (expert parallelism) uses the separate kernels,
+ * which map global ids to the rank's own. */
 int volt8_single_launch_serves(const volt8_ctx *ctx, const volt8_moe_shape *shape, int forced, int64_t num_pairs,
                                const volt8_variant_choice *choice) {
-  return ctx->single_launch && !forced && num_pairs <= VOLT8_SINGLE_MAX_PAIRS && volt8_codegen_single_fits(shape) &&
+  return ctx->single_launch && !forced && volt8_moe_global_experts(shape) == shape->num_experts &&
+         num_pairs <= VOLT8_SINGLE_MAX_PAIRS && volt8_codegen_single_fits(shape) &&
          strncmp(choice->gate_up, "gate_up.cc.bm1.", 15) == 0 &&
          (strncmp(choice->down, "down.cc.bm1.", 12) == 0 || strncmp(choice->down, "down.tok.", 9) == 0);
 }
@@ -361,7 +366,7 @@ static volt8_status launch_single(volt8_experts *experts, const volt8_moe_args *
 volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *args, void *stream) {
   if (!experts) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_moe_forward: experts is NULL");
   volt8_ctx *ctx = experts->ctx;
-  volt8_moe_limits limits = {experts->shape.num_experts, experts->max_tokens, experts->max_top_k};
+  volt8_moe_limits limits = {volt8_moe_global_experts(&experts->shape), experts->max_tokens, experts->max_top_k};
   volt8_status status = volt8_moe_args_check(ctx, &limits, args);
   if (status == VOLT8_OK) status = volt8_ctx_require_device(ctx);
   if (status != VOLT8_OK) return status;

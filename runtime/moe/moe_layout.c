@@ -34,9 +34,22 @@ static volt8_status check_shape(volt8_ctx *ctx, const volt8_moe_shape *shape) {
   if (offset >= shape->block_n)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
                       "moe shape: intermediate_offset = %d, must be below block_n = %d", offset, shape->block_n);
+  if (shape->expert_start < 0 || (shape->global_experts == 0 && shape->expert_start != 0))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "moe shape: expert_start = %d, must be 0 without global_experts, else non-negative",
+                      shape->expert_start);
+  if (shape->global_experts != 0 &&
+      (shape->global_experts < 0 || shape->expert_start > shape->global_experts - shape->num_experts))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "moe shape: global_experts = %d, must hold experts [expert_start = %d, +num_experts = %d)",
+                      shape->global_experts, shape->expert_start, shape->num_experts);
   if (shape->intermediate > INT32_MAX - offset)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: intermediate_offset + intermediate overflows");
   return VOLT8_OK;
+}
+
+int32_t volt8_moe_global_experts(const volt8_moe_shape *shape) {
+  return shape->global_experts > 0 ? shape->global_experts : shape->num_experts;
 }
 
 volt8_status volt8_moe_dims_compute(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_moe_dims *out) {

@@ -1,8 +1,10 @@
 /* Device memory layout of one rank's experts and the kernels that read it.
  * The templates, the launcher (experts.c) and the reference (reference.c) all follow it.
  *
- * Shape: H = hidden, I = intermediate (this rank), E = experts, (bn, bk) scale block,
- * off = intermediate_offset (the rank's start inside the scale grid along I).
+ * Shape: H = hidden, I = intermediate (this rank), E = experts (this rank), (bn, bk) scale block,
+ * off = intermediate_offset (the rank's start inside the scale grid along I). Expert parallelism:
+ * the rank holds global experts [expert_start, expert_start + E) of global_experts; the arrays
+ * below hold those E, and every id a kernel reads is global (local expert = id - expert_start).
  * Requirements: H % 16 == 0, I % 16 == 0, off % 16 == 0, bk == 128, bn in {1, 128},
  * off < bn when bn == 128, off == 0 when bn == 1.
  *
@@ -51,6 +53,9 @@ typedef struct volt8_moe_dims {
   int32_t g13, k13_blocks;  /* s13 scale grid per half */
   int32_t n2_blocks, g2;    /* s2 scale grid */
 } volt8_moe_dims;
+
+/* E of the model: the rank's experts are [expert_start, expert_start + num_experts) of it. */
+int32_t volt8_moe_global_experts(const volt8_moe_shape *shape);
 
 /* Fills dims from shape; VOLT8_ERR_INVALID_ARGUMENT with a message naming the field otherwise. */
 volt8_status volt8_moe_dims_compute(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_moe_dims *out);

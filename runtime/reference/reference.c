@@ -93,19 +93,27 @@ static volt8_status alloc_buffers(volt8_ctx *ctx, const reference_inputs *in, re
   return VOLT8_OK;
 }
 
-/* Counting sort of the pairs by expert; pairs with ids outside [0, E) are left out, as route does. */
+/* The shape's own index of the expert of a global id (expert parallelism: id - expert_start), or -1
+ * when the shape does not hold it. */
+static int32_t local_expert(const volt8_moe_shape *shape, int32_t id) {
+  int64_t expert = (int64_t)id - shape->expert_start;
+  return expert >= 0 && expert < shape->num_experts ? (int32_t)expert : -1;
+}
+
+/* Counting sort of the pairs by expert; pairs of experts the shape does not hold are left out, as
+ * route does. */
 static void group_pairs(const reference_inputs *in, reference_buffers *buffers) {
   int32_t num_experts = in->shape->num_experts;
   int32_t *first = buffers->expert_first;
   for (int32_t pair = 0; pair < in->num_pairs; pair++) {
-    int32_t expert = in->topk_ids[pair];
-    if (expert >= 0 && expert < num_experts) first[expert + 1]++;
+    int32_t expert = local_expert(in->shape, in->topk_ids[pair]);
+    if (expert >= 0) first[expert + 1]++;
   }
   for (int32_t expert = 0; expert < num_experts; expert++) first[expert + 1] += first[expert];
   /* first[e] serves as expert e's cursor, ends at the start of e + 1, and is shifted back after */
   for (int32_t pair = 0; pair < in->num_pairs; pair++) {
-    int32_t expert = in->topk_ids[pair];
-    if (expert >= 0 && expert < num_experts) buffers->pair_order[first[expert]++] = pair;
+    int32_t expert = local_expert(in->shape, in->topk_ids[pair]);
+    if (expert >= 0) buffers->pair_order[first[expert]++] = pair;
   }
   for (int32_t expert = num_experts; expert > 0; expert--) first[expert] = first[expert - 1];
   first[0] = 0;

@@ -17,8 +17,10 @@
 #include "checkpoint/models.h"      /* the model registry (--model) */
 #include "dispatch/dispatch.h"      /* the dispatch policy's choice, which bench reports and the tuner beats */
 #include "dispatch/tuning.h"        /* tuning tables: read, named and written by the tuner */
+#include "dispatch/tuning_nearest.h" /* which families an arch emulates: the tuner never times them */
 #include "jit/codegen.h"            /* variant lists and template expansion */
 #include "jit/kernel_load.h"        /* the bench support kernels load like volt8's own */
+#include "jit/kernel_resources.h"   /* registers, spills and occupancy of a variant's CUBIN (list --resources) */
 #include "jit/nvrtc_loader.h"       /* the NVRTC version a tuning run records */
 #include "moe/moe_layout.h"         /* device layout sizes of synthetic problems */
 

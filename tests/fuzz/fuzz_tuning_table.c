@@ -17,7 +17,7 @@
 
 static char tables_dir[1024];
 /* No table is built in for this shape: a lookup is served by the fuzzed file or by nothing. */
-static const volt8_moe_shape shape = {sizeof(volt8_moe_shape), 2560, 48, 64, 128, 128, 0};
+static const volt8_moe_shape shape = {sizeof(volt8_moe_shape), 2560, 48, 64, 128, 128, 0, 0, 0};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;

@@ -91,6 +91,52 @@ def test_reference_forward_against_numpy(checkpoints):
     assert volt8.relative_l2(np.zeros(4), np.zeros(4)) == 0.0
 
 
+def test_expert_range_splits_like_plan():
+    assert [volt8.expert_range(6, 4, rank) for rank in range(4)] == [(0, 2), (2, 2), (4, 1), (5, 1)]
+    assert [volt8.expert_range(8, 2, rank) for rank in range(2)] == [(0, 4), (4, 4)]
+    with pytest.raises(volt8.InvalidArgumentError, match="ep_size 7 over 6 experts"):
+        volt8.expert_range(6, 7, 0)
+
+
+@pytest.mark.parametrize("ep_size, tp_size", [(4, 1), (2, 2), (3, 4)])
+def test_expert_ranks_sum_to_the_whole_layer(checkpoints, ep_size, tp_size):
+    """Each EP x TP rank holds its experts' bytes of its TP slice; the reference forwards of all ranks, given
+    global ids (two of them bad), sum to the whole layer's."""
+    folder, _ = checkpoints
+    path = os.path.join(folder, "modelopt_mixed_indexed")
+    whole = volt8.load_host_checkpoint(path)
+    experts = whole.shape.num_experts
+    rng = np.random.default_rng(11)
+    tokens, top_k = 6, 3
+    x = rng.normal(0, 1, size=(tokens, whole.shape.hidden)).astype(np.float16)
+    ids = np.stack([rng.choice(experts, top_k, replace=False) for _ in range(tokens)]).astype(np.int32)
+    ids[2, 0], ids[5, 2] = experts, -3
+    weights = rng.random((tokens, top_k)).astype(np.float32)
+    expected = volt8.reference_moe_forward(whole, x, ids, weights)
+    summed = np.zeros_like(expected)
+    for tp_rank in range(tp_size):
+        tp_slice = volt8.load_host_checkpoint(path, tp_size=tp_size, tp_rank=tp_rank)
+        for ep_rank in range(ep_size):
+            start, count = volt8.expert_range(experts, ep_size, ep_rank)
+            rank = volt8.load_host_checkpoint(path, tp_size=tp_size, tp_rank=tp_rank, expert_start=start,
+                                              expert_count=count)
+            assert (rank.shape.num_experts, rank.shape.expert_start, rank.shape.model_experts) == (count, start, experts)
+            for name, array in rank.arrays().items():
+                np.testing.assert_array_equal(array, tp_slice.arrays()[name][start:start + count], err_msg=name)
+            summed += volt8.reference_moe_forward(rank, x, ids, weights)
+    assert volt8.relative_l2(expected, summed) < 1e-12
+
+
+@pytest.mark.parametrize("start, count, named", [(-1, 2, "expert_start: -1"), (0, -3, "expert_count: -3"),
+                                                 (5, 2, "expert_count is 2"), (6, 1, "expert_start is 6"),
+                                                 (2, 0, "expert_start is 2")])
+def test_bad_expert_ranges_are_refused(checkpoints, start, count, named):
+    folder, _ = checkpoints
+    with pytest.raises(volt8.InvalidArgumentError, match=named):
+        volt8.load_host_checkpoint(os.path.join(folder, "modelopt_mixed_indexed"), expert_start=start,
+                                   expert_count=count)
+
+
 @pytest.fixture(scope="module")
 def invalid(checkpoints):
     folder, manifest = checkpoints

@@ -200,6 +200,38 @@ def test_bad_ids(torch, ctx, checkpoints):
     assert experts.bad_id_count() == 1
 
 
+def test_expert_parallel_ranks_sum_to_the_single_rank_forward(torch, ctx, checkpoints):
+    """Three EP ranks of one checkpoint as three handles on this GPU: given the same global ids, their outputs
+    sum to the single-rank forward and to the float64 reference; an id outside [0, E) is a bad id on every
+    rank, another rank's expert is not."""
+    single, host = load_case(ctx, checkpoints, "modelopt_mixed_indexed", 1, 0, {})
+    shape = single.shape
+    w13, w2 = dequantized(torch, host, "cuda")
+    ranks = []
+    for ep_rank in range(3):
+        start, count = volt8.expert_range(shape.num_experts, 3, ep_rank)
+        rank, _ = load_case(ctx, checkpoints, "modelopt_mixed_indexed", 1, 0,
+                            {"expert_start": start, "expert_count": count})
+        assert (rank.shape.num_experts, rank.shape.expert_start, rank.shape.model_experts) == (count, start, 6)
+        ranks.append(rank)
+    for tokens in (1, 8, 32):
+        x, ids, weights = routed_inputs(torch, shape, tokens, 4, seed=20 + tokens)
+        ids[0, 1] = shape.num_experts
+        whole = single.forward(x, ids, weights)
+        parts = [torch.full_like(whole, float("nan")) for _ in ranks]
+        for rank, part in zip(ranks, parts):
+            rank.forward(x, ids, weights, part)
+        torch.cuda.synchronize()
+        summed = sum(part.to(torch.float64) for part in parts)
+        reference = torch_reference(torch, shape, w13, w2, x, ids, weights)
+        assert relative_l2(torch, reference, summed) <= 1e-3, f"M={tokens}: EP sum against the reference"
+        assert relative_l2(torch, whole.to(torch.float64), summed) <= 1e-3, f"M={tokens}: EP sum against one rank"
+        assert [rank.bad_id_count() for rank in ranks] == [1, 1, 1], f"M={tokens}"
+    for rank in ranks:
+        rank.close()
+    single.close()
+
+
 def test_torch_tensors_are_checked(torch, ctx, checkpoints):
     experts, _ = load_case(ctx, checkpoints, "modelopt_mixed_indexed", 1, 0, {}, max_tokens=4, max_top_k=2)
     x, ids, weights = routed_inputs(torch, experts.shape, 4, 2, seed=7)

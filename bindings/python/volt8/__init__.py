@@ -4,7 +4,7 @@ A ctypes binding over libvolt8.so.0 (no compiled extension). The library is foun
 $VOLT8_LIBRARY, next to this package, or through the system's loader, and loaded on first use.
 """
 from ._library import library_path
-from .checkpoint import HostCheckpoint, load_host_checkpoint, plan
+from .checkpoint import HostCheckpoint, expert_range, load_host_checkpoint, plan
 from .context import Context, tuning_warnings
 from .errors import (ArchUnsupportedError, CacheError, CaptureError, CodegenError, CompileError, CudaError, Error,
                      FormatError, InputOutputError, InternalError, InvalidArgumentError, LibraryError, NoDeviceError,
@@ -15,11 +15,11 @@ from .reports import LoadReport, MemoryReport, PlanReport, RankPlan
 from .sampler import RejectionResult, rejection_sample
 from .shape import MoeShape
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def library_version():
-    """The loaded library's version as a string ("0.2.0")."""
+    """The loaded library's version as a string ("0.3.0")."""
     from ._library import load
     return load().volt8_version_string().decode()
 
@@ -35,6 +35,7 @@ __all__ = [
     "Error", "Experts", "FormatError", "Graph", "HostCheckpoint", "InputOutputError", "InternalError",
     "InvalidArgumentError", "LibraryError", "LoadReport", "MemoryReport", "MoeShape", "NoDeviceError", "NotFoundError",
     "OutOfMemoryError", "PlanReport", "RankPlan", "RejectionResult", "ScaleRangeError", "Status", "UnsupportedError",
-    "library_path", "library_version", "load_host_checkpoint", "plan", "reference_moe_forward", "rejection_sample",
+    "expert_range", "library_path", "library_version",
+    "load_host_checkpoint", "plan", "reference_moe_forward", "rejection_sample",
     "relative_l2", "status_string", "tuning_warnings",
 ]

@@ -4,7 +4,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_uint8, c_uint16, c_uint64, c_void_p)
 
 # The version of volt8.h this module mirrors.
-HEADER_VERSION = (0, 2, 0)
+HEADER_VERSION = (0, 3, 0)
 
 
 class _Sized(Structure):
@@ -25,7 +25,8 @@ class CtxOptions(_Sized):
 
 class MoeShape(_Sized):
     _fields_ = [("size", c_size_t), ("hidden", c_int32), ("intermediate", c_int32), ("num_experts", c_int32),
-                ("block_n", c_int32), ("block_k", c_int32), ("intermediate_offset", c_int32)]
+                ("block_n", c_int32), ("block_k", c_int32), ("intermediate_offset", c_int32),
+                ("expert_start", c_int32), ("global_experts", c_int32)]
     _defaults = {"hidden": 2560, "intermediate": 160, "num_experts": 512, "block_n": 128, "block_k": 128,
                  "intermediate_offset": 32}
 
@@ -50,7 +51,7 @@ class LoadOptions(_Sized):
     _fields_ = [("size", c_size_t), ("checkpoint_dir", c_char_p), ("draft_checkpoint_dir", c_char_p),
                 ("tp_size", c_int32), ("tp_rank", c_int32), ("max_tokens", c_int32), ("max_top_k", c_int32),
                 ("mtp_expert_quantization", c_char_p), ("online_block_n", c_int32), ("mtp_layer", c_int32),
-                ("report", POINTER(LoadReport))]
+                ("report", POINTER(LoadReport)), ("expert_start", c_int32), ("expert_count", c_int32)]
     _defaults = {"tp_size": 1, "tp_rank": 0, "max_tokens": 64, "max_top_k": 16, "online_block_n": 128, "mtp_layer": 0}
 
 

@@ -19,9 +19,23 @@ def int32_argument(value, name, low=-2**31, high=2**31 - 1):
     return value
 
 
+def expert_range(num_experts, ep_size, ep_rank):
+    """(expert_start, expert_count) of expert-parallel rank ep_rank of ep_size over num_experts experts:
+    contiguous ranges, the first num_experts % ep_size ranks one expert more (as `volt8 plan --ep` splits)."""
+    for value, name, low in ((num_experts, "num_experts", 1), (ep_size, "ep_size", 1), (ep_rank, "ep_rank", 0)):
+        int32_argument(value, name, low)
+    if ep_rank >= ep_size or ep_size > num_experts:
+        raise InvalidArgumentError(f"ep_rank {ep_rank} of ep_size {ep_size} over {num_experts} experts: need "
+                                   "ep_rank < ep_size <= num_experts")
+    base, extra = divmod(num_experts, ep_size)
+    return ep_rank * base + min(ep_rank, extra), base + (ep_rank < extra)
+
+
 def load_options(checkpoint_dir, *, tp_size=1, tp_rank=0, draft_checkpoint_dir=None, max_tokens=64, max_top_k=16,
-                 mtp_expert_quantization=None, online_block_n=128, mtp_layer=0, report=None):
-    """volt8_load_options from keyword arguments (the struct keeps the encoded strings alive)."""
+                 mtp_expert_quantization=None, online_block_n=128, mtp_layer=0, report=None, expert_start=0,
+                 expert_count=0):
+    """volt8_load_options from keyword arguments (the struct keeps the encoded strings alive).
+    expert_start, expert_count: the experts [start, start + count) this rank holds (count 0: all)."""
     if checkpoint_dir is None and draft_checkpoint_dir is None:
         raise InvalidArgumentError("checkpoint_dir: needs a checkpoint folder (or draft_checkpoint_dir)")
     if mtp_expert_quantization is not None and not isinstance(mtp_expert_quantization, str):
@@ -33,7 +47,8 @@ def load_options(checkpoint_dir, *, tp_size=1, tp_rank=0, draft_checkpoint_dir=N
         tp_size=number(tp_size, "tp_size", 1), tp_rank=number(tp_rank, "tp_rank", 0),
         max_tokens=number(max_tokens, "max_tokens", 1), max_top_k=number(max_top_k, "max_top_k", 1),
         mtp_expert_quantization=c_string(mtp_expert_quantization, "mtp_expert_quantization"),
-        online_block_n=number(online_block_n, "online_block_n"), mtp_layer=number(mtp_layer, "mtp_layer", 0))
+        online_block_n=number(online_block_n, "online_block_n"), mtp_layer=number(mtp_layer, "mtp_layer", 0),
+        expert_start=number(expert_start, "expert_start", 0), expert_count=number(expert_count, "expert_count", 0))
     if report is not None:
         options.report = ctypes.pointer(report)
     return options
@@ -111,11 +126,13 @@ class HostCheckpoint:
 
 
 def load_host_checkpoint(checkpoint_dir, *, tp_size=1, tp_rank=0, draft_checkpoint_dir=None,
-                         mtp_expert_quantization=None, online_block_n=128, mtp_layer=0, ctx=None):
-    """Reads, validates and shards one rank's experts into host memory (no GPU): a HostCheckpoint."""
+                         mtp_expert_quantization=None, online_block_n=128, mtp_layer=0, expert_start=0, expert_count=0,
+                         ctx=None):
+    """Reads, validates and shards one rank's experts into host memory (no GPU): a HostCheckpoint.
+    expert_start, expert_count: expert parallelism, the experts [start, start + count) (count 0: all)."""
     options = load_options(checkpoint_dir, tp_size=tp_size, tp_rank=tp_rank, draft_checkpoint_dir=draft_checkpoint_dir,
                            mtp_expert_quantization=mtp_expert_quantization, online_block_n=online_block_n,
-                           mtp_layer=mtp_layer)
+                           mtp_layer=mtp_layer, expert_start=expert_start, expert_count=expert_count)
     pointer = ctypes.POINTER(_abi.HostCheckpoint)()
     with _ScratchContext(ctx) as context:
         context.call("volt8_checkpoint_load_host", context.handle, ctypes.byref(options), ctypes.byref(pointer))

@@ -1,5 +1,6 @@
 """Experts: one rank's MoE experts resident on the GPU in E4M3, and their forward."""
 import ctypes
+import dataclasses
 import weakref
 
 from . import _abi
@@ -22,7 +23,7 @@ class Experts:
         self.ctx = ctx
         self.shape = shape
         self.max_tokens = max_tokens
-        self.max_top_k = min(max_top_k, shape.num_experts)  # the library's workspace never holds more
+        self.max_top_k = min(max_top_k, shape.model_experts)  # the library's workspace never holds more
         self.load_report = load_report
         self._handle = handle
         self._graphs = weakref.WeakSet()
@@ -31,15 +32,19 @@ class Experts:
 
     @classmethod
     def load(cls, ctx, checkpoint_dir, *, tp_size=1, tp_rank=0, draft_checkpoint_dir=None, max_tokens=64,
-             max_top_k=16, mtp_expert_quantization=None, online_block_n=128, mtp_layer=0):
+             max_top_k=16, mtp_expert_quantization=None, online_block_n=128, mtp_layer=0, expert_start=0,
+             expert_count=0):
         """Reads, validates and shards a checkpoint's MTP experts (safetensors, ModelOpt or block-FP8
         metadata) and uploads rank `tp_rank`'s share. All-or-nothing. The checkpoint is planned first
-        on the host, which is where the binding learns the rank's shape for its argument checks."""
+        on the host, which is where the binding learns the rank's shape for its argument checks.
+        Expert parallelism: expert_start, expert_count (0: all) name the experts this rank holds
+        (expert_range() splits them); forwards then take global ids and skip other ranks' pairs."""
         report = _abi.LoadReport()
         options = load_options(checkpoint_dir, tp_size=tp_size, tp_rank=tp_rank,
                                draft_checkpoint_dir=draft_checkpoint_dir, max_tokens=max_tokens, max_top_k=max_top_k,
                                mtp_expert_quantization=mtp_expert_quantization, online_block_n=online_block_n,
-                               mtp_layer=mtp_layer, report=report)
+                               mtp_layer=mtp_layer, report=report, expert_start=expert_start,
+                               expert_count=expert_count)
         if tp_rank >= tp_size:
             raise InvalidArgumentError(f"tp_rank: {tp_rank} is not below tp_size {tp_size}")
         ctx.require_device()
@@ -49,6 +54,9 @@ class Experts:
         handle = ctypes.c_void_p()
         ctx.call("volt8_experts_load", ctx.handle, ctypes.byref(options), ctypes.byref(handle))
         shape = planned.ranks[tp_rank].shape
+        if expert_count and expert_count != shape.num_experts:
+            shape = dataclasses.replace(shape, num_experts=expert_count, expert_start=expert_start,
+                                        global_experts=shape.num_experts)
         return cls(ctx, handle.value, shape, max_tokens, max_top_k, LoadReport.from_c(report))
 
     @classmethod

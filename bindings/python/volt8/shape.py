@@ -12,7 +12,8 @@ def _ceil_div(value, divisor):
 class MoeShape:
     """hidden H, intermediate I (this rank's width), num_experts E, scale block (block_n, block_k), and
     intermediate_offset, the rank's start inside the scale grid along I. Defaults: the reference model
-    at TP4, rank 1."""
+    at TP4, rank 1. Expert parallelism: the rank holds global experts [expert_start, expert_start + E)
+    of global_experts (0: all experts) and is given global ids."""
 
     hidden: int = 2560
     intermediate: int = 160
@@ -20,6 +21,13 @@ class MoeShape:
     block_n: int = 128
     block_k: int = 128
     intermediate_offset: int = 32
+    expert_start: int = 0
+    global_experts: int = 0
+
+    @property
+    def model_experts(self):
+        """The model's expert count: global_experts, or num_experts without expert parallelism."""
+        return self.global_experts or self.num_experts
 
     def to_c(self):
         return _abi.MoeShape(**dataclasses.asdict(self))

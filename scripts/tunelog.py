@@ -1,0 +1,84 @@
+"""Reading `volt8 tune --log FILE` (JSON Lines: shape, m, measure and pick records; docs/testing.md),
+shared by scripts/model_check.py, scripts/fallback_distance.py and scripts/fallback_eval.py."""
+import json
+
+SHAPE_KEYS = ("hidden", "intermediate", "intermediate_offset", "num_experts", "block_n", "block_k", "top_k")
+
+
+class Shape:
+    """One tuned shape of a log: its record, the dispatch picks per M, every screen/final time by
+    (m, op, pass) as {variant: (forward_us or None, accepted, held)}, and the picks by (m, op)."""
+
+    def __init__(self, record):
+        self.record = record
+        self.key = tuple(record.get(name) for name in SHAPE_KEYS)
+        self.label = record.get("label") or "H=%s I=%s (offset %s) E=%s top-%s" % tuple(self.key[i] for i in (0, 1, 2, 3, 6))
+        self.dispatch = {}
+        self.groups = {}
+        self.picks = {}
+
+    def group(self, m, op, pass_name="screen"):
+        return self.groups.get((m, op, pass_name), {})
+
+    def accepted_times(self, m, op, pass_name="screen"):
+        """{variant: forward_us} of the accepted, timed candidates of one group."""
+        return {variant: us for variant, (us, accepted, _) in self.group(m, op, pass_name).items()
+                if accepted and us is not None}
+
+    def held(self, m, op, pass_name="screen"):
+        helds = {held for _, _, held in self.group(m, op, pass_name).values()}
+        return helds.pop() if len(helds) == 1 else None
+
+    def m_values(self):
+        return sorted({m for m, _, _ in self.groups})
+
+
+def shape_text(key):
+    """The `--shape` text of a shape key (without top_k)."""
+    return ",".join("%s=%s" % (name, value) for name, value in zip(SHAPE_KEYS[:6], key[:6]))
+
+
+def read(path):
+    """The shapes of one log, in order. A shape tuned twice (same key) in one log keeps the later times."""
+    shapes = []
+    current = None
+    with open(path, encoding="utf-8") as stream:
+        for number, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError("%s:%d: not JSON (%s)" % (path, number, error)) from None
+            kind = record.get("kind")
+            if kind == "shape":
+                current = Shape(record)
+                shapes.append(current)
+            elif current is None:
+                raise ValueError("%s:%d: a %s record before any shape record" % (path, number, kind))
+            elif kind == "m":
+                current.dispatch[record["m"]] = (record.get("dispatch_gate_up"), record.get("dispatch_down"))
+            elif kind == "measure":
+                group = current.groups.setdefault((record["m"], record["op"], record.get("pass", "screen")), {})
+                group[record["variant"]] = (record.get("forward_us"), bool(record.get("accepted")), record.get("held"))
+            elif kind == "pick":
+                current.picks[(record["m"], record["op"])] = record["variant"]
+    return shapes
+
+
+def read_all(paths):
+    """Shapes of several logs by key, a later log's replacing an earlier one's."""
+    shapes = {}
+    for path in paths:
+        for shape in read(path):
+            shapes[shape.key] = shape
+    return shapes
+
+
+def family(variant):
+    parts = variant.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def markdown_row(cells):
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"

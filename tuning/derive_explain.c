@@ -1,0 +1,68 @@
+/* derive_explain.h: the model's terms for the dispatch's choices. */
+#include "derive_explain.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "tools/tools.h"
+
+static int32_t occupancy_of(const derive_occupancy *occupancy, const char *name) {
+  for (int32_t i = 0; occupancy && i < occupancy->count; i++)
+    if (strcmp(occupancy->names[i], name) == 0) return occupancy->ctas_per_sm[i];
+  return 0;
+}
+
+static int op_terms(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t m,
+                    const char *name, const derive_occupancy *occupancy, derive_variant *variant, derive_terms *out) {
+  if (!derive_parse_variant(name, variant)) return 0;
+  /* one that spills is the model's unknown: its warps alone then (the derivation never picks it) */
+  int32_t ctas = occupancy_of(occupancy, name);
+  variant->ctas_per_sm = ctas > 0 ? ctas : 0;
+  return derive_op_terms(device, shape, top_k, m, variant, out);
+}
+
+int derive_forward_explain(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
+                           const char *gate_up, const char *down, const derive_occupancy *occupancy,
+                           derive_forward *out) {
+  memset(out, 0, sizeof *out);
+  derive_variant first, second;
+  if (!op_terms(device, shape, top_k, num_tokens, gate_up, occupancy, &first, &out->gate_up) ||
+      !op_terms(device, shape, top_k, num_tokens, down, occupancy, &second, &out->down))
+    return 0;
+  if (first.block_m > 1 || second.block_m > 1) out->route_us = derive_route_us(device, top_k, num_tokens);
+  if (!second.fused_reduce) out->reduce_us = derive_reduce_us(device, shape, top_k, num_tokens);
+  out->kernels = 2 + (out->route_us > 0) + (out->reduce_us > 0);
+  out->total_us = out->gate_up.total_us + out->down.total_us + out->route_us + out->reduce_us;
+  out->floor_us = derive_forward_bytes(shape, top_k, num_tokens) / (device->dram_gbps * 1e3);
+  return 1;
+}
+
+/* "DRAM", or "latency (fill 45%)". */
+static void limit_text(const derive_terms *terms, char *buf, size_t size) {
+  const char *limit = derive_terms_limit(terms);
+  if (strcmp(limit, "latency") == 0) snprintf(buf, size, "latency (fill %.0f%%)", 100.0 * terms->fill);
+  else snprintf(buf, size, "%s", limit);
+}
+
+volt8_status derive_explain_markdown(volt8_ctx *ctx, const derive_device *device, const volt8_moe_shape *shape,
+                                     int32_t top_k, const int32_t *m_values, int32_t m_count,
+                                     const derive_occupancy *occupancy, FILE *out) {
+  fprintf(out, "| M | gate_up | us | limited by | down | us | limited by | route + reduce (us) | forward (us) | "
+               "of it launches (us) | byte floor (us) | floor / forward |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int32_t i = 0; i < m_count; i++) {
+    volt8_variant_choice choice;
+    volt8_status status = volt8_dispatch_choose(ctx, shape, m_values[i], top_k, &choice);
+    if (status != VOLT8_OK) return status;
+    derive_forward forward;
+    if (!derive_forward_explain(device, shape, top_k, m_values[i], choice.gate_up, choice.down, occupancy, &forward))
+      return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "the model cannot read %s or %s", choice.gate_up, choice.down);
+    char gate_up_limit[48], down_limit[48];
+    limit_text(&forward.gate_up, gate_up_limit, sizeof gate_up_limit);
+    limit_text(&forward.down, down_limit, sizeof down_limit);
+    fprintf(out, "| %d | `%s` | %.1f | %s | `%s` | %.1f | %s | %.1f | %.1f | %.1f (%d) | %.1f | %.0f%% |\n", m_values[i],
+            choice.gate_up, forward.gate_up.total_us, gate_up_limit, choice.down, forward.down.total_us, down_limit,
+            forward.route_us + forward.reduce_us, forward.total_us, forward.kernels * device->launch_us, forward.kernels,
+            forward.floor_us, 100.0 * forward.floor_us / forward.total_us);
+  }
+  return VOLT8_OK;
+}
