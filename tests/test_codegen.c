@@ -170,22 +170,22 @@ Test(codegen, single_launch_tiles_match_the_launcher) {
   volt8_ctx_destroy(ctx);
 }
 
-/* The one-launch forward serves targets before sm_80 unless turned off; its grid follows the
- * environment (read when the context is made). */
+/* The one-launch forward is opt-in (VOLT8_SINGLE_LAUNCH=1) and serves targets before sm_80 only;
+ * its grid follows the environment (read when the context is made). */
 Test(codegen, single_launch_follows_the_target_and_the_environment) {
   volt8_ctx *ctx = test_cpu_ctx(NULL);
-  cr_expect_eq(ctx->single_launch, 1);
+  cr_expect_eq(ctx->single_launch, 0, "off unless asked for");
   cr_expect_eq(ctx->single_ctas_per_sm, VOLT8_SINGLE_CTAS_PER_SM);
   volt8_ctx_destroy(ctx);
+  setenv("VOLT8_SINGLE_LAUNCH", "1", 1);
   ctx = test_cpu_ctx("sm_90");
-  cr_expect_eq(ctx->single_launch, 0);
+  cr_expect_eq(ctx->single_launch, 0, "sm_90 has early launch instead");
   volt8_ctx_destroy(ctx);
-  setenv("VOLT8_SINGLE_LAUNCH_DISABLE", "1", 1);
   setenv("VOLT8_SINGLE_LAUNCH_CTAS", "0", 1);
   ctx = test_cpu_ctx(NULL);
-  unsetenv("VOLT8_SINGLE_LAUNCH_DISABLE");
+  unsetenv("VOLT8_SINGLE_LAUNCH");
   unsetenv("VOLT8_SINGLE_LAUNCH_CTAS");
-  cr_expect_eq(ctx->single_launch, 0);
+  cr_expect_eq(ctx->single_launch, 1);
   cr_expect_eq(ctx->single_ctas_per_sm, 0);
   volt8_ctx_destroy(ctx);
 }
@@ -195,6 +195,7 @@ Test(codegen, single_launch_follows_the_target_and_the_environment) {
  * variants, an sm_90 target and a shape whose tiles do not fit do not. */
 Test(codegen, single_launch_serves_the_dispatched_few_token_forwards_of_sm_70) {
   volt8_ctx *ctx = test_cpu_ctx(NULL), *ctx90 = test_cpu_ctx("sm_90");
+  ctx->single_launch = 1; /* as VOLT8_SINGLE_LAUNCH=1 sets it */
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   const int32_t ms[] = {1, 2, 4, 8, 16, 25, 26, 64};
   for (int i = 0; i < 8; i++) {

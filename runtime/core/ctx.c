@@ -281,7 +281,9 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
   }
   /* The one-launch forward stands in for early launch where the target has none (before sm_80 only,
    * so the sm_80+ paths stay as they are). */
-  ctx->single_launch = ctx->target_arch < 80 && !volt8_env_is_one("VOLT8_SINGLE_LAUNCH_DISABLE");
+  /* Opt-in: on the H200 through the compute_70 PTX it was faster at M = 2 to 8 and slower at M = 1 and
+   * 16 than the three launches (bench/RESULTS.md), so the tables' kernels stay the default. */
+  ctx->single_launch = ctx->target_arch < 80 && volt8_env_is_one("VOLT8_SINGLE_LAUNCH");
   ctx->single_ctas_per_sm = single_ctas >= 0 ? single_ctas : VOLT8_SINGLE_CTAS_PER_SM;
   *out_ctx = ctx;
   return VOLT8_OK;
