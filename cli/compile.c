@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "tools/tools.h"
+#ifdef VOLT8_HAVE_BENCH
 #include "derive_explain.h"
 #include "derive_occupancy.h"
-#include "tools/tools.h"
+#endif
 
 volt8_status cli_compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compile_totals *totals, int one_line) {
   int32_t count = 0;
@@ -76,6 +78,7 @@ static volt8_status print_choices(volt8_ctx *ctx, const volt8_moe_shape *shape, 
   return VOLT8_OK;
 }
 
+#ifdef VOLT8_HAVE_BENCH
 /* The model's V100 account of the dispatch's pairs (derive_explain.h), with the occupancy the
  * derivation takes: each variant's sm_70 CUBIN. */
 static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
@@ -90,6 +93,12 @@ static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape
   derive_occupancy_free(&occupancy);
   return status;
 }
+#else
+static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
+                                    int32_t top_k, int32_t jobs) {
+  return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "--explain: this build has no derivation model (bench/ was not configured)");
+}
+#endif
 
 /* The shape's variant names, one a line. */
 static volt8_status print_variants(volt8_ctx *ctx, const volt8_moe_shape *shape) {
