@@ -96,14 +96,6 @@ static void print_header_text(const plan_args *args, const volt8_plan_report *pl
          "resident MiB", "weights MiB", "scales MiB", "FP16 MiB", "padded MiB", "n_offset", "k_offset");
 }
 
-/* Expert-parallel rank ep_rank of ep_size over num_experts: a contiguous range, the first
- * num_experts % ep_size ranks one expert more. */
-static void ep_range(int32_t num_experts, int32_t ep_size, int32_t ep_rank, int32_t *start, int32_t *count) {
-  int32_t base = num_experts / ep_size, extra = num_experts % ep_size;
-  *count = base + (ep_rank < extra);
-  *start = ep_rank * base + (ep_rank < extra ? ep_rank : extra);
-}
-
 static void print_rank(const plan_args *args, int32_t ep_rank, int32_t rank, int first, const volt8_moe_shape *shape,
                        const volt8_memory_report *memory) {
   int32_t offset = shape->intermediate_offset;
@@ -130,7 +122,7 @@ static volt8_status print_ranks(volt8_ctx *ctx, const plan_args *args, const vol
   for (int32_t ep_rank = 0; ep_rank < args->ep_size && status == VOLT8_OK; ep_rank++) {
     volt8_plan_report share = *plan;
     int32_t expert_start = 0;
-    ep_range(plan->num_experts, args->ep_size, ep_rank, &expert_start, &share.num_experts);
+    volt8_shard_experts(plan->num_experts, args->ep_size, ep_rank, &expert_start, &share.num_experts);
     for (int32_t rank = first; rank <= last && status == VOLT8_OK; rank++) {
       volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
       volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;

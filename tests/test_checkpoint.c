@@ -321,12 +321,6 @@ Test(checkpoint, shards_add_up_through_the_reference_forward) {
 
 /* ---- expert parallelism ---- */
 
-/* Expert-parallel rank ep_rank of ep_size: contiguous, the first E % ep_size ranks one more (as
- * volt8 plan --ep splits). */
-static void ep_share(int32_t experts, int32_t ep_size, int32_t ep_rank, int32_t *start, int32_t *count) {
-  *count = experts / ep_size + (ep_rank < experts % ep_size);
-  *start = ep_rank * (experts / ep_size) + (ep_rank < experts % ep_size ? ep_rank : experts % ep_size);
-}
 
 static void expect_same_bytes(const void *got, const void *whole, size_t bytes, const char *array, int32_t ep_rank,
                               int32_t tp_rank) {
@@ -368,7 +362,7 @@ static void expert_parallel_forward_matches_whole(const char *name, const char *
     volt8_moe_dims dims;
     cr_assert_eq(volt8_moe_dims_compute(ctx, &slice->shape, &dims), VOLT8_OK);
     for (int32_t ep_rank = 0; ep_rank < ep_size; ep_rank++) {
-      ep_share(experts, ep_size, ep_rank, &options.expert_start, &options.expert_count);
+      volt8_shard_experts(experts, ep_size, ep_rank, &options.expert_start, &options.expert_count);
       volt8_host_checkpoint *rank = NULL;
       cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &rank), VOLT8_OK, "%s", volt8_last_error(ctx));
       const volt8_moe_shape *shape = &rank->shape;

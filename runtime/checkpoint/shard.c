@@ -35,6 +35,13 @@ volt8_status volt8_shard_plan(volt8_ctx *ctx, int32_t full_intermediate, int32_t
   return VOLT8_OK;
 }
 
+void volt8_shard_experts(int32_t num_experts, int32_t ep_size, int32_t ep_rank, int32_t *out_start,
+                         int32_t *out_count) {
+  int32_t base = num_experts / ep_size, extra = num_experts % ep_size;
+  *out_count = base + (ep_rank < extra);
+  *out_start = ep_rank * base + (ep_rank < extra ? ep_rank : extra);
+}
+
 void volt8_shard_shape(const volt8_shard *shard, int32_t hidden, int32_t num_experts, volt8_moe_shape *out) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   shape.hidden = hidden;

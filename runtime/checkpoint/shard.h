@@ -27,6 +27,10 @@ typedef struct volt8_shard {
  * tp_rank is in [0, tp_size); block_n is 128 for native, 1 or 128 online. */
 volt8_status volt8_shard_plan(volt8_ctx *ctx, int32_t full_intermediate, int32_t tp_size, int32_t tp_rank, int32_t route,
                               int32_t block_n, volt8_shard *out);
+/* Expert-parallel rank ep_rank of ep_size over num_experts: a contiguous range, the first
+ * num_experts % ep_size ranks one expert more (volt8 plan --ep). ep_size in [1, num_experts]. */
+void volt8_shard_experts(int32_t num_experts, int32_t ep_size, int32_t ep_rank, int32_t *out_start,
+                         int32_t *out_count);
 /* The resident shape of the rank's experts. */
 void volt8_shard_shape(const volt8_shard *shard, int32_t hidden, int32_t num_experts, volt8_moe_shape *out);
 /* Rows [start, start + I) of a row-major matrix with `cols` columns of element_bytes each. */

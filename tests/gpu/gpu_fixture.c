@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "moe/experts_internal.h"
 #include "core/numeric.h"
@@ -40,6 +41,29 @@ static uint8_t random_e4m3(void) {
 int gpu_quick_mode(void) {
   const char *quick = getenv("VOLT8_GPU_TEST_QUICK");
   return quick && strcmp(quick, "1") == 0;
+}
+
+static const char *source_root(void) {
+  const char *root = getenv("VOLT8_SOURCE_ROOT");
+  return root && *root ? root : VOLT8_SOURCE_DIR;
+}
+
+void gpu_write_checkpoints(const char *name, const char *groups, char *dir, size_t size) {
+  char venv_python[1024], command[4096];
+  snprintf(venv_python, sizeof venv_python, "%s/.venv/bin/python3", source_root());
+  const char *python = getenv("VOLT8_PYTHON");
+  if (!python) python = access(venv_python, X_OK) == 0 ? venv_python : "python3";
+  snprintf(dir, size, "/tmp/volt8-gpu-%s-XXXXXX", name);
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(command, sizeof command, "'%s' '%s/tests/fixtures/make_checkpoints.py' '%s' %s >/dev/null", python,
+           source_root(), dir, groups);
+  cr_assert_eq(system(command), 0, "fixture generation failed: %s", command);
+}
+
+void gpu_remove_folder(const char *dir) {
+  char command[1024];
+  snprintf(command, sizeof command, "rm -rf '%s'", dir);
+  if (system(command) != 0) cr_log_warn("could not remove %s", dir);
 }
 
 volt8_ctx *gpu_open(void) {

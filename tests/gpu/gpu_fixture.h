@@ -34,6 +34,11 @@ uint64_t gpu_random(void);
 int gpu_quick_mode(void);
 /* A ctx on device 0 (VOLT8_TARGET_ARCH picks the target); skips the test when there is no GPU. */
 volt8_ctx *gpu_open(void);
+/* tests/fixtures/make_checkpoints.py's checkpoints of `groups` ("--group native ...") in a new folder
+ * /tmp/volt8-gpu-NAME-XXXXXX, whose path goes to dir (size bytes), run with $VOLT8_PYTHON, the
+ * .venv's or the system's python3; gpu_remove_folder removes such a folder. */
+void gpu_write_checkpoints(const char *name, const char *groups, char *dir, size_t size);
+void gpu_remove_folder(const char *dir);
 void gpu_make_problem(volt8_ctx *ctx, const volt8_moe_shape *shape, host_problem *problem);
 void gpu_free_problem(host_problem *problem);
 volt8_experts *gpu_upload(volt8_ctx *ctx, const host_problem *problem, int32_t max_tokens, int32_t max_top_k);

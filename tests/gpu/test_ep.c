@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gpu_fixture.h"
+#include "checkpoint/shard.h"
 #include "core/numeric.h"
 
 TestSuite(gpu_ep, .timeout = 900);
@@ -22,41 +23,16 @@ TestSuite(gpu_ep, .timeout = 900);
 
 static char fixture_dir[512];
 
-static const char *source_root(void) {
-  const char *root = getenv("VOLT8_SOURCE_ROOT");
-  return root && *root ? root : VOLT8_SOURCE_DIR;
-}
+static void write_fixtures(void) { gpu_write_checkpoints("ep", "--group native", fixture_dir, sizeof fixture_dir); }
 
-static void write_fixtures(void) {
-  char venv_python[1024], command[4096];
-  snprintf(venv_python, sizeof venv_python, "%s/.venv/bin/python3", source_root());
-  const char *python = getenv("VOLT8_PYTHON");
-  if (!python) python = access(venv_python, X_OK) == 0 ? venv_python : "python3";
-  snprintf(fixture_dir, sizeof fixture_dir, "/tmp/volt8-gpu-ep-XXXXXX");
-  cr_assert_not_null(mkdtemp(fixture_dir));
-  snprintf(command, sizeof command, "'%s' '%s/tests/fixtures/make_checkpoints.py' '%s' --group native >/dev/null", python,
-           source_root(), fixture_dir);
-  cr_assert_eq(system(command), 0, "fixture generation failed: %s", command);
-}
-
-static void remove_fixtures(void) {
-  char command[1024];
-  snprintf(command, sizeof command, "rm -rf '%s'", fixture_dir);
-  if (system(command) != 0) cr_log_warn("could not remove %s", fixture_dir);
-}
-
-/* Expert-parallel rank ep_rank of ep_size: contiguous, the first E % ep_size ranks one more. */
-static void ep_share(int32_t experts, int32_t ep_size, int32_t ep_rank, int32_t *start, int32_t *count) {
-  *count = experts / ep_size + (ep_rank < experts % ep_size);
-  *start = ep_rank * (experts / ep_size) + (ep_rank < experts % ep_size ? ep_rank : experts % ep_size);
-}
+static void remove_fixtures(void) { gpu_remove_folder(fixture_dir); }
 
 static volt8_load_options rank_options(const char *dir, int32_t tp_size, int32_t tp_rank, int32_t ep_size,
                                        int32_t ep_rank, int32_t experts) {
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
   options.checkpoint_dir = dir;
   options.tp_size = tp_size, options.tp_rank = tp_rank;
-  if (ep_size > 1) ep_share(experts, ep_size, ep_rank, &options.expert_start, &options.expert_count);
+  if (ep_size > 1) volt8_shard_experts(experts, ep_size, ep_rank, &options.expert_start, &options.expert_count);
   return options;
 }
 
@@ -85,21 +61,30 @@ static void run_rank(volt8_ctx *ctx, const volt8_load_options *options, const de
   volt8_host_checkpoint_free(host);
 }
 
+/* The whole layer (every expert, TP 1) of the fixture folder `dir`, read to the host, and the
+ * problem over it that batches and references are made from. */
+static volt8_host_checkpoint *load_whole(volt8_ctx *ctx, const char *dir, host_problem *problem) {
+  volt8_load_options options = rank_options(dir, 1, 0, 1, 0, 0);
+  volt8_host_checkpoint *whole = NULL;
+  cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &whole), VOLT8_OK, "%s", volt8_last_error(ctx));
+  *problem = (host_problem){0};
+  problem->shape = whole->shape;
+  cr_assert_eq(volt8_moe_dims_compute(ctx, &whole->shape, &problem->dims), VOLT8_OK);
+  problem->w13 = (uint8_t *)whole->experts.w13, problem->s13 = (uint16_t *)whole->experts.s13;
+  problem->w2 = (uint8_t *)whole->experts.w2, problem->s2 = (uint16_t *)whole->experts.s2;
+  return whole;
+}
+
 /* The EP x TP ranks' outputs, summed, against the reference of the whole layer and the single-rank
  * forward, at M = 1, 8 and 64 (no route; routed with small and large work items). */
 static void check_ranks_add_up(volt8_ctx *ctx, int32_t ep_size, int32_t tp_size) {
   char dir[1024], label[256];
   snprintf(dir, sizeof dir, "%s/%s", fixture_dir, CASE);
+  host_problem problem;
+  volt8_host_checkpoint *whole = load_whole(ctx, dir, &problem);
   volt8_load_options whole_options = rank_options(dir, 1, 0, 1, 0, 0);
-  volt8_host_checkpoint *whole = NULL;
-  cr_assert_eq(volt8_checkpoint_load_host(ctx, &whole_options, &whole), VOLT8_OK, "%s", volt8_last_error(ctx));
   volt8_experts *single = NULL;
   cr_assert_eq(volt8_experts_load(ctx, &whole_options, &single), VOLT8_OK, "%s", volt8_last_error(ctx));
-  host_problem problem = {0};
-  problem.shape = whole->shape;
-  cr_assert_eq(volt8_moe_dims_compute(ctx, &whole->shape, &problem.dims), VOLT8_OK);
-  problem.w13 = (uint8_t *)whole->experts.w13, problem.s13 = (uint16_t *)whole->experts.s13;
-  problem.w2 = (uint8_t *)whole->experts.w2, problem.s2 = (uint16_t *)whole->experts.s2;
   int32_t hidden = whole->shape.hidden, experts = whole->shape.num_experts;
   const int32_t ms[] = {1, 8, 64};
   for (int m = 0; m < 3; m++) {
@@ -151,14 +136,8 @@ Test(gpu_ep, only_ids_outside_the_model_count_as_bad) {
   gpu_seed(43);
   char dir[1024], label[256];
   snprintf(dir, sizeof dir, "%s/%s", fixture_dir, CASE);
-  volt8_load_options whole_options = rank_options(dir, 1, 0, 1, 0, 0);
-  volt8_host_checkpoint *whole = NULL;
-  cr_assert_eq(volt8_checkpoint_load_host(ctx, &whole_options, &whole), VOLT8_OK, "%s", volt8_last_error(ctx));
-  host_problem problem = {0};
-  problem.shape = whole->shape;
-  cr_assert_eq(volt8_moe_dims_compute(ctx, &whole->shape, &problem.dims), VOLT8_OK);
-  problem.w13 = (uint8_t *)whole->experts.w13, problem.s13 = (uint16_t *)whole->experts.s13;
-  problem.w2 = (uint8_t *)whole->experts.w2, problem.s2 = (uint16_t *)whole->experts.s2;
+  host_problem problem;
+  volt8_host_checkpoint *whole = load_whole(ctx, dir, &problem);
   int32_t experts = whole->shape.num_experts, hidden = whole->shape.hidden;
   const int32_t ms[] = {1, 64};
   for (int m = 0; m < 2; m++) {

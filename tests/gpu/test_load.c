@@ -16,28 +16,11 @@ TestSuite(gpu_load, .timeout = 600);
 
 static char fixture_dir[512];
 
-static const char *source_root(void) {
-  const char *root = getenv("VOLT8_SOURCE_ROOT");
-  return root && *root ? root : VOLT8_SOURCE_DIR;
-}
-
 static void write_fixtures(void) {
-  char venv_python[1024], command[4096];
-  snprintf(venv_python, sizeof venv_python, "%s/.venv/bin/python3", source_root());
-  const char *python = getenv("VOLT8_PYTHON");
-  if (!python) python = access(venv_python, X_OK) == 0 ? venv_python : "python3";
-  snprintf(fixture_dir, sizeof fixture_dir, "/tmp/volt8-gpu-load-XXXXXX");
-  cr_assert_not_null(mkdtemp(fixture_dir));
-  snprintf(command, sizeof command, "'%s' '%s/tests/fixtures/make_checkpoints.py' '%s' --group native --group online "
-           "--group scales >/dev/null", python, source_root(), fixture_dir);
-  cr_assert_eq(system(command), 0, "fixture generation failed: %s", command);
+  gpu_write_checkpoints("load", "--group native --group online --group scales", fixture_dir, sizeof fixture_dir);
 }
 
-static void remove_fixtures(void) {
-  char command[1024];
-  snprintf(command, sizeof command, "rm -rf '%s'", fixture_dir);
-  if (system(command) != 0) cr_log_warn("could not remove %s", fixture_dir);
-}
+static void remove_fixtures(void) { gpu_remove_folder(fixture_dir); }
 
 /* Loads one rank on the device and on the host, runs M tokens through both, compares. */
 static void check_case(volt8_ctx *ctx, const char *case_dir, int32_t tp, int32_t rank, const char *online,
