@@ -10,7 +10,7 @@
 
 #include "test_support.h"
 
-/* The model lives in tuning/, which builds without bench/ (the sanitized build) leave out. */
+/* The model lives in tuning/, which a build without bench/ (the sanitized one) leaves out. */
 #if !__has_include("derive_model.h")
 Test(derive_h200, needs_the_tuner) { cr_skip_test("this build has no tuner (bench/ was not configured)"); }
 #else
@@ -47,6 +47,30 @@ static void assert_close(double actual, double expected, const char *what) {
 static const double GATE_UP_EXPERT_BYTES = 2.0 * INTERMEDIATE * HIDDEN + 2.0 /* FP16 */ * 2 /* gate, up */ * 2 * 20;
 static const double DOWN_EXPERT_BYTES = HIDDEN * INTERMEDIATE + 2.0 * 20 * 2;
 
+/* The H200 with all but one term made free (its rates a million times and more above any use), so
+ * that term alone shows in derive_op_us; l2_only's L2 moves 1 GB/s, so its us are kilobytes. */
+static derive_device h200_memory_only(void) {
+  derive_device device = DERIVE_H200;
+  device.cuda_core_tflops = 1e12;
+  device.conversions_per_ns = 1e15;
+  device.l2_gbps = 1e12;
+  return device;
+}
+
+static derive_device h200_math_only(void) {
+  derive_device device = DERIVE_H200;
+  device.dram_gbps = 1e12;
+  device.l2_gbps = 1e12;
+  return device;
+}
+
+static derive_device h200_l2_only(void) {
+  derive_device device = h200_memory_only();
+  device.dram_gbps = 1e12;
+  device.l2_gbps = 1.0;
+  return device;
+}
+
 /* M = 1: ten pairs land on ten experts, each read once, each a work item of one row. */
 Test(derive_h200, gate_up_at_one_token_is_dram_bound_with_a_partial_fill) {
   volt8_moe_shape shape = reference_tp4_rank1();
@@ -78,10 +102,7 @@ Test(derive_h200, gate_up_at_one_token_is_dram_bound_with_a_partial_fill) {
 /* More warps per CTA: more of the saturating warps resident, the DRAM term shrinks in proportion. */
 Test(derive_h200, fill_grows_with_resident_warps_until_dram_saturates) {
   volt8_moe_shape shape = reference_tp4_rank1();
-  derive_device memory_only = DERIVE_H200;
-  memory_only.cuda_core_tflops = 1e12;
-  memory_only.conversions_per_ns = 1e15;
-  memory_only.l2_gbps = 1e12;
+  derive_device memory_only = h200_memory_only();
   derive_variant four = parsed("gate_up.cc.bm1.bn8.w4.sk1.l16");
   derive_variant eight = four;
   eight.warps = 8;
@@ -110,9 +131,7 @@ Test(derive_h200, down_at_sixteen_tokens_pays_the_last_partial_wave) {
   double math_us = (2 * pairs * HIDDEN * INTERMEDIATE / 60e6 + pairs * HIDDEN * INTERMEDIATE / 11150e3) * tail;
   assert_close(derive_op_us(&DERIVE_H200, &shape, TOP_K, 16, &variant),
                1.0 + fmax(memory_us, math_us) + 0.15 * fmin(memory_us, math_us), "down M=16");
-  derive_device math_only = DERIVE_H200;
-  math_only.dram_gbps = 1e12;
-  math_only.l2_gbps = 1e12;
+  derive_device math_only = h200_math_only();
   double us = derive_op_us(&math_only, &shape, TOP_K, 16, &variant) - 1.0;
   cr_assert(fabs(us - math_us) < 1e-6 * math_us, "math term with the tail: %.9g us, expected %.9g", us, math_us);
 }
@@ -121,11 +140,7 @@ Test(derive_h200, down_at_sixteen_tokens_pays_the_last_partial_wave) {
  * two for 5..8, so items per expert = P(p >= 1) + P(p >= 5). */
 Test(derive_h200, items_follow_the_binomial_split_by_block_m) {
   volt8_moe_shape shape = reference_tp4_rank1();
-  derive_device l2_only = DERIVE_H200;
-  l2_only.cuda_core_tflops = 1e12;
-  l2_only.conversions_per_ns = 1e15;
-  l2_only.dram_gbps = 1e12;
-  l2_only.l2_gbps = 1.0;
+  derive_device l2_only = h200_l2_only();
   derive_variant variant = parsed("gate_up.cc.bm4.bn8.w4.sk1.l16");
   double q = TOP_K / EXPERTS, at_least_five = 0.0;
   double choose[9] = {1, 8, 28, 56, 70, 56, 28, 8, 1};
@@ -174,11 +189,7 @@ Test(derive_h200, a_routed_gemm_pays_the_route) {
  * 160 FP16 values, besides the 40 pairs' expert weights. */
 Test(derive_h200, tok_ctas_read_their_tokens_h_rows) {
   volt8_moe_shape shape = reference_tp4_rank1();
-  derive_device l2_only = DERIVE_H200;
-  l2_only.cuda_core_tflops = 1e12;
-  l2_only.conversions_per_ns = 1e15;
-  l2_only.dram_gbps = 1e12;
-  l2_only.l2_gbps = 1.0;
+  derive_device l2_only = h200_l2_only();
   derive_variant variant = parsed("down.tok.bm1.bn16.w8.sk1.l2");
   double q = TOP_K / EXPERTS, items = EXPERTS * 4 * q; /* bm1: one item a pair, 40 expected */
   double l2_bytes = items * DOWN_EXPERT_BYTES + 4 * (HIDDEN / 16) * TOP_K * INTERMEDIATE * 2;
@@ -190,9 +201,7 @@ Test(derive_h200, tok_ctas_read_their_tokens_h_rows) {
  * 640 pairs x 40 tiles = 25600 CTAs at 2112 a wave = 12.12 waves, run as 13. */
 Test(derive_h200, the_tail_applies_at_any_number_of_waves) {
   volt8_moe_shape shape = reference_tp4_rank1();
-  derive_device math_only = DERIVE_H200;
-  math_only.dram_gbps = 1e12;
-  math_only.l2_gbps = 1e12;
+  derive_device math_only = h200_math_only();
   derive_variant variant = parsed("down.cc.bm1.bn64.w4.sk1.l2");
   double ctas = 64.0 * TOP_K * (HIDDEN / 64), waves = ctas / (132 * 16.0);
   cr_assert(waves > 12 && waves < 13);
@@ -276,10 +285,7 @@ Test(derive_h200, tune_option_and_its_tables) {
  * 160 CTAs of 8 warps, all resident, 1280 * 10/16 = 800 of the 2904 that saturate DRAM. */
 Test(derive_h200, tok_lanes_without_a_pair_add_no_fill) {
   volt8_moe_shape shape = reference_tp4_rank1();
-  derive_device memory_only = DERIVE_H200;
-  memory_only.cuda_core_tflops = 1e12;
-  memory_only.conversions_per_ns = 1e15;
-  memory_only.l2_gbps = 1e12;
+  derive_device memory_only = h200_memory_only();
   derive_variant variant = parsed("down.tok.bm1.bn16.w8.sk1.l2");
   cr_assert_eq(variant.lanes, 2);
   double dram_bytes = 10 * DOWN_EXPERT_BYTES + 10 * (2 * INTERMEDIATE + 2 * HIDDEN / TOP_K); /* h in, out share */
