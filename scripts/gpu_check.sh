@@ -374,21 +374,35 @@ run() {
       profile)
         # PROFILE_M: token counts, each optionally pinned to variants ("1 8 8:GATE_UP,DOWN 64").
         # PROFILE_ARCH=sm_70: the carried compute_70 PTX through the driver instead of native code.
-        local profile_tables=() entry m pinned profile_cache="$work/native" profile_arch=()
+        # PROFILE_SINGLE=1: the one-launch forward where it serves (VOLT8_SINGLE_LAUNCH=1; sm_70 only).
+        # PROFILE_SOURCE=1: also where the warps stall, per SASS line: the report is kept
+        # (logs/NAME.ncu-rep) and its 40 lines with the most stall samples go to logs/NAME.source.txt.
+        local profile_tables=() entry m pinned profile_cache="$work/native" profile_arch=() profile_env=()
+        local source_args=()
         [ -d "$logs/tables" ] && profile_tables=(env VOLT8_TUNING_DIR="$logs/tables")
         if [ "${PROFILE_ARCH:-}" = sm_70 ]; then profile_cache="$work/cache70"; profile_arch=(--target-arch sm_70); fi
+        [ "${PROFILE_SINGLE:-0}" = 1 ] && profile_env=(VOLT8_SINGLE_LAUNCH=1)
         for entry in ${PROFILE_M:-8}; do
           m="${entry%%:*}"
           pinned=()
           [ "$entry" != "$m" ] && pinned=(--variants "${entry#*:}")
           name="profile_m$m${pinned[*]:+_pinned$(echo "${entry#*:}" | tr -c 'a-z0-9\n' '_')}"
-          step "$name" "${profile_tables[@]}" env VOLT8_CACHE_DIR="$profile_cache" ncu --clock-control none \
-            --kernel-name regex:'volt8_(gate_up|down|route|reduce)' --launch-skip 10 --launch-count 8 \
+          [ "${PROFILE_SINGLE:-0}" = 1 ] && name="${name}_single"
+          source_args=()
+          [ "${PROFILE_SOURCE:-0}" = 1 ] && source_args=(--section SourceCounters --section WarpStateStats
+            --import-source no -f -o "$logs/$name")
+          step "$name" "${profile_tables[@]}" env VOLT8_CACHE_DIR="$profile_cache" "${profile_env[@]}" ncu --clock-control none \
+            --kernel-name regex:'volt8_(gate_up|down|route|reduce|single)' --launch-skip 10 --launch-count 8 \
+            "${source_args[@]}" \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
             --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard \
               barrier lg_throttle short_scoreboard wait math_pipe_throttle mio_throttle no_instruction drain \
               not_selected selected membar)smsp__warps_active.avg.per_cycle_active" \
             "$carry/bin/volt8" bench --m "$m" "${pinned[@]}" "${profile_arch[@]}" --no-baselines --warmup 1 --batches 2 --sets 4
+          [ "${PROFILE_SOURCE:-0}" = 1 ] && [ -f "$logs/$name.ncu-rep" ] &&
+            ncu -i "$logs/$name.ncu-rep" --page source --csv --print-source sass >"$logs/$name.source.csv" 2>&1 &&
+            python3 "$root/scripts/stall_lines.py" "$logs/$name.source.csv" --top 40 >"$logs/$name.source.txt" 2>&1
+          [ -f "$logs/$name.ncu-rep" ] && ncu -i "$logs/$name.ncu-rep" >>"$logs/$name.log" 2>&1
           echo "== $name"
           grep -E '^  volt8_|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Grid Size|Block Limit Registers|Waves Per SM|stalled|warps_active' \
             "$logs/$name.log" | sed -E 's/\(([0-9]+, ){2}[0-9]+\)x\(([0-9]+, ){2}[0-9]+\)//; s/ +/ /g'
