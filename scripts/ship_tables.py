@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Copies the measured tables of a GPU run that may ship into tuning/tables.
+
+    scripts/ship_tables.py RUN_TABLES [--into tuning/tables] [--volt8 build/volt8] [--dry-run]
+
+RUN_TABLES: the tables a `models_tune` call of scripts/gpu_check.sh wrote (logs/tables in its
+logs.tgz). A measured table ships when it holds every token count the tuner measures by default (a
+tune cut short by its time limit leaves some out) and its N and K are a registry model's rank shape
+(`volt8 models --tp N`): no table for a shape that only the tests use. Derived tables (sm_70) are
+made here by `volt8 tune --derive sm_70`, not copied. Prints one line per table, copied or skipped
+and why; exits 1 when a table cannot be read."""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+FULL_M = {1, 2, 4, 8, 16, 32, 64, 128}
+TP_SIZES = (1, 2, 4, 8)
+
+
+def model_op_shapes(volt8):
+    """{(op, N, K)} of every registry model's ranks at TP 1, 2, 4 and 8."""
+    shapes = set()
+    for tp in TP_SIZES:
+        lines = subprocess.run([volt8, "models", "--tp", str(tp)], check=True, capture_output=True,
+                               text=True).stdout.splitlines()
+        for line in lines:
+            fields = dict(item.split("=", 1) for item in line.split()[3].split(","))
+            hidden, intermediate = int(fields["hidden"]), int(fields["intermediate"])
+            shapes.add(("gate_up", intermediate, hidden))
+            shapes.add(("down", hidden, intermediate))
+    return shapes
+
+
+def verdict(table, shapes):
+    """None when the table may ship, else why not."""
+    meta = table.get("__metadata__", {})
+    if not meta.get("measured"):
+        return "not measured (derived tables are made by volt8 tune --derive)"
+    if meta.get("arch") == "sm_70":
+        return "the compute_70 PTX timed on another GPU (a V100's tables are derived)"
+    key = (meta.get("op"), meta.get("N"), meta.get("K"))
+    if key not in shapes:
+        return f"op {key[0]} N {key[1]} K {key[2]} is no registry model's rank shape"
+    missing = sorted(FULL_M - {int(m) for m in table if m != "__metadata__"})
+    if missing:
+        return f"M {','.join(map(str, missing))} not measured (a tune cut short)"
+    return None
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_tables")
+    parser.add_argument("--into", default="tuning/tables")
+    parser.add_argument("--volt8", default="build/volt8")
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.run_tables) or not os.path.isdir(args.into):
+        parser.error(f"{args.run_tables} and {args.into} must be folders")
+    shapes = model_op_shapes(args.volt8)
+    status = 0
+    for name in sorted(os.listdir(args.run_tables)):
+        path = os.path.join(args.run_tables, name)
+        if not name.endswith(".json") or not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as stream:
+                table = json.load(stream)
+        except (OSError, ValueError) as error:
+            print(f"unreadable {name}: {error}")
+            status = 1
+            continue
+        why = verdict(table, shapes)
+        if why:
+            print(f"skipped {name}: {why}")
+            continue
+        if not args.dry_run:
+            shutil.copyfile(path, os.path.join(args.into, name))
+        print(f"{'would copy' if args.dry_run else 'copied'} {name}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,56 @@
+"""scripts/ship_tables.py: which tables of a GPU run may ship, with a stand-in for `volt8 models`."""
+import json
+import os
+import stat
+import subprocess
+import sys
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "ship_tables.py")
+# One model, hidden 2048 and intermediate 512, split by the TP size.
+STAND_IN = """#!/bin/sh
+[ "$1" = models ] && [ "$2" = --tp ] || exit 2
+echo "toy tp=$3 rank=0 hidden=2048,intermediate=$((512 / $3)),num_experts=8,block_n=128,block_k=128,intermediate_offset=0"
+"""
+
+
+def table(op, n, k, arch="sm_90", measured=True, m=(1, 2, 4, 8, 16, 32, 64, 128)):
+    body = {"__metadata__": {"op": op, "N": n, "K": k, "arch": arch, "measured": measured}}
+    body.update({str(value): {"variant": f"{op}.cc.bm1.bn4.w4.sk1"} for value in m})
+    return body
+
+
+def run(tmp_path, tables, *extra):
+    volt8 = tmp_path / "volt8"
+    volt8.write_text(STAND_IN)
+    volt8.chmod(volt8.stat().st_mode | stat.S_IXUSR)
+    run_dir, into = tmp_path / "run", tmp_path / "into"
+    run_dir.mkdir()
+    into.mkdir()
+    for name, body in tables.items():
+        (run_dir / name).write_text(body if isinstance(body, str) else json.dumps(body))
+    result = subprocess.run([sys.executable, SCRIPT, str(run_dir), "--into", str(into), "--volt8", str(volt8), *extra],
+                            capture_output=True, text=True)
+    return result, sorted(os.listdir(into))
+
+
+def test_complete_tables_of_model_shapes_ship_and_the_rest_say_why_not(tmp_path):
+    tables = {"a.json": table("gate_up", 128, 2048), "b.json": table("down", 2048, 64),
+              "c.json": table("down", 2048, 128, m=(1, 2, 4, 8, 16, 32)),
+              "d.json": table("down", 2048, 256, measured=False), "e.json": table("down", 2048, 512, arch="sm_70"),
+              "f.json": table("gate_up", 80, 2048)}
+    result, shipped = run(tmp_path, tables)
+    assert result.returncode == 0, result.stderr
+    assert shipped == ["a.json", "b.json"]
+    out = result.stdout
+    assert "copied a.json" in out and "copied b.json" in out
+    assert "skipped c.json: M 64,128 not measured (a tune cut short)" in out
+    assert "skipped d.json: not measured" in out
+    assert "skipped e.json: the compute_70 PTX timed on another GPU" in out
+    assert "skipped f.json: op gate_up N 80 K 2048 is no registry model's rank shape" in out
+
+
+def test_dry_run_copies_nothing_and_an_unreadable_table_fails(tmp_path):
+    result, shipped = run(tmp_path, {"a.json": table("gate_up", 128, 2048), "z.json": "{not json"}, "--dry-run")
+    assert result.returncode == 1
+    assert shipped == []
+    assert "would copy a.json" in result.stdout and "unreadable z.json" in result.stdout
