@@ -92,9 +92,10 @@ def cached_ptx(cache_dir, name):
     found = []
     for folder, _, files in os.walk(cache_dir):
         for file in files:
-            if not file.endswith(".entry"):
+            path = os.path.join(folder, file)
+            if not file.endswith(".entry") or not os.path.isfile(path):
                 continue
-            with open(os.path.join(folder, file), "rb") as stream:
+            with open(path, "rb") as stream:
                 data = stream.read()
             if len(data) < 144 or data[:8] != b"VOLT8KCE":
                 continue
@@ -131,6 +132,9 @@ def main(argv):
         parser.error(f"--loops {args.loops}: needs at least 1")
     if args.codes is not None and args.codes < 1:
         parser.error(f"--codes {args.codes}: needs at least 1")
+    if not os.path.isfile(args.sass):  # a FIFO or a device would block or never end
+        print(f"sass_mix: {args.sass} is not a regular file", file=sys.stderr)
+        return 2
     try:
         with open(args.sass, encoding="utf-8", errors="replace") as stream:
             text = stream.read()

@@ -12,6 +12,7 @@ ncu gives them, and the SASS text. A file with no such header is refused, naming
 so a changed ncu format is said, not read wrong."""
 import argparse
 import csv
+import os
 import sys
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
@@ -81,6 +82,9 @@ def main(argv):
     args = parser.parse_args(argv)
     if args.top < 1:
         parser.error(f"--top {args.top}: needs at least 1")
+    if not os.path.isfile(args.source_csv):  # a FIFO or a device would block or never end
+        print(f"stall_lines: {args.source_csv} is not a regular file", file=sys.stderr)
+        return 2
     try:
         with open(args.source_csv, newline="", encoding="utf-8", errors="replace") as stream:
             rows = list(csv.reader(stream))

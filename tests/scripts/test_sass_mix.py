@@ -45,6 +45,18 @@ def test_codes_given_for_the_longest_loop(tmp_path):
     assert result.stdout.splitlines()[0] == "loop 0x10-0x90: 9 instructions, 3 codes (given), 3.00 a code, ALU 1.33 a code"
 
 
+def test_fifos_are_refused_or_passed_over_without_waiting(tmp_path):
+    os.mkfifo(tmp_path / "kernel.sass")
+    result = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "kernel.sass")], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 2 and "not a regular file" in result.stderr
+    (tmp_path / "cache").mkdir()
+    os.mkfifo(tmp_path / "cache" / "k.entry")
+    result = subprocess.run([sys.executable, SCRIPT, "--ptx-from", str(tmp_path / "cache"), "--kernel", "volt8_k"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1 and "no PTX entry" in result.stderr
+
+
 def test_no_loop_and_bad_arguments(tmp_path):
     result = run(tmp_path, "        /*0000*/                   EXIT ;\n")
     assert result.returncode == 1 and "no backward branch" in result.stderr

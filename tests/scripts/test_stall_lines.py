@@ -48,4 +48,11 @@ def test_an_unknown_format_is_refused_naming_what_it_saw(tmp_path):
 def test_bad_arguments(tmp_path):
     assert run(tmp_path, HEADER, "--top", "0").returncode == 2
     missing = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "none.csv")], capture_output=True, text=True)
-    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    assert missing.returncode == 2 and "not a regular file" in missing.stderr
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "source.csv"
+    os.mkfifo(fifo)
+    result = subprocess.run([sys.executable, SCRIPT, str(fifo)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "not a regular file" in result.stderr
