@@ -35,6 +35,13 @@ static volt8_ctx *open_with_problem(uint64_t seed, int32_t num_experts, volt8_mo
   return ctx;
 }
 
+/* How those tests end: the experts, the problem and the context, freed in that order. */
+static void close_with_problem(volt8_ctx *ctx, volt8_experts *experts, host_problem *problem) {
+  volt8_experts_destroy(experts);
+  gpu_free_problem(problem);
+  volt8_ctx_destroy(ctx);
+}
+
 static void list_variants(volt8_ctx *ctx, const volt8_moe_shape *shape, variant_lists *lists) {
   memset(lists, 0, sizeof *lists);
   cr_assert_eq(volt8_codegen_list(ctx, shape, &lists->names, &lists->count), VOLT8_OK, "%s", volt8_last_error(ctx));
@@ -88,10 +95,8 @@ Test(gpu_kernels, every_variant_every_m_seed_shape) {
       gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[0], lists.down[d], label);
     gpu_free_batch(ctx, &batch);
   }
-  volt8_experts_destroy(experts);
+  close_with_problem(ctx, experts, &problem);
   volt8_codegen_names_free(lists.names, lists.count);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
 }
 
 /* One variant of each family at every offset, top_k, and the other shapes the kernels must serve. */
@@ -169,10 +174,8 @@ Test(gpu_kernels, skewed_routing) {
       gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[0], lists.down[d], mode_names[mode]);
     gpu_free_batch(ctx, &batch);
   }
-  volt8_experts_destroy(experts);
+  close_with_problem(ctx, experts, &problem);
   volt8_codegen_names_free(lists.names, lists.count);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
 }
 
 /* The one-launch forward of an sm_70 target (templates/moe_single.cu) under skewed routing: many
@@ -206,9 +209,7 @@ Test(gpu_kernels, one_launch_forward_under_skewed_routing) {
       gpu_free_batch(ctx, &batch);
     }
   }
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
+  close_with_problem(ctx, experts, &problem);
 }
 
 /* With 2048 experts the route keeps 1024 ids in shared memory at once and places them with four
@@ -244,9 +245,7 @@ Test(gpu_kernels, route_over_several_id_tiles) {
       gpu_free_batch(ctx, &batch);
     }
   }
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
+  close_with_problem(ctx, experts, &problem);
 }
 
 /* Ids outside [0, E) through both paths: block_m == 1 on both GEMMs (no route launch, the CTAs read
@@ -284,9 +283,7 @@ Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
       gpu_free_batch(ctx, &batch);
     }
   }
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
+  close_with_problem(ctx, experts, &problem);
 }
 
 /* A token-fused down computes each dot product as down.cc.bm1 with the same lanes per row does, and
@@ -332,9 +329,7 @@ Test(gpu_kernels, token_fused_down_matches_down_and_reduce_bit_for_bit) {
   }
   free(unfused);
   free(fused);
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
+  close_with_problem(ctx, experts, &problem);
 }
 
 /* A down that fuses the reduce (".r1") forms each z row as the same variant without the mark does
@@ -411,10 +406,8 @@ Test(gpu_kernels, fused_reduce_down_matches_down_and_reduce_bit_for_bit) {
   if (find_family(lists.down, lists.down_count, "hmma")) cr_assert_gt(fused_count, 0, "no fused-reduce down listed");
   free(unfused);
   free(fused);
-  volt8_experts_destroy(experts);
+  close_with_problem(ctx, experts, &problem);
   volt8_codegen_names_free(lists.names, lists.count);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
 }
 
 static int32_t block_m_of(const char *name) {
