@@ -13,8 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "core/ctx_internal.h"
@@ -460,35 +458,33 @@ Test(checkpoint, bad_expert_ranges_are_refused_and_leave_nothing) {
 
 /* ---- volt8 plan ---- */
 
-static int run_cli(const char *arguments, char *out, size_t out_bytes, char *err, size_t err_bytes) {
-  char command[8192], err_path[] = "/tmp/volt8-plan-stderr-XXXXXX";
-  int err_fd = mkstemp(err_path);
-  cr_assert_geq(err_fd, 0);
-  close(err_fd);
-  snprintf(command, sizeof command, "'%s' plan %s 2>'%s'", VOLT8_CLI_PATH, arguments, err_path);
-  FILE *pipe = popen(command, "r");
-  cr_assert_not_null(pipe);
-  size_t used = fread(out, 1, out_bytes - 1, pipe);
-  out[used] = '\0';
-  int status = pclose(pipe);
-  FILE *stream = fopen(err_path, "rb");
-  used = stream ? fread(err, 1, err_bytes - 1, stream) : 0;
-  err[used] = '\0';
-  if (stream) fclose(stream);
-  unlink(err_path);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+static char plan_out[1 << 16], plan_err[1 << 14];
+
+/* `volt8 plan` with the fixture `name`'s folder and then `options` (up to a NULL); its stdout and
+ * stderr land in plan_out and plan_err. Returns its exit status. */
+static int run_plan(const char *name, const char *const *options) {
+  char dir[4096];
+  fixture(name, dir, sizeof dir);
+  char *args[16] = {"plan", dir};
+  for (int i = 0; options[i]; i++) {
+    cr_assert_lt(i + 3, 16, "too many options for run_plan");
+    args[i + 2] = (char *)options[i];
+  }
+  return test_run_volt8(args, plan_out, sizeof plan_out, plan_err, sizeof plan_err);
+}
+
+/* plan_out as JSON, after a run that exited with `code` 0. */
+static cJSON *plan_json(int code) {
+  cr_assert_eq(code, 0, "exit %d: %s", code, plan_err);
+  cJSON *json = cJSON_Parse(plan_out);
+  cr_assert_not_null(json, "not JSON: %s", plan_out);
+  return json;
 }
 
 Test(checkpoint, cli_plan_prints_json_per_rank) {
-  static char out[1 << 16], err[1 << 14];
-  char dir[4096], arguments[4200];
-  fixture("modelopt_mixed_indexed", dir, sizeof dir);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 4 --json", dir);
-  int code = run_cli(arguments, out, sizeof out, err, sizeof err);
-  if (strstr(err, "unknown command")) cr_skip_test("volt8 plan is not wired into cli/main.c in this build");
-  cr_assert_eq(code, 0, "exit %d: %s", code, err);
-  cJSON *json = cJSON_Parse(out);
-  cr_assert_not_null(json, "not JSON: %s", out);
+  int code = run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "4", "--json", NULL});
+  if (strstr(plan_err, "unknown command")) cr_skip_test("volt8 plan is not wired into cli/main.c in this build");
+  cJSON *json = plan_json(code);
   cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(json, "route")->valuestring, "native");
   cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "experts")->valueint, 6);
   cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "hidden")->valueint, 256);
@@ -505,24 +501,18 @@ Test(checkpoint, cli_plan_prints_json_per_rank) {
     cr_assert_eq(cJSON_GetObjectItemCaseSensitive(item, "weight_bytes")->valuedouble, 6.0 * 3 * 160 * 256);
   }
   cJSON_Delete(json);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 4 --rank 3", dir);
-  cr_assert_eq(run_cli(arguments, out, sizeof out, err, sizeof err), 0, "%s", err);
-  cr_assert(strstr(out, "resident MiB") && strstr(out, "FP8_PB_WO"), "%s", out);
+  cr_assert_eq(run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "4", "--rank", "3", NULL}), 0, "%s",
+               plan_err);
+  cr_assert(strstr(plan_out, "resident MiB") && strstr(plan_out, "FP8_PB_WO"), "%s", plan_out);
 }
 
 /* --ep 4 over 6 experts: ranges [0, 2), [2, 4), [4, 5), [5, 6), each with its experts' bytes. */
 Test(checkpoint, cli_plan_splits_experts_over_ep_ranks) {
-  static char out[1 << 16], err[1 << 14];
-  char dir[4096], arguments[4200];
-  fixture("modelopt_mixed_indexed", dir, sizeof dir);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 2 --ep 4 --json", dir);
-  int code = run_cli(arguments, out, sizeof out, err, sizeof err);
-  cr_assert_eq(code, 0, "exit %d: %s", code, err);
-  cJSON *json = cJSON_Parse(out);
-  cr_assert_not_null(json, "not JSON: %s", out);
+  cJSON *json = plan_json(
+      run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "2", "--ep", "4", "--json", NULL}));
   cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "ep")->valueint, 4);
   const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(json, "ranks");
-  cr_assert_eq(cJSON_GetArraySize(ranks), 8, "%s", out);
+  cr_assert_eq(cJSON_GetArraySize(ranks), 8, "%s", plan_out);
   const int32_t starts[4] = {0, 2, 4, 5}, counts[4] = {2, 2, 1, 1};
   int32_t index = 0;
   for (const cJSON *item = ranks->child; item; item = item->next, index++) {
@@ -535,22 +525,17 @@ Test(checkpoint, cli_plan_splits_experts_over_ep_ranks) {
                  "entry %d", index);
   }
   cJSON_Delete(json);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 1 --ep 4", dir);
-  cr_assert_eq(run_cli(arguments, out, sizeof out, err, sizeof err), 0, "%s", err);
-  cr_assert(strstr(out, "ep 4") && strstr(out, "the first 2 ranks one more") && strstr(out, "   4..4"), "%s", out);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 1 --ep 7", dir);
-  cr_assert_eq(run_cli(arguments, out, sizeof out, err, sizeof err), 1, "%s", err);
-  cr_assert(strstr(err, "--ep 7") && strstr(err, "6 experts"), "%s", err);
+  cr_assert_eq(run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "1", "--ep", "4", NULL}), 0, "%s", plan_err);
+  cr_assert(strstr(plan_out, "ep 4") && strstr(plan_out, "the first 2 ranks one more") && strstr(plan_out, "   4..4"),
+            "%s", plan_out);
+  cr_assert_eq(run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "1", "--ep", "7", NULL}), 1, "%s", plan_err);
+  cr_assert(strstr(plan_err, "--ep 7") && strstr(plan_err, "6 experts"), "%s", plan_err);
 }
 
 Test(checkpoint, cli_plan_fails_on_a_bad_checkpoint) {
-  static char out[1 << 16], err[1 << 14];
-  char dir[4096], arguments[4200];
-  fixture("missing_scale", dir, sizeof dir);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 2 --json", dir);
-  int code = run_cli(arguments, out, sizeof out, err, sizeof err);
-  if (strstr(err, "unknown command")) cr_skip_test("volt8 plan is not wired into cli/main.c in this build");
+  int code = run_plan("missing_scale", (const char *[]){"--tp", "2", "--json", NULL});
+  if (strstr(plan_err, "unknown command")) cr_skip_test("volt8 plan is not wired into cli/main.c in this build");
   cr_assert_neq(code, 0);
-  cr_assert(strstr(err, "VOLT8_ERR_NOT_FOUND") && strstr(err, "down_proj.weight_scale_inv"), "%s", err);
-  cr_assert_eq(out[0], '\0', "nothing on stdout: %s", out);
+  cr_assert(strstr(plan_err, "VOLT8_ERR_NOT_FOUND") && strstr(plan_err, "down_proj.weight_scale_inv"), "%s", plan_err);
+  cr_assert_eq(plan_out[0], '\0', "nothing on stdout: %s", plan_out);
 }
