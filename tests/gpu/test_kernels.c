@@ -212,6 +212,16 @@ Test(gpu_kernels, one_launch_forward_under_skewed_routing) {
   close_with_problem(ctx, experts, &problem);
 }
 
+/* The forward of one gate_up, down pair against the reference, and the device's count of the
+ * batch's bad ids after it. */
+static void check_forward_and_bad_ids(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, const device_batch *batch,
+                                      const char *const pair[2], const char *label, int32_t bad_ids) {
+  gpu_check_forward(ctx, experts, hidden, batch, pair[0], pair[1], label);
+  int32_t counted = -1;
+  cr_assert_eq(volt8_experts_bad_id_count(experts, &counted), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_expect_eq(counted, bad_ids, "%s: device counted %d bad ids", label, counted);
+}
+
 /* With 2048 experts the route keeps 1024 ids in shared memory at once and places them with four
  * warps: 1280 and 2000 routed pairs take two tiles, uniform and skewed, with a bad id in the second
  * tile. Pairs must still be grouped in pair order for the routed kernels to match the reference. */
@@ -237,10 +247,7 @@ Test(gpu_kernels, route_over_several_id_tiles) {
       for (int p = 0; p < 3; p++) {
         char label[160];
         snprintf(label, sizeof label, "E=2048 M=%d top_k=%d routing %d", ms[c], top_ks[c], mode);
-        gpu_check_forward(ctx, experts, shape.hidden, &batch, pairs[p][0], pairs[p][1], label);
-        int32_t counted = -1;
-        cr_assert_eq(volt8_experts_bad_id_count(experts, &counted), VOLT8_OK, "%s", volt8_last_error(ctx));
-        cr_expect_eq(counted, 1, "%s: device counted %d bad ids", label, counted);
+        check_forward_and_bad_ids(ctx, experts, shape.hidden, &batch, pairs[p], label, 1);
       }
       gpu_free_batch(ctx, &batch);
     }
@@ -275,10 +282,7 @@ Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
       for (int p = 0; p < 5; p++) {
         char label[160];
         snprintf(label, sizeof label, "bad ids M=%d bad=%d %s + %s", ms[mi], bad_count, pairs[p][0], pairs[p][1]);
-        gpu_check_forward(ctx, experts, shape.hidden, &batch, pairs[p][0], pairs[p][1], label);
-        int32_t counted = -1;
-        cr_assert_eq(volt8_experts_bad_id_count(experts, &counted), VOLT8_OK, "%s", volt8_last_error(ctx));
-        cr_expect_eq(counted, bad_count, "%s: device counted %d bad ids", label, counted);
+        check_forward_and_bad_ids(ctx, experts, shape.hidden, &batch, pairs[p], label, bad_count);
       }
       gpu_free_batch(ctx, &batch);
     }
