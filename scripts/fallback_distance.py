@@ -81,15 +81,24 @@ def report(results, goal, markdown, out, header=HEADER):
     return over, missing
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("logs", nargs="+")
+def add_report_arguments(parser):
+    """--m, --markdown and --goal: what M to report and how; fallback_eval.py takes them too."""
     parser.add_argument("--m", help="token counts (default: every M of the logs)")
     parser.add_argument("--markdown", action="store_true", help="a Markdown table (for bench/RESULTS.md)")
     parser.add_argument("--goal", type=float, default=0.15, help="the distance goal (default 0.15)")
+
+
+def m_values_of(args):
+    return [int(text) for text in args.m.split(",")] if args.m else None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("logs", nargs="+")
+    add_report_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        m_values = [int(text) for text in args.m.split(",")] if args.m else None
+        m_values = m_values_of(args)
         shapes = tunelog.read_all(args.logs)
     except (OSError, ValueError, KeyError) as error:
         print("fallback_distance: %s" % error, file=sys.stderr)

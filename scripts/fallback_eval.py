@@ -94,12 +94,10 @@ def main(argv=None):
     parser.add_argument("logs", nargs="+")
     parser.add_argument("--tables", required=True, help="every shape's tables (each shape's own are left out)")
     parser.add_argument("--volt8", default=os.path.join(ROOT, "build", "volt8"), help="the volt8 command")
-    parser.add_argument("--m", help="token counts (default: every M of the logs)")
-    parser.add_argument("--markdown", action="store_true", help="a Markdown table (for bench/RESULTS.md)")
-    parser.add_argument("--goal", type=float, default=0.15, help="the distance goal (default 0.15)")
+    fallback_distance.add_report_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        m_values = [int(text) for text in args.m.split(",")] if args.m else None
+        m_values = fallback_distance.m_values_of(args)
         results = list(evaluate(tunelog.read_all(args.logs), args.tables, args.volt8, m_values))
     except (OSError, ValueError, KeyError, RuntimeError, subprocess.TimeoutExpired) as error:
         print("fallback_eval: %s" % error, file=sys.stderr)

@@ -66,49 +66,38 @@ Test(abi, ctx_create_rejects_bad_options) {
   cr_assert(strstr(volt8_last_error(NULL), "volta") != NULL, "message: %s", volt8_last_error(NULL));
 }
 
-Test(abi, l2_warm_budget_from_the_environment_is_checked) {
-  /* Checked with or without a device: a bad value fails the create and names the variable. */
+/* Each of `bad` in `variable` fails the create (with or without a device), leaving no context and
+ * naming the variable; each of `good` makes one. */
+static void expect_environment_checked(const char *variable, const char *const *bad, size_t bad_count,
+                                       const char *const *good, size_t good_count) {
   setenv("VOLT8_DISABLE_CUDA", "1", 1);
   volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
   options.cache_disable = 1;
-  const char *bad[] = {"", "12MiB", "-1", "1e6", "99999999999999999999"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv("VOLT8_L2_WARM_BYTES", bad[i], 1);
+  for (size_t i = 0; i < bad_count; i++) {
+    setenv(variable, bad[i], 1);
     volt8_ctx *ctx = (volt8_ctx *)0x1;
     cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_ERR_INVALID_ARGUMENT, "value \"%s\"", bad[i]);
     cr_assert_null(ctx);
-    cr_assert(strstr(volt8_last_error(NULL), "VOLT8_L2_WARM_BYTES") != NULL, "message: %s", volt8_last_error(NULL));
+    cr_assert(strstr(volt8_last_error(NULL), variable) != NULL, "message: %s", volt8_last_error(NULL));
   }
-  const char *good[] = {"0", "12582912"};
-  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-    setenv("VOLT8_L2_WARM_BYTES", good[i], 1);
+  for (size_t i = 0; i < good_count; i++) {
+    setenv(variable, good[i], 1);
     volt8_ctx *ctx = NULL;
     cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "value \"%s\": %s", good[i], volt8_last_error(NULL));
     volt8_ctx_destroy(ctx);
   }
-  unsetenv("VOLT8_L2_WARM_BYTES");
+  unsetenv(variable);
+}
+
+Test(abi, l2_warm_budget_from_the_environment_is_checked) {
+  const char *bad[] = {"", "12MiB", "-1", "1e6", "99999999999999999999"}, *good[] = {"0", "12582912"};
+  expect_environment_checked("VOLT8_L2_WARM_BYTES", bad, sizeof bad / sizeof bad[0], good, sizeof good / sizeof good[0]);
 }
 
 Test(abi, single_launch_grid_from_the_environment_is_checked) {
-  setenv("VOLT8_DISABLE_CUDA", "1", 1);
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.cache_disable = 1;
-  const char *bad[] = {"", "three", "-1", "33", "3.5"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    setenv("VOLT8_SINGLE_LAUNCH_CTAS", bad[i], 1);
-    volt8_ctx *ctx = (volt8_ctx *)0x1;
-    cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_ERR_INVALID_ARGUMENT, "value \"%s\"", bad[i]);
-    cr_assert_null(ctx);
-    cr_assert(strstr(volt8_last_error(NULL), "VOLT8_SINGLE_LAUNCH_CTAS") != NULL, "message: %s", volt8_last_error(NULL));
-  }
-  const char *good[] = {"0", "1", "32"};
-  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-    setenv("VOLT8_SINGLE_LAUNCH_CTAS", good[i], 1);
-    volt8_ctx *ctx = NULL;
-    cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "value \"%s\": %s", good[i], volt8_last_error(NULL));
-    volt8_ctx_destroy(ctx);
-  }
-  unsetenv("VOLT8_SINGLE_LAUNCH_CTAS");
+  const char *bad[] = {"", "three", "-1", "33", "3.5"}, *good[] = {"0", "1", "32"};
+  expect_environment_checked("VOLT8_SINGLE_LAUNCH_CTAS", bad, sizeof bad / sizeof bad[0], good,
+                             sizeof good / sizeof good[0]);
 }
 
 Test(abi, older_options_size_is_accepted) {

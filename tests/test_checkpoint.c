@@ -13,8 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "core/ctx_internal.h"
@@ -274,43 +272,86 @@ Test(checkpoint, plan_of_the_real_shape_stages_one_expert) {
 
 /* ---- shards add up ---- */
 
+/* The whole layer's reference output for a batch that the caller routes, and the sum of the ranks'
+ * outputs for the same batch: the tp and ep x tp checks below differ only in how they cut the ranks. */
+typedef struct {
+  char dir[4096];
+  volt8_ctx *ctx;
+  volt8_load_options options;
+  volt8_host_checkpoint *whole;
+  int32_t tokens, top_k, hidden, experts;
+  size_t count;
+  uint16_t *x;
+  int32_t *ids;
+  float *weights;
+  double *expected, *summed, *part;
+} ranks_sum;
+
+/* Loads the whole layer; the caller fills x, ids and weights and then calls ranks_sum_expect. */
+static void ranks_sum_begin(ranks_sum *sum, const char *name, const char *online, int32_t tokens, int32_t top_k) {
+  fixture(name, sum->dir, sizeof sum->dir);
+  sum->ctx = test_cpu_ctx(NULL);
+  sum->options = (volt8_load_options)VOLT8_LOAD_OPTIONS_INIT;
+  sum->options.checkpoint_dir = sum->dir;
+  sum->options.mtp_expert_quantization = online;
+  sum->whole = NULL;
+  cr_assert_eq(volt8_checkpoint_load_host(sum->ctx, &sum->options, &sum->whole), VOLT8_OK, "%s",
+               volt8_last_error(sum->ctx));
+  sum->tokens = tokens, sum->top_k = top_k;
+  sum->hidden = sum->whole->shape.hidden, sum->experts = sum->whole->shape.num_experts;
+  sum->count = (size_t)tokens * sum->hidden;
+  sum->x = malloc(sizeof *sum->x * sum->count);
+  sum->ids = malloc(sizeof *sum->ids * (size_t)(tokens * top_k));
+  sum->weights = malloc(sizeof *sum->weights * (size_t)(tokens * top_k));
+  sum->expected = calloc(sum->count, sizeof *sum->expected), sum->summed = calloc(sum->count, sizeof *sum->summed);
+  sum->part = calloc(sum->count, sizeof *sum->part);
+}
+
+static void ranks_sum_expect(ranks_sum *sum) {
+  cr_assert_eq(volt8_reference_moe_forward(sum->ctx, &sum->whole->shape, &sum->whole->experts, sum->x, sum->ids,
+                                           sum->weights, sum->tokens, sum->top_k, sum->expected),
+               VOLT8_OK, "%s", volt8_last_error(sum->ctx));
+}
+
+/* Adds one rank's reference output; `rank_name` and `rank` say which rank failed. */
+static void ranks_sum_add(ranks_sum *sum, const volt8_moe_shape *shape, const volt8_host_experts *experts,
+                          const char *rank_name, int32_t rank) {
+  cr_assert_eq(volt8_reference_moe_forward(sum->ctx, shape, experts, sum->x, sum->ids, sum->weights, sum->tokens,
+                                           sum->top_k, sum->part),
+               VOLT8_OK, "%s %d: %s", rank_name, rank, volt8_last_error(sum->ctx));
+  for (size_t i = 0; i < sum->count; i++) sum->summed[i] += sum->part[i];
+}
+
+/* Checks the ranks' outputs sum to the whole layer's, then frees all; `cut` names the split for the message. */
+static void ranks_sum_end(ranks_sum *sum, const char *cut) {
+  double error = 0.0;
+  cr_assert_eq(volt8_relative_l2(sum->ctx, sum->expected, sum->summed, sum->count, &error), VOLT8_OK);
+  cr_assert_leq(error, 1e-12, "%s: the ranks' outputs sum to %.3g relative L2 off the whole layer", cut, error);
+  free(sum->x), free(sum->ids), free(sum->weights), free(sum->expected), free(sum->summed), free(sum->part);
+  volt8_host_checkpoint_free(sum->whole);
+  volt8_ctx_destroy(sum->ctx);
+}
+
 /* The tp ranks' partial outputs of the reference forward sum to the unsharded output: every row of
  * gate/up and column of down is held by exactly one rank, with the scale of its own block. */
 static void sharded_forward_matches_whole(const char *name, int32_t tp) {
-  char dir[4096];
-  fixture(name, dir, sizeof dir);
-  volt8_ctx *ctx = test_cpu_ctx(NULL);
-  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
-  options.checkpoint_dir = dir;
-  volt8_host_checkpoint *whole = NULL;
-  cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &whole), VOLT8_OK, "%s", volt8_last_error(ctx));
-  enum { TOKENS = 3, TOP_K = 2 };
-  int32_t hidden = whole->shape.hidden, experts = whole->shape.num_experts;
-  uint16_t *x = malloc(sizeof *x * TOKENS * (size_t)hidden);
-  for (int32_t i = 0; i < TOKENS * hidden; i++) x[i] = volt8_half_from_double(sin(i * 0.61) * 0.5);
-  int32_t ids[TOKENS * TOP_K];
-  float weights[TOKENS * TOP_K];
-  for (int32_t i = 0; i < TOKENS * TOP_K; i++) ids[i] = (i * 5 + 1) % experts, weights[i] = 0.25f + 0.1f * (float)i;
-  double *expected = calloc((size_t)TOKENS * hidden, sizeof *expected), *summed = calloc((size_t)TOKENS * hidden, sizeof *summed);
-  double *part = calloc((size_t)TOKENS * hidden, sizeof *part);
-  cr_assert_eq(volt8_reference_moe_forward(ctx, &whole->shape, &whole->experts, x, ids, weights, TOKENS, TOP_K, expected),
-               VOLT8_OK, "%s", volt8_last_error(ctx));
-  options.tp_size = tp;
+  char cut[4200];
+  ranks_sum sum;
+  ranks_sum_begin(&sum, name, NULL, 3, 2);
+  for (int32_t i = 0; i < sum.tokens * sum.hidden; i++) sum.x[i] = volt8_half_from_double(sin(i * 0.61) * 0.5);
+  for (int32_t i = 0; i < sum.tokens * sum.top_k; i++)
+    sum.ids[i] = (i * 5 + 1) % sum.experts, sum.weights[i] = 0.25f + 0.1f * (float)i;
+  ranks_sum_expect(&sum);
+  sum.options.tp_size = tp;
   for (int32_t rank = 0; rank < tp; rank++) {
-    options.tp_rank = rank;
+    sum.options.tp_rank = rank;
     volt8_host_checkpoint *shard = NULL;
-    cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &shard), VOLT8_OK, "%s", volt8_last_error(ctx));
-    cr_assert_eq(volt8_reference_moe_forward(ctx, &shard->shape, &shard->experts, x, ids, weights, TOKENS, TOP_K, part),
-                 VOLT8_OK, "rank %d: %s", rank, volt8_last_error(ctx));
-    for (int32_t i = 0; i < TOKENS * hidden; i++) summed[i] += part[i];
+    cr_assert_eq(volt8_checkpoint_load_host(sum.ctx, &sum.options, &shard), VOLT8_OK, "%s", volt8_last_error(sum.ctx));
+    ranks_sum_add(&sum, &shard->shape, &shard->experts, "rank", rank);
     volt8_host_checkpoint_free(shard);
   }
-  double error = 0.0;
-  cr_assert_eq(volt8_relative_l2(ctx, expected, summed, (size_t)TOKENS * hidden, &error), VOLT8_OK);
-  cr_assert_leq(error, 1e-12, "%s tp %d: the ranks' outputs sum to %.3g relative L2 off the whole layer", name, tp, error);
-  free(x), free(expected), free(summed), free(part);
-  volt8_host_checkpoint_free(whole);
-  volt8_ctx_destroy(ctx);
+  snprintf(cut, sizeof cut, "%s tp %d", name, tp);
+  ranks_sum_end(&sum, cut);
 }
 
 Test(checkpoint, shards_add_up_through_the_reference_forward) {
@@ -332,45 +373,34 @@ static void expect_same_bytes(const void *got, const void *whole, size_t bytes, 
  * of all ranks (global ids, some of them bad) sum to the whole layer's. */
 static void expert_parallel_forward_matches_whole(const char *name, const char *online, int32_t ep_size,
                                                   int32_t tp_size) {
-  char dir[4096];
-  fixture(name, dir, sizeof dir);
-  volt8_ctx *ctx = test_cpu_ctx(NULL);
-  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
-  options.checkpoint_dir = dir;
-  options.mtp_expert_quantization = online;
-  volt8_host_checkpoint *whole = NULL;
-  cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &whole), VOLT8_OK, "%s", volt8_last_error(ctx));
-  enum { TOKENS = 4, TOP_K = 3 };
-  int32_t hidden = whole->shape.hidden, experts = whole->shape.num_experts;
-  uint16_t *x = malloc(sizeof *x * TOKENS * (size_t)hidden);
-  for (int32_t i = 0; i < TOKENS * hidden; i++) x[i] = volt8_half_from_double(cos(i * 0.37) * 0.5);
-  int32_t ids[TOKENS * TOP_K];
-  float weights[TOKENS * TOP_K];
-  for (int32_t i = 0; i < TOKENS * TOP_K; i++) ids[i] = (i * 7 + 2) % experts, weights[i] = 0.2f + 0.05f * (float)i;
-  ids[4] = experts, ids[9] = -1;  /* bad ids: no rank holds them */
-  size_t count = (size_t)TOKENS * hidden;
-  double *expected = calloc(count, sizeof *expected), *summed = calloc(count, sizeof *summed);
-  double *part = calloc(count, sizeof *part);
-  cr_assert_eq(volt8_reference_moe_forward(ctx, &whole->shape, &whole->experts, x, ids, weights, TOKENS, TOP_K, expected),
-               VOLT8_OK, "%s", volt8_last_error(ctx));
-  options.tp_size = tp_size;
+  char cut[4200];
+  ranks_sum sum;
+  ranks_sum_begin(&sum, name, online, 4, 3);
+  int32_t experts = sum.experts;
+  for (int32_t i = 0; i < sum.tokens * sum.hidden; i++) sum.x[i] = volt8_half_from_double(cos(i * 0.37) * 0.5);
+  for (int32_t i = 0; i < sum.tokens * sum.top_k; i++)
+    sum.ids[i] = (i * 7 + 2) % experts, sum.weights[i] = 0.2f + 0.05f * (float)i;
+  sum.ids[4] = experts, sum.ids[9] = -1;  /* bad ids: no rank holds them */
+  ranks_sum_expect(&sum);
+  volt8_load_options *options = &sum.options;
+  options->tp_size = tp_size;
   for (int32_t tp_rank = 0; tp_rank < tp_size; tp_rank++) {
-    options.tp_rank = tp_rank;
-    options.expert_start = 0, options.expert_count = 0;
+    options->tp_rank = tp_rank;
+    options->expert_start = 0, options->expert_count = 0;
     volt8_host_checkpoint *slice = NULL;
-    cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &slice), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_eq(volt8_checkpoint_load_host(sum.ctx, options, &slice), VOLT8_OK, "%s", volt8_last_error(sum.ctx));
     volt8_moe_dims dims;
-    cr_assert_eq(volt8_moe_dims_compute(ctx, &slice->shape, &dims), VOLT8_OK);
+    cr_assert_eq(volt8_moe_dims_compute(sum.ctx, &slice->shape, &dims), VOLT8_OK);
     for (int32_t ep_rank = 0; ep_rank < ep_size; ep_rank++) {
-      volt8_shard_experts(experts, ep_size, ep_rank, &options.expert_start, &options.expert_count);
+      volt8_shard_experts(experts, ep_size, ep_rank, &options->expert_start, &options->expert_count);
       volt8_host_checkpoint *rank = NULL;
-      cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &rank), VOLT8_OK, "%s", volt8_last_error(ctx));
+      cr_assert_eq(volt8_checkpoint_load_host(sum.ctx, options, &rank), VOLT8_OK, "%s", volt8_last_error(sum.ctx));
       const volt8_moe_shape *shape = &rank->shape;
-      cr_assert(shape->num_experts == options.expert_count && shape->expert_start == options.expert_start &&
-                    shape->global_experts == (options.expert_count == experts ? 0 : experts),
+      cr_assert(shape->num_experts == options->expert_count && shape->expert_start == options->expert_start &&
+                    shape->global_experts == (options->expert_count == experts ? 0 : experts),
                 "ep rank %d: shape holds %d experts from %d of %d", ep_rank, shape->num_experts, shape->expert_start,
                 shape->global_experts);
-      int64_t start = options.expert_start, n = options.expert_count;
+      int64_t start = options->expert_start, n = options->expert_count;
       expect_same_bytes(rank->experts.w13, slice->experts.w13 + start * dims.w13_bytes_per_expert,
                         (size_t)(n * dims.w13_bytes_per_expert), "w13", ep_rank, tp_rank);
       expect_same_bytes(rank->experts.w2, slice->experts.w2 + start * dims.w2_bytes_per_expert,
@@ -379,20 +409,13 @@ static void expert_parallel_forward_matches_whole(const char *name, const char *
                         (size_t)(n * dims.s13_elems_per_expert * 2), "s13", ep_rank, tp_rank);
       expect_same_bytes(rank->experts.s2, slice->experts.s2 + start * dims.s2_elems_per_expert,
                         (size_t)(n * dims.s2_elems_per_expert * 2), "s2", ep_rank, tp_rank);
-      cr_assert_eq(volt8_reference_moe_forward(ctx, shape, &rank->experts, x, ids, weights, TOKENS, TOP_K, part), VOLT8_OK,
-                   "ep rank %d: %s", ep_rank, volt8_last_error(ctx));
-      for (size_t i = 0; i < count; i++) summed[i] += part[i];
+      ranks_sum_add(&sum, shape, &rank->experts, "ep rank", ep_rank);
       volt8_host_checkpoint_free(rank);
     }
     volt8_host_checkpoint_free(slice);
   }
-  double error = 0.0;
-  cr_assert_eq(volt8_relative_l2(ctx, expected, summed, count, &error), VOLT8_OK);
-  cr_assert_leq(error, 1e-12, "%s ep %d x tp %d: the ranks' outputs sum to %.3g relative L2 off the whole layer", name,
-                ep_size, tp_size, error);
-  free(x), free(expected), free(summed), free(part);
-  volt8_host_checkpoint_free(whole);
-  volt8_ctx_destroy(ctx);
+  snprintf(cut, sizeof cut, "%s ep %d x tp %d", name, ep_size, tp_size);
+  ranks_sum_end(&sum, cut);
 }
 
 Test(checkpoint, expert_ranks_add_up_through_the_reference_forward) {
@@ -435,35 +458,33 @@ Test(checkpoint, bad_expert_ranges_are_refused_and_leave_nothing) {
 
 /* ---- volt8 plan ---- */
 
-static int run_cli(const char *arguments, char *out, size_t out_bytes, char *err, size_t err_bytes) {
-  char command[8192], err_path[] = "/tmp/volt8-plan-stderr-XXXXXX";
-  int err_fd = mkstemp(err_path);
-  cr_assert_geq(err_fd, 0);
-  close(err_fd);
-  snprintf(command, sizeof command, "'%s' plan %s 2>'%s'", VOLT8_CLI_PATH, arguments, err_path);
-  FILE *pipe = popen(command, "r");
-  cr_assert_not_null(pipe);
-  size_t used = fread(out, 1, out_bytes - 1, pipe);
-  out[used] = '\0';
-  int status = pclose(pipe);
-  FILE *stream = fopen(err_path, "rb");
-  used = stream ? fread(err, 1, err_bytes - 1, stream) : 0;
-  err[used] = '\0';
-  if (stream) fclose(stream);
-  unlink(err_path);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+static char plan_out[1 << 16], plan_err[1 << 14];
+
+/* `volt8 plan` with the fixture `name`'s folder and then `options` (up to a NULL); its stdout and
+ * stderr land in plan_out and plan_err. Returns its exit status. */
+static int run_plan(const char *name, const char *const *options) {
+  char dir[4096];
+  fixture(name, dir, sizeof dir);
+  char *args[16] = {"plan", dir};
+  for (int i = 0; options[i]; i++) {
+    cr_assert_lt(i + 3, 16, "too many options for run_plan");
+    args[i + 2] = (char *)options[i];
+  }
+  return test_run_volt8(args, plan_out, sizeof plan_out, plan_err, sizeof plan_err);
+}
+
+/* plan_out as JSON, after a run that exited with `code` 0. */
+static cJSON *plan_json(int code) {
+  cr_assert_eq(code, 0, "exit %d: %s", code, plan_err);
+  cJSON *json = cJSON_Parse(plan_out);
+  cr_assert_not_null(json, "not JSON: %s", plan_out);
+  return json;
 }
 
 Test(checkpoint, cli_plan_prints_json_per_rank) {
-  static char out[1 << 16], err[1 << 14];
-  char dir[4096], arguments[4200];
-  fixture("modelopt_mixed_indexed", dir, sizeof dir);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 4 --json", dir);
-  int code = run_cli(arguments, out, sizeof out, err, sizeof err);
-  if (strstr(err, "unknown command")) cr_skip_test("volt8 plan is not wired into cli/main.c in this build");
-  cr_assert_eq(code, 0, "exit %d: %s", code, err);
-  cJSON *json = cJSON_Parse(out);
-  cr_assert_not_null(json, "not JSON: %s", out);
+  int code = run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "4", "--json", NULL});
+  if (strstr(plan_err, "unknown command")) cr_skip_test("volt8 plan is not wired into cli/main.c in this build");
+  cJSON *json = plan_json(code);
   cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(json, "route")->valuestring, "native");
   cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "experts")->valueint, 6);
   cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "hidden")->valueint, 256);
@@ -480,24 +501,18 @@ Test(checkpoint, cli_plan_prints_json_per_rank) {
     cr_assert_eq(cJSON_GetObjectItemCaseSensitive(item, "weight_bytes")->valuedouble, 6.0 * 3 * 160 * 256);
   }
   cJSON_Delete(json);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 4 --rank 3", dir);
-  cr_assert_eq(run_cli(arguments, out, sizeof out, err, sizeof err), 0, "%s", err);
-  cr_assert(strstr(out, "resident MiB") && strstr(out, "FP8_PB_WO"), "%s", out);
+  cr_assert_eq(run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "4", "--rank", "3", NULL}), 0, "%s",
+               plan_err);
+  cr_assert(strstr(plan_out, "resident MiB") && strstr(plan_out, "FP8_PB_WO"), "%s", plan_out);
 }
 
 /* --ep 4 over 6 experts: ranges [0, 2), [2, 4), [4, 5), [5, 6), each with its experts' bytes. */
 Test(checkpoint, cli_plan_splits_experts_over_ep_ranks) {
-  static char out[1 << 16], err[1 << 14];
-  char dir[4096], arguments[4200];
-  fixture("modelopt_mixed_indexed", dir, sizeof dir);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 2 --ep 4 --json", dir);
-  int code = run_cli(arguments, out, sizeof out, err, sizeof err);
-  cr_assert_eq(code, 0, "exit %d: %s", code, err);
-  cJSON *json = cJSON_Parse(out);
-  cr_assert_not_null(json, "not JSON: %s", out);
+  cJSON *json = plan_json(
+      run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "2", "--ep", "4", "--json", NULL}));
   cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "ep")->valueint, 4);
   const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(json, "ranks");
-  cr_assert_eq(cJSON_GetArraySize(ranks), 8, "%s", out);
+  cr_assert_eq(cJSON_GetArraySize(ranks), 8, "%s", plan_out);
   const int32_t starts[4] = {0, 2, 4, 5}, counts[4] = {2, 2, 1, 1};
   int32_t index = 0;
   for (const cJSON *item = ranks->child; item; item = item->next, index++) {
@@ -510,22 +525,17 @@ Test(checkpoint, cli_plan_splits_experts_over_ep_ranks) {
                  "entry %d", index);
   }
   cJSON_Delete(json);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 1 --ep 4", dir);
-  cr_assert_eq(run_cli(arguments, out, sizeof out, err, sizeof err), 0, "%s", err);
-  cr_assert(strstr(out, "ep 4") && strstr(out, "the first 2 ranks one more") && strstr(out, "   4..4"), "%s", out);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 1 --ep 7", dir);
-  cr_assert_eq(run_cli(arguments, out, sizeof out, err, sizeof err), 1, "%s", err);
-  cr_assert(strstr(err, "--ep 7") && strstr(err, "6 experts"), "%s", err);
+  cr_assert_eq(run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "1", "--ep", "4", NULL}), 0, "%s", plan_err);
+  cr_assert(strstr(plan_out, "ep 4") && strstr(plan_out, "the first 2 ranks one more") && strstr(plan_out, "   4..4"),
+            "%s", plan_out);
+  cr_assert_eq(run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "1", "--ep", "7", NULL}), 1, "%s", plan_err);
+  cr_assert(strstr(plan_err, "--ep 7") && strstr(plan_err, "6 experts"), "%s", plan_err);
 }
 
 Test(checkpoint, cli_plan_fails_on_a_bad_checkpoint) {
-  static char out[1 << 16], err[1 << 14];
-  char dir[4096], arguments[4200];
-  fixture("missing_scale", dir, sizeof dir);
-  snprintf(arguments, sizeof arguments, "'%s' --tp 2 --json", dir);
-  int code = run_cli(arguments, out, sizeof out, err, sizeof err);
-  if (strstr(err, "unknown command")) cr_skip_test("volt8 plan is not wired into cli/main.c in this build");
+  int code = run_plan("missing_scale", (const char *[]){"--tp", "2", "--json", NULL});
+  if (strstr(plan_err, "unknown command")) cr_skip_test("volt8 plan is not wired into cli/main.c in this build");
   cr_assert_neq(code, 0);
-  cr_assert(strstr(err, "VOLT8_ERR_NOT_FOUND") && strstr(err, "down_proj.weight_scale_inv"), "%s", err);
-  cr_assert_eq(out[0], '\0', "nothing on stdout: %s", out);
+  cr_assert(strstr(plan_err, "VOLT8_ERR_NOT_FOUND") && strstr(plan_err, "down_proj.weight_scale_inv"), "%s", plan_err);
+  cr_assert_eq(plan_out[0], '\0', "nothing on stdout: %s", plan_out);
 }

@@ -50,15 +50,6 @@ static volt8_moe_shape model_shape(const char *name, int32_t tp) {
   return shape;
 }
 
-static void write_table(const char *name, const char *text) {
-  char path[8192];
-  snprintf(path, sizeof path, "%s/%s", temp_dir, name);
-  FILE *file = fopen(path, "wb");
-  cr_assert_not_null(file, "cannot write %s", path);
-  fputs(text, file);
-  fclose(file);
-}
-
 static int is_mma(const char *variant) { return strstr(variant, ".mma.") != NULL; }
 
 Test(dispatch_fallback, emulated_families_are_named) {
@@ -177,10 +168,10 @@ Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) 
   cr_assert(mma && hmma, "sm_90 lists both gate_up families for this shape");
   char text[512];
   snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"64\": \"%s\"}", mma);
-  write_table("op=gate_up,N=352,K=4000,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  test_write_text(temp_dir, "op=gate_up,N=352,K=4000,block=128x128,arch=sm_90,device=Test_GPU.json", text);
   snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"64\": \"%s\"}", hmma);
-  write_table("op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
-  write_table("op=gate_up,N=340,K=4096,block=128x128,arch=sm_70,device=Test_GPU.json", text);
+  test_write_text(temp_dir, "op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  test_write_text(temp_dir, "op=gate_up,N=340,K=4096,block=128x128,arch=sm_70,device=Test_GPU.json", text);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   volt8_tuning_match match;
   cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 64, 8, names, count, &match), VOLT8_OK);
@@ -198,7 +189,7 @@ Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) 
 Test(dispatch_fallback, invalid_candidate_is_a_warning) {
   volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
   volt8_moe_shape shape = model_shape("qwen3-next", 8);
-  write_table("op=down,N=2048,K=80,block=128x128,arch=sm_90,device=Test_GPU.json", "{\"__metadata__\": ");
+  test_write_text(temp_dir, "op=down,N=2048,K=80,block=128x128,arch=sm_90,device=Test_GPU.json", "{\"__metadata__\": ");
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   volt8_tuning_warnings_reset();
   volt8_variant_choice choice;

@@ -36,6 +36,15 @@ void *test_read_whole(const char *path, size_t *out_bytes) {
   return data;
 }
 
+void test_write_text(const char *dir, const char *name, const char *text) {
+  char path[8192];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *file = fopen(path, "wb");
+  cr_assert_not_null(file, "cannot write %s", path);
+  fputs(text, file);
+  fclose(file);
+}
+
 static int remove_entry(const char *path, const struct stat *info, int flag, struct FTW *walk) {
   (void)info, (void)flag, (void)walk;
   return remove(path);

@@ -16,6 +16,9 @@ void *test_read_whole(const char *path, size_t *out_bytes);
  * path does nothing. Safe in fixture teardowns. */
 void test_remove_tree(const char *dir);
 
+/* Writes `text` to the file `name` in `dir`, replacing it; fails the test when it cannot. */
+void test_write_text(const char *dir, const char *name, const char *text);
+
 /* Makes a fresh folder $TMPDIR/<prefix>_XXXXXX (default /tmp) into `dir`; fails the test when it cannot. */
 void test_make_temp_dir(char *dir, size_t dir_size, const char *prefix);
 

@@ -64,15 +64,6 @@ static volt8_moe_shape reference_shape(void) {
   return shape;
 }
 
-static void write_text(const char *name, const char *text) {
-  char path[8192];
-  snprintf(path, sizeof path, "%s/%s", temp_dir, name);
-  FILE *file = fopen(path, "wb");
-  cr_assert_not_null(file, "cannot write %s", path);
-  fputs(text, file);
-  fclose(file);
-}
-
 static char *read_text(const char *path) {
   FILE *file = fopen(path, "rb");
   if (!file) return NULL;
@@ -261,7 +252,7 @@ static void table_text(char *buf, size_t size, const char *op, const char *m_key
 Test(tuning_lookup, environment_directory_serves_the_nearest_m) {
   volt8_ctx *ctx = test_cpu_ctx("sm_90");
   volt8_moe_shape shape = reference_shape();
-  write_text(REFERENCE_GATE_UP_NAME,
+  test_write_text(temp_dir, REFERENCE_GATE_UP_NAME,
              "{\"__metadata__\": {\"schema_version\": 1}, \"1\": \"gate_up.x1\", \"16\": \"gate_up.x16\", "
              "\"128\": \"gate_up.x128\"}");
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
@@ -283,14 +274,14 @@ Test(tuning_lookup, device_table_before_any_device_table) {
   volt8_moe_shape shape = reference_shape();
   char text[512];
   table_text(text, sizeof text, "down", "4", "any_device");
-  write_text("op=down,N=2560,K=160,block=128x128,arch=sm_90,device=any.json", text);
+  test_write_text(temp_dir, "op=down,N=2560,K=160,block=128x128,arch=sm_90,device=any.json", text);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   volt8_tuning_match match;
   cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_DOWN, 4, 10, &match), VOLT8_OK);
   cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_ENV_DIR);
   cr_assert_str_eq(match.variant, "down.any_device");
   table_text(text, sizeof text, "down", "4", "this_device");
-  write_text(REFERENCE_DOWN_NAME, text);
+  test_write_text(temp_dir, REFERENCE_DOWN_NAME, text);
   cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_DOWN, 4, 10, &match), VOLT8_OK);
   cr_assert_str_eq(match.variant, "down.this_device");
   volt8_ctx_destroy(ctx);
@@ -319,10 +310,11 @@ Test(tuning_lookup, corrupt_table_skipped_with_a_warning) {
   volt8_ctx *ctx = test_cpu_ctx("sm_90");
   volt8_moe_shape shape = reference_shape();
   shape.hidden = 1024;
-  write_text("op=gate_up,N=320,K=1024,block=128x128,arch=sm_90,device=unknown.json", "{\"__metadata__\": {");
+  test_write_text(temp_dir, "op=gate_up,N=320,K=1024,block=128x128,arch=sm_90,device=unknown.json",
+                  "{\"__metadata__\": {");
   char any_text[512];
   table_text(any_text, sizeof any_text, "gate_up", "2", "fallback");
-  write_text("op=gate_up,N=320,K=1024,block=128x128,arch=sm_90,device=any.json", any_text);
+  test_write_text(temp_dir, "op=gate_up,N=320,K=1024,block=128x128,arch=sm_90,device=any.json", any_text);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   volt8_tuning_match match;
   cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, 2, 10, &match), VOLT8_OK);
@@ -360,7 +352,7 @@ Test(tuning_lookup, built_in_derived_sm70_tables) {
   cr_assert_not_null(strstr(match.origin, "built-in:"), "%s", match.origin);
   char text[512];
   table_text(text, sizeof text, "gate_up", "8", "from_the_environment");
-  write_text("op=gate_up,N=320,K=2560,block=128x128,arch=sm_70,device=any.json", text);
+  test_write_text(temp_dir, "op=gate_up,N=320,K=2560,block=128x128,arch=sm_70,device=any.json", text);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, &match), VOLT8_OK);
   cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_ENV_DIR, "VOLT8_TUNING_DIR comes before the built-in tables");
@@ -379,8 +371,9 @@ Test(tuning_lookup, dispatch_follows_the_table) {
   char text[512];
   const char *pick = strcmp(heuristic.gate_up, last_gate_up) != 0 ? last_gate_up : first_gate_up;
   snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1}, \"8\": \"%s\"}", pick);
-  write_text(REFERENCE_GATE_UP_NAME, text);
-  write_text(REFERENCE_DOWN_NAME, "{\"__metadata__\": {\"schema_version\": 1}, \"8\": \"down.not.offered\"}");
+  test_write_text(temp_dir, REFERENCE_GATE_UP_NAME, text);
+  test_write_text(temp_dir, REFERENCE_DOWN_NAME,
+                  "{\"__metadata__\": {\"schema_version\": 1}, \"8\": \"down.not.offered\"}");
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   volt8_tuning_warnings_reset();
   cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 8, 10, &tuned), VOLT8_OK, "%s", volt8_last_error(ctx));
@@ -620,7 +613,7 @@ Test(tuner, rerun_merges_into_the_existing_table) {
 Test(tuner, corrupt_existing_table_is_left_alone) {
   volt8_ctx *ctx = test_cpu_ctx("sm_90");
   const char *garbage = "{\"__metadata__\": {\"schema_version\": 1}, \"1\": 7}";
-  write_text("op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=Fake_GPU.json", garbage);
+  test_write_text(temp_dir, "op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=Fake_GPU.json", garbage);
   fake_timer fake = {0};
   tuner_backend backend = {&fake, 1, fake_begin, fake_measure, fake_end};
   tuner_summary summary;

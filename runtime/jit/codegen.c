@@ -50,24 +50,21 @@ static int read_embedded(lua_State *L) {
   return 1;
 }
 
+static void set_integer_field(lua_State *L, const char *field, lua_Integer value) {
+  lua_pushinteger(L, value);
+  lua_setfield(L, -2, field);
+}
+
 static void push_shape(lua_State *L, const volt8_moe_shape *shape) {
   lua_createtable(L, 0, 8);
-  lua_pushinteger(L, shape->hidden);
-  lua_setfield(L, -2, "hidden");
-  lua_pushinteger(L, shape->intermediate);
-  lua_setfield(L, -2, "intermediate");
-  lua_pushinteger(L, shape->num_experts);
-  lua_setfield(L, -2, "num_experts");
-  lua_pushinteger(L, shape->block_n);
-  lua_setfield(L, -2, "block_n");
-  lua_pushinteger(L, shape->block_k);
-  lua_setfield(L, -2, "block_k");
-  lua_pushinteger(L, shape->intermediate_offset);
-  lua_setfield(L, -2, "intermediate_offset");
-  lua_pushinteger(L, shape->expert_start);
-  lua_setfield(L, -2, "expert_start");
-  lua_pushinteger(L, shape->global_experts);
-  lua_setfield(L, -2, "global_experts");
+  set_integer_field(L, "hidden", shape->hidden);
+  set_integer_field(L, "intermediate", shape->intermediate);
+  set_integer_field(L, "num_experts", shape->num_experts);
+  set_integer_field(L, "block_n", shape->block_n);
+  set_integer_field(L, "block_k", shape->block_k);
+  set_integer_field(L, "intermediate_offset", shape->intermediate_offset);
+  set_integer_field(L, "expert_start", shape->expert_start);
+  set_integer_field(L, "global_experts", shape->global_experts);
 }
 
 /* Pushes gen.<function_name> of the module table at the top of the stack. */

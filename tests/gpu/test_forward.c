@@ -97,14 +97,25 @@ Test(gpu_forward, graph_replay_matches_eager_bit_for_bit) {
   volt8_ctx_destroy(ctx);
 }
 
-Test(gpu_forward, unprepared_variant_during_capture_is_refused) {
-  volt8_ctx *ctx = gpu_open();
-  gpu_seed(13);
+/* The reference shape at 64 experts, seeded with `salt`, and its experts on the device (up to 64
+ * tokens, top_k 10): where the cases that need one small problem start. */
+static volt8_experts *upload_small_problem(volt8_ctx *ctx, uint64_t salt, host_problem *problem) {
+  gpu_seed(salt);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   shape.num_experts = 64;
+  gpu_make_problem(ctx, &shape, problem);
+  return gpu_upload(ctx, problem, 64, 10);
+}
+
+static void free_small_problem(volt8_experts *experts, host_problem *problem) {
+  volt8_experts_destroy(experts);
+  gpu_free_problem(problem);
+}
+
+Test(gpu_forward, unprepared_variant_during_capture_is_refused) {
+  volt8_ctx *ctx = gpu_open();
   host_problem problem;
-  gpu_make_problem(ctx, &shape, &problem);
-  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  volt8_experts *experts = upload_small_problem(ctx, 13, &problem);
   device_batch batch;
   gpu_make_batch(ctx, &problem, 8, 10, ROUTING_UNIFORM, &batch);
   volt8_moe_args args = gpu_batch_args(&batch);
@@ -117,33 +128,27 @@ Test(gpu_forward, unprepared_variant_during_capture_is_refused) {
   cr_assert_eq(volt8_experts_prepare(experts, &m, 1), VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert_eq(volt8_graph_capture(experts, &args, NULL, &graph), VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert_eq(volt8_graph_launch(graph, NULL), VOLT8_OK, "%s", volt8_last_error(ctx));
-  gpu_check_output(ctx, shape.hidden, &batch, "graph after prepare", NULL);
+  gpu_check_output(ctx, problem.shape.hidden, &batch, "graph after prepare", NULL);
   volt8_graph_destroy(graph);
   gpu_free_batch(ctx, &batch);
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
+  free_small_problem(experts, &problem);
   volt8_ctx_destroy(ctx);
 }
 
 Test(gpu_forward, bad_ids_are_skipped_on_the_device) {
   /* An engine may write ids after capture: ids outside [0, E) must never read outside the weights. */
   volt8_ctx *ctx = gpu_open();
-  gpu_seed(14);
-  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  shape.num_experts = 64;
   host_problem problem;
-  gpu_make_problem(ctx, &shape, &problem);
-  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  volt8_experts *experts = upload_small_problem(ctx, 14, &problem);
   device_batch batch;
   gpu_make_batch(ctx, &problem, 4, 10, ROUTING_UNIFORM, &batch);
   /* The reference skips such pairs too. */
   batch.ids[3] = -5;
   batch.ids[17] = 1 << 20;
   gpu_update_ids(ctx, &problem, &batch);
-  gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, "bad ids skipped");
+  gpu_check_forward(ctx, experts, problem.shape.hidden, &batch, NULL, NULL, "bad ids skipped");
   gpu_free_batch(ctx, &batch);
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
+  free_small_problem(experts, &problem);
   volt8_ctx_destroy(ctx);
 }
 
@@ -169,23 +174,18 @@ Test(gpu_forward, early_launch_where_the_kernels_and_the_driver_have_it) {
   cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
   cr_assert_eq(volt8_ctx_early_launch(ctx), 0);
   cr_assert_eq(volt8_ctx_target_arch(ctx, arch, sizeof arch), VOLT8_OK);
-  gpu_seed(15);
-  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  shape.num_experts = 64;
   host_problem problem;
-  gpu_make_problem(ctx, &shape, &problem);
-  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  volt8_experts *experts = upload_small_problem(ctx, 15, &problem);
   const int32_t ms[] = {1, 8, 64};
   for (int m = 0; m < 3; m++) {
     device_batch batch;
     gpu_make_batch(ctx, &problem, ms[m], 10, ROUTING_UNIFORM, &batch);
     char label[64];
     snprintf(label, sizeof label, "%s, early launch off, M=%d", arch, ms[m]);
-    gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, label);
+    gpu_check_forward(ctx, experts, problem.shape.hidden, &batch, NULL, NULL, label);
     gpu_free_batch(ctx, &batch);
   }
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
+  free_small_problem(experts, &problem);
   volt8_ctx_destroy(ctx);
 }
 

@@ -35,6 +35,13 @@ static volt8_ctx *open_with_problem(uint64_t seed, int32_t num_experts, volt8_mo
   return ctx;
 }
 
+/* How those tests end: the experts, the problem and the context, freed in that order. */
+static void close_with_problem(volt8_ctx *ctx, volt8_experts *experts, host_problem *problem) {
+  volt8_experts_destroy(experts);
+  gpu_free_problem(problem);
+  volt8_ctx_destroy(ctx);
+}
+
 static void list_variants(volt8_ctx *ctx, const volt8_moe_shape *shape, variant_lists *lists) {
   memset(lists, 0, sizeof *lists);
   cr_assert_eq(volt8_codegen_list(ctx, shape, &lists->names, &lists->count), VOLT8_OK, "%s", volt8_last_error(ctx));
@@ -88,10 +95,8 @@ Test(gpu_kernels, every_variant_every_m_seed_shape) {
       gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[0], lists.down[d], label);
     gpu_free_batch(ctx, &batch);
   }
-  volt8_experts_destroy(experts);
+  close_with_problem(ctx, experts, &problem);
   volt8_codegen_names_free(lists.names, lists.count);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
 }
 
 /* One variant of each family at every offset, top_k, and the other shapes the kernels must serve. */
@@ -169,10 +174,8 @@ Test(gpu_kernels, skewed_routing) {
       gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[0], lists.down[d], mode_names[mode]);
     gpu_free_batch(ctx, &batch);
   }
-  volt8_experts_destroy(experts);
+  close_with_problem(ctx, experts, &problem);
   volt8_codegen_names_free(lists.names, lists.count);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
 }
 
 /* The one-launch forward of an sm_70 target (templates/moe_single.cu) under skewed routing: many
@@ -206,9 +209,17 @@ Test(gpu_kernels, one_launch_forward_under_skewed_routing) {
       gpu_free_batch(ctx, &batch);
     }
   }
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
+  close_with_problem(ctx, experts, &problem);
+}
+
+/* The forward of one gate_up, down pair against the reference, and the device's count of the
+ * batch's bad ids after it. */
+static void check_forward_and_bad_ids(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, const device_batch *batch,
+                                      const char *const pair[2], const char *label, int32_t bad_ids) {
+  gpu_check_forward(ctx, experts, hidden, batch, pair[0], pair[1], label);
+  int32_t counted = -1;
+  cr_assert_eq(volt8_experts_bad_id_count(experts, &counted), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_expect_eq(counted, bad_ids, "%s: device counted %d bad ids", label, counted);
 }
 
 /* With 2048 experts the route keeps 1024 ids in shared memory at once and places them with four
@@ -236,17 +247,12 @@ Test(gpu_kernels, route_over_several_id_tiles) {
       for (int p = 0; p < 3; p++) {
         char label[160];
         snprintf(label, sizeof label, "E=2048 M=%d top_k=%d routing %d", ms[c], top_ks[c], mode);
-        gpu_check_forward(ctx, experts, shape.hidden, &batch, pairs[p][0], pairs[p][1], label);
-        int32_t counted = -1;
-        cr_assert_eq(volt8_experts_bad_id_count(experts, &counted), VOLT8_OK, "%s", volt8_last_error(ctx));
-        cr_expect_eq(counted, 1, "%s: device counted %d bad ids", label, counted);
+        check_forward_and_bad_ids(ctx, experts, shape.hidden, &batch, pairs[p], label, 1);
       }
       gpu_free_batch(ctx, &batch);
     }
   }
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
+  close_with_problem(ctx, experts, &problem);
 }
 
 /* Ids outside [0, E) through both paths: block_m == 1 on both GEMMs (no route launch, the CTAs read
@@ -276,17 +282,12 @@ Test(gpu_kernels, bad_ids_through_block_m_1_and_routed_paths) {
       for (int p = 0; p < 5; p++) {
         char label[160];
         snprintf(label, sizeof label, "bad ids M=%d bad=%d %s + %s", ms[mi], bad_count, pairs[p][0], pairs[p][1]);
-        gpu_check_forward(ctx, experts, shape.hidden, &batch, pairs[p][0], pairs[p][1], label);
-        int32_t counted = -1;
-        cr_assert_eq(volt8_experts_bad_id_count(experts, &counted), VOLT8_OK, "%s", volt8_last_error(ctx));
-        cr_expect_eq(counted, bad_count, "%s: device counted %d bad ids", label, counted);
+        check_forward_and_bad_ids(ctx, experts, shape.hidden, &batch, pairs[p], label, bad_count);
       }
       gpu_free_batch(ctx, &batch);
     }
   }
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
+  close_with_problem(ctx, experts, &problem);
 }
 
 /* A token-fused down computes each dot product as down.cc.bm1 with the same lanes per row does, and
@@ -332,9 +333,7 @@ Test(gpu_kernels, token_fused_down_matches_down_and_reduce_bit_for_bit) {
   }
   free(unfused);
   free(fused);
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
+  close_with_problem(ctx, experts, &problem);
 }
 
 /* A down that fuses the reduce (".r1") forms each z row as the same variant without the mark does
@@ -411,10 +410,8 @@ Test(gpu_kernels, fused_reduce_down_matches_down_and_reduce_bit_for_bit) {
   if (find_family(lists.down, lists.down_count, "hmma")) cr_assert_gt(fused_count, 0, "no fused-reduce down listed");
   free(unfused);
   free(fused);
-  volt8_experts_destroy(experts);
+  close_with_problem(ctx, experts, &problem);
   volt8_codegen_names_free(lists.names, lists.count);
-  gpu_free_problem(&problem);
-  volt8_ctx_destroy(ctx);
 }
 
 static int32_t block_m_of(const char *name) {
