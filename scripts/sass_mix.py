@@ -5,10 +5,11 @@
     scripts/sass_mix.py --ptx-from CACHE_DIR --kernel NAME > NAME.ptx
 
 KERNEL.sass: `cuobjdump -sass` of a CUBIN (the compute_70 PTX of a `cc`, `tok` or one-launch
-kernel assembled for the GPU at hand, e.g. `ptxas -arch=sm_90 K.ptx -o K.cubin`). A loop is a
-backward branch and the instructions it jumps over; the longest ones are reported (in an unrolled
-weight loop, the body). On sm_80 and later the assembler turns each FP16 -> FP32 conversion of the
-bit-level E4M3 decode into one `HADD2.F32`, one per weight code, so the loop's instructions over its
+kernel assembled for a GPU, e.g. `ptxas -arch=sm_90 K.ptx -o K.cubin`, or for a V100 with the ptxas
+of CUDA 12, whose cuobjdump and nvdisasm 12 or older are needed to read it: 13 refuses sm_70). A loop
+is a backward branch and the instructions it jumps over; the longest ones are reported (in an
+unrolled weight loop, the body). From sm_70 on the assembler turns each FP16 -> FP32 conversion of
+the bit-level E4M3 decode into one `HADD2.F32`, one per weight code, so the loop's instructions over its
 `HADD2.F32` count are its instructions per code; where the loop also converts FP16 scales or
 activations (the `tok` down's pass loop stages h and converts a scale per chunk), `--codes N` gives
 the weight codes of the longest loop instead. `ALU` counts the integer and logic pipe's share
