@@ -140,6 +140,13 @@ prepare() {
   # The wheel, for the `wheel` phase: the package as engines install it (no dependencies carried: the
   # GPU machine has numpy and torch, and compiles natively with its own NVRTC).
   "$root/.venv/bin/python3" -m pip wheel --no-deps --disable-pip-version-check -q "$root" -w "$carry/wheel"
+  # TUNE_SEED_DIR: the tables of an earlier models_tune call that its time limit cut short; models_tune
+  # merges into them, so a call with TUNE_M naming the missing token counts completes them.
+  if [ -n "${TUNE_SEED_DIR:-}" ]; then
+    [ -d "$TUNE_SEED_DIR" ] || { echo "gpu_check prepare: TUNE_SEED_DIR=$TUNE_SEED_DIR is not a folder" >&2; exit 1; }
+    mkdir -p "$carry/tables_seed"
+    find "$TUNE_SEED_DIR" -maxdepth 1 -type f -name '*arch=sm_90*.json' -exec cp {} "$carry/tables_seed/" \;
+  fi
   du -sh "$carry" | awk '{print "gpu_check prepare: .carry is " $1}'
 }
 
@@ -315,6 +322,9 @@ run() {
       models_tune)
         local tune_m=() model
         [ -n "${TUNE_M:-}" ] && tune_m=(--m "$TUNE_M")
+        # Tables of an earlier, cut call (prepare with TUNE_SEED_DIR): the tune merges into them.
+        mkdir -p "$logs/tables"
+        [ -d "$carry/tables_seed" ] && cp "$carry/tables_seed"/*.json "$logs/tables/" 2>/dev/null
         for model in $(model_names "$carry/bin/volt8"); do
           # shellcheck disable=SC2086 # TUNE_ARGS: extra tune options, split on spaces
           step_timeout="${MODELS_TIMEOUT:-600}" step "tune.$model" env VOLT8_CACHE_DIR="$work/native" \

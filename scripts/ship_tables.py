@@ -21,7 +21,8 @@ TP_SIZES = (1, 2, 4, 8)
 
 
 def model_op_shapes(volt8):
-    """{(op, N, K)} of every registry model's ranks at TP 1, 2, 4 and 8."""
+    """{(op, N, K)} of every registry model's ranks at TP 1, 2, 4 and 8, as the tables name them: gate_up's
+    N counts the gate and the up rows (2 I), down's K is I."""
     shapes = set()
     for tp in TP_SIZES:
         lines = subprocess.run([volt8, "models", "--tp", str(tp)], check=True, capture_output=True,
@@ -29,7 +30,7 @@ def model_op_shapes(volt8):
         for line in lines:
             fields = dict(item.split("=", 1) for item in line.split()[3].split(","))
             hidden, intermediate = int(fields["hidden"]), int(fields["intermediate"])
-            shapes.add(("gate_up", intermediate, hidden))
+            shapes.add(("gate_up", 2 * intermediate, hidden))
             shapes.add(("down", hidden, intermediate))
     return shapes
 

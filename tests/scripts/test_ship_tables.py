@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "ship_tables.py")
-# One model, hidden 2048 and intermediate 512, split by the TP size.
+# One model, hidden 2048 and intermediate 512, split by the TP size (gate_up tables: N = 2 I).
 STAND_IN = """#!/bin/sh
 [ "$1" = models ] && [ "$2" = --tp ] || exit 2
 echo "toy tp=$3 rank=0 hidden=2048,intermediate=$((512 / $3)),num_experts=8,block_n=128,block_k=128,intermediate_offset=0"
@@ -34,10 +34,10 @@ def run(tmp_path, tables, *extra):
 
 
 def test_complete_tables_of_model_shapes_ship_and_the_rest_say_why_not(tmp_path):
-    tables = {"a.json": table("gate_up", 128, 2048), "b.json": table("down", 2048, 64),
+    tables = {"a.json": table("gate_up", 256, 2048), "b.json": table("down", 2048, 64),
               "c.json": table("down", 2048, 128, m=(1, 2, 4, 8, 16, 32)),
               "d.json": table("down", 2048, 256, measured=False), "e.json": table("down", 2048, 512, arch="sm_70"),
-              "f.json": table("gate_up", 80, 2048)}
+              "f.json": table("gate_up", 128 * 3, 2048), "g.json": table("gate_up", 64, 2048)}
     result, shipped = run(tmp_path, tables)
     assert result.returncode == 0, result.stderr
     assert shipped == ["a.json", "b.json"]
@@ -46,11 +46,13 @@ def test_complete_tables_of_model_shapes_ship_and_the_rest_say_why_not(tmp_path)
     assert "skipped c.json: M 64,128 not measured (a tune cut short)" in out
     assert "skipped d.json: not measured" in out
     assert "skipped e.json: the compute_70 PTX timed on another GPU" in out
-    assert "skipped f.json: op gate_up N 80 K 2048 is no registry model's rank shape" in out
+    assert "skipped f.json: op gate_up N 384 K 2048 is no registry model's rank shape" in out
+    # N = I of a rank (64 at TP8) is not a gate_up table's N, which counts both row kinds
+    assert "skipped g.json: op gate_up N 64 K 2048 is no registry model's rank shape" in out
 
 
 def test_dry_run_copies_nothing_and_an_unreadable_table_fails(tmp_path):
-    result, shipped = run(tmp_path, {"a.json": table("gate_up", 128, 2048), "z.json": "{not json"}, "--dry-run")
+    result, shipped = run(tmp_path, {"a.json": table("gate_up", 256, 2048), "z.json": "{not json"}, "--dry-run")
     assert result.returncode == 1
     assert shipped == []
     assert "would copy a.json" in result.stdout and "unreadable z.json" in result.stdout
