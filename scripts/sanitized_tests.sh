@@ -2,7 +2,7 @@
 # The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included),
 # with the fuzz regression inputs replayed, then every fuzz target run briefly (tests/fuzz).
 # Builds in its own folder: build-asan, or $VOLT8_ASAN_BUILD_DIR.
-#   VOLT8_FUZZ_SMOKE_SECONDS  seconds each fuzz target runs (default 10, a smoke test: the regression
+#   VOLT8_FUZZ_SMOKE_SECONDS  seconds each fuzz target runs (default 5, a smoke test: the regression
 #                             inputs are replayed in every run, and tests/fuzz/run_fuzzers.sh fuzzes
 #                             for long; 0 skips the fuzz step)
 #   VOLT8_COMPILE_VARIANT_STRIDE  test_compile_variants compiles every Nth variant (default 8: NVRTC
@@ -15,7 +15,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${VOLT8_ASAN_BUILD_DIR:-$root/build-asan}"
 jobs="${JOBS:-$(nproc)}"
-smoke_seconds="${VOLT8_FUZZ_SMOKE_SECONDS:-10}"
+smoke_seconds="${VOLT8_FUZZ_SMOKE_SECONDS:-5}"
 # shellcheck source=scripts/venv_nvrtc.sh
 . "$root/scripts/venv_nvrtc.sh"
 

@@ -354,7 +354,11 @@ static void expected_forward(const model_checkpoint *checkpoint, int32_t start, 
           const uint8_t *codes = checkpoint->codes[p] + (e * full + row) * hidden;
           const uint16_t *scales = checkpoint->scales[p] + (e * full_blocks + row / BLOCK) * hidden_blocks;
           double sum = 0.0;
-          for (int64_t k = 0; k < hidden; k++) sum += x[k] * e4m3_value(codes[k]) * bf16_value(scales[k / BLOCK]);
+          for (int64_t block = 0; block < hidden_blocks; block++) {  /* each block's sum, then its scale */
+            double partial = 0.0;
+            for (int64_t k = block * BLOCK; k < hidden && k < (block + 1) * BLOCK; k++) partial += x[k] * e4m3_value(codes[k]);
+            sum += partial * bf16_value(scales[block]);
+          }
           gate_up[p] = sum;
         }
         h[n] = volt8_half_to_double(volt8_half_from_double(gate_up[0] / (1.0 + exp(-gate_up[0])) * gate_up[1]));
@@ -363,9 +367,14 @@ static void expected_forward(const model_checkpoint *checkpoint, int32_t start, 
       for (int64_t c = 0; c < hidden; c++) {
         const uint8_t *codes = checkpoint->codes[2] + (e * hidden + c) * full;
         const uint16_t *scales = checkpoint->scales[2] + (e * hidden_blocks + c / BLOCK) * full_blocks;
-        double sum = 0.0;
-        for (int32_t n = 0; n < width; n++)
-          sum += h[n] * e4m3_value(codes[start + n]) * bf16_value(scales[(start + n) / BLOCK]);
+        double sum = 0.0, partial = 0.0;
+        for (int32_t n = 0; n < width; n++) {  /* each block's sum, then its scale */
+          partial += h[n] * e4m3_value(codes[start + n]);
+          if (n + 1 == width || (start + n + 1) % BLOCK == 0) {
+            sum += partial * bf16_value(scales[(start + n) / BLOCK]);
+            partial = 0.0;
+          }
+        }
         out[t * hidden + c] += weight * sum;
       }
     }
