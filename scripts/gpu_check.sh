@@ -385,6 +385,7 @@ run() {
         # PROFILE_M: token counts, each optionally pinned to variants ("1 8 8:GATE_UP,DOWN 64").
         # PROFILE_ARCH=sm_70: the carried compute_70 PTX through the driver instead of native code.
         # PROFILE_SINGLE=1: the one-launch forward where it serves (VOLT8_SINGLE_LAUNCH=1; sm_70 only).
+        # PROFILE_ARGS: more volt8 bench options, e.g. "--model glm-4.5-air --tp 4" (default: the reference TP4 rank).
         # PROFILE_SOURCE=1: also where the warps stall, per SASS line: the report is kept
         # (logs/NAME.ncu-rep) and its 40 lines with the most stall samples go to logs/NAME.source.txt.
         local profile_tables=() entry m pinned profile_cache="$work/native" profile_arch=() profile_env=()
@@ -398,9 +399,11 @@ run() {
           [ "$entry" != "$m" ] && pinned=(--variants "${entry#*:}")
           name="profile_m$m${pinned[*]:+_pinned$(echo "${entry#*:}" | tr -c 'a-z0-9\n' '_')}"
           [ "${PROFILE_SINGLE:-0}" = 1 ] && name="${name}_single"
+          [ -n "${PROFILE_ARGS:-}" ] && name="${name}_$(echo "$PROFILE_ARGS" | tr -c 'a-z0-9.\n-' '_')"
           source_args=()
           [ "${PROFILE_SOURCE:-0}" = 1 ] && source_args=(--section SourceCounters --section WarpStateStats
             --import-source no -f -o "$logs/$name")
+          # shellcheck disable=SC2086 # PROFILE_ARGS: bench options, split on spaces
           step "$name" "${profile_tables[@]}" env VOLT8_CACHE_DIR="$profile_cache" "${profile_env[@]}" ncu --clock-control none \
             --kernel-name regex:'volt8_(gate_up|down|route|reduce|single)' --launch-skip 10 --launch-count 8 \
             "${source_args[@]}" \
@@ -408,7 +411,7 @@ run() {
             --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard \
               barrier lg_throttle short_scoreboard wait math_pipe_throttle mio_throttle no_instruction drain \
               not_selected selected membar)smsp__warps_active.avg.per_cycle_active" \
-            "$carry/bin/volt8" bench --m "$m" "${pinned[@]}" "${profile_arch[@]}" --no-baselines --warmup 1 --batches 2 --sets 4
+            "$carry/bin/volt8" bench --m "$m" "${pinned[@]}" "${profile_arch[@]}" ${PROFILE_ARGS:-} --no-baselines --warmup 1 --batches 2 --sets 4
           [ "${PROFILE_SOURCE:-0}" = 1 ] && [ -f "$logs/$name.ncu-rep" ] &&
             ncu -i "$logs/$name.ncu-rep" --page source --csv --print-source sass >"$logs/$name.source.csv" 2>&1 &&
             python3 "$root/scripts/stall_lines.py" "$logs/$name.source.csv" --top 40 >"$logs/$name.source.txt" 2>&1
