@@ -5,7 +5,7 @@
 #   VOLT8_FUZZ_SMOKE_SECONDS  seconds each fuzz target runs (default 5, a smoke test: the regression
 #                             inputs are replayed in every run, and tests/fuzz/run_fuzzers.sh fuzzes
 #                             for long; 0 skips the fuzz step)
-#   VOLT8_COMPILE_VARIANT_STRIDE  test_compile_variants compiles every Nth variant (default 8: NVRTC
+#   VOLT8_COMPILE_VARIANT_STRIDE  test_compile_variants compiles every Nth variant (default 16: NVRTC
 #                             itself is not instrumented, and the plain run compiles them all)
 #   JOBS                      parallel builds and tests (default: nproc)
 # install_consumer and example_forward are left out: they link the shared library (with the shared
@@ -34,7 +34,7 @@ cmake --build "$build" -j "$jobs" >/dev/null
 export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:detect_invalid_pointer_pairs=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$root/tests/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export VOLT8_COMPILE_VARIANT_STRIDE="${VOLT8_COMPILE_VARIANT_STRIDE:-8}"
+export VOLT8_COMPILE_VARIANT_STRIDE="${VOLT8_COMPILE_VARIANT_STRIDE:-16}"
 cd "$build"
 echo "sanitized_tests: CPU suites under ASan + UBSan ($build; every ${VOLT8_COMPILE_VARIANT_STRIDE}th kernel variant compiled)"
 ctest --output-on-failure -L cpu -E '^(install_consumer|example_forward)$' -j "$jobs"
