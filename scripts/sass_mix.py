@@ -76,11 +76,11 @@ def report(listing, count, codes_given=None):
     for rank, span in enumerate(spans[:count]):
         counts = mix(listing, span)
         total = sum(counts.values())
-        codes = codes_given if codes_given and rank == 0 else counts["HADD2.F32"]
+        given = codes_given if rank == 0 else None  # --codes speaks of the longest loop only
+        codes = given or counts["HADD2.F32"]
         alu = sum(value for name, value in counts.items() if name in ALU)
-        source = "given" if codes_given and rank == 0 else "HADD2.F32"
         head = (f"loop {listing[span[0]][0]:#x}-{listing[span[1]][0]:#x}: {total} instructions, "
-                f"{codes} codes ({source})")
+                f"{codes} codes ({'given' if given else 'HADD2.F32'})")
         if codes:
             head += f", {total / codes:.2f} a code, ALU {alu / codes:.2f} a code"
         out.append(head)
@@ -89,7 +89,7 @@ def report(listing, count, codes_given=None):
 
 
 def cached_ptx(cache_dir, name):
-    """(NVRTC version, PTX text) of kernel `name` in the cache's PTX entries, newest NVRTC first; None if absent."""
+    """The PTX text of kernel `name` from the cache's PTX entries (the newest NVRTC's), or None if absent."""
     found = []
     for folder, _, files in os.walk(cache_dir):
         for file in files:
