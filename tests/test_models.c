@@ -333,6 +333,20 @@ static void make_tokens(const model_checkpoint *checkpoint, int32_t top_k, route
   }
 }
 
+/* sum over n < count of v[n] * codes[first + n] * the scale of its 128 block (first + n) / BLOCK:
+ * each block's sum, then its scale. */
+static double scaled_dot(const double *v, const uint8_t *codes, const uint16_t *scales, int64_t first, int64_t count) {
+  double sum = 0.0, partial = 0.0;
+  for (int64_t n = 0; n < count; n++) {
+    partial += v[n] * e4m3_value(codes[first + n]);
+    if (n + 1 == count || (first + n + 1) % BLOCK == 0) {
+      sum += partial * bf16_value(scales[(first + n) / BLOCK]);
+      partial = 0.0;
+    }
+  }
+  return sum;
+}
+
 /* The rank's forward from the unsharded weights: rows (gate, up) and columns (down) [start, start + width),
  * each weight times the scale of its block in the checkpoint's own 128 grid. */
 static void expected_forward(const model_checkpoint *checkpoint, int32_t start, int32_t width,
@@ -353,13 +367,7 @@ static void expected_forward(const model_checkpoint *checkpoint, int32_t start, 
         for (int p = 0; p < 2; p++) {
           const uint8_t *codes = checkpoint->codes[p] + (e * full + row) * hidden;
           const uint16_t *scales = checkpoint->scales[p] + (e * full_blocks + row / BLOCK) * hidden_blocks;
-          double sum = 0.0;
-          for (int64_t block = 0; block < hidden_blocks; block++) {  /* each block's sum, then its scale */
-            double partial = 0.0;
-            for (int64_t k = block * BLOCK; k < hidden && k < (block + 1) * BLOCK; k++) partial += x[k] * e4m3_value(codes[k]);
-            sum += partial * bf16_value(scales[block]);
-          }
-          gate_up[p] = sum;
+          gate_up[p] = scaled_dot(x, codes, scales, 0, hidden);
         }
         h[n] = volt8_half_to_double(volt8_half_from_double(gate_up[0] / (1.0 + exp(-gate_up[0])) * gate_up[1]));
       }
@@ -367,15 +375,7 @@ static void expected_forward(const model_checkpoint *checkpoint, int32_t start, 
       for (int64_t c = 0; c < hidden; c++) {
         const uint8_t *codes = checkpoint->codes[2] + (e * hidden + c) * full;
         const uint16_t *scales = checkpoint->scales[2] + (e * hidden_blocks + c / BLOCK) * full_blocks;
-        double sum = 0.0, partial = 0.0;
-        for (int32_t n = 0; n < width; n++) {  /* each block's sum, then its scale */
-          partial += h[n] * e4m3_value(codes[start + n]);
-          if (n + 1 == width || (start + n + 1) % BLOCK == 0) {
-            sum += partial * bf16_value(scales[(start + n) / BLOCK]);
-            partial = 0.0;
-          }
-        }
-        out[t * hidden + c] += weight * sum;
+        out[t * hidden + c] += weight * scaled_dot(h, codes, scales, start, width);
       }
     }
   }
