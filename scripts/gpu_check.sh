@@ -98,19 +98,19 @@ prepare() {
     cp -a "$seed/." "$carry/cache70/"
     find "$carry/cache70" -type f -exec touch -a -d 2000-01-01 {} +
   fi
-  local shape_args=() model_shape_args=()
-  for shape in "${gpu_test_shapes[@]}"; do shape_args+=(--shape "$shape"); done
-  for shape in $(model_test_shapes "$root/build/volt8"); do model_shape_args+=(--shape "$shape"); done
-  # two runs: one takes at most 32 shapes
-  "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${shape_args[@]}" | tail -n 1
-  "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${model_shape_args[@]}" | tail -n 1
+  # One compile run per group of shapes (a run takes at most 32).
+  compile70() {
+    local shape shape_args=()
+    for shape in "$@"; do shape_args+=(--shape "$shape"); done
+    "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${shape_args[@]}" | tail -n 1
+  }
+  compile70 "${gpu_test_shapes[@]}"
+  # shellcheck disable=SC2046 # one shape a word
+  compile70 $(model_test_shapes "$root/build/volt8")
   # the model check's shapes at all their experts (its tune times every variant)
-  local check_shape_args=()
-  for shape in $(model_check_shapes "$root/build/volt8" | awk '{print $1}'); do check_shape_args+=(--shape "$shape"); done
-  "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${check_shape_args[@]}" | tail -n 1
-  local -a ep_shape_args=()
-  for shape in "${ep_test_shapes[@]}"; do ep_shape_args+=(--shape "$shape"); done
-  "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${ep_shape_args[@]}" | tail -n 1
+  # shellcheck disable=SC2046 # one shape a word
+  compile70 $(model_check_shapes "$root/build/volt8" | awk '{print $1}')
+  compile70 "${ep_test_shapes[@]}"
   # The model check's predictions are made here: the model reads each variant's registers from its
   # sm_70 CUBIN, which takes NVRTC 12; MODEL_CHECK_M must be the run's.
   mkdir -p "$carry/model_check"
