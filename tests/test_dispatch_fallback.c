@@ -185,6 +185,51 @@ Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) 
   volt8_ctx_destroy(ctx);
 }
 
+static int is_listed(char **names, int32_t count, const char *variant) {
+  for (int32_t i = 0; i < count; i++)
+    if (strcmp(names[i], variant) == 0) return 1;
+  return 0;
+}
+
+/* GLM-4.5 TP1's gate_up (N 3072, K 5120): where the nearest table's entry at the scaled count is a
+ * tile too large for K = 5120 (shared memory), that table's entry at the nearest M that fits serves
+ * when it is within a factor of two of the scaled count; beyond that the next table serves. */
+Test(dispatch_fallback, nearest_table_gives_its_nearest_fitting_entry) {
+  volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
+  volt8_moe_shape shape = model_shape("glm-4.5", 1);
+  char **names = NULL;
+  int32_t count = 0;
+  cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK);
+  const char *too_large = "gate_up.hmma.bm4.bn32.w4.sk1.f128", *fits = "gate_up.hmma.bm4.bn16.w4.sk4.o4.f128",
+             *farther = "gate_up.hmma.bm2.bn16.w4.sk4.f128";
+  cr_assert(!is_listed(names, count, too_large), "%s fits K = 5120", too_large);
+  cr_assert(is_listed(names, count, fits) && is_listed(names, count, farther));
+  char text[512];
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"32\": \"%s\", \"64\": \"%s\"}",
+           fits, too_large);
+  test_write_text(temp_dir, "op=gate_up,N=2816,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"128\": \"%s\"}", farther);
+  test_write_text(temp_dir, "op=gate_up,N=4096,K=7168,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  const struct {
+    int32_t tokens;
+    const char *variant, *table;
+  } cases[] = {{16, fits, "N=2816,K=4096"},      /* its nearest entry (32) fits */
+               {56, fits, "N=2816,K=4096"},      /* 64 does not fit; 32 is within 2x of 56 */
+               {64, fits, "N=2816,K=4096"},      {65, farther, "N=4096,K=7168"}, /* 32 is not within 2x */
+               {128, farther, "N=4096,K=7168"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    volt8_tuning_match match;
+    cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, cases[i].tokens, 8, names, count, &match),
+                 VOLT8_OK);
+    cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NEAREST, "M=%d", cases[i].tokens);
+    cr_assert_str_eq(match.variant, cases[i].variant, "M=%d", cases[i].tokens);
+    cr_assert_not_null(strstr(match.origin, cases[i].table), "M=%d: %s", cases[i].tokens, match.origin);
+  }
+  volt8_codegen_names_free(names, count);
+  volt8_ctx_destroy(ctx);
+}
+
 /* An invalid candidate is skipped with one warning, and nothing is an error of the context. */
 Test(dispatch_fallback, invalid_candidate_is_a_warning) {
   volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");

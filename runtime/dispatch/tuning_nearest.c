@@ -96,6 +96,11 @@ static int listed(char **names, int32_t count, const char *variant) {
   return 0;
 }
 
+/* 1 when `variant` is one of `names` and of a family ctx's target arch does not emulate. */
+static int usable(const volt8_ctx *ctx, const char *variant, char **names, int32_t count) {
+  return !volt8_dispatch_family_emulated(ctx->target_arch, variant) && listed(names, count, variant);
+}
+
 /* Reads one candidate; 1 when it served. `scratch` takes the messages of a table that is skipped. */
 static int try_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *table_file, const char *dir,
                          const char *op_name, int32_t num_tokens, int32_t top_k, const volt8_moe_shape *shape,
@@ -125,7 +130,18 @@ static int try_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *ta
       int32_t experts = shape->global_experts > 0 ? shape->global_experts : shape->num_experts;
       int32_t tokens = scaled_tokens(num_tokens, top_k, experts, table_top_k, table.num_experts);
       const volt8_tuning_entry *entry = volt8_tuning_table_nearest(&table, tokens, table_top_k);
-      if (!volt8_dispatch_family_emulated(ctx->target_arch, entry->variant) && listed(names, count, entry->variant)) {
+      if (!usable(ctx, entry->variant, names, count)) {
+        /* A tile that does not fit here (its shared memory at this K, say) gives way to the same
+         * table's entry at the nearest M whose tile fits, within a factor of two of the scaled
+         * count; otherwise the next table serves. */
+        int32_t kept = 0;
+        for (int32_t i = 0; i < table.count; i++)
+          if (usable(ctx, table.entries[i].variant, names, count)) table.entries[kept++] = table.entries[i];
+        table.count = kept;
+        entry = volt8_tuning_table_nearest(&table, tokens, table_top_k);
+        if (entry && ((int64_t)entry->m > 2 * (int64_t)tokens || 2 * (int64_t)entry->m < tokens)) entry = NULL;
+      }
+      if (entry) {
         volt8_tuning_match_set(out_match, VOLT8_TUNING_SOURCE_NEAREST, entry, origin);
         served = 1;
       }

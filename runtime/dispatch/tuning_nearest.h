@@ -13,9 +13,11 @@ int volt8_dispatch_family_emulated(int32_t target_arch, const char *variant);
 
 /* Candidates: the tables in $VOLT8_TUNING_DIR and built in whose name has the op, ctx's target
  * arch and the shape's block; this device's first, then device=any, then other devices', each
- * group by the distance |ln(N/N')| + |ln(K/K')|. The first whose entry at the scaled token count
- * (num_tokens * top_k / E, in the table's top_k and E from its __metadata__) is one of `names`
- * and of a family the arch does not emulate serves: out_match->source = NEAREST, else NONE.
+ * group by the distance |ln(N/N')| + |ln(K/K')|. A candidate's entry nearest the scaled token
+ * count (num_tokens * top_k / E, in the table's top_k and E from its __metadata__) serves when it is
+ * one of `names` and of a family the arch does not emulate; when it is not, the candidate's nearest
+ * such entry serves if its M is within a factor of two of the scaled count; else the next candidate
+ * is tried. out_match->source = NEAREST when one served, else NONE.
  * Unreadable or invalid candidates are skipped with a warning. Errors only for memory. */
 volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
                                   int32_t top_k, char **names, int32_t count, volt8_tuning_match *out_match);
