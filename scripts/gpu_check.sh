@@ -127,7 +127,10 @@ prepare() {
   # PTX compresses about tenfold; the carried folder must stay small.
   tar -C "$carry" -czf "$carry/cache70.tgz" cache70
   rm -rf "$carry/cache70"
-  cp "$root/build/volt8" "$root"/build/libvolt8.so* "$carry/bin/"
+  # The library by its soname only (what the binaries and VOLT8_LIBRARY load): versioned files an
+  # older build left in build/ would only weigh on the carried folder.
+  cp "$root/build/volt8" "$carry/bin/"
+  cp -L "$root/build/libvolt8.so.0" "$carry/bin/"
   cp "$root"/build/tests/gpu_test_* "$carry/bin/"
   # Every shared library the binaries load, except the C runtime's own, which the GPU machine has newer.
   ldd "$carry"/bin/* 2>/dev/null | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
@@ -146,6 +149,13 @@ prepare() {
     [ -d "$TUNE_SEED_DIR" ] || { echo "gpu_check prepare: TUNE_SEED_DIR=$TUNE_SEED_DIR is not a folder" >&2; exit 1; }
     mkdir -p "$carry/tables_seed"
     find "$TUNE_SEED_DIR" -maxdepth 1 -type f -name '*arch=sm_90*.json' -exec cp {} "$carry/tables_seed/" \;
+  fi
+  # PROBE=1: the floor probe (bench/probes/floor_probe.cu, not part of the library), built for the
+  # H200 with the toolkit's nvcc as it is and with the loads compute_70 code has (no L2 prefetch size).
+  if [ "${PROBE:-0}" = 1 ]; then
+    local nvcc="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
+    "$nvcc" -arch=sm_90 -O3 -o "$carry/bin/floor_probe" "$root/bench/probes/floor_probe.cu"
+    "$nvcc" -arch=sm_90 -O3 -DFLOOR_PROBE_NO_FETCH -o "$carry/bin/floor_probe_plain" "$root/bench/probes/floor_probe.cu"
   fi
   du -sh "$carry" | awk '{print "gpu_check prepare: .carry is " $1}'
 }
@@ -177,7 +187,8 @@ prepare() {
 # models_bench (volt8 bench --model NAME at TP 4 and TP 8 for each model, with the tables just tuned
 # when there are any, at BENCH_M if set; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
-# one GPU runs only N = 2, both on it). The suites phase runs gpu_test_models too: the models' TP4
+# one GPU runs only N = 2, both on it), probe (the floor probe of bench/probes, as is and with the
+# loads of compute_70 code; prepare with PROBE=1 builds them). The suites phase runs gpu_test_models too: the models' TP4
 # and TP8 rank shapes, whose compute_70 kernels prepare carries (model_test_shapes).
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
 run() {
@@ -381,6 +392,13 @@ run() {
       demo)
         step demo env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" demo
         cat "$logs/demo.log" ;;
+      probe)
+        # the floor probe, both builds (prepare with PROBE=1), each its own step
+        for name in floor_probe floor_probe_plain; do
+          [ -x "$carry/bin/$name" ] || { echo "gpu_check run probe: $name was not built (prepare with PROBE=1)" | tee -a "$summary"; continue; }
+          step "$name" "$carry/bin/$name"
+          grep -E '^round' "$logs/$name.log" >"$out/$name.txt"
+        done ;;
       profile)
         # PROFILE_M: token counts, each optionally pinned to variants ("1 8 8:GATE_UP,DOWN 64").
         # PROFILE_ARCH=sm_70: the carried compute_70 PTX through the driver instead of native code.

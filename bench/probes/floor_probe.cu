@@ -23,6 +23,7 @@
 //           requested while it finishes this one (3 CTAs an SM, and as many as its registers allow).
 // Build (nvcc for sm_90) and run on an sm_90 GPU:
 //   nvcc -arch=sm_90 -O3 -o floor_probe bench/probes/floor_probe.cu && ./floor_probe
+// (add -DFLOOR_PROBE_NO_FETCH for the loads a compute_70 kernel has: no L2 prefetch size).
 // Figures: docs/notebook/2026-11.md, "Floor probe".
 #include <cstdio>
 #include <cstdlib>
@@ -35,9 +36,15 @@ constexpr int kExperts = 512, kK = 2560, kCols = 160, kTopK = 10, kTiles = 20, k
 constexpr long long kGateBytes = 2LL * kCols * kK;  // 819200
 constexpr long long kDownBytes = (long long)kK * kCols;  // 409600
 
+// -DFLOOR_PROBE_NO_FETCH: the weight loads without their L2 prefetch size (as compute_70 code has them).
+#ifdef FLOOR_PROBE_NO_FETCH
+#define FLOOR_PROBE_LOAD "ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+#else
+#define FLOOR_PROBE_LOAD "ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
+#endif
 __device__ __forceinline__ uint4 ld16(const unsigned char *p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
+  asm volatile(FLOOR_PROBE_LOAD
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
