@@ -167,7 +167,8 @@ prepare() {
 # SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
 # TP 1/2/4/8; TUNE_TP, TUNE_M and TUNE_MERGE=1 narrow it and merge into the shipped tables), bench
 # (the reference TP4 shape, with the tables just tuned when there are any; BENCH_CHAIN=N adds volt8
-# bench --chain N), pinned (PINNED="M:G,D ..."
+# bench --chain N, BENCH_M its token counts; BENCH_ARCH=sm_70 times the carried compute_70 PTX,
+# BENCH_SINGLE=1 with the one-launch forward), pinned (PINNED="M:G,D ..."
 # timed with those variants pinned, PINNED_REPEAT rounds, interleaved),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
 # the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite, examples/mtp_step.py and
@@ -297,9 +298,15 @@ run() {
       bench)
         local tables=()
         [ -d "$logs/tables" ] && tables=(env VOLT8_TUNING_DIR="$logs/tables")
-        local chain=()
-        [ -n "${BENCH_CHAIN:-}" ] && chain=(--chain "$BENCH_CHAIN")
-        step bench "${tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench "${chain[@]}" \
+        local options=() code=(env VOLT8_CACHE_DIR="$work/native")
+        [ -n "${BENCH_CHAIN:-}" ] && options+=(--chain "$BENCH_CHAIN")
+        [ -n "${BENCH_M:-}" ] && options+=(--m "$BENCH_M")
+        # BENCH_ARCH=sm_70: the carried compute_70 PTX (no baselines); BENCH_SINGLE=1 the one launch there.
+        if [ "${BENCH_ARCH:-}" = sm_70 ]; then
+          code=(env VOLT8_CACHE_DIR="$work/cache70" VOLT8_SINGLE_LAUNCH="${BENCH_SINGLE:-0}")
+          options+=(--target-arch sm_70 --no-baselines)
+        fi
+        step bench "${tables[@]}" "${code[@]}" "$carry/bin/volt8" bench "${options[@]}" \
           --json "$logs/bench.json" --svg "$logs/bench.svg" --markdown "$logs/bench.md"
         cat "$logs/bench.log" ;;
       python)
