@@ -17,8 +17,10 @@
 // forward starts from zeros: the ticket counter by the CTA that takes the last ticket (each CTA
 // takes one past the items, to learn it is done); a pair's h count, which each of its down items
 // also counts up once past its poll, by the last of them.
-// Only instructions sm_70 has: volatile loads to poll, __threadfence, 32-bit atomics, L2 loads of
-// what this launch wrote.
+// Only instructions sm_70 has: the memory model's release and acquire operations at GPU scope (a
+// count's release after the CTA's barrier, acquire loads to poll, an acquire-release arrival, as
+// the fused-reduce downs of moe_gemm_hmma.cu arrive), 32-bit atomics, L2 loads of what this launch
+// wrote. No sequentially consistent fence: each costs a round trip of its own on the chain.
 #define VOLT8_MAY_START_EARLY 0
 @{include moe_common.cu}
 
@@ -88,10 +90,25 @@ static __device__ __forceinline__ float load_l2(const float *address) {
   return value;
 }
 
-static __device__ __forceinline__ int load_volatile(const int *address) {
+// The poll of a count: acquire, so what the CTAs that counted stored before their release is
+// visible to this CTA after its next barrier.
+static __device__ __forceinline__ int load_acquire(const int *address) {
   int value;
-  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
   return value;
+}
+
+// One count, release: the CTA's stores, ordered before it by a barrier, are visible to whoever
+// acquires the count.
+static __device__ __forceinline__ void count_release(int *counter) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+
+// One arrival, acquire-release; the count before it.
+static __device__ __forceinline__ int arrive(int *counter) {
+  int before;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+  return before;
 }
 
 // One row of kVectors 16-byte vectors (8 FP16 values each) into the FP32 tile, up to kBatch loads a
@@ -239,12 +256,8 @@ static __device__ void gate_up_item(int item, int items, int *ticket_shared, flo
   }
   const float gate = lane_group_sum(acc[0], kGateLanes), up = lane_group_sum(acc[1], kGateLanes);
   if (lane_in_row == 0 && valid) h[(long long)pair * kInter + column] = float_to_half(silu_times(gate, up));
-  // The CTA's stores, then one fence and the count (the order cooperative groups' grid sync uses).
-  __syncthreads();
-  if (thread_index() == 0) {
-    __threadfence();
-    atomicAdd(h_ready + pair, 1);
-  }
+  __syncthreads();  // the CTA's h stores come before its count
+  if (thread_index() == 0) count_release(h_ready + pair);
 }
 
 // Live ids of token's pairs (ids in [0, E)).
@@ -313,9 +326,8 @@ static __device__ void down_item(int item, int items, int *ticket_shared, float4
   });
   const int ticket = request_ticket(flags);  // in flight while the h count is polled
   if (thread_index() == 0) {
-    while (load_volatile(h_ready + pair) < kGateTiles) {
+    while (load_acquire(h_ready + pair) < kGateTiles) {
     }
-    __threadfence();
   }
   publish_ticket(flags, items, ticket, ticket_shared);
   // Past the poll, this item counts itself on the pair's h count; the last of the pair's down items
@@ -344,16 +356,14 @@ static __device__ void down_item(int item, int items, int *ticket_shared, float4
   }
   const float sum = lane_group_sum(acc, kDownLanes);
   if (lane_in_row == 0 && valid) z[(long long)pair * kHidden + column] = topk_weights[pair] * sum;
-  __syncthreads();
+  __syncthreads();  // the CTA's z stores come before its arrival
   if (thread_index() == 0) {
     int *arrival = arrivals + (long long)token * kArrivalTiles + tile;
-    __threadfence();
-    const int last = atomicAdd(arrival, 1) + 1 == live_pairs(topk_ids, first_pair, top_k);
+    const int last = arrive(arrival) + 1 == live_pairs(topk_ids, first_pair, top_k);
     if (last) *arrival = 0;  // every arrival of this forward is in; the next forward starts at zero
-    __threadfence();
     *last_shared = last;
   }
-  __syncthreads();
+  __syncthreads();  // and the z rows of the token's other items, seen through the arrival, come before the reads
   if (*last_shared) reduce_tile(token, tile, topk_ids, top_k, z, out);
 }
 
