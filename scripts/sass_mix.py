@@ -27,6 +27,9 @@ import re
 import struct
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import regular_file  # noqa: E402
+
 INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;")
 BRANCH = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)\s*$")
 PREDICATE = re.compile(r"^@!?U?P[T0-9]+\s+")
@@ -133,14 +136,9 @@ def main(argv):
         parser.error(f"--loops {args.loops}: needs at least 1")
     if args.codes is not None and args.codes < 1:
         parser.error(f"--codes {args.codes}: needs at least 1")
-    if not os.path.isfile(args.sass):  # a FIFO or a device would block or never end
-        print(f"sass_mix: {args.sass} is not a regular file", file=sys.stderr)
-        return 2
-    try:
-        with open(args.sass, encoding="utf-8", errors="replace") as stream:
-            text = stream.read()
-    except OSError as error:
-        print(f"sass_mix: cannot read {args.sass}: {error.strerror}", file=sys.stderr)
+    text, problem = regular_file.read_text(args.sass)
+    if problem:
+        print(f"sass_mix: {problem}", file=sys.stderr)
         return 2
     out = report(instructions(text), args.loops, args.codes)
     if out is None:

@@ -12,8 +12,12 @@ ncu gives them, and the SASS text. A file with no such header is refused, naming
 so a changed ncu format is said, not read wrong."""
 import argparse
 import csv
+import io
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import regular_file  # noqa: E402
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 NOT_ISSUED = "Warp Stall Sampling (Not-issued Samples)"
@@ -82,15 +86,11 @@ def main(argv):
     args = parser.parse_args(argv)
     if args.top < 1:
         parser.error(f"--top {args.top}: needs at least 1")
-    if not os.path.isfile(args.source_csv):  # a FIFO or a device would block or never end
-        print(f"stall_lines: {args.source_csv} is not a regular file", file=sys.stderr)
+    text, problem = regular_file.read_text(args.source_csv, newline="")
+    if problem:
+        print(f"stall_lines: {problem}", file=sys.stderr)
         return 2
-    try:
-        with open(args.source_csv, newline="", encoding="utf-8", errors="replace") as stream:
-            rows = list(csv.reader(stream))
-    except OSError as error:
-        print(f"stall_lines: cannot read {args.source_csv}: {error.strerror}", file=sys.stderr)
-        return 2
+    rows = list(csv.reader(io.StringIO(text, newline="")))
     found = kernels(rows)
     if not found:
         first = next((row for row in rows if row), [])
