@@ -1,5 +1,5 @@
-"""Reading a file named on a script's command line (scripts/sass_mix.py, stall_lines.py, tunelog.py):
-only a regular file is read, since a FIFO or a device would block the read or never end it."""
+"""Reading a file named on a script's command line (sass_mix.py, stall_lines.py, the tune logs that
+tunelog.py reads): only a regular file, since a FIFO or a device would block the read or never end it."""
 import os
 
 

@@ -1,6 +1,11 @@
 """Reading `volt8 tune --log FILE` (JSON Lines: shape, m, measure and pick records; docs/testing.md),
 shared by scripts/model_check.py, scripts/fallback_distance.py and scripts/fallback_eval.py."""
 import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import regular_file  # noqa: E402
 
 SHAPE_KEYS = ("hidden", "intermediate", "intermediate_offset", "num_experts", "block_n", "block_k", "top_k")
 
@@ -42,6 +47,9 @@ def read(path):
     """The shapes of one log, in order. A shape tuned twice (same key) in one log keeps the later times."""
     shapes = []
     current = None
+    why = regular_file.why_not_regular(path)
+    if why:
+        raise ValueError(why)
     with open(path, encoding="utf-8") as stream:
         for number, line in enumerate(stream, 1):
             if not line.strip():

@@ -68,6 +68,13 @@ def test_distance_flags_the_fallback_over_fifteen_percent(tmp_path):
     assert "M=8" not in markdown.stdout and "| 8 |" not in markdown.stdout
 
 
+def test_a_fifo_for_a_log_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "tune.jsonl"
+    os.mkfifo(fifo)
+    result = run("fallback_distance.py", fifo)
+    assert result.returncode == 2 and "is not a regular file" in result.stderr, result.stderr
+
+
 STAND_IN = textwrap.dedent("""\
     #!%s
     import os, sys
