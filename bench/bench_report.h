@@ -80,7 +80,8 @@ void bench_report_print(const bench_report *report, FILE *stream);
 char *bench_report_json(const bench_report *report);
 char *bench_report_svg(const bench_report *report);
 char *bench_report_markdown(const bench_report *report);
-/* Writes `text` to `path` (temporary name, then rename). 0 on success, else errno. */
+/* Writes `text` to `path` (a new temporary file, then rename; a failure removes nothing else). 0 on
+ * success, else errno. */
 int bench_write_file(const char *path, const char *text);
 
 #endif

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char kernel_source[] = "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] = 1.0f; }\n";
@@ -609,4 +610,57 @@ Test(jit_cache, cache_only_prefers_the_newest_valid_entry) {
   cr_assert_eq(volt8_cache_load(cache_dir, &inputs, "13.0", &image), VOLT8_ERR_NOT_FOUND);
   inputs.source = other_source;
   cr_assert_eq(volt8_cache_load(cache_dir, &inputs, NULL, &image), VOLT8_ERR_NOT_FOUND);
+}
+
+/* ---- the stale-temp sweep removes volt8's own temp files and nothing else ---- */
+
+/* Creates dir/name (a regular file, or a folder) and dates it `age_seconds` back. */
+static void make_dated(const char *dir, const char *name, int folder, long age_seconds) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (folder) {
+    cr_assert_eq(mkdir(path, 0755), 0, "mkdir %s: %s", path, strerror(errno));
+  } else {
+    FILE *file = fopen(path, "w");
+    cr_assert(file && fputs("someone's notes\n", file) >= 0 && fclose(file) == 0, "cannot write %s", path);
+  }
+  struct timespec times[2] = {{time(NULL) - age_seconds, 0}, {time(NULL) - age_seconds, 0}};
+  cr_assert_eq(utimensat(AT_FDCWD, path, times, AT_SYMLINK_NOFOLLOW), 0, "utimensat %s: %s", path, strerror(errno));
+}
+
+static int exists_in(const char *dir, const char *name) {
+  char path[512];
+  struct stat info;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return lstat(path, &info) == 0;
+}
+
+/* --cache $HOME puts the temp folder at ~/tmp: a publish there removes only its own stale temps. */
+Test(jit_cache, publish_sweeps_only_its_own_stale_temps) {
+  char temp_dir[300], nested[400];
+  snprintf(temp_dir, sizeof temp_dir, "%s/tmp", cache_dir);
+  cr_assert_eq(mkdir(temp_dir, 0755), 0);
+  const long two_hours = 7200;
+  static const char *const foreign[] = {
+      "notes.txt", "12345.0123456789abcdef", "volt8-123.0123456789abcdeg", "volt8-123.0123456789abcdef.bak",
+      "volt8-.0123456789abcdef", "volt8-123.0123456789ABCDEF", "volt8-123.0123456789abcde", "volt8-123"};
+  for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) make_dated(temp_dir, foreign[i], 0, two_hours);
+  make_dated(temp_dir, "volt8-7.00000000000000aa", 1, two_hours); /* a folder of our name is not ours */
+  make_dated(temp_dir, "projects", 1, two_hours);
+  snprintf(nested, sizeof nested, "%s/projects", temp_dir);
+  make_dated(nested, "volt8-4242.00000000deadbeef", 0, two_hours); /* never looked for below tmp/ */
+  make_dated(temp_dir, "volt8-4242.00000000deadbeef", 0, two_hours); /* left by a killed publish */
+  make_dated(temp_dir, "volt8-4243.0123456789abcdef", 0, 60);        /* a publish under way */
+
+  volt8_cache_inputs inputs = {"k", kernel_source, 70, VOLT8_IMAGE_PTX, NULL, 0};
+  char why[512] = "";
+  cr_assert_eq(volt8_cache_publish(cache_dir, &inputs, "12.9", "ptx", 4, why, sizeof why), VOLT8_OK, "%s", why);
+
+  for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++)
+    cr_assert(exists_in(temp_dir, foreign[i]), "the publish removed %s/%s, a file volt8 did not make", temp_dir,
+              foreign[i]);
+  cr_assert(exists_in(temp_dir, "volt8-7.00000000000000aa"), "the publish removed a folder of tmp/");
+  cr_assert(exists_in(nested, "volt8-4242.00000000deadbeef"), "the sweep went below tmp/");
+  cr_assert(exists_in(temp_dir, "volt8-4243.0123456789abcdef"), "the publish removed a temp file an hour had not aged");
+  cr_assert(!exists_in(temp_dir, "volt8-4242.00000000deadbeef"), "volt8's own stale temp file was left");
 }

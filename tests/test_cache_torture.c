@@ -328,8 +328,8 @@ Test(cache_torture, kills_and_flips_never_give_a_wrong_kernel, .init = setup, .f
   cr_log_info("seed %u: %d temp files left by killed writers", seed, temp_count);
   /* what a writer killed between open and rename leaves, in case no kill landed there */
   char planted[400], fresh[400];
-  snprintf(planted, sizeof planted, "%s/tmp/999999.00000000deadbeef", cache);
-  snprintf(fresh, sizeof fresh, "%s/tmp/999998.00000000cafebabe", cache);
+  snprintf(planted, sizeof planted, "%s/tmp/volt8-999999.00000000deadbeef", cache);
+  snprintf(fresh, sizeof fresh, "%s/tmp/volt8-999998.00000000cafebabe", cache);
   FILE *file = fopen(planted, "w");
   cr_assert(file && fputs("VOLT8KCE half an entry", file) >= 0 && fclose(file) == 0);
   age_temp_files(cache);

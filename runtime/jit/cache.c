@@ -346,6 +346,25 @@ static void sync_dir(const char *path) {
  * takes milliseconds); the next publish removes them. */
 #define STALE_TEMP_SECONDS 3600
 
+/* The one name a publish gives its temp file in <dir>/tmp: "volt8-<pid>.<16 hex digits>". The sweep
+ * removes files of this name only, so nothing else in that folder (with --cache $HOME it is ~/tmp) is
+ * ever touched. */
+#define TEMP_NAME_PREFIX "volt8-"
+#define TEMP_NAME_FORMAT TEMP_NAME_PREFIX "%ld.%016llx"
+enum { TEMP_NAME_HEX_DIGITS = 16 };
+
+static int is_temp_name(const char *name) {
+  if (strncmp(name, TEMP_NAME_PREFIX, strlen(TEMP_NAME_PREFIX)) != 0) return 0;
+  const char *at = name + strlen(TEMP_NAME_PREFIX);
+  const char *pid_start = at;
+  while (*at >= '0' && *at <= '9') at++;
+  if (at == pid_start || at - pid_start > 19 || *at != '.') return 0;
+  at++;
+  for (int i = 0; i < TEMP_NAME_HEX_DIGITS; i++, at++)
+    if (!((*at >= '0' && *at <= '9') || (*at >= 'a' && *at <= 'f'))) return 0;
+  return *at == '\0';
+}
+
 static void remove_stale_temps(const char *temp_dir) {
   DIR *listing = opendir(temp_dir);
   if (!listing) return;
@@ -353,7 +372,7 @@ static void remove_stale_temps(const char *temp_dir) {
   struct dirent *item;
   while ((item = readdir(listing)) != NULL) {
     struct stat info;
-    if (item->d_name[0] == '.' || fstatat(dirfd(listing), item->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!is_temp_name(item->d_name) || fstatat(dirfd(listing), item->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISREG(info.st_mode) && now - info.st_mtime > STALE_TEMP_SECONDS) unlinkat(dirfd(listing), item->d_name, 0);
   }
   closedir(listing);
@@ -412,7 +431,7 @@ volt8_status volt8_cache_publish(const char *dir, const volt8_cache_inputs *inpu
     goto done;
   }
   remove_stale_temps(temp_path);
-  snprintf(temp_path, temp_bytes, "%s/tmp/%ld.%016llx", dir, (long)getpid(), (unsigned long long)random_suffix());
+  snprintf(temp_path, temp_bytes, "%s/tmp/" TEMP_NAME_FORMAT, dir, (long)getpid(), (unsigned long long)random_suffix());
   int fd = open(temp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     note_failure(why, why_size, "cannot create", temp_path);

@@ -40,8 +40,8 @@ volt8_status volt8_cache_load(const char *dir, const volt8_cache_inputs *inputs,
                               volt8_jit_image *out_image);
 
 /* Publishes an image as the entry for (inputs, nvrtc_version): temp file, fsync, rename over any
- * existing entry. Temp files older than an hour (left by processes killed mid-publish) are removed
- * first. On failure leaves no temp file and returns VOLT8_ERR_IO or
+ * existing entry. volt8's own temp files (tmp/volt8-<pid>.<16 hex digits>) older than an hour, left
+ * by processes killed mid-publish, are removed first; nothing else is. On failure leaves no temp file and returns VOLT8_ERR_IO or
  * VOLT8_ERR_OUT_OF_MEMORY, setting no error message: a cache that cannot be written is only slower. */
 volt8_status volt8_cache_store(const char *dir, const volt8_cache_inputs *inputs, const char *nvrtc_version,
                                const void *data, size_t size);
