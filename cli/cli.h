@@ -44,9 +44,19 @@ typedef struct synthetic_checkpoint {
   int hidden, intermediate, num_experts, top_k, num_hidden_layers;
   uint64_t seed;
 } synthetic_checkpoint;
+/* What a checkpoint write made: the folder (or the caller, who made it), and each of its files. */
+typedef struct synthetic_written {
+  int made_folder;
+  unsigned made_files;
+} synthetic_written;
 /* Writes model.safetensors and config.json (ModelOpt mixed precision, E4M3 experts with BF16
- * 128x128 scales under mtp.layers.0) into dir. 0 on success; reports on stderr otherwise. */
-int cli_write_synthetic_checkpoint(const char *dir, const synthetic_checkpoint *spec);
+ * 128x128 scales under mtp.layers.0) into dir, creating the folder if it is missing and each file new
+ * (never over a file, never through a link), and notes in *written what it made. 0 on success, else 1
+ * after the reason on stderr. */
+int cli_write_synthetic_checkpoint(const char *dir, const synthetic_checkpoint *spec, synthetic_written *written);
+/* Removes what *written says was made, and nothing else: its files (regular files, never through a
+ * link), then the folder if it was made. 0, or 1 after naming on stderr what was left. */
+int cli_remove_synthetic_checkpoint(const char *dir, const synthetic_written *written);
 
 typedef struct compile_totals {
   int compiled, from_cache;

@@ -3,6 +3,7 @@
  * for TP4, rank 0 is loaded, and the forward runs on the GPU (eager and graph-replayed, checked against the
  * reference, timed) or, without one, the SM70 kernels are compiled and the reference forward and
  * the rejection sampler run on the CPU. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,6 +305,21 @@ static int check_keep_dir(const char *dir) {
   return 2;
 }
 
+/* A new folder of the demo's own, $TMPDIR/volt8-demo-XXXXXX (mkdtemp: made here, mode 0700). 0, or 1
+ * after the reason on stderr. */
+static int make_scratch_folder(char *dir, size_t dir_size) {
+  const char *parent = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  int written = snprintf(dir, dir_size, "%s/volt8-demo-XXXXXX", parent);
+  if (written < 0 || (size_t)written >= dir_size) {
+    fprintf(stderr, "volt8 demo: TMPDIR=%.64s...: a path of %d bytes is too long for the demo's folder\n", parent,
+            written);
+    return 1;
+  }
+  if (mkdtemp(dir)) return 0;
+  fprintf(stderr, "volt8 demo: cannot create a folder in %s (TMPDIR): %s\n", parent, strerror(errno));
+  return 1;
+}
+
 int cli_demo(int argc, char **argv) {
   int keep = 0;
   const char *model_name = VOLT8_MODEL_REFERENCE, *keep_dir = NULL;
@@ -324,13 +340,18 @@ int cli_demo(int argc, char **argv) {
   else printf("device: none (%s)\n", volt8_last_error(ctx));
 
   char dir[4096];
+  synthetic_written written = {0, 0};
+  int rc = 0;
   if (keep_dir) snprintf(dir, sizeof dir, "%s", keep_dir);
-  else snprintf(dir, sizeof dir, "%s/volt8-demo-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+  else if ((rc = make_scratch_folder(dir, sizeof dir)) == 0) written.made_folder = 1;
   synthetic_checkpoint spec = {model->hidden, model->intermediate, demo_experts(model), demo_top_k, 48, 7};
-  printf("writing a synthetic MTP checkpoint of %s (ModelOpt mixed precision, %d E4M3 experts of %dx%d, BF16 "
-         "128x128 scales) to %s ...\n", model->description, spec.num_experts, spec.intermediate, spec.hidden, dir);
-  fflush(stdout);
-  int rc = cli_write_synthetic_checkpoint(dir, &spec);
+  if (rc == 0) {
+    printf("writing a synthetic MTP checkpoint of %s (ModelOpt mixed precision, %d E4M3 experts of %dx%d, BF16 "
+           "128x128 scales) to %s ...\n", model->description, spec.num_experts, spec.intermediate, spec.hidden, dir);
+    fflush(stdout);
+    rc = cli_write_synthetic_checkpoint(dir, &spec, &written);
+  }
+  int checkpoint_written = rc == 0;
   volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
   options.checkpoint_dir = dir;
   options.tp_size = DEMO_TP;
@@ -358,12 +379,12 @@ int cli_demo(int argc, char **argv) {
   }
   volt8_host_checkpoint_free(host);
   cli_cache_store_failures(ctx, "demo", 0);
-  if (keep) {
+  if (keep && checkpoint_written) {
     printf("the checkpoint is kept in %s; next: volt8 plan %s --tp %d\n", dir, dir, DEMO_TP);
   } else {
-    char command[4200];
-    snprintf(command, sizeof command, "rm -rf '%s'", dir);
-    if (system(command) != 0) fprintf(stderr, "volt8 demo: could not remove %s\n", dir);
+    /* what the demo wrote, and nothing else: a half-written checkpoint too, --keep or not */
+    cli_remove_synthetic_checkpoint(dir, &written);
+    if (keep) fprintf(stderr, "volt8 demo: --keep %s: no checkpoint was kept, since writing it failed\n", dir);
   }
   volt8_ctx_destroy(ctx);
   printf("demo %s in %.1f s\n", rc == 0 ? "finished" : "FAILED", cli_now_seconds() - started);
