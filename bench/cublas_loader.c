@@ -2,8 +2,9 @@
  * the baseline that needs it off with a reason, never the command. */
 #include "cublas_loader.h"
 
+#include "tools/tools.h"
+
 #include <dlfcn.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,23 +21,28 @@ static const char *const TOOLKIT_DIRS[] = {"/usr/local/cuda/lib64", "/usr/local/
                                            "/usr/local/cuda/targets/sbsa-linux/lib"};
 
 static void *try_open(const char *path, char *opened, size_t opened_size, char *why, size_t why_size, size_t *used) {
-  struct stat info;
-  /* A path that names something other than a regular file (a FIFO would block dlopen) is skipped. */
-  void *handle = strchr(path, '/') && stat(path, &info) == 0 && !S_ISREG(info.st_mode) ? NULL
-                                                                                        : dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (handle) {
+  /* A path must name a whole ELF library: a FIFO would block dlopen, a truncated copy kill the
+   * process in it (SIGBUS). A bare soname is the loader's to find. */
+  char reason[300];
+  void *handle = NULL;
+  const char *error = NULL;
+  if (strchr(path, '/') && volt8_elf_check(path, reason, sizeof reason) != 0) {
+    error = reason;
+  } else if ((handle = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
     snprintf(opened, opened_size, "%s", path);
     return handle;
+  } else {
+    error = dlerror();
+    path = error ? "" : path;
   }
-  const char *error = dlerror();
-  int written = snprintf(why + *used, why_size - *used, "%s%s", *used ? "; " : "", error ? error : path);
+  int written = snprintf(why + *used, why_size - *used, "%s%s%s%s", *used ? "; " : "", path, *path && error ? " " : "",
+                         error ? error : "");
   if (written > 0 && *used + (size_t)written < why_size) *used += (size_t)written;
   return NULL;
 }
 
-/* Each soname through the loader's search, then in $CUDA_HOME/lib64 and the usual toolkit folders. */
-static void *open_first(const char *const *names, int count, char *opened, size_t opened_size, char *why,
-                        size_t why_size) {
+void *bench_cublas_open_first(const char *const *names, int count, char *opened, size_t opened_size, char *why,
+                              size_t why_size) {
   size_t used = 0;
   why[0] = '\0';
   const char *cuda_home = getenv("CUDA_HOME");
@@ -71,7 +77,7 @@ static int resolve(void *library, const symbol_slot *slots, int count, char *why
 static void open_lt(bench_cublas *cublas) {
   static const char *const names[] = {"libcublasLt.so.13", "libcublasLt.so.12"};
   char why[400];
-  cublas->lt_library = open_first(names, 2, cublas->lt_path, sizeof cublas->lt_path, why, sizeof why);
+  cublas->lt_library = bench_cublas_open_first(names, 2, cublas->lt_path, sizeof cublas->lt_path, why, sizeof why);
   if (!cublas->lt_library) {
     snprintf(cublas->lt_unavailable, sizeof cublas->lt_unavailable, "no cuBLASLt: %s", why);
     return;
@@ -107,7 +113,7 @@ static void open_lt(bench_cublas *cublas) {
 static void open_blas(bench_gpu *gpu, bench_cublas *cublas) {
   static const char *const names[] = {"libcublas.so.13", "libcublas.so.12"};
   char why[400];
-  cublas->blas_library = open_first(names, 2, cublas->blas_path, sizeof cublas->blas_path, why, sizeof why);
+  cublas->blas_library = bench_cublas_open_first(names, 2, cublas->blas_path, sizeof cublas->blas_path, why, sizeof why);
   if (!cublas->blas_library) {
     snprintf(cublas->grouped_unavailable, sizeof cublas->grouped_unavailable, "no cuBLAS: %s", why);
     return;

@@ -47,6 +47,11 @@ typedef struct bench_cublas {
  * the *_unavailable texts say which baseline cannot run and why. */
 volt8_status bench_cublas_open(bench_gpu *gpu, bench_cublas *out);
 void bench_cublas_close(bench_gpu *gpu, bench_cublas *cublas);
+/* The first of `names` that opens: each through the loader's search, then in $CUDA_HOME/lib64 and the
+ * usual toolkit folders, a path only when it is a whole ELF library (core/elf_check.h). NULL when none
+ * does, with each failure in `why`; `opened` gets the name or path that served. */
+void *bench_cublas_open_first(const char *const *names, int count, char *opened, size_t opened_size, char *why,
+                              size_t why_size);
 /* "CUBLAS_STATUS_X" or the number. */
 const char *bench_cublas_status_text(const bench_cublas *cublas, cublasStatus_t status);
 

@@ -6,6 +6,7 @@
 #include "core/ctx_internal.h"
 #include "jit/nvrtc_loader.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -256,4 +257,133 @@ Test(nvrtc, a_fifo_named_by_volt8_nvrtc_is_refused_without_blocking, .timeout = 
   volt8_ctx_destroy(ctx);
   unlink(fifo);
   rmdir(dir);
+}
+
+/* ---- a truncated NVRTC is skipped before dlopen, which would die of SIGBUS in it ---- */
+
+/* The first `bytes` of `from` into folder/name (folder made if missing). */
+static void copy_prefix(const char *from, const char *folder, const char *name, size_t bytes) {
+  mkdir(folder, 0755);
+  char to[4096];
+  snprintf(to, sizeof to, "%s/%s", folder, name);
+  FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+  cr_assert(in && out, "cannot copy %s to %s", from, to);
+  char *buffer = malloc(bytes);
+  cr_assert(buffer && fread(buffer, 1, bytes, in) == bytes && fwrite(buffer, 1, bytes, out) == bytes,
+            "cannot copy %zu bytes of %s", bytes, from);
+  free(buffer);
+  fclose(in);
+  cr_assert_eq(fclose(out), 0);
+}
+
+static char truncated_root[] = "/tmp/volt8-nvrtc-truncated-XXXXXX";
+
+static void make_truncated_root(void) { cr_assert_not_null(mkdtemp(truncated_root)); }
+static void remove_truncated_root(void) { test_remove_tree(truncated_root); }
+
+/* Copies of libnvrtc.so.12 cut at 1 MiB, 10 KiB, the ELF and program headers, and the ELF header,
+ * each in its folder of truncated_root; their folders ':'-joined into `dirs`. */
+static void make_truncated_copies(const char *real_folder, char *dirs, size_t dirs_size) {
+  static const size_t cuts[] = {1 << 20, 10 << 10, 64 + 11 * 56, 64};
+  char real[4096];
+  snprintf(real, sizeof real, "%s/libnvrtc.so.12", real_folder);
+  size_t used = 0;
+  dirs[0] = '\0';
+  for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+    char folder[256];
+    snprintf(folder, sizeof folder, "%s/cut-%zu", truncated_root, cuts[i]);
+    copy_prefix(real, folder, "libnvrtc.so.12", cuts[i]);
+    used += (size_t)snprintf(dirs + used, dirs_size - used, "%s%s", used ? ":" : "", folder);
+  }
+}
+
+Test(nvrtc, truncated_copies_are_skipped_and_the_next_candidate_serves, .init = make_truncated_root,
+     .fini = remove_truncated_root) {
+  char *folder = take_nvrtc_12_folder();
+  char dirs[8192];
+  make_truncated_copies(folder, dirs, sizeof dirs);
+  char explicit_path[512];
+  snprintf(explicit_path, sizeof explicit_path, "%s/cut-%d/libnvrtc.so.12", truncated_root, 1 << 20);
+  setenv("VOLT8_NVRTC", explicit_path, 1);
+  setenv("VOLT8_NVRTC_DIRS", dirs, 1);
+  snprintf(dirs + strlen(dirs), sizeof dirs - strlen(dirs), ":%s", folder);
+  volt8_ctx *ctx = ctx_with_nvrtc_dirs(dirs);
+  const volt8_nvrtc_lib *lib = NULL;
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(strncmp(lib->path, folder, strlen(folder)) == 0, "%s is not the whole NVRTC in %s; tried: %s", lib->path,
+            folder, ctx->nvrtc->tried);
+  const char *tried = ctx->nvrtc->tried;
+  static const struct {
+    int cut;
+    const char *reason;
+  } expected[] = {{1 << 20, "is truncated: segment 0 (LOAD) ends at byte"},
+                  {10 << 10, "is truncated: segment 0 (LOAD) ends at byte"},
+                  {64 + 11 * 56, "is truncated: segment 0 (LOAD) ends at byte"},
+                  {64, "is truncated: its program header table ends at byte"}};
+  for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) {
+    char text[1024];
+    snprintf(text, sizeof text, "%s/cut-%d/libnvrtc.so.12 (options.nvrtc_dirs): %s", truncated_root, expected[i].cut,
+             expected[i].reason);
+    cr_assert(strstr(tried, text), "no \"%s\" in: %s", text, tried);
+    snprintf(text, sizeof text, "%s/cut-%d/libnvrtc.so.12 (VOLT8_NVRTC_DIRS): %s", truncated_root, expected[i].cut,
+             expected[i].reason);
+    cr_assert(strstr(tried, text), "no \"%s\" in: %s", text, tried);
+  }
+  char text[1024];
+  snprintf(text, sizeof text, "%s (VOLT8_NVRTC): is truncated: segment 0 (LOAD)", explicit_path);
+  cr_assert(strstr(tried, text), "no \"%s\" in: %s", text, tried);
+  volt8_ctx_destroy(ctx);
+  free(folder);
+}
+
+Test(nvrtc, a_truncated_nvrtc_alone_is_a_clear_error, .init = make_truncated_root, .fini = remove_truncated_root) {
+  char *folder = take_nvrtc_12_folder();
+  char dirs[8192], cut[512];
+  make_truncated_copies(folder, dirs, sizeof dirs);
+  snprintf(cut, sizeof cut, "%s/cut-%d/libnvrtc.so.12", truncated_root, 1 << 20);
+  setenv("VOLT8_NVRTC", cut, 1);
+  setenv("VOLT8_NVRTC_ONLY", "1", 1);
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  const volt8_nvrtc_lib *lib = NULL;
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_ERR_ARCH_UNSUPPORTED);
+  const char *message = volt8_last_error(ctx);
+  char text[1024];
+  snprintf(text, sizeof text, "%s (VOLT8_NVRTC): is truncated: segment 0 (LOAD) ends at byte", cut);
+  cr_assert(strstr(message, "no NVRTC can compile for compute_70") && strstr(message, text), "%s", message);
+  volt8_ctx_destroy(ctx);
+  free(folder);
+}
+
+/* NVRTC opens its builtins itself when it first compiles: a truncated one there refuses its NVRTC. */
+Test(nvrtc, truncated_builtins_refuse_their_nvrtc, .init = make_truncated_root, .fini = remove_truncated_root) {
+  char *folder = take_nvrtc_12_folder();
+  char linked[512], real[4096], link_path[4096], builtins[4096];
+  snprintf(linked, sizeof linked, "%s/linked", truncated_root);
+  cr_assert_eq(mkdir(linked, 0755), 0);
+  snprintf(real, sizeof real, "%s/libnvrtc.so.12", folder);
+  snprintf(link_path, sizeof link_path, "%s/libnvrtc.so.12", linked);
+  cr_assert_eq(symlink(real, link_path), 0, "symlink %s", link_path);
+  /* the builtins' name from the folder, without loading the NVRTC there (it would stay loaded) */
+  char name[256] = "";
+  DIR *listing = opendir(folder);
+  cr_assert_not_null(listing);
+  for (struct dirent *item = readdir(listing); item; item = readdir(listing))
+    if (strncmp(item->d_name, "libnvrtc-builtins.so.12.", 24) == 0) snprintf(name, sizeof name, "%s", item->d_name);
+  closedir(listing);
+  if (!name[0]) cr_skip_test("no libnvrtc-builtins.so.12.* beside %s", real);
+  snprintf(builtins, sizeof builtins, "%s/%s", folder, name);
+  copy_prefix(builtins, linked, name, 1 << 20);
+  /* the link is the real NVRTC's inode, which then stays loaded with the link's folder as its origin:
+   * later candidates are that same library, so only the first outcome is checked */
+  volt8_ctx *ctx = ctx_with_nvrtc_dirs(linked);
+  const volt8_nvrtc_lib *lib = NULL;
+  volt8_nvrtc_for_arch(ctx, 70, &lib);
+  char text[1024];
+  snprintf(text, sizeof text, "%s/libnvrtc.so.12 (options.nvrtc_dirs): NVRTC 12.", linked);
+  const char *at = strstr(ctx->nvrtc->tried, text);
+  cr_assert(at, "no \"%s\" in: %s", text, ctx->nvrtc->tried);
+  snprintf(text, sizeof text, "skipped: its builtins %s/%s is truncated", linked, name);
+  cr_assert(strstr(at, text), "no \"%s\" in: %s", text, ctx->nvrtc->tried);
+  volt8_ctx_destroy(ctx);
+  free(folder);
 }

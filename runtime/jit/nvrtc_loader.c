@@ -1,7 +1,7 @@
 /* Finds NVRTC libraries with dlopen and picks, per target arch, one that can compile for it. */
 #include "jit/nvrtc_loader.h"
 #include "core/ctx_internal.h"
-#include "core/files.h"
+#include "core/elf_check.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -87,29 +87,35 @@ static void describe_archs(const volt8_nvrtc_lib *lib, char *buf, size_t buf_siz
 /* NVRTC opens libnvrtc-builtins.so.<major>.<minor> by name, found through its own $ORIGIN run path.
  * Where dlopen is interposed (ASan, TSan, some profilers) the run path of the interposer is used
  * instead and every compile fails with NVRTC_ERROR_BUILTIN_OPERATION_FAILURE. Opening the builtins
- * from NVRTC's folder first lets NVRTC's later open find them among the loaded libraries. */
-static void preload_builtins(const volt8_nvrtc_lib *lib) {
-  char folder[PATH_MAX], path[PATH_MAX + 64];
-  if (dlinfo(lib->handle, RTLD_DI_ORIGIN, folder) != 0) return;
+ * from NVRTC's folder first lets NVRTC's later open find them among the loaded libraries. Builtins
+ * that are there but not a whole library would kill the process in that open (SIGBUS), so their NVRTC
+ * is refused instead: 0, or -1 with the reason in `reason`. */
+static int preload_builtins(const volt8_nvrtc_lib *lib, char *reason, size_t reason_size) {
+  char folder[PATH_MAX], path[PATH_MAX + 64], why[256];
+  if (dlinfo(lib->handle, RTLD_DI_ORIGIN, folder) != 0) return 0;
   snprintf(path, sizeof path, "%s/libnvrtc-builtins.so.%d.%d", folder, lib->major, lib->minor);
-  if (access(path, F_OK) == 0) dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (access(path, F_OK) != 0) return 0;
+  if (volt8_elf_check(path, why, sizeof why) != 0) {
+    snprintf(reason, reason_size, "its builtins %s %s", path, why);
+    return -1;
+  }
+  dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  return 0;
 }
 
-/* A path (not a bare soname) must name a regular file: dlopen of a FIFO would block for ever. */
-static int regular_or_noted(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
+/* A path (not a bare soname) must name a whole ELF library before dlopen maps it: a FIFO would block
+ * dlopen for ever, and a truncated copy kills the process with SIGBUS. */
+static int whole_library_or_noted(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
   if (!strchr(path, '/')) return 1;
-  int fd = -1;
-  struct stat info;
-  int failure = volt8_open_regular_fd(path, &fd, &info);
-  if (fd >= 0) close(fd);
-  if (failure == -1) note_tried(registry, "%s (%s): is a %s, not a regular file", path, origin, volt8_file_type_name(info.st_mode));
-  else if (failure != 0) note_tried(registry, "%s (%s): cannot open: %s", path, origin, strerror(failure));
-  return failure == 0;
+  char reason[256];
+  if (volt8_elf_check(path, reason, sizeof reason) == 0) return 1;
+  note_tried(registry, "%s (%s): %s", path, origin, reason);
+  return 0;
 }
 
 static void try_candidate(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
   if (registry->count >= VOLT8_NVRTC_MAX_LIBS) return;
-  if (!regular_or_noted(registry, path, origin)) return;
+  if (!whole_library_or_noted(registry, path, origin)) return;
   /* NODELETE: NVRTC leaks its static C++ runtime pools on every unload, so a library stays mapped
    * once opened and later contexts reopen it at no cost. */
   void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
@@ -137,10 +143,16 @@ static void try_candidate(volt8_nvrtc_registry *registry, const char *path, cons
     memset(lib, 0, sizeof *lib);
     return;
   }
+  char builtins_reason[PATH_MAX + 512];
+  if (preload_builtins(lib, builtins_reason, sizeof builtins_reason) != 0) {
+    note_tried(registry, "%s (%s): NVRTC %s skipped: %s", path, origin, lib->version, builtins_reason);
+    dlclose(handle);
+    memset(lib, 0, sizeof *lib);
+    return;
+  }
   char archs[64];
   describe_archs(lib, archs, sizeof archs);
   note_tried(registry, "%s (%s): NVRTC %s supports %s", path, origin, lib->version, archs);
-  preload_builtins(lib);
   registry->count++;
 }
 

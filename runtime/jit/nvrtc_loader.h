@@ -47,7 +47,9 @@ struct volt8_ctx;
  *      (':'-separated; the Python binding passes the nvidia-cuda-nvrtc-cu12 wheel's folder);
  *   4. libnvrtc.so.12 and .13 through the system loader;
  *   5. $CUDA_HOME/lib64 (or $CUDA_PATH/lib64), then the lib folder of the CUDA toolkit the build found.
- * Candidates are opened once per ctx (under ctx->lock); *out_lib stays valid until the ctx is
+ * A candidate named by path that is not a whole ELF library (core/elf_check.h; a truncated copy would
+ * kill the process inside dlopen) is skipped with the reason. Candidates are opened once per ctx
+ * (under ctx->lock); *out_lib stays valid until the ctx is
  * destroyed. VOLT8_ERR_ARCH_UNSUPPORTED names every candidate and why it did not fit.
  * Environment switches, read when the ctx first needs NVRTC:
  *   VOLT8_NVRTC_DISABLE=1  no NVRTC at all: only the disk cache can provide kernels (for tests and

@@ -10,6 +10,7 @@
 #include "volt8.h"
 
 #include "core/cuda_driver.h"       /* the driver table the tools call CUDA through */
+#include "core/elf_check.h"        /* a library named by path is whole before the bench dlopens it */
 #include "core/embedded_files.h"    /* the table type of the files a tool builds in (bench/bench_kernels.cu) */
 #include "core/errors.h"            /* volt8_fail and friends: tools report like the library */
 #include "core/json_strict.h"       /* volt8_utf8_sequence_length: the plan printer's columns */

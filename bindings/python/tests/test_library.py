@@ -241,3 +241,11 @@ def test_a_fifo_named_by_volt8_library_is_refused_without_blocking(tmp_path):
     run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=tmp_path,
                          timeout=60)
     assert run.returncode == 1 and "not a regular file" in run.stderr, run.stderr
+
+
+def test_a_truncated_library_is_refused_with_the_reason(tmp_path):
+    cut = tmp_path / "libvolt8.so.0"
+    with open(library_file(), "rb") as whole:
+        cut.write_bytes(whole.read(10240))
+    code, out, err = probe({"VOLT8_LIBRARY": str(cut)}, tmp_path)
+    assert code == 1 and f"{cut} is truncated: segment 0 (LOAD) ends at byte" in err, (code, err)

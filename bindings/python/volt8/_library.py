@@ -8,7 +8,7 @@ import ctypes.util
 import os
 import threading
 
-from . import _abi
+from . import _abi, _elf
 from .errors import LibraryError, error_for_status
 
 SONAME = "libvolt8.so.0"
@@ -56,6 +56,9 @@ def _open(path):
     if os.sep in path and os.path.exists(path) and not os.path.isfile(path):
         # dlopen of a FIFO would block for ever; a folder or device is no library either.
         raise LibraryError(f"{path}: not a regular file")
+    reason = _elf.check(path) if os.sep in path and os.path.exists(path) else None
+    if reason:  # a truncated copy would kill the interpreter with SIGBUS inside dlopen
+        raise LibraryError(f"{path} {reason}")
     try:
         library = ctypes.CDLL(path)
     except OSError as error:
