@@ -239,6 +239,15 @@ int cli_compile(int argc, char **argv) {
   volt8_ctx *ctx = NULL;
   volt8_status status = volt8_ctx_create(&options, &ctx);
   if (status != VOLT8_OK) return cli_report(NULL, "compile", status);
+  if (!volt8_tools_ctx(ctx).cache_dir) {
+    /* storing is the command's whole purpose: refused before compiling anything that would be lost */
+    char why[512] = "";
+    int32_t count = 0;
+    volt8_cache_store_failures(ctx, &count, why, sizeof why);
+    fprintf(stderr, "volt8 compile: --cache %s: nothing would be stored there: %s\n", cache, why);
+    volt8_ctx_destroy(ctx);
+    return 2;
+  }
   compile_totals totals = {0, 0, 0.0};
   for (int s = 0; s < shape_count && status == VOLT8_OK; s++) {
     char text[256];

@@ -138,3 +138,21 @@ Test(cli_writes, demo_keep_whose_write_fails_leaves_nothing_and_exits_1) {
   cr_assert(exists_in(work_dir, "kept"), "the demo removed a --keep folder it did not make");
   cr_assert_eq(count_entries(kept), 0, "the demo left a half-written checkpoint in %s", kept);
 }
+
+/* volt8 compile exists to fill the cache: with the cache disabled it is refused (exit 2), naming
+ * --cache and why, before compiling anything. */
+Test(cli_writes, compile_into_a_disabled_cache_is_refused) {
+  char cache[700];
+  snprintf(cache, sizeof cache, "%s/cache", work_dir);
+  setenv("VOLT8_CACHE_DISABLE", "1", 1);
+  setenv("VOLT8_NVRTC_DISABLE", "1", 1); /* nothing compiles fast, should the refusal not come first */
+  char *args[] = {"compile", "--arch", "sm_70", "--cache", cache, NULL};
+  int rc = test_run_volt8(args, out, sizeof out, err, sizeof err);
+  cr_assert_eq(rc, 2, "rc %d:\n%s\n%s", rc, out, err);
+  char expected[900];
+  snprintf(expected, sizeof expected, "volt8 compile: --cache %s: nothing would be stored there: the disk cache is "
+           "disabled (VOLT8_CACHE_DISABLE=1)", cache);
+  cr_assert(strstr(err, expected), "no \"%s\" in:\n%s", expected, err);
+  cr_assert_null(strstr(out, "compiled"), "%s", out);
+  cr_assert(!exists_in(work_dir, "cache"), "a disabled cache wrote %s", cache);
+}
