@@ -664,3 +664,38 @@ Test(jit_cache, publish_sweeps_only_its_own_stale_temps) {
   cr_assert(exists_in(temp_dir, "volt8-4243.0123456789abcdef"), "the publish removed a temp file an hour had not aged");
   cr_assert(!exists_in(temp_dir, "volt8-4242.00000000deadbeef"), "volt8's own stale temp file was left");
 }
+
+/* A publish that cannot make its folders names the component in the way and what it is. */
+Test(jit_cache, a_publish_names_what_blocks_its_folders) {
+  char temp_dir[300], why[1024], expected[700];
+  volt8_cache_inputs inputs = {"k", kernel_source, 70, VOLT8_IMAGE_PTX, NULL, 0};
+  snprintf(temp_dir, sizeof temp_dir, "%s/tmp", cache_dir);
+
+  cr_assert_eq(symlink("tmp", temp_dir), 0, "symlink %s: %s", temp_dir, strerror(errno)); /* a loop */
+  cr_assert_eq(volt8_cache_publish(cache_dir, &inputs, "12.9", "ptx", 4, why, sizeof why), VOLT8_ERR_IO);
+  snprintf(expected, sizeof expected, "cannot create %s: %s is a symbolic link loop (%s)", temp_dir, temp_dir,
+           strerror(ELOOP));
+  cr_assert_str_eq(why, expected);
+  cr_assert_eq(unlink(temp_dir), 0);
+
+  cr_assert_eq(symlink("missing", temp_dir), 0);
+  cr_assert_eq(volt8_cache_publish(cache_dir, &inputs, "12.9", "ptx", 4, why, sizeof why), VOLT8_ERR_IO);
+  snprintf(expected, sizeof expected, "cannot create %s: %s is a symbolic link to nothing (%s)", temp_dir, temp_dir,
+           strerror(ENOENT));
+  cr_assert_str_eq(why, expected);
+  cr_assert_eq(unlink(temp_dir), 0);
+
+  cr_assert_eq(mkfifo(temp_dir, 0600), 0);
+  cr_assert_eq(volt8_cache_publish(cache_dir, &inputs, "12.9", "ptx", 4, why, sizeof why), VOLT8_ERR_IO);
+  snprintf(expected, sizeof expected, "cannot create %s: %s is a FIFO (%s)", temp_dir, temp_dir, strerror(ENOTDIR));
+  cr_assert_str_eq(why, expected);
+  cr_assert_eq(unlink(temp_dir), 0);
+
+  char v1[300];
+  snprintf(v1, sizeof v1, "%s/v1", cache_dir);
+  FILE *file = fopen(v1, "w");
+  cr_assert(file && fclose(file) == 0);
+  cr_assert_eq(volt8_cache_publish(cache_dir, &inputs, "12.9", "ptx", 4, why, sizeof why), VOLT8_ERR_IO);
+  snprintf(expected, sizeof expected, "is a regular file (%s)", strerror(ENOTDIR));
+  cr_assert(strstr(why, v1) && strstr(why, expected), "%s", why);
+}

@@ -306,21 +306,42 @@ volt8_status volt8_cache_load(const char *dir, const volt8_cache_inputs *inputs,
   return status;
 }
 
+/* Why `component`, which exists, cannot be a folder of the cache: "<component> is a regular file (Not
+ * a directory)", "<component> is a symbolic link loop (Too many levels of symbolic links)". */
+static void describe_non_folder(const char *component, char *problem, size_t problem_size) {
+  struct stat info;
+  if (stat(component, &info) == 0) {
+    snprintf(problem, problem_size, "%s is a %s (%s)", component, volt8_file_type_name(info.st_mode), strerror(ENOTDIR));
+    return;
+  }
+  int error = errno;
+  struct stat link;
+  if (error == ELOOP)
+    snprintf(problem, problem_size, "%s is a symbolic link loop (%s)", component, strerror(error));
+  else if (error == ENOENT && lstat(component, &link) == 0 && S_ISLNK(link.st_mode))
+    snprintf(problem, problem_size, "%s is a symbolic link to nothing (%s)", component, strerror(error));
+  else
+    snprintf(problem, problem_size, "%s: %s", component, strerror(error));
+}
+
 /* mkdir -p: creates every missing component; another process creating one first is fine. On
- * failure, errno says why (ENOTDIR where a component is not a directory). */
-static int make_dirs(char *path) {
+ * failure writes into `problem` which component stopped it and why. */
+static int make_dirs(char *path, char *problem, size_t problem_size) {
   for (char *slash = strchr(path + 1, '/');; slash = strchr(slash + 1, '/')) {
     if (slash) *slash = '\0';
-    int made = mkdir(path, 0755) == 0 || errno == EEXIST;
-    int error = errno;
     struct stat info;
-    int is_dir = made && stat(path, &info) == 0 && S_ISDIR(info.st_mode);
-    if (made && !is_dir) error = ENOTDIR;
-    if (slash) *slash = '/';
-    if (!is_dir) {
-      errno = error;
-      return -1;
+    int failed = 0;
+    if (mkdir(path, 0755) != 0) {
+      if (errno != EEXIST) {
+        snprintf(problem, problem_size, "%s: %s", path, strerror(errno));
+        failed = 1;
+      } else if (stat(path, &info) != 0 || !S_ISDIR(info.st_mode)) {
+        describe_non_folder(path, problem, problem_size);
+        failed = 1;
+      }
     }
+    if (slash) *slash = '/';
+    if (failed) return -1;
     if (!slash) return 0;
   }
 }
@@ -422,12 +443,13 @@ volt8_status volt8_cache_publish(const char *dir, const volt8_cache_inputs *inpu
   if (!entries_dir || !final_path || !temp_path) goto done;
   status = VOLT8_ERR_IO;
   snprintf(temp_path, temp_bytes, "%s/tmp", dir);
-  if (make_dirs(temp_path) != 0) {
-    note_failure(why, why_size, "cannot create", temp_path);
+  char problem[1024];
+  if (make_dirs(temp_path, problem, sizeof problem) != 0) {
+    if (why && why_size) snprintf(why, why_size, "cannot create %s: %s", temp_path, problem);
     goto done;
   }
-  if (make_dirs(entries_dir) != 0) {
-    note_failure(why, why_size, "cannot create", entries_dir);
+  if (make_dirs(entries_dir, problem, sizeof problem) != 0) {
+    if (why && why_size) snprintf(why, why_size, "cannot create %s: %s", entries_dir, problem);
     goto done;
   }
   remove_stale_temps(temp_path);
