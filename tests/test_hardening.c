@@ -513,20 +513,30 @@ Test(hardening, kernels_the_cache_did_not_keep_are_counted, .init = make_work_di
   volt8_ctx_destroy(ctx);
 }
 
+/* The summary and the failure count the same kernels: every variant and the sampler's module. */
 Test(hardening, compile_into_a_file_fails_and_says_why, .init = make_work_dir, .fini = remove_work_dir, .timeout = 300) {
-  char cache[1024], command[2048];
+  char cache[1024];
   path_in(cache, sizeof cache, "not-a-folder");
   write_text("not-a-folder", "x", 1);
-  snprintf(command, sizeof command, "'%s' compile --arch sm_70 --cache '%s' 2>&1", VOLT8_CLI_PATH, cache);
-  FILE *pipe = popen(command, "r");
-  cr_assert_not_null(pipe);
-  static char output[1 << 16];
-  size_t bytes = fread(output, 1, sizeof output - 1, pipe);
-  output[bytes] = '\0';
-  int rc = pclose(pipe);
-  if (strstr(output, "VOLT8_ERR_ARCH_UNSUPPORTED")) cr_skip_test("no NVRTC for sm_70: %s", output);
-  cr_assert_neq(rc, 0, "volt8 compile reported success with nothing cached:\n%s", output);
-  cr_assert(strstr(output, "not stored in the disk cache") && strstr(output, strerror(ENOTDIR)) &&
-                strstr(output, "the cache is incomplete"),
-            "%s", output);
+  static char out[1 << 16], err[1 << 16];
+  char *args[] = {"compile", "--arch", "sm_70", "--cache", cache, NULL};
+  int rc = test_run_volt8(args, out, sizeof out, err, sizeof err);
+  if (strstr(err, "VOLT8_ERR_ARCH_UNSUPPORTED")) cr_skip_test("no NVRTC for sm_70: %s", err);
+  cr_assert_neq(rc, 0, "volt8 compile reported success with nothing cached:\n%s\n%s", out, err);
+  cr_assert(strstr(err, "not stored in the disk cache") && strstr(err, strerror(ENOTDIR)) &&
+                strstr(err, "the cache is incomplete"),
+            "%s", err);
+  const char *summary = strstr(out, "volt8 compile: "), *failure = strstr(err, "volt8 compile: ");
+  int compiled = -1, cached = -1, not_stored = -2;
+  while (summary && sscanf(summary, "volt8 compile: %d compiled, %d already cached", &compiled, &cached) != 2)
+    summary = strstr(summary + 1, "volt8 compile: ");
+  cr_assert(failure && sscanf(failure, "volt8 compile: %d compiled kernels were not stored", &not_stored) == 1, "%s", err);
+  int32_t variants = 0;
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  cr_assert_eq(volt8_variant_count(ctx, &shape, &variants), VOLT8_OK);
+  volt8_ctx_destroy(ctx);
+  cr_assert(compiled == variants + 1 && cached == 0 && not_stored == compiled,
+            "%d variants and the sampler; the summary says %d compiled and %d cached, the failure %d not stored:\n%s\n%s",
+            variants, compiled, cached, not_stored, out, err);
 }

@@ -34,6 +34,7 @@ typedef struct volt8_tools_ctx_info {
   int32_t target_arch;           /* arch kernels are generated for, e.g. 70 */
   const char *device_name;       /* "" without a device */
   const char *cache_dir;         /* NULL when the disk cache is off */
+  int64_t nvrtc_compiles;        /* NVRTC compiles run so far, each image the disk cache may keep */
 } volt8_tools_ctx_info;
 
 volt8_tools_ctx_info volt8_tools_ctx(const volt8_ctx *ctx);
