@@ -9,6 +9,9 @@
 #                                  again with native code from that machine's NVRTC, then under
 #                                  compute-sanitizer (memcheck, racecheck, initcheck, synccheck).
 #                                  Logs go to $OUT (or out/).
+#   scripts/gpu_check.sh probes    only the probes of bench/probes into .carry/bin (what prepare adds with
+#                                  PROBE=1), the rest of .carry left as it is: enough for the phases
+#                                  probe and compute_probe.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 carry="$root/.carry"
@@ -81,6 +84,20 @@ model_names() {
   if [ -n "${MODELS:-}" ]; then echo "$MODELS"; else "$1" models | awk '{print $1}'; fi
 }
 
+# The probes of bench/probes into .carry/bin, with the toolkit's nvcc for the H200: the floor probe as
+# it is and with the loads compute_70 code has (no L2 prefetch size); the mma peak probe, with its
+# m8n8k4 kernels also as compute_70 PTX from the .venv's NVRTC 12 (CUDA 13's nvcc no longer targets
+# compute_70), which the driver compiles on the GPU machine; the MoE tile probe.
+build_probes() {
+  local nvcc="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" probes="$root/bench/probes"
+  mkdir -p "$carry/bin"
+  "$nvcc" -arch=sm_90 -O3 -o "$carry/bin/floor_probe" "$probes/floor_probe.cu"
+  "$nvcc" -arch=sm_90 -O3 -DFLOOR_PROBE_NO_FETCH -o "$carry/bin/floor_probe_plain" "$probes/floor_probe.cu"
+  "$nvcc" -arch=sm_90 -O3 -o "$carry/bin/mma_peak" "$probes/mma_peak.cu"
+  "$root/.venv/bin/python3" "$probes/nvrtc_ptx.py" "$probes/mma_peak_sm70.cuh" compute_70 "$carry/bin/mma_peak_sm70.ptx"
+  "$nvcc" -arch=sm_90 -O3 -o "$carry/bin/moe_tile_probe" "$probes/moe_tile_probe.cu"
+}
+
 prepare() {
   set -e
   "$root/scripts/bootstrap.sh"
@@ -150,13 +167,8 @@ prepare() {
     mkdir -p "$carry/tables_seed"
     find "$TUNE_SEED_DIR" -maxdepth 1 -type f -name '*arch=sm_90*.json' -exec cp {} "$carry/tables_seed/" \;
   fi
-  # PROBE=1: the floor probe (bench/probes/floor_probe.cu, not part of the library), built for the
-  # H200 with the toolkit's nvcc as it is and with the loads compute_70 code has (no L2 prefetch size).
-  if [ "${PROBE:-0}" = 1 ]; then
-    local nvcc="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
-    "$nvcc" -arch=sm_90 -O3 -o "$carry/bin/floor_probe" "$root/bench/probes/floor_probe.cu"
-    "$nvcc" -arch=sm_90 -O3 -DFLOOR_PROBE_NO_FETCH -o "$carry/bin/floor_probe_plain" "$root/bench/probes/floor_probe.cu"
-  fi
+  # PROBE=1: the probes of bench/probes (not part of the library; build_probes above).
+  if [ "${PROBE:-0}" = 1 ]; then build_probes; fi
   du -sh "$carry" | awk '{print "gpu_check prepare: .carry is " $1}'
 }
 
@@ -189,7 +201,8 @@ prepare() {
 # when there are any, at BENCH_M if set; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
 # one GPU runs only N = 2, both on it), probe (the floor probe of bench/probes, as is and with the
-# loads of compute_70 code; prepare with PROBE=1 builds them). The suites phase runs gpu_test_models too: the models' TP4
+# loads of compute_70 code; prepare with PROBE=1 builds them), compute_probe (bench/probes' mma peak
+# probe, then its MoE tile probe at COMPUTE_PROBE_M with that peak; PROBE=1 builds them too). The suites phase runs gpu_test_models too: the models' TP4
 # and TP8 rank shapes, whose compute_70 kernels prepare carries (model_test_shapes).
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
 run() {
@@ -210,7 +223,8 @@ run() {
   export LD_LIBRARY_PATH="$carry/bin:$work/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PATH="/usr/local/cuda/bin:$PATH"
   export VOLT8_SOURCE_ROOT="$root"
-  tar -C "$work" -xzf "$carry/cache70.tgz"
+  # (absent when only the probes were built)
+  [ -f "$carry/cache70.tgz" ] && tar -C "$work" -xzf "$carry/cache70.tgz"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$logs/device.txt"
   local summary="$out/summary.txt"
   : >"$summary"
@@ -221,7 +235,7 @@ run() {
     timeout "${step_timeout:-${STEP_TIMEOUT:-300}}" "$@" >"$logs/$name.log" 2>&1
     local rc=$?
     printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
-      "$(grep -E 'Synthesis|ERROR SUMMARY|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step|torch_op' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
+      "$(grep -E 'Synthesis|ERROR SUMMARY|^peak m16n8k16|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step|torch_op' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
   }
   # The environment of a suite mode: sm70_ptx, the carried compute_70 PTX through the driver;
   # native, the device's own arch; sm80_ptx, compute_80 PTX compiled here, so the hmma family's
@@ -406,6 +420,27 @@ run() {
           step "$name" "$carry/bin/$name"
           grep -E '^round' "$logs/$name.log" >"$out/$name.txt"
         done ;;
+      compute_probe)
+        # The physical limit and the compute-bound tile of issue 36 (prepare with PROBE=1, or
+        # `gpu_check.sh probes`): mma_peak (mma.sync m16n8k16 from registers and through ldmatrix;
+        # m8n8k4 native and from the carried compute_70 PTX, compiled by the driver), then
+        # moe_tile_probe with the m16n8k16 peak just measured (COMPUTE_PROBE_M: its token counts,
+        # default 512,2048,8192,16384). Their output also goes to $OUT/mma_peak.txt and moe_tile_probe.txt.
+        local peak tile_m=()
+        [ -n "${COMPUTE_PROBE_M:-}" ] && tile_m=(--m "$COMPUTE_PROBE_M")
+        if [ -x "$carry/bin/mma_peak" ]; then
+          step mma_peak "$carry/bin/mma_peak" "$carry/bin/mma_peak_sm70.ptx"
+          cp "$logs/mma_peak.log" "$out/mma_peak.txt"
+        else
+          echo "gpu_check run compute_probe: mma_peak was not built (prepare with PROBE=1)" | tee -a "$summary"
+        fi
+        peak="$(awk '/^peak m16n8k16 registers/ {print $4}' "$logs/mma_peak.log" 2>/dev/null)"
+        if [ -x "$carry/bin/moe_tile_probe" ]; then
+          step moe_tile_probe "$carry/bin/moe_tile_probe" ${peak:+--peak "$peak"} "${tile_m[@]}"
+          cp "$logs/moe_tile_probe.log" "$out/moe_tile_probe.txt"
+        else
+          echo "gpu_check run compute_probe: moe_tile_probe was not built (prepare with PROBE=1)" | tee -a "$summary"
+        fi ;;
       profile)
         # PROFILE_M: token counts, each optionally pinned to variants ("1 8 8:GATE_UP,DOWN 64").
         # PROFILE_ARCH=sm_70: the carried compute_70 PTX through the driver instead of native code.
@@ -483,6 +518,7 @@ run() {
 
 case "$mode" in
   prepare) prepare ;;
+  probes) set -e; build_probes ;;
   run) shift; run "$@" ;;
-  *) echo "usage: scripts/gpu_check.sh prepare|run" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu_check.sh prepare|probes|run" >&2; exit 2 ;;
 esac
