@@ -87,7 +87,8 @@ model_names() {
 # The probes of bench/probes into .carry/bin, with the toolkit's nvcc for the H200: the floor probe as
 # it is and with the loads compute_70 code has (no L2 prefetch size); the mma peak probe, with its
 # m8n8k4 kernels also as compute_70 PTX from the .venv's NVRTC 12 (CUDA 13's nvcc no longer targets
-# compute_70), which the driver compiles on the GPU machine; the MoE tile probe.
+# compute_70), which the driver compiles on the GPU machine; the MoE tile probe, with the bit-level
+# E4M3 conversion (what sm_80..sm_88 have) and with sm_89's cvt.rn.f16x2.e4m3x2 (_cvt).
 build_probes() {
   local nvcc="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" probes="$root/bench/probes"
   mkdir -p "$carry/bin"
@@ -96,6 +97,7 @@ build_probes() {
   "$nvcc" -arch=sm_90 -O3 -o "$carry/bin/mma_peak" "$probes/mma_peak.cu"
   "$root/.venv/bin/python3" "$probes/nvrtc_ptx.py" "$probes/mma_peak_sm70.cuh" compute_70 "$carry/bin/mma_peak_sm70.ptx"
   "$nvcc" -arch=sm_90 -O3 -o "$carry/bin/moe_tile_probe" "$probes/moe_tile_probe.cu"
+  "$nvcc" -arch=sm_90 -O3 -DTILE_PROBE_FP8_CVT -o "$carry/bin/moe_tile_probe_cvt" "$probes/moe_tile_probe.cu"
 }
 
 prepare() {
@@ -425,7 +427,8 @@ run() {
         # `gpu_check.sh probes`): mma_peak (mma.sync m16n8k16 from registers and through ldmatrix;
         # m8n8k4 native and from the carried compute_70 PTX, compiled by the driver), then
         # moe_tile_probe with the m16n8k16 peak just measured (COMPUTE_PROBE_M: its token counts,
-        # default 512,2048,8192,16384). Their output also goes to $OUT/mma_peak.txt and moe_tile_probe.txt.
+        # default 512,2048,8192,16384), with the bit-level E4M3 conversion and with the FP8 instruction
+        # (_cvt). Their output also goes to $OUT/mma_peak.txt, moe_tile_probe.txt and moe_tile_probe_cvt.txt.
         local peak tile_m=()
         [ -n "${COMPUTE_PROBE_M:-}" ] && tile_m=(--m "$COMPUTE_PROBE_M")
         if [ -x "$carry/bin/mma_peak" ]; then
@@ -435,12 +438,16 @@ run() {
           echo "gpu_check run compute_probe: mma_peak was not built (prepare with PROBE=1)" | tee -a "$summary"
         fi
         peak="$(awk '/^peak m16n8k16 registers/ {print $4}' "$logs/mma_peak.log" 2>/dev/null)"
-        if [ -x "$carry/bin/moe_tile_probe" ]; then
-          step moe_tile_probe "$carry/bin/moe_tile_probe" ${peak:+--peak "$peak"} "${tile_m[@]}"
-          cp "$logs/moe_tile_probe.log" "$out/moe_tile_probe.txt"
-        else
-          echo "gpu_check run compute_probe: moe_tile_probe was not built (prepare with PROBE=1)" | tee -a "$summary"
-        fi ;;
+        local baseline=()
+        for name in moe_tile_probe moe_tile_probe_cvt; do
+          if [ -x "$carry/bin/$name" ]; then
+            step "$name" "$carry/bin/$name" ${peak:+--peak "$peak"} "${tile_m[@]}" "${baseline[@]}"
+            cp "$logs/$name.log" "$out/$name.txt"
+            baseline=(--no-baseline)  # cuBLAS once, with the first
+          else
+            echo "gpu_check run compute_probe: $name was not built (prepare with PROBE=1)" | tee -a "$summary"
+          fi
+        done ;;
       profile)
         # PROFILE_M: token counts, each optionally pinned to variants ("1 8 8:GATE_UP,DOWN 64").
         # PROFILE_ARCH=sm_70: the carried compute_70 PTX through the driver instead of native code.

@@ -30,8 +30,9 @@
 //
 // Build (sm_90; any sm_80+ arch works) and run:
 //   nvcc -arch=sm_90 -O3 -o moe_tile_probe bench/probes/moe_tile_probe.cu
-//   ./moe_tile_probe [--peak TFLOPS] [--m 512,2048,8192,16384]
+//   ./moe_tile_probe [--peak TFLOPS] [--m 512,2048,8192,16384] [--no-baseline]
 // --peak: the m16n8k16 peak of bench/probes/mma_peak.cu (its last line), for the share of peak.
+// (-DTILE_PROBE_FP8_CVT, sm_89 and later: the conversion by cvt.rn.f16x2.e4m3x2, below.)
 // Exit 1 when a check fails.
 #include <algorithm>
 #include <cmath>
@@ -96,11 +97,19 @@ struct ScaleMap {
   }
 };
 
-// Two E4M3 codes (bytes 0-1 or 2-3 of `word`, by `select`) as an FP16 pair holding code * 2^-8:
-// each code's byte moved to the top of its half, sign kept, the rest shifted down by one.
-__device__ __forceinline__ __half2 codes_to_half2(unsigned word, unsigned select) {
-  const unsigned t = __byte_perm(word, 0, select);
-  const unsigned bits = (t & 0x80008000u) | ((t >> 1) & 0x3F803F80u);
+// Two E4M3 codes (bytes 0-1 of `word`, or with `high` bytes 2-3) as an FP16 pair. The bit-level
+// conversion (any arch; the library's on sm_80..sm_88) gives code * 2^-8: each code's byte moved to
+// the top of its half, sign kept, the rest shifted down by one. Built with -DTILE_PROBE_FP8_CVT
+// (sm_89 and later) one cvt.rn.f16x2.e4m3x2 gives the code's value and the staged scale carries the
+// 2^-8 instead (load_scales); the FP16 products are the same.
+__device__ __forceinline__ __half2 codes_to_half2(unsigned word, bool high) {
+  unsigned bits;
+#ifdef TILE_PROBE_FP8_CVT
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(bits) : "h"((unsigned short)(high ? word >> 16 : word & 0xFFFFu)));
+#else
+  const unsigned t = __byte_perm(word, 0, high ? 0x3424 : 0x1404);
+  bits = (t & 0x80008000u) | ((t >> 1) & 0x3F803F80u);
+#endif
   __half2 pair;
   memcpy(&pair, &bits, 4);
   return pair;
@@ -233,7 +242,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_tile_gemm(GemmArgs a) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int n = n0 + tid / 8 + 32 * i, k = step * kBK + (tid % 8) * 16;
-      const unsigned short bits = n < a.N && k < a.K ? __ldg(a.scales + a.map.index(tile.expert, n, k)) : 0;
+      unsigned short bits = n < a.N && k < a.K ? __ldg(a.scales + a.map.index(tile.expert, n, k)) : 0;
+#ifdef TILE_PROBE_FP8_CVT
+      bits = __half_as_ushort(__hmul(__ushort_as_half(bits), __float2half(1.0f / 256.0f)));  // exact while normal
+#endif
       scale[i] = bits | (unsigned)bits << 16;
     }
   };
@@ -248,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_tile_gemm(GemmArgs a) {
     const unsigned words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const __half2 lo = __hmul2(codes_to_half2(words[j], 0x1404), s), hi = __hmul2(codes_to_half2(words[j], 0x3424), s);
+      const __half2 lo = __hmul2(codes_to_half2(words[j], false), s), hi = __hmul2(codes_to_half2(words[j], true), s);
       memcpy(&out[2 * j], &lo, 4);
       memcpy(&out[2 * j + 1], &hi, 4);
     }
@@ -421,9 +433,12 @@ static int g_failures = 0;
 int main(int argc, char **argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   double peak = 0.0;
+  bool baseline = true;
   std::vector<int> ms = {512, 2048, 8192, 16384};
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--peak") && i + 1 < argc) {
+    if (!strcmp(argv[i], "--no-baseline")) {
+      baseline = false;
+    } else if (!strcmp(argv[i], "--peak") && i + 1 < argc) {
       char *end;
       peak = strtod(argv[++i], &end);
       if (*end || !(peak > 0)) {
@@ -446,20 +461,29 @@ int main(int argc, char **argv) {
         at = comma + 1;
       }
     } else {
-      printf("usage: moe_tile_probe [--peak TFLOPS] [--m M,M,...]\n");
+      printf("usage: moe_tile_probe [--peak TFLOPS] [--m M,M,...] [--no-baseline]\n");
       return 2;
     }
   }
   cudaDeviceProp prop;
   PROBE_CHECK(cudaGetDeviceProperties(&prop, 0));
-  printf("%s, sm_%d%d, %d SMs; m16n8k16 peak %s\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-         peak > 0 ? (std::to_string(peak) + " TFLOP/s (--peak)").c_str() : "not given");
+  printf("%s, sm_%d%d, %d SMs; m16n8k16 peak %s; E4M3 -> FP16 by %s\n", prop.name, prop.major, prop.minor,
+         prop.multiProcessorCount, peak > 0 ? (std::to_string(peak) + " TFLOP/s (--peak)").c_str() : "not given",
+#ifdef TILE_PROBE_FP8_CVT
+         "cvt.rn.f16x2.e4m3x2"
+#else
+         "the bit-level conversion"
+#endif
+  );
   PROBE_CHECK(cudaFuncSetAttribute(moe_tile_gemm<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    TileShape<64>::kSharedBytes));
   PROBE_CHECK(cudaFuncSetAttribute(moe_tile_gemm<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    TileShape<128>::kSharedBytes));
-  Blas blas = open_blas();
-  printf("cuBLAS grouped baseline: %s\n", blas.grouped ? "cublasGemmGroupedBatchedEx" : blas.why.c_str());
+  Blas blas;
+  if (baseline) blas = open_blas();
+  printf("cuBLAS grouped baseline: %s\n", !baseline      ? "not run (--no-baseline)"
+                                           : blas.grouped ? "cublasGemmGroupedBatchedEx"
+                                                          : blas.why.c_str());
 
   double code_value[256];  // what the bit-level conversion makes of each code (code * 2^-8, exact)
   for (int c = 0; c < 256; ++c) code_value[c] = half_value((unsigned short)((c & 0x80) << 8 | (c & 0x7F) << 7));
