@@ -6,11 +6,14 @@
 
 libnvrtc.so.12 is looked for in $VOLT8_NVRTC_DIRS (colon-separated; scripts/venv_nvrtc.sh sets it to
 the project's .venv copy), then by the loader's own search. Exit 1 with NVRTC's log on a failed
-compile, 2 on bad arguments.
+compile, 2 on bad arguments (SOURCE not a regular file, ARCH not compute_NN).
 """
 import ctypes
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import regular_file  # noqa: E402
 
 
 def load_nvrtc():
@@ -36,8 +39,11 @@ def main(argv):
     if not arch.startswith("compute_"):
         print(f"nvrtc_ptx: ARCH {arch!r} is not a virtual arch (compute_NN)", file=sys.stderr)
         return 2
-    with open(source_path, "rb") as handle:
-        source = handle.read()
+    text, problem = regular_file.read_text(source_path)
+    if problem:
+        print(f"nvrtc_ptx: SOURCE: {problem}", file=sys.stderr)
+        return 2
+    source = text.encode()
     nvrtc = load_nvrtc()
     program = ctypes.c_void_p()
 
@@ -64,9 +70,13 @@ def main(argv):
     check(nvrtc.nvrtcGetPTX(program, ptx), "nvrtcGetPTX")
     nvrtc.nvrtcDestroyProgram(ctypes.byref(program))
     temporary = out_path + ".tmp"
-    with open(temporary, "wb") as handle:
-        handle.write(ptx.value)
-    os.replace(temporary, out_path)
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(ptx.value)
+        os.replace(temporary, out_path)
+    except OSError as error:
+        print(f"nvrtc_ptx: OUT: cannot write {out_path}: {error.strerror}", file=sys.stderr)
+        return 1
     return 0
 
 
