@@ -21,6 +21,7 @@
 // "peak m16n8k16 ...", is what moe_tile_probe reads with --peak.
 #include <algorithm>
 #include <cstring>
+#include <sys/stat.h>
 #include <string>
 #include <vector>
 
@@ -229,14 +230,15 @@ int main(int argc, char **argv) {
   // cannot be read or compiled is reported and skipped, so the peak line below always comes.
   std::string ptx;
   if (argc == 2) {
-    FILE *file = fopen(argv[1], "rb");
+    struct stat info;  // only a regular file: a FIFO would block the read
+    FILE *file = stat(argv[1], &info) == 0 && S_ISREG(info.st_mode) ? fopen(argv[1], "rb") : nullptr;
     if (file) {
       char chunk[65536];
       size_t got;
       while ((got = fread(chunk, 1, sizeof(chunk), file)) > 0) ptx.append(chunk, got);
       fclose(file);
     }
-    if (ptx.empty()) printf("compute_70 PTX %s: cannot read it (or it is empty)\n", argv[1]);
+    if (ptx.empty()) printf("compute_70 PTX %s: not a regular file, unreadable or empty\n", argv[1]);
   } else {
     printf("compute_70 PTX: not measured (no PTX file named)\n");
   }
