@@ -41,6 +41,7 @@
 #include <dlfcn.h>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -560,31 +561,41 @@ int main(int argc, char **argv) {
         std::vector<int> host_counts(E, 0);
         for (int e : host_ids) host_counts[e]++;
 
-        // The reference of sampled pairs, in double.
-        const int samples = std::min(48, pairs);
+        // The reference of sampled pairs, in double, the samples spread over the host's cores.
+        const int samples = std::min(32, pairs);
         std::vector<int> sampled(samples);
         for (int s = 0; s < samples; ++s) sampled[s] = (int)(rng() % pairs);
         std::vector<double> reference((size_t)samples * N), magnitude((size_t)samples * N);
+        std::vector<std::vector<double>> xs(samples, std::vector<double>(K));
         std::vector<unsigned short> xrow(K);
         for (int s = 0; s < samples; ++s) {
-          const int p = sampled[s], e = host_ids[p], row = op.gate_up ? p / top_k : p;
+          const int p = sampled[s], row = op.gate_up ? p / top_k : p;
           PROBE_CHECK(cudaMemcpy(xrow.data(), src + (size_t)row * K, K * 2, cudaMemcpyDeviceToHost));
-          std::vector<double> x(K);
-          for (int k = 0; k < K; ++k) x[k] = half_value(xrow[k]);
-          for (int n = 0; n < N; ++n) {
-            double sum = 0, absolute = 0, scale = 0;
-            const uint64_t base = ((uint64_t)e * N + n) * K;
-            for (int k = 0; k < K; ++k) {
-              if (k == 0 || (op.map.k_off + k) % 128 == 0)
-                scale = half_value(scale_bits(op.seed + 100, op.map.index(e, n, k)));
-              const double weight = code_value[weight_code(op.seed, base + k)] * scale;
-              sum += x[k] * weight;
-              absolute += std::fabs(x[k] * weight);
-            }
-            reference[(size_t)s * N + n] = sum;
-            magnitude[(size_t)s * N + n] = absolute;
-          }
+          for (int k = 0; k < K; ++k) xs[s][k] = half_value(xrow[k]);
         }
+        auto reference_rows = [&](int first, int step) {
+          for (int s = first; s < samples; s += step) {
+            const int e = host_ids[sampled[s]];
+            const std::vector<double> &x = xs[s];
+            for (int n = 0; n < N; ++n) {
+              double sum = 0, absolute = 0, scale = 0;
+              const uint64_t base = ((uint64_t)e * N + n) * K;
+              for (int k = 0; k < K; ++k) {
+                if (k == 0 || (op.map.k_off + k) % 128 == 0)
+                  scale = half_value(scale_bits(op.seed + 100, op.map.index(e, n, k)));
+                const double weight = code_value[weight_code(op.seed, base + k)] * scale;
+                sum += x[k] * weight;
+                absolute += std::fabs(x[k] * weight);
+              }
+              reference[(size_t)s * N + n] = sum;
+              magnitude[(size_t)s * N + n] = absolute;
+            }
+          }
+        };
+        const int workers = (int)std::max(1u, std::min(std::thread::hardware_concurrency(), (unsigned)samples));
+        std::vector<std::thread> pool;
+        for (int worker = 0; worker < workers; ++worker) pool.emplace_back(reference_rows, worker, workers);
+        for (std::thread &thread : pool) thread.join();
         // Compares the sampled pairs' rows of `out` (slots given by the slot -> pair map) with the reference.
         auto check = [&](const __half *out, const std::vector<int> &host_slot_pair, const char *what) {
           std::vector<int> slot_of(pairs, -1);
