@@ -34,7 +34,7 @@ static int write_output(const char *path, char *text, const char *what) {
 int cli_bench(int argc, char **argv) {
   bench_options options;
   char error[256];
-  int parsed = bench_options_parse(argc, argv, cli_parse_shape, &options, error, sizeof error);
+  int parsed = bench_options_parse(argc, argv, &options, error, sizeof error);
   if (parsed == 1) {
     fputs(bench_usage(), stdout);
     return 0;

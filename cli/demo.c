@@ -309,7 +309,7 @@ int cli_demo(int argc, char **argv) {
   const char *model_name = VOLT8_MODEL_REFERENCE, *keep_dir = NULL;
   int parsed = parse_demo_args(argc, argv, &keep, &keep_dir, &model_name);
   if (parsed != 0) return parsed;
-  if (keep_dir && check_keep_dir(keep_dir) != 0) return 2;
+  if (keep_dir && (cli_parse_path("demo", "--keep", keep_dir, "folder") != 0 || check_keep_dir(keep_dir) != 0)) return 2;
   const volt8_model *model = cli_find_model("demo", model_name);
   if (!model) return 2;
   demo_top_k = model->top_k;

@@ -56,7 +56,7 @@ int cli_models(int argc, char **argv) {
         fprintf(stderr, "volt8 models: %s at TP%d: %s\n", model->name, tp, volt8_last_error(NULL));
         return 2;
       }
-      cli_format_shape(&shape, text, sizeof text);
+      volt8_tools_format_shape(&shape, text, sizeof text);
       printf("%s tp=%d rank=%d %s\n", model->name, tp, rank, text);
     }
   }

@@ -37,13 +37,17 @@ static int parse_plan_args(int argc, char **argv, plan_args *args) {
     else if (strcmp(arg, "--rank") == 0) args->rank_text = value; /* checked against the TP size below */
     else if (strcmp(arg, "--online-block") == 0)
       bad = cli_parse_number("plan", arg, value, "online scale block height", 1, 128, &args->online_block_n);
-    else if (strcmp(arg, "--draft") == 0) args->draft_dir = value;
+    else if (strcmp(arg, "--draft") == 0) bad = cli_parse_path("plan", arg, (args->draft_dir = value), "folder");
     else args->online = value;
     if (bad) return 2;
   }
   if (!args->checkpoint_dir || args->tp_size == 0) {
     fprintf(stderr, "volt8 plan: needs %s\nusage: volt8 %s\n", args->checkpoint_dir ? "--tp N" : "CKPT_DIR",
             cli_usage("plan"));
+    return 2;
+  }
+  if (!args->checkpoint_dir[0]) {
+    fprintf(stderr, "volt8 plan: CKPT_DIR \"\" names no folder (give the checkpoint's folder)\n");
     return 2;
   }
   if (args->rank_text && cli_parse_rank("plan", args->rank_text, args->tp_size, &args->rank) != 0) return 2;

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +12,11 @@
 #include <unistd.h>
 
 #include "test_support.h"
+#include "tools/tools.h"
 #include "volt8.h"
 
 TestSuite(cli_args, .timeout = 300);
+TestSuite(shape_text, .timeout = 60);
 
 typedef struct cli_result {
   int status; /* exit status, -1 when killed */
@@ -235,4 +238,179 @@ Test(cli_args, demo_keep_dir_leaves_a_checkpoint_that_plan_reads) {
   REFUSED(ARGS("demo", "--keep", dir), refused);
   free(result);
   test_remove_tree(parent);
+}
+
+/* --shape is read one strict way by every command that takes it (runtime/tools/arguments.c): digits
+ * alone, each key once, known keys, values in the key's range, and the error names --shape, the text
+ * and the key. */
+Test(cli_args, every_command_reads_shape_text_one_strict_way) {
+  static const struct { const char *text, *said; } cases[] = {
+      {"hidden=2048,hidden=2560", "hidden is given twice"},
+      {"hidden=+2560", "hidden=\"+2560\": the value is not a whole number in digits"},
+      {"hidden= 2560", "hidden=\" 2560\": the value is not a whole number in digits"},
+      {"hidden=2560 ", "hidden=\"2560 \": the value is not a whole number in digits"},
+      {"hidden=-16", "hidden=\"-16\": the value is not a whole number in digits"},
+      {"hidden=0x100", "hidden=\"0x100\""},
+      {"hidden=", "hidden=\"\": the value is not a whole number in digits"},
+      {"hidden=0", "hidden=0 is not valid (hidden is a multiple of 16 in 16..65536)"},
+      {"hidden=99999999999999999999", "hidden=99999999999999999999 is not valid"},
+      {"intermediate=24", "intermediate=24 is not valid (intermediate is a multiple of 16"},
+      {"num_experts=4096", "num_experts=4096 is not valid (num_experts is a whole number in 1..2048)"},
+      {"block_k=64", "block_k=64 is not valid (block_k is 128)"},
+      {"block_n=1", "intermediate_offset=32 is not below block_n=1"},
+      {"expert_start=4", "expert_start=4 needs global_experts"},
+      {"num_experts=8,expert_start=4,global_experts=8", "do not fit in global_experts=8"},
+      {"hidden=2560,,num_experts=8", "an empty item"},
+      {"hidden=2560,", "an empty item"},
+      {"hidden", "item \"hidden\" is not key=value"},
+      {"Hidden=2560", "unknown key \"Hidden\""},
+      {"", "the shape is empty"},
+  };
+  const char *commands[] = {"list", "compile", "bench", "tune"};
+  for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
+    if ((c >= 2) && !is_built(commands[c])) continue;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      char flag_and_text[160];
+      snprintf(flag_and_text, sizeof flag_and_text, "--shape \"%s\": ", cases[i].text);
+      if (c == 1)
+        REFUSED(ARGS("compile", "--arch", "sm_70", "--cache", "/nonexistent/volt8-cache", "--shape", (char *)cases[i].text),
+                flag_and_text, cases[i].said);
+      else
+        REFUSED(ARGS((char *)commands[c], "--shape", (char *)cases[i].text), flag_and_text, cases[i].said);
+    }
+  }
+  REFUSED(ARGS("list", "--shape", "hidden=2048", "--shape", "hidden=1024"), "--shape is given twice");
+}
+
+/* Every numeric flag reads digits alone: no sign, space, other base or exponent. */
+Test(cli_args, numbers_are_digits_alone) {
+  static const char *const texts[] = {"+4", " 4", "4 ", "0x4", "4e0", "4.", "\t4"};
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+    char said[64];
+    snprintf(said, sizeof said, "\"%s\" is not a whole number", texts[i]);
+    char *text = (char *)texts[i];
+    REFUSED(ARGS("plan", NO_CKPT, "--tp", text), said);
+    REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--rank", text), said);
+    REFUSED(ARGS("models", "--tp", text), said);
+    REFUSED(ARGS("list", "--model", "reference", "--tp", text), said);
+    REFUSED(ARGS("list", "--choice", text), said);
+    REFUSED(ARGS("list", "--resources", "--jobs", text), said);
+    if (is_built("bench")) {
+      REFUSED(ARGS("bench", "--seed", text), "--seed", said);
+      REFUSED(ARGS("bench", "--m", text), "--m", said);
+    }
+    if (is_built("tune")) {
+      REFUSED(ARGS("tune", "--jobs", text), "--jobs", said);
+      REFUSED(ARGS("tune", "--tp", text), "--tp", said);
+    }
+  }
+}
+
+/* An empty path names nothing: it is refused, not read as "no value" (compile --cache "" used to fill
+ * the default cache folder). */
+Test(cli_args, empty_paths_are_refused) {
+  char home[256];
+  test_make_temp_dir(home, sizeof home, "volt8-home");
+  setenv("HOME", home, 1);
+  unsetenv("XDG_CACHE_HOME");
+  unsetenv("VOLT8_CACHE_DIR");
+  REFUSED(ARGS("compile", "--arch", "sm_70", "--cache", ""), "volt8 compile: --cache \"\" names no folder");
+  char cache[300];
+  snprintf(cache, sizeof cache, "%s/.cache", home);
+  cr_assert_neq(access(cache, F_OK), 0, "compile --cache \"\" made %s", cache);
+  REFUSED(ARGS("list", "--choice", "1", "--tables", ""), "volt8 list: --tables \"\" names no folder");
+  REFUSED(ARGS("demo", "--keep", ""), "volt8 demo: --keep \"\" names no folder");
+  REFUSED(ARGS("plan", "", "--tp", "4"), "volt8 plan: CKPT_DIR \"\" names no folder");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--draft", ""), "volt8 plan: --draft \"\" names no folder");
+  if (is_built("bench")) {
+    REFUSED(ARGS("bench", "--json", ""), "volt8 bench: --json \"\" names no file");
+    REFUSED(ARGS("bench", "--svg", ""), "volt8 bench: --svg \"\" names no file");
+    REFUSED(ARGS("bench", "--markdown", ""), "volt8 bench: --markdown \"\" names no file");
+  }
+  if (is_built("tune")) {
+    REFUSED(ARGS("tune", "--out", ""), "volt8 tune: --out \"\" names no folder");
+    REFUSED(ARGS("tune", "--log", ""), "volt8 tune: --log \"\" names no file");
+  }
+  cr_assert_neq(access(cache, F_OK), 0, "%s was made", cache);
+  test_remove_tree(home);
+}
+
+static volt8_moe_shape parsed_shape(const char *text, int expect_ok) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  char error[512] = "";
+  int result = volt8_tools_parse_shape(text, &shape, error, sizeof error);
+  cr_assert_eq(result, expect_ok ? 0 : -1, "\"%s\": %s", text, error);
+  if (!expect_ok) cr_assert(error[0], "\"%s\" was refused without a message", text);
+  return shape;
+}
+
+/* The parser writes the shape only when the whole text is good, and reads its own text back. */
+Test(shape_text, a_refused_text_leaves_the_shape_as_it_was_and_formatted_text_reads_back) {
+  const volt8_moe_shape init = VOLT8_MOE_SHAPE_INIT;
+  const char *refused[] = {"hidden=1024,intermediate=+16", "hidden=1024,num_experts=8,bogus=1",
+                           "hidden=1024,block_n=1", "num_experts=8,hidden=1024,hidden=1024"};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    volt8_moe_shape shape = parsed_shape(refused[i], 0);
+    cr_assert_eq(memcmp(&shape, &init, sizeof shape), 0, "\"%s\" changed the shape it refused", refused[i]);
+  }
+  volt8_moe_shape shape = parsed_shape("num_experts=8,hidden=1024", 1);
+  cr_assert(shape.hidden == 1024 && shape.num_experts == 8 && shape.intermediate == init.intermediate &&
+                shape.intermediate_offset == init.intermediate_offset,
+            "keys left out keep their value");
+  const char *texts[] = {"hidden=65536,intermediate=65536,num_experts=2048,block_n=1,intermediate_offset=0",
+                         "num_experts=3,expert_start=1048573,global_experts=1048576", "intermediate_offset=112",
+                         "hidden=16,intermediate=16,num_experts=1,block_n=128,block_k=128,intermediate_offset=0"};
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+    volt8_moe_shape first = parsed_shape(texts[i], 1), again = VOLT8_MOE_SHAPE_INIT;
+    char formatted[256], error[512] = "";
+    volt8_tools_format_shape(&first, formatted, sizeof formatted);
+    cr_assert_eq(volt8_tools_parse_shape(formatted, &again, error, sizeof error), 0, "%s: %s", formatted, error);
+    cr_assert_eq(memcmp(&first, &again, sizeof first), 0, "\"%s\" formatted as \"%s\" reads back otherwise", texts[i],
+                 formatted);
+  }
+}
+
+/* The parser's limits are the code generator's: what it accepts the generator lists variants for,
+ * and one step past each limit both refuse. */
+Test(shape_text, its_limits_are_the_generators) {
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  const char *at_limit[] = {"hidden=65536", "intermediate=65536", "num_experts=2048",
+                            "num_experts=2,expert_start=1048574,global_experts=1048576"};
+  for (size_t i = 0; i < sizeof at_limit / sizeof at_limit[0]; i++) {
+    volt8_moe_shape shape = parsed_shape(at_limit[i], 1);
+    int32_t count = 0;
+    cr_assert_eq(volt8_variant_count(ctx, &shape, &count), VOLT8_OK, "%s: %s", at_limit[i], volt8_last_error(ctx));
+    cr_assert_gt(count, 0, "%s", at_limit[i]);
+  }
+  const struct { const char *text; size_t field; int32_t value; } past_limit[] = {
+      {"hidden=65552", offsetof(volt8_moe_shape, hidden), 65552},
+      {"intermediate=65552", offsetof(volt8_moe_shape, intermediate), 65552},
+      {"num_experts=2049", offsetof(volt8_moe_shape, num_experts), 2049},
+  };
+  for (size_t i = 0; i < sizeof past_limit / sizeof past_limit[0]; i++) {
+    parsed_shape(past_limit[i].text, 0);
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+    *(int32_t *)((char *)&shape + past_limit[i].field) = past_limit[i].value;
+    int32_t count = 0;
+    cr_assert_neq(volt8_variant_count(ctx, &shape, &count), VOLT8_OK, "the generator takes %s", past_limit[i].text);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
+/* An arch is "sm_" and digits alone, for the context as for the command line. */
+Test(shape_text, arch_text_is_sm_and_digits_alone) {
+  const char *refused[] = {"sm_ 70", "sm_+70", "sm_070", "sm_70 ", "sm_7", "sm_", "sm_200", "sm_99999999999999999999",
+                           "SM_70", "compute_70"};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    cr_assert_eq(volt8_tools_parse_arch(refused[i]), 0, "\"%s\" read as an arch", refused[i]);
+    volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+    options.device = -1;
+    options.cache_disable = 1;
+    options.target_arch = refused[i];
+    volt8_ctx *ctx = NULL;
+    cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_ERR_INVALID_ARGUMENT, "target_arch \"%s\" accepted", refused[i]);
+  }
+  cr_assert_eq(volt8_tools_parse_arch("sm_70"), 70);
+  cr_assert_eq(volt8_tools_parse_arch("sm_199"), 199);
+  cr_assert_eq(volt8_tools_parse_arch("sm_50"), 50);
 }

@@ -118,10 +118,11 @@ const char *volt8_last_error(const volt8_ctx *ctx) {
 }
 
 int32_t volt8_parse_arch(const char *name) {
-  if (!name || strncmp(name, "sm_", 3) != 0) return 0;
-  char *end = NULL;
-  long value = strtol(name + 3, &end, 10);
-  if (end == name + 3 || *end != '\0' || value < 50 || value > 199) return 0;
+  if (!name || strncmp(name, "sm_", 3) != 0 || name[3] == '0') return 0;
+  long value = 0;
+  const char *digit = name + 3;
+  for (; *digit >= '0' && *digit <= '9' && value <= VOLT8_ARCH_MAX; digit++) value = value * 10 + (*digit - '0');
+  if (digit == name + 3 || *digit != '\0' || value < VOLT8_ARCH_MIN || value > VOLT8_ARCH_MAX) return 0;
   return (int32_t)value;
 }
 
@@ -240,8 +241,8 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
   if (defaults.target_arch) {
     target_arch = volt8_parse_arch(defaults.target_arch);
     if (!target_arch)
-      return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_create: target_arch \"%s\" is not of the form sm_XX",
-                        defaults.target_arch);
+      return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_create: target_arch \"%s\" is not of the form sm_XX "
+                        "(XX a whole number in %d..%d)", defaults.target_arch, VOLT8_ARCH_MIN, VOLT8_ARCH_MAX);
   }
   int64_t warm_bytes;
   int32_t single_ctas;

@@ -70,7 +70,10 @@ int32_t volt8_early_launch_usable(int32_t target_arch, int driver_version, int h
 /* 1 when environment variable `name` is set to "1". */
 int volt8_env_is_one(const char *name);
 
-/* "sm_70" -> 70; returns 0 on anything else. */
+/* "sm_70" -> 70: "sm_" and digits alone (no sign, space or leading zero), VOLT8_ARCH_MIN..MAX;
+ * returns 0 on anything else. */
+#define VOLT8_ARCH_MIN 50
+#define VOLT8_ARCH_MAX 199
 int32_t volt8_parse_arch(const char *name);
 
 #endif
