@@ -89,7 +89,8 @@ static int parse_variants(const char *text, char *storage, size_t storage_size, 
   if (strlen(text) >= storage_size) return -1;
   snprintf(storage, storage_size, "%s", text);
   char *comma = strchr(storage, ',');
-  if (!comma || comma == storage || !comma[1] || strchr(comma + 1, ',')) return -1;
+  if (!comma || strncmp(storage, "gate_up.", 8) != 0 || strncmp(comma + 1, "down.", 5) != 0 || strchr(comma + 1, ','))
+    return -1;
   *comma = '\0';
   *gate_up = storage;
   *down = comma + 1;
@@ -160,8 +161,12 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
       bad = volt8_tools_flag_number(name, next, "device ordinal", 0, 255, &out->device, error, error_size);
     } else if (strcmp(name, "--target-arch") == 0) {
       out->target_arch = next;
+      bad = volt8_tools_flag_arch(name, next, NULL, error, error_size);
     } else if (strcmp(name, "--variants") == 0) {
       bad = parse_variants(next, out->variant_storage, sizeof out->variant_storage, &out->gate_up, &out->down);
+      if (bad)
+        snprintf(error, error_size, "--variants \"%s\" is not GATE_UP,DOWN (a gate_up and a down variant name, "
+                 "comma-separated; volt8 list --shape S names them)", next);
     } else if (strcmp(name, "--json") == 0 || strcmp(name, "--svg") == 0 || strcmp(name, "--markdown") == 0) {
       bad = volt8_tools_flag_path(name, next, "file", error, error_size);
       *(name[2] == 'j' ? &out->json_path : name[2] == 's' ? &out->svg_path : &out->markdown_path) = next;

@@ -1,7 +1,9 @@
 /* Argument values, shapes, timing and error reporting shared by the subcommands. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
@@ -47,6 +49,41 @@ int cli_parse_path(const char *command, const char *flag, const char *text, cons
   char error[512];
   if (volt8_tools_flag_path(flag, text, what, error, sizeof error) == 0) return 0;
   fprintf(stderr, "volt8 %s: %s\n", command, error);
+  return -1;
+}
+
+/* The folder `path` is in ("." for a bare name), into buf; 0, or -1 when it does not fit. */
+static int parent_folder(const char *path, char *buf, size_t buf_size) {
+  size_t length = strlen(path);
+  while (length > 1 && path[length - 1] == '/') length--; /* "dir/" is dir */
+  while (length > 0 && path[length - 1] != '/') length--;
+  while (length > 1 && path[length - 1] == '/') length--;
+  if (length == 0) return snprintf(buf, buf_size, ".") >= (int)buf_size ? -1 : 0;
+  if (length >= buf_size) return -1;
+  memcpy(buf, path, length);
+  buf[length] = '\0';
+  return 0;
+}
+
+int cli_check_path(const char *command, const char *flag, const char *path, cli_path_use use) {
+  struct stat info;
+  int wants_folder = use != CLI_FILE_TO_WRITE;
+  if (stat(path, &info) == 0) {
+    if (wants_folder == !!S_ISDIR(info.st_mode)) return 0;
+    fprintf(stderr, "volt8 %s: %s %s is %s (give %s)\n", command, flag, path, S_ISDIR(info.st_mode) ? "a folder" :
+            S_ISREG(info.st_mode) ? "a file" : "not a folder nor a file", wants_folder ? "a folder" : "a file's path");
+    return -1;
+  }
+  if (errno != ENOENT || use == CLI_FOLDER_TO_READ) {
+    fprintf(stderr, "volt8 %s: %s %s: %s%s\n", command, flag, path, strerror(errno),
+            errno == ENOENT ? " (give an existing folder)" : "");
+    return -1;
+  }
+  if (use == CLI_FOLDER_TO_FILL) return 0; /* made with the folders above it */
+  char parent[4096];
+  if (parent_folder(path, parent, sizeof parent) == 0 && stat(parent, &info) == 0 && S_ISDIR(info.st_mode)) return 0;
+  fprintf(stderr, "volt8 %s: %s %s: the folder it would be made in, %s, is not a folder that exists\n", command, flag,
+          path, parent);
   return -1;
 }
 

@@ -19,6 +19,17 @@ int cli_parse_rank(const char *command, const char *text, int32_t tp_size, int32
 int cli_parse_arch(const char *command, const char *flag, const char *text);
 /* 0 for a path that is not empty, else -1 after an error on stderr naming the flag. */
 int cli_parse_path(const char *command, const char *flag, const char *text, const char *what);
+/* What a path argument is for; cli_check_path refuses it when it cannot serve (exit 2: the argument
+ * is bad, found before any work). */
+typedef enum cli_path_use {
+  CLI_FOLDER_TO_READ, /* an existing folder (plan CKPT_DIR) */
+  CLI_FOLDER_TO_FILL, /* a folder, made with the folders above it when missing (compile --cache) */
+  CLI_FOLDER_TO_MAKE, /* a folder, made when missing inside an existing one (demo --keep) */
+  CLI_FILE_TO_WRITE   /* a file, written inside an existing folder (bench --json) */
+} cli_path_use;
+/* 0 when `path` can serve `use`, else -1 after an error on stderr naming the flag, the path and why.
+ * Nothing is opened (a FIFO or a device node is never read). */
+int cli_check_path(const char *command, const char *flag, const char *path, cli_path_use use);
 /* 1 when `arg` is one of the space-separated `names` ("--tp --rank"). */
 int cli_is_one_of(const char *arg, const char *names);
 /* Says on stderr that `arg` is not an argument of `command`, with its usage; returns 2. */

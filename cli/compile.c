@@ -142,6 +142,7 @@ int cli_list(int argc, char **argv) {
       if (cli_parse_shape("list", value, &shape) != 0) return 2;
       shape_given = 1;
     } else if (strcmp(flag, "--arch") == 0) {
+      if (cli_parse_arch("list", flag, value) != 0) return 2;
       arch = value;
     } else if (strcmp(flag, "--model") == 0) {
       model = value;
@@ -219,9 +220,12 @@ int cli_compile(int argc, char **argv) {
     const char *value = cli_flag_value("compile", argc, argv, &i);
     if (!value) return 2;
     if (strcmp(flag, "--arch") == 0) {
+      if (cli_parse_arch("compile", flag, value) != 0) return 2;
       arch = value;
     } else if (strcmp(flag, "--cache") == 0) {
-      if (cli_parse_path("compile", flag, value, "folder") != 0) return 2;
+      if (cli_parse_path("compile", flag, value, "folder") != 0 ||
+          cli_check_path("compile", flag, value, CLI_FOLDER_TO_FILL) != 0)
+        return 2;
       cache = value;
     } else {
       if (shape_count == CLI_MAX_SHAPES) {

@@ -3,6 +3,7 @@
  * for TP4, rank 0 is loaded, and the forward runs on the GPU (eager and graph-replayed, checked against the
  * reference, timed) or, without one, the SM70 kernels are compiled and the reference forward and
  * the rejection sampler run on the CPU. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,10 +291,16 @@ static int parse_demo_args(int argc, char **argv, int *keep, const char **keep_d
   return 0;
 }
 
-/* A folder the demo may write into: new, or empty (it never overwrites files of someone else's). */
+/* A folder the demo may write into: new (in a folder that exists), or empty (it never overwrites
+ * files of someone else's). */
 static int check_keep_dir(const char *dir) {
+  if (cli_check_path("demo", "--keep", dir, CLI_FOLDER_TO_MAKE) != 0) return 2;
   DIR *listing = opendir(dir);
-  if (!listing) return 0; /* created, or refused with the reason, by the writer */
+  if (!listing && errno == ENOENT) return 0; /* made by the writer */
+  if (!listing) {
+    fprintf(stderr, "volt8 demo: --keep %s: %s (give a new or empty folder for the checkpoint)\n", dir, strerror(errno));
+    return 2;
+  }
   int entries = 0;
   for (struct dirent *entry = readdir(listing); entry; entry = readdir(listing))
     entries += strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "test_support.h"
+#include "tiny_checkpoint.h"
 #include "tools/tools.h"
 #include "volt8.h"
 
@@ -413,4 +414,186 @@ Test(shape_text, arch_text_is_sm_and_digits_alone) {
   cr_assert_eq(volt8_tools_parse_arch("sm_70"), 70);
   cr_assert_eq(volt8_tools_parse_arch("sm_199"), 199);
   cr_assert_eq(volt8_tools_parse_arch("sm_50"), 50);
+}
+
+/* ---- every flag of every command: a bad value exits 2, naming the flag, the text and what is valid ---- */
+
+/* Placeholders of the table, made per run: a tiny checkpoint of 7 experts (intermediate 32: TP1 and TP2
+ * split it), a regular file, a path under a folder that does not exist, a folder. */
+#define AT_CKPT "@ckpt"
+#define AT_FILE "@file"
+#define AT_MISSING "@missing"
+#define AT_DIR "@dir"
+
+typedef struct bad_argument {
+  char *args[12];
+  const char *said[3]; /* on stderr, each; AT_* are replaced here too */
+} bad_argument;
+
+static const bad_argument BAD_ARGUMENTS[] = {
+    {{"demo", "--model", "llama"}, {"volt8 demo: unknown model \"llama\"", "known: deepseek-v3"}},
+    {{"demo", "--keep", AT_FILE}, {"volt8 demo: --keep " AT_FILE " is a file (give a folder)"}},
+    {{"demo", "--keep", AT_CKPT}, {"volt8 demo: --keep " AT_CKPT ": the folder is not empty"}},
+    {{"demo", "--keep", AT_MISSING "/ckpt"}, {"--keep " AT_MISSING "/ckpt: the folder it would be made in", "is not a folder that exists"}},
+    {{"models", "--tp", "0"}, {"volt8 models: --tp 0 is not a valid TP size", "1..64"}},
+    {{"list", "--arch", "sm_7"}, {"volt8 list: --arch \"sm_7\" is not an arch", "sm_70"}},
+    {{"list", "--shape", "hidden=0"}, {"volt8 list: --shape \"hidden=0\": hidden=0 is not valid", "16..65536"}},
+    {{"list", "--model", "llama"}, {"volt8 list: unknown model \"llama\"", "known: deepseek-v3"}},
+    {{"list", "--model", "reference", "--tp", "3"}, {"volt8 list: reference at --tp 3", "does not divide into 3"}},
+    {{"list", "--model", "reference", "--tp", "4", "--rank", "4"}, {"volt8 list: --rank 4 is outside 0..3"}},
+    {{"list", "--choice", "0"}, {"volt8 list: --choice 0 is not a valid token count"}},
+    {{"list", "--choice", "1", "--top-k", "0"}, {"volt8 list: --top-k 0 is not a valid top-k", "1..64"}},
+    {{"list", "--choice", "1", "--tables", ""}, {"volt8 list: --tables \"\" names no folder"}},
+    {{"list", "--resources", "--jobs", "0"}, {"volt8 list: --jobs 0 is not a valid compile thread count", "1..64"}},
+    {{"list", "--explain"}, {"volt8 list: --explain needs --choice and sm_70"}},
+    {{"list", "--resources", "--choice", "1"}, {"volt8 list: --resources and --choice exclude each other"}},
+    {{"list", "--json"}, {"volt8 list: --json needs --resources"}},
+    {{"compile", "--arch", "sm_7", "--cache", AT_DIR}, {"volt8 compile: --arch \"sm_7\" is not an arch", "sm_70"}},
+    {{"compile", "--arch", "sm_70", "--cache", AT_FILE}, {"volt8 compile: --cache " AT_FILE " is a file (give a folder)"}},
+    {{"compile", "--arch", "sm_70", "--cache", AT_DIR, "--shape", "num_experts=4096"},
+     {"volt8 compile: --shape \"num_experts=4096\"", "1..2048"}},
+    {{"compile", "--cache", AT_DIR}, {"volt8 compile: --arch sm_XX and --cache DIR are required"}},
+    {{"plan", AT_MISSING, "--tp", "2"}, {"volt8 plan: CKPT_DIR " AT_MISSING ": No such file or directory"}},
+    {{"plan", AT_FILE, "--tp", "2"}, {"volt8 plan: CKPT_DIR " AT_FILE " is a file (give a folder)"}},
+    {{"plan", AT_CKPT, "--tp", "0"}, {"volt8 plan: --tp 0 is not a valid TP size", "1..4096"}},
+    {{"plan", AT_CKPT, "--tp", "3"}, {"volt8 plan: --tp 3 does not split this checkpoint", "32 does not divide into 3"}},
+    {{"plan", AT_CKPT, "--tp", "4"}, {"volt8 plan: --tp 4 does not split this checkpoint", "not a multiple of 16"}},
+    {{"plan", AT_CKPT, "--tp", "2", "--ep", "0"}, {"volt8 plan: --ep 0 is not a valid EP size"}},
+    {{"plan", AT_CKPT, "--tp", "2", "--ep", "8"}, {"volt8 plan: --ep 8: the checkpoint has 7 experts", "1..7"}},
+    {{"plan", AT_CKPT, "--tp", "2", "--rank", "2"}, {"volt8 plan: --rank 2 is outside 0..1"}},
+    {{"plan", AT_CKPT, "--tp", "2", "--draft", AT_MISSING}, {"volt8 plan: --draft " AT_MISSING ": No such file"}},
+    {{"plan", AT_CKPT, "--tp", "2", "--online", "int4"}, {"volt8 plan: --online \"int4\" is not a quantization", "fp8"}},
+    {{"plan", AT_CKPT, "--tp", "2", "--online", "fp8"}, {"volt8 plan: --online fp8 does not fit this checkpoint",
+                                                        "already FP8"}},
+    {{"plan", AT_CKPT, "--tp", "2", "--online", "fp8", "--online-block", "64"},
+     {"volt8 plan: --online-block 64 is not a valid online scale block height", "1 or 128"}},
+    {{"plan", AT_CKPT, "--tp", "2", "--online-block", "1"}, {"volt8 plan: --online-block needs --online fp8"}},
+    {{"plan", AT_CKPT, "--tp", "2", "--json", "extra"}, {"volt8 plan: unknown argument \"extra\""}},
+    {{"bench", "--model", "llama"}, {"volt8 bench: unknown model \"llama\"", "known: deepseek-v3"}},
+    {{"bench", "--tp", "0"}, {"volt8 bench: --tp 0 is not a valid TP size", "1..64"}},
+    {{"bench", "--tp", "4", "--rank", "4"}, {"volt8 bench: reference at --tp 4 --rank 4", "outside [0, tp_size = 4)"}},
+    {{"bench", "--shape", "block_k=64"}, {"volt8 bench: --shape \"block_k=64\": block_k=64 is not valid", "128"}},
+    {{"bench", "--m", "0"}, {"volt8 bench: --m \"0\": \"0\" is out of range", "1..65535"}},
+    {{"bench", "--top-k", "65"}, {"volt8 bench: --top-k 65 is not a valid top-k", "1..64"}},
+    {{"bench", "--seed", "-1"}, {"volt8 bench: --seed -1 is not a valid seed", "0..2147483647"}},
+    {{"bench", "--sets", "0"}, {"volt8 bench: --sets 0 is not a valid count of input sets", "1..256"}},
+    {{"bench", "--chain", "1"}, {"volt8 bench: --chain 1 is not a valid chain length", "2..256"}},
+    {{"bench", "--warmup", "1001"}, {"volt8 bench: --warmup 1001 is not a valid count of warm-up passes", "0..1000"}},
+    {{"bench", "--batches", "0"}, {"volt8 bench: --batches 0 is not a valid count of timed passes", "1..10000"}},
+    {{"bench", "--device", "256"}, {"volt8 bench: --device 256 is not a valid device ordinal", "0..255"}},
+    {{"bench", "--target-arch", "sm70"}, {"volt8 bench: --target-arch \"sm70\" is not an arch", "sm_70"}},
+    {{"bench", "--variants", "gate_up.x"}, {"volt8 bench: --variants \"gate_up.x\" is not GATE_UP,DOWN"}},
+    {{"bench", "--target-arch", "sm_70", "--variants", "gate_up.x,down.y"},
+     {"volt8 bench: --variants: gate_up.x is not a variant of the shape for sm_70", "volt8 list --arch sm_70 --shape"}},
+    {{"bench", "--json", AT_DIR}, {"volt8 bench: --json " AT_DIR " is a folder (give a file's path)"}},
+    {{"bench", "--svg", AT_MISSING "/plot.svg"}, {"volt8 bench: --svg " AT_MISSING "/plot.svg: the folder it would be made in"}},
+    {{"bench", "--markdown", ""}, {"volt8 bench: --markdown \"\" names no file"}},
+    {{"tune", "--model", "llama"}, {"volt8 tune: unknown model \"llama\"", "known: deepseek-v3"}},
+    {{"tune", "--tp", "4,0"}, {"volt8 tune: --tp \"4,0\": \"0\" is out of range", "1..64"}},
+    {{"tune", "--tp", "3"}, {"volt8 tune: reference at --tp 3", "does not divide into 3"}},
+    {{"tune", "--shape", "intermediate_offset=8"}, {"volt8 tune: --shape \"intermediate_offset=8\"", "multiple of 16"}},
+    {{"tune", "--m", "1,,8"}, {"volt8 tune: --m \"1,,8\": \"\" is not a whole number", "1..65535"}},
+    {{"tune", "--top-k", "0"}, {"volt8 tune: --top-k 0 is not a valid top-k", "1..64"}},
+    {{"tune", "--out", ""}, {"volt8 tune: --out \"\" names no folder"}},
+    {{"tune", "--target-arch", "sm_1000"}, {"volt8 tune: --target-arch \"sm_1000\" is not an arch", "50..199"}},
+    {{"tune", "--device", "-1"}, {"volt8 tune: --device -1 is not a valid device ordinal", "0..255"}},
+    {{"tune", "--seed", "x"}, {"volt8 tune: --seed \"x\" is not a whole number", "0..2147483647"}},
+    {{"tune", "--sets", "257"}, {"volt8 tune: --sets 257 is not a valid count of input sets", "1..256"}},
+    {{"tune", "--screen", "0"}, {"volt8 tune: --screen 0 is not a valid count of timed passes", "1..10000"}},
+    {{"tune", "--final", "10001"}, {"volt8 tune: --final 10001 is not a valid count of timed passes", "1..10000"}},
+    {{"tune", "--finalists", "65"}, {"volt8 tune: --finalists 65 is not a valid count of finalists", "0..64"}},
+    {{"tune", "--jobs", "0"}, {"volt8 tune: --jobs 0 is not a valid compile thread count", "1..256"}},
+    {{"tune", "--log", ""}, {"volt8 tune: --log \"\" names no file"}},
+    {{"tune", "--derive", "sm_80"}, {"volt8 tune: --derive \"sm_80\": only sm_70 has a model"}},
+    {{"tune", "--derive", "sm_70", "--model-device", "a100"}, {"volt8 tune: --model-device \"a100\" is not a modelled device",
+                                                             "v100, h200"}},
+    {{"tune", "--model-device", "h200"}, {"volt8 tune: --model-device h200 needs --derive sm_70"}},
+    {{"help", "frobnicate"}, {"volt8 help: unknown command \"frobnicate\""}},
+    {{"version", "--bogus"}, {"volt8 version: unknown argument \"--bogus\""}},
+};
+#define BAD_ARGUMENT_COUNT (sizeof BAD_ARGUMENTS / sizeof BAD_ARGUMENTS[0])
+
+/* `text` with each placeholder replaced by its path, into buf. */
+static void substitute(const char *text, const char *paths[4][2], char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  while (*text && used + 1 < size) {
+    int replaced = 0;
+    for (int p = 0; p < 4 && !replaced; p++) {
+      size_t length = strlen(paths[p][0]);
+      if (strncmp(text, paths[p][0], length) == 0) {
+        used += (size_t)snprintf(buf + used, size - used, "%s", paths[p][1]);
+        text += length;
+        replaced = 1;
+      }
+    }
+    if (!replaced) buf[used++] = *text++, buf[used] = '\0';
+  }
+}
+
+Test(cli_args, every_flag_of_every_command_refuses_a_bad_value_with_exit_2) {
+  char root[256], ckpt[300], file[300], missing[300];
+  test_make_temp_dir(root, sizeof root, "volt8-args");
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt", root);
+  snprintf(file, sizeof file, "%s/file", root);
+  snprintf(missing, sizeof missing, "%s/missing", root);
+  cr_assert(tiny_checkpoint_write(ckpt, 7), "cannot write a checkpoint into %s", ckpt);
+  test_write_text(root, "file", "not a folder\n");
+  const char *paths[4][2] = {{AT_CKPT, ckpt}, {AT_FILE, file}, {AT_MISSING, missing}, {AT_DIR, root}};
+  int bench_built = is_built("bench"), tune_built = is_built("tune");
+  for (size_t i = 0; i < BAD_ARGUMENT_COUNT; i++) {
+    const bad_argument *row = &BAD_ARGUMENTS[i];
+    if ((strcmp(row->args[0], "bench") == 0 && !bench_built) || (strcmp(row->args[0], "tune") == 0 && !tune_built))
+      continue;
+    static char args[12][512], said[3][512];
+    char *argv[13] = {NULL};
+    const char *expected[4] = {NULL};
+    for (int a = 0; a < 12 && row->args[a]; a++) substitute(row->args[a], paths, args[a], sizeof args[a]), argv[a] = args[a];
+    for (int s = 0; s < 3 && row->said[s]; s++) substitute(row->said[s], paths, said[s], sizeof said[s]), expected[s] = said[s];
+    expect_refused(argv, expected);
+  }
+  test_remove_tree(root);
+}
+
+/* The table above names every flag each command's usage lists (a flag added without a bad-value case
+ * fails here); flags that take no value and cannot be misused are the exceptions. */
+Test(cli_args, the_bad_value_table_covers_every_flag_of_every_command) {
+  static const char *const commands[] = {"demo", "models", "list", "compile", "plan", "bench", "tune"};
+  static const char *const no_misuse = " --help --no-baselines --quick ";
+  cli_result *result = malloc(sizeof *result);
+  cr_assert_not_null(result);
+  for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
+    if ((c >= 5) && !is_built(commands[c])) continue;
+    VOLT8(result, "help", (char *)commands[c]);
+    cr_assert_eq(result->status, 0, "volt8 help %s: %s", commands[c], result->err);
+    /* the flags of the usage line ("  volt8 plan CKPT_DIR --tp N ...") and of the option lines of bench
+     * and tune ("  --seed N --sets N     what they do"), not those their descriptions mention */
+    char *synopsis = calloc(1, sizeof result->out);
+    cr_assert_not_null(synopsis);
+    for (const char *line = result->out; *line; line += strcspn(line, "\n") + (line[strcspn(line, "\n")] != '\0')) {
+      size_t line_length = strcspn(line, "\n");
+      if (strncmp(line, "  volt8 ", 8) != 0 && strncmp(line, "  --", 4) != 0) continue;
+      const char *description = strncmp(line, "  --", 4) == 0 ? strstr(line + 2, "  ") : NULL;
+      size_t kept = description && (size_t)(description - line) < line_length ? (size_t)(description - line) : line_length;
+      strncat(synopsis, line, kept);
+      strcat(synopsis, " ");
+    }
+    for (const char *at = strstr(synopsis, "--"); at; at = strstr(at + 2, "--")) {
+      char flag[32];
+      size_t length = 2 + strspn(at + 2, "abcdefghijklmnopqrstuvwxyz-");
+      if (length == 2 || length >= sizeof flag || (at > synopsis && at[-1] != ' ' && at[-1] != '[' && at[-1] != '|'))
+        continue;
+      snprintf(flag, sizeof flag, "%.*s", (int)length, at);
+      char padded[40];
+      snprintf(padded, sizeof padded, " %s ", flag);
+      if (strstr(no_misuse, padded)) continue;
+      int covered = 0;
+      for (size_t i = 0; i < BAD_ARGUMENT_COUNT && !covered; i++)
+        for (int a = 1; a < 12 && BAD_ARGUMENTS[i].args[a] && !covered; a++)
+          covered = strcmp(BAD_ARGUMENTS[i].args[0], commands[c]) == 0 && strcmp(BAD_ARGUMENTS[i].args[a], flag) == 0;
+      cr_expect(covered, "volt8 %s %s has no bad-value case in BAD_ARGUMENTS", commands[c], flag);
+    }
+    free(synopsis);
+  }
+  free(result);
 }

@@ -258,7 +258,7 @@ Test(derive_h200, tune_option_and_its_tables) {
   char *refused[][6] = {{"tune", "--derive", "sm_70", "--model-device", "h200", NULL},
                         {"tune", "--model-device", "h200", "--out", "/tmp", NULL},
                         {"tune", "--derive", "sm_70", "--model-device", "a100", NULL}};
-  const char *why[] = {"never shipped", "needs --derive sm_70", "bad value \"a100\" for --model-device"};
+  const char *why[] = {"never shipped", "needs --derive sm_70", "--model-device \"a100\" is not a modelled device (v100, h200)"};
   for (int i = 0; i < 3; i++) {
     cr_assert_eq(tune_options_parse(5, refused[i], &options, error, sizeof error), -1, "case %d", i);
     cr_assert_not_null(strstr(error, why[i]), "case %d: %s", i, error);

@@ -121,6 +121,7 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
       bad = volt8_tools_flag_path(name, next, "folder", error, error_size);
     } else if (strcmp(name, "--target-arch") == 0) {
       out->target_arch = next;
+      bad = volt8_tools_flag_arch(name, next, NULL, error, error_size);
     } else if (strcmp(name, "--device") == 0) {
       bad = volt8_tools_flag_number(name, next, "device ordinal", 0, 255, &out->device, error, error_size);
     } else if (strcmp(name, "--seed") == 0) {
@@ -144,9 +145,11 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
     } else if (strcmp(name, "--derive") == 0) {
       out->derive_arch = next;
       bad = strcmp(next, "sm_70") != 0; /* the only device with a model */
+      if (bad) snprintf(error, error_size, "--derive \"%s\": only sm_70 has a model (a V100's)", next);
     } else if (strcmp(name, "--model-device") == 0) {
       out->model_device = next;
       bad = !derive_device_find(next);
+      if (bad) snprintf(error, error_size, "--model-device \"%s\" is not a modelled device (v100, h200)", next);
     } else {
       snprintf(error, error_size, "unknown argument \"%s\"", name);
       return -1;
