@@ -31,6 +31,8 @@ struct volt8_ctx {
   char no_device_reason[512];        /* why has_device is 0 */
   char *cache_dir;                   /* NULL when the disk cache is disabled */
   char *nvrtc_dirs;                  /* options.nvrtc_dirs, copied; NULL when not given */
+  char **nvrtc_dir_list;             /* options.nvrtc_dir_list, copied: nvrtc_dir_count folders */
+  int32_t nvrtc_dir_count;
   char cache_off_reason[256];        /* why cache_dir is NULL, for messages */
   _Atomic int32_t cache_store_failures; /* compiled images the disk cache did not keep */
   char cache_store_error[1024];      /* why the first of them was not kept; guarded by lock */
