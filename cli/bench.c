@@ -116,31 +116,6 @@ int cli_bench(int argc, char **argv) {
 
 #else
 
-/* --variants G,D: each a variant of the shape for the context's arch; else 2 after an error naming it
- * (1 when the variants cannot be listed). */
-static int check_variants(volt8_ctx *ctx, const bench_options *options) {
-  const char *wanted[2] = {options->gate_up, options->down};
-  int found[2] = {0, 0};
-  int32_t count = 0;
-  volt8_status status = volt8_variant_count(ctx, &options->shape, &count);
-  for (int32_t i = 0; status == VOLT8_OK && i < count; i++) {
-    char name[VOLT8_VARIANT_NAME_BYTES];
-    status = volt8_variant_name(ctx, &options->shape, i, name, sizeof name);
-    for (int w = 0; status == VOLT8_OK && w < 2; w++) found[w] |= strcmp(name, wanted[w]) == 0;
-  }
-  if (status != VOLT8_OK) return cli_report(ctx, "bench", status);
-  for (int w = 0; w < 2; w++) {
-    if (found[w]) continue;
-    char arch[16], shape[256];
-    volt8_ctx_target_arch(ctx, arch, sizeof arch);
-    volt8_tools_format_shape(&options->shape, shape, sizeof shape);
-    fprintf(stderr, "volt8 bench: --variants: %s is not a variant of the shape for %s (volt8 list --arch %s --shape %s "
-            "names them)\n", wanted[w], arch, arch, shape);
-    return 2;
-  }
-  return 0;
-}
-
 int cli_bench(int argc, char **argv) {
   fprintf(stderr, "volt8 bench: this build has no benchmark harness (bench/ was not configured)\n");
   return 2;
