@@ -45,32 +45,9 @@ int bench_reference_shape(int32_t tp, int32_t rank, volt8_moe_shape *out) {
   return bench_model_shape(volt8_model_find(VOLT8_MODEL_REFERENCE), tp, rank, out, NULL, 0);
 }
 
-int32_t bench_parse_int_list(const char *text, int32_t *values, int32_t capacity) {
-  int32_t count = 0;
-  const char *cursor = text;
-  while (*cursor) {
-    char *end = NULL;
-    long value = strtol(cursor, &end, 10);
-    if (end == cursor || value < 1 || value > 65535 || count == capacity || (*end != ',' && *end != '\0')) return -1;
-    values[count++] = (int32_t)value;
-    cursor = *end == ',' ? end + 1 : end;
-    if (*end == ',' && !*cursor) return -1;
-  }
-  return count > 0 ? count : -1;
-}
-
 static int compare_ints(const void *a, const void *b) {
   int32_t left = *(const int32_t *)a, right = *(const int32_t *)b;
   return (left > right) - (left < right);
-}
-
-/* Parses a positive integer option value within [low, high]. */
-static int parse_bounded(const char *text, long low, long high, long *out) {
-  char *end = NULL;
-  long value = strtol(text, &end, 10);
-  if (end == text || *end != '\0' || value < low || value > high) return -1;
-  *out = value;
-  return 0;
 }
 
 const char *bench_usage(void) {
@@ -112,19 +89,20 @@ static int parse_variants(const char *text, char *storage, size_t storage_size, 
   if (strlen(text) >= storage_size) return -1;
   snprintf(storage, storage_size, "%s", text);
   char *comma = strchr(storage, ',');
-  if (!comma || comma == storage || !comma[1] || strchr(comma + 1, ',')) return -1;
+  if (!comma || strncmp(storage, "gate_up.", 8) != 0 || strncmp(comma + 1, "down.", 5) != 0 || strchr(comma + 1, ','))
+    return -1;
   *comma = '\0';
   *gate_up = storage;
   *down = comma + 1;
   return 0;
 }
 
-int bench_options_parse(int argc, char **argv, bench_shape_parser parse_shape, bench_options *out, char *error,
-                        size_t error_size) {
+int bench_options_parse(int argc, char **argv, bench_options *out, char *error, size_t error_size) {
   bench_options_default(out);
-  long tp = 0, rank = -1, value = 0;
+  int32_t tp = 0, rank = -1, value = 0;
   int shape_given = 0, top_k_given = 0;
   const char *model_name = NULL;
+  error[0] = '\0';
   for (int i = 1; i < argc; i++) {
     const char *name = argv[i];
     const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -147,52 +125,54 @@ int bench_options_parse(int argc, char **argv, bench_shape_parser parse_shape, b
       memcpy(out->m_values, QUICK_M, sizeof QUICK_M);
       out->timed_batches = 10;
     } else if (strcmp(name, "--tp") == 0) {
-      bad = parse_bounded(next, 1, 64, &tp);
+      bad = volt8_tools_flag_number(name, next, "TP size", 1, 64, &tp, error, error_size);
     } else if (strcmp(name, "--rank") == 0) {
-      bad = parse_bounded(next, 0, 63, &rank);
+      bad = volt8_tools_flag_number(name, next, "rank", 0, 63, &rank, error, error_size);
     } else if (strcmp(name, "--shape") == 0) {
-      bad = !parse_shape || parse_shape(next, &out->shape) != 0;
+      if (shape_given) {
+        snprintf(error, error_size, "--shape is given twice (bench takes one shape)");
+        return -1;
+      }
+      char why[512];
+      bad = volt8_tools_parse_shape(next, &out->shape, why, sizeof why);
+      if (bad) snprintf(error, error_size, "--shape \"%s\": %s", next, why);
       shape_given = 1;
     } else if (strcmp(name, "--m") == 0) {
-      out->m_count = bench_parse_int_list(next, out->m_values, BENCH_MAX_M);
+      out->m_count = volt8_tools_flag_number_list(name, next, "token count", 1, 65535, out->m_values, BENCH_MAX_M, error,
+                                                  error_size);
       bad = out->m_count < 0;
     } else if (strcmp(name, "--top-k") == 0) {
-      bad = parse_bounded(next, 1, 64, &value);
-      out->top_k = (int32_t)value;
+      bad = volt8_tools_flag_number(name, next, "top-k", 1, 64, &out->top_k, error, error_size);
       top_k_given = 1;
     } else if (strcmp(name, "--model") == 0) {
       model_name = next;
     } else if (strcmp(name, "--seed") == 0) {
-      bad = parse_bounded(next, 0, 0x7FFFFFFF, &value);
+      bad = volt8_tools_flag_number(name, next, "seed", 0, 0x7FFFFFFF, &value, error, error_size);
       out->seed = (uint64_t)value;
     } else if (strcmp(name, "--sets") == 0) {
-      bad = parse_bounded(next, 1, 256, &value);
-      out->input_sets = (int32_t)value;
+      bad = volt8_tools_flag_number(name, next, "count of input sets", 1, 256, &out->input_sets, error, error_size);
     } else if (strcmp(name, "--chain") == 0) {
-      bad = parse_bounded(next, 2, BENCH_MAX_CHAIN, &value);
-      out->chain = (int32_t)value;
+      bad = volt8_tools_flag_number(name, next, "chain length", 2, BENCH_MAX_CHAIN, &out->chain, error, error_size);
     } else if (strcmp(name, "--warmup") == 0) {
-      bad = parse_bounded(next, 0, 1000, &value);
-      out->warmup_batches = (int32_t)value;
+      bad = volt8_tools_flag_number(name, next, "count of warm-up passes", 0, 1000, &out->warmup_batches, error, error_size);
     } else if (strcmp(name, "--batches") == 0) {
-      bad = parse_bounded(next, 1, 10000, &value);
-      out->timed_batches = (int32_t)value;
+      bad = volt8_tools_flag_number(name, next, "count of timed passes", 1, 10000, &out->timed_batches, error, error_size);
     } else if (strcmp(name, "--device") == 0) {
-      bad = parse_bounded(next, 0, 255, &value);
-      out->device = (int32_t)value;
+      bad = volt8_tools_flag_number(name, next, "device ordinal", 0, 255, &out->device, error, error_size);
     } else if (strcmp(name, "--target-arch") == 0) {
       out->target_arch = next;
+      bad = volt8_tools_flag_arch(name, next, NULL, error, error_size);
     } else if (strcmp(name, "--variants") == 0) {
       bad = parse_variants(next, out->variant_storage, sizeof out->variant_storage, &out->gate_up, &out->down);
-    } else if (strcmp(name, "--json") == 0) {
-      out->json_path = next;
-    } else if (strcmp(name, "--svg") == 0) {
-      out->svg_path = next;
-    } else if (strcmp(name, "--markdown") == 0) {
-      out->markdown_path = next;
+      if (bad)
+        snprintf(error, error_size, "--variants \"%s\" is not GATE_UP,DOWN (a gate_up and a down variant name, "
+                 "comma-separated; volt8 list --shape S names them)", next);
+    } else if (strcmp(name, "--json") == 0 || strcmp(name, "--svg") == 0 || strcmp(name, "--markdown") == 0) {
+      bad = volt8_tools_flag_path(name, next, "file", error, error_size);
+      *(name[2] == 'j' ? &out->json_path : name[2] == 's' ? &out->svg_path : &out->markdown_path) = next;
     }
     if (bad) {
-      snprintf(error, error_size, "bad value \"%s\" for %s", next ? next : "", name);
+      if (!error[0]) snprintf(error, error_size, "bad value \"%s\" for %s", next ? next : "", name);
       return -1;
     }
     if (takes_value) i++;
@@ -208,8 +188,8 @@ int bench_options_parse(int argc, char **argv, bench_shape_parser parse_shape, b
   const volt8_model *model = bench_find_model(model_name, error, error_size);
   if (!model) return -1;
   if (tp || model_name) {
-    int32_t tp_size = tp ? (int32_t)tp : BENCH_DEFAULT_TP;
-    if (bench_model_shape(model, tp_size, rank >= 0 ? (int32_t)rank : bench_default_rank(tp_size), &out->shape, error,
+    int32_t tp_size = tp ? tp : BENCH_DEFAULT_TP;
+    if (bench_model_shape(model, tp_size, rank >= 0 ? rank : bench_default_rank(tp_size), &out->shape, error,
                           error_size) != 0)
       return -1;
     if (!top_k_given) out->top_k = model->top_k;

@@ -32,9 +32,6 @@ typedef struct bench_options {
   char variant_storage[256]; /* --variants' text, split in place */
 } bench_options;
 
-/* Parses a shape text ("hidden=2560,intermediate=160,...") onto a shape; 0 on success. */
-typedef int (*bench_shape_parser)(const char *text, volt8_moe_shape *shape);
-
 void bench_options_default(bench_options *options);
 /* The model named `name` (NULL: the reference model); NULL, with `error` listing the known names,
  * for a name the registry (runtime/checkpoint/models.h) does not hold. */
@@ -48,12 +45,9 @@ int bench_model_shape(const volt8_model *model, int32_t tp, int32_t rank, volt8_
                       size_t error_size);
 /* The reference model's rank: bench_model_shape of the "reference" model, without the message. */
 int bench_reference_shape(int32_t tp, int32_t rank, volt8_moe_shape *out);
-/* "1,2,4" into values (at most `capacity`, each in 1..65535); the count, or -1. */
-int32_t bench_parse_int_list(const char *text, int32_t *values, int32_t capacity);
 /* Parses argv[1..argc) (argv[0] is the command's name). Returns 0 on success, 1 when --help was
- * asked, -1 on a bad argument with `error` saying which. `parse_shape` serves --shape (NULL: refused). */
-int bench_options_parse(int argc, char **argv, bench_shape_parser parse_shape, bench_options *out, char *error,
-                        size_t error_size);
+ * asked, -1 on a bad argument with `error` naming the flag, the text given and what would be valid. */
+int bench_options_parse(int argc, char **argv, bench_options *out, char *error, size_t error_size);
 /* The usage text of `volt8 bench`. */
 const char *bench_usage(void);
 

@@ -1,10 +1,13 @@
 /* Argument values, shapes, timing and error reporting shared by the subcommands. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
+#include "tools/tools.h"
 
 const char *cli_flag_value(const char *command, int argc, char **argv, int *i) {
   if (*i + 1 >= argc) {
@@ -14,38 +17,73 @@ const char *cli_flag_value(const char *command, int argc, char **argv, int *i) {
   return argv[++*i];
 }
 
-/* 1 when all of `text` is one whole number; one past a long's range comes out as LONG_MIN or
- * LONG_MAX, outside every range asked for here. */
-static int whole_number(const char *text, long *value) {
-  char *end = NULL;
-  *value = strtol(text, &end, 10);
-  return end != text && *end == '\0';
-}
-
 int cli_parse_number(const char *command, const char *flag, const char *text, const char *what, long low, long high,
                      int32_t *out) {
-  long value = 0;
-  int is_number = whole_number(text, &value);
-  if (is_number && value >= low && value <= high) {
-    *out = (int32_t)value;
-    return 0;
-  }
-  if (is_number) fprintf(stderr, "volt8 %s: %s %s is not a valid %s", command, flag, text, what);
-  else fprintf(stderr, "volt8 %s: %s \"%s\" is not a whole number", command, flag, text);
-  fprintf(stderr, " (a %s is a whole number in %ld..%ld)\n", what, low, high);
+  char error[512];
+  if (volt8_tools_flag_number(flag, text, what, low, high, out, error, sizeof error) == 0) return 0;
+  fprintf(stderr, "volt8 %s: %s\n", command, error);
   return -1;
 }
 
 int cli_parse_rank(const char *command, const char *text, int32_t tp_size, int32_t *out) {
   long value = 0;
-  int is_number = whole_number(text, &value);
-  if (is_number && value >= 0 && value < tp_size) {
+  volt8_tools_number verdict = volt8_tools_parse_number(text, 0, tp_size - 1, &value);
+  if (verdict == VOLT8_TOOLS_NUMBER_OK) {
     *out = (int32_t)value;
     return 0;
   }
-  if (is_number) fprintf(stderr, "volt8 %s: --rank %s is outside 0..%d", command, text, tp_size - 1);
+  if (verdict == VOLT8_TOOLS_OUT_OF_RANGE) fprintf(stderr, "volt8 %s: --rank %s is outside 0..%d", command, text, tp_size - 1);
   else fprintf(stderr, "volt8 %s: --rank \"%s\" is not a whole number", command, text);
   fprintf(stderr, " (the ranks of --tp %d are 0..%d)\n", tp_size, tp_size - 1);
+  return -1;
+}
+
+int cli_parse_arch(const char *command, const char *flag, const char *text) {
+  char error[512];
+  if (volt8_tools_flag_arch(flag, text, NULL, error, sizeof error) == 0) return 0;
+  fprintf(stderr, "volt8 %s: %s\n", command, error);
+  return -1;
+}
+
+int cli_parse_path(const char *command, const char *flag, const char *text, const char *what) {
+  char error[512];
+  if (volt8_tools_flag_path(flag, text, what, error, sizeof error) == 0) return 0;
+  fprintf(stderr, "volt8 %s: %s\n", command, error);
+  return -1;
+}
+
+/* The folder `path` is in ("." for a bare name), into buf; 0, or -1 when it does not fit. */
+static int parent_folder(const char *path, char *buf, size_t buf_size) {
+  size_t length = strlen(path);
+  while (length > 1 && path[length - 1] == '/') length--; /* "dir/" is dir */
+  while (length > 0 && path[length - 1] != '/') length--;
+  while (length > 1 && path[length - 1] == '/') length--;
+  if (length == 0) return snprintf(buf, buf_size, ".") >= (int)buf_size ? -1 : 0;
+  if (length >= buf_size) return -1;
+  memcpy(buf, path, length);
+  buf[length] = '\0';
+  return 0;
+}
+
+int cli_check_path(const char *command, const char *flag, const char *path, cli_path_use use) {
+  struct stat info;
+  int wants_folder = use != CLI_FILE_TO_WRITE;
+  if (stat(path, &info) == 0) {
+    if (wants_folder == !!S_ISDIR(info.st_mode)) return 0;
+    fprintf(stderr, "volt8 %s: %s %s is %s (give %s)\n", command, flag, path, S_ISDIR(info.st_mode) ? "a folder" :
+            S_ISREG(info.st_mode) ? "a file" : "not a folder nor a file", wants_folder ? "a folder" : "a file's path");
+    return -1;
+  }
+  if (errno != ENOENT || use == CLI_FOLDER_TO_READ) {
+    fprintf(stderr, "volt8 %s: %s %s: %s%s\n", command, flag, path, strerror(errno),
+            errno == ENOENT ? " (give an existing folder)" : "");
+    return -1;
+  }
+  if (use == CLI_FOLDER_TO_FILL) return 0; /* made with the folders above it */
+  char parent[4096];
+  if (parent_folder(path, parent, sizeof parent) == 0 && stat(parent, &info) == 0 && S_ISDIR(info.st_mode)) return 0;
+  fprintf(stderr, "volt8 %s: %s %s: the folder it would be made in, %s, is not a folder that exists\n", command, flag,
+          path, parent);
   return -1;
 }
 
@@ -68,50 +106,11 @@ int cli_wants_help(int argc, char **argv) {
   return 0;
 }
 
-int cli_parse_shape(const char *text, volt8_moe_shape *shape) {
-  struct { const char *key; int32_t *field; } keys[] = {
-      {"hidden", &shape->hidden},         {"intermediate", &shape->intermediate},
-      {"num_experts", &shape->num_experts}, {"block_n", &shape->block_n},
-      {"block_k", &shape->block_k},       {"intermediate_offset", &shape->intermediate_offset},
-      {"expert_start", &shape->expert_start}, {"global_experts", &shape->global_experts},
-  };
-  char *copy = strdup(text);
-  if (!copy) return -1;
-  int result = 0;
-  for (char *save = NULL, *item = strtok_r(copy, ",", &save); item && result == 0; item = strtok_r(NULL, ",", &save)) {
-    char *equals = strchr(item, '=');
-    if (!equals) {
-      fprintf(stderr, "volt8: shape item \"%s\" is not key=value\n", item);
-      result = -1;
-      break;
-    }
-    *equals = '\0';
-    char *end = NULL;
-    long value = strtol(equals + 1, &end, 10);
-    size_t k = 0;
-    while (k < sizeof keys / sizeof keys[0] && strcmp(keys[k].key, item) != 0) k++;
-    if (k == sizeof keys / sizeof keys[0]) {
-      fprintf(stderr, "volt8: unknown shape key \"%s\"\n", item);
-      result = -1;
-    } else if (*end != '\0' || end == equals + 1 || value < 0 || value > 1 << 20) {
-      fprintf(stderr, "volt8: shape value \"%s\" for %s is not a number in 0..%d\n", equals + 1, item, 1 << 20);
-      result = -1;
-    } else {
-      *keys[k].field = (int32_t)value;
-    }
-  }
-  free(copy);
-  return result;
-}
-
-void cli_format_shape(const volt8_moe_shape *shape, char *buf, size_t buf_size) {
-  int used = snprintf(buf, buf_size, "hidden=%d,intermediate=%d,num_experts=%d,block_n=%d,block_k=%d,intermediate_offset=%d",
-                      shape->hidden, shape->intermediate, shape->num_experts, shape->block_n, shape->block_k,
-                      shape->intermediate_offset);
-  /* an expert-parallel rank's range; nothing for a shape of all experts, so such lines read as before */
-  if (shape->global_experts > 0 && used >= 0 && (size_t)used < buf_size)
-    snprintf(buf + used, buf_size - (size_t)used, ",expert_start=%d,global_experts=%d", shape->expert_start,
-             shape->global_experts);
+int cli_parse_shape(const char *command, const char *text, volt8_moe_shape *shape) {
+  char error[512];
+  if (volt8_tools_parse_shape(text, shape, error, sizeof error) == 0) return 0;
+  fprintf(stderr, "volt8 %s: --shape \"%s\": %s\n", command, text, error);
+  return -1;
 }
 
 double cli_now_seconds(void) {

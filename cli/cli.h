@@ -9,12 +9,27 @@
 /* The value after the flag argv[*i] (advancing *i), or NULL after "FLAG needs a value" on stderr. */
 const char *cli_flag_value(const char *command, int argc, char **argv, int *i);
 /* `text` as a whole number in [low, high] into *out; else -1 after an error on stderr naming the
- * flag, the text, what it should be (`what`: "TP size") and the range. */
+ * flag, the text, what it should be (`what`: "TP size") and the range (tools.h's strict reading). */
 int cli_parse_number(const char *command, const char *flag, const char *text, const char *what, long low, long high,
                      int32_t *out);
 /* --rank's text as one of the ranks 0..tp_size-1; else -1 after an error on stderr naming the text
  * and those ranks. */
 int cli_parse_rank(const char *command, const char *text, int32_t tp_size, int32_t *out);
+/* 0 when `text` is an arch (sm_70), else -1 after an error on stderr naming the flag and the text. */
+int cli_parse_arch(const char *command, const char *flag, const char *text);
+/* 0 for a path that is not empty, else -1 after an error on stderr naming the flag. */
+int cli_parse_path(const char *command, const char *flag, const char *text, const char *what);
+/* What a path argument is for; cli_check_path refuses it when it cannot serve (exit 2: the argument
+ * is bad, found before any work). */
+typedef enum cli_path_use {
+  CLI_FOLDER_TO_READ, /* an existing folder (plan CKPT_DIR) */
+  CLI_FOLDER_TO_FILL, /* a folder, made with the folders above it when missing (compile --cache) */
+  CLI_FOLDER_TO_MAKE, /* a folder, made when missing inside an existing one (demo --keep) */
+  CLI_FILE_TO_WRITE   /* a file, written inside an existing folder (bench --json) */
+} cli_path_use;
+/* 0 when `path` can serve `use`, else -1 after an error on stderr naming the flag, the path and why.
+ * Nothing is opened (a FIFO or a device node is never read). */
+int cli_check_path(const char *command, const char *flag, const char *path, cli_path_use use);
 /* 1 when `arg` is one of the space-separated `names` ("--tp --rank"). */
 int cli_is_one_of(const char *arg, const char *names);
 /* Says on stderr that `arg` is not an argument of `command`, with its usage; returns 2. */
@@ -24,9 +39,9 @@ int cli_wants_help(int argc, char **argv);
 /* The command's arguments ("plan CKPT_DIR --tp N ..."), from the command table of main.c. */
 const char *cli_usage(const char *command);
 
-/* "hidden=2560,intermediate=160,..." onto `shape` (keys not named keep their value). 0 on success. */
-int cli_parse_shape(const char *text, volt8_moe_shape *shape);
-void cli_format_shape(const volt8_moe_shape *shape, char *buf, size_t buf_size);
+/* --shape's text onto `shape` (tools.h's one strict reading; keys not named keep their value); else
+ * -1 after an error on stderr naming --shape, the text and the key. */
+int cli_parse_shape(const char *command, const char *text, volt8_moe_shape *shape);
 double cli_now_seconds(void);
 
 #define CLI_DEFAULT_TP 4

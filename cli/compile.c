@@ -132,11 +132,17 @@ int cli_list(int argc, char **argv) {
     } else if (strcmp(flag, "--top-k") == 0) {
       if (cli_parse_number("list", flag, value, "top-k", 1, 64, &top_k) != 0) return 2;
     } else if (strcmp(flag, "--tables") == 0) {
+      if (cli_parse_path("list", flag, value, "folder") != 0) return 2;
       tables = value;
     } else if (strcmp(flag, "--shape") == 0) {
-      if (cli_parse_shape(value, &shape) != 0) return 2;
+      if (shape_given) {
+        fprintf(stderr, "volt8 list: --shape is given twice (list takes one shape)\n");
+        return 2;
+      }
+      if (cli_parse_shape("list", value, &shape) != 0) return 2;
       shape_given = 1;
     } else if (strcmp(flag, "--arch") == 0) {
+      if (cli_parse_arch("list", flag, value) != 0) return 2;
       arch = value;
     } else if (strcmp(flag, "--model") == 0) {
       model = value;
@@ -214,8 +220,12 @@ int cli_compile(int argc, char **argv) {
     const char *value = cli_flag_value("compile", argc, argv, &i);
     if (!value) return 2;
     if (strcmp(flag, "--arch") == 0) {
+      if (cli_parse_arch("compile", flag, value) != 0) return 2;
       arch = value;
     } else if (strcmp(flag, "--cache") == 0) {
+      if (cli_parse_path("compile", flag, value, "folder") != 0 ||
+          cli_check_path("compile", flag, value, CLI_FOLDER_TO_FILL) != 0)
+        return 2;
       cache = value;
     } else {
       if (shape_count == CLI_MAX_SHAPES) {
@@ -223,7 +233,7 @@ int cli_compile(int argc, char **argv) {
         return 2;
       }
       volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-      if (cli_parse_shape(value, &shape) != 0) return 2;
+      if (cli_parse_shape("compile", value, &shape) != 0) return 2;
       shapes[shape_count++] = shape;
     }
   }
@@ -251,7 +261,7 @@ int cli_compile(int argc, char **argv) {
   compile_totals totals = {0, 0, 0.0};
   for (int s = 0; s < shape_count && status == VOLT8_OK; s++) {
     char text[256];
-    cli_format_shape(&shapes[s], text, sizeof text);
+    volt8_tools_format_shape(&shapes[s], text, sizeof text);
     printf("volt8 compile: %s for %s into %s\n", text, arch, cache);
     status = cli_compile_all(ctx, &shapes[s], &totals, 0);
   }

@@ -291,10 +291,16 @@ static int parse_demo_args(int argc, char **argv, int *keep, const char **keep_d
   return 0;
 }
 
-/* A folder the demo may write into: new, or empty (it never overwrites files of someone else's). */
+/* A folder the demo may write into: new (in a folder that exists), or empty (it never overwrites
+ * files of someone else's). */
 static int check_keep_dir(const char *dir) {
+  if (cli_check_path("demo", "--keep", dir, CLI_FOLDER_TO_MAKE) != 0) return 2;
   DIR *listing = opendir(dir);
-  if (!listing) return 0; /* created, or refused with the reason, by the writer */
+  if (!listing && errno == ENOENT) return 0; /* made by the writer */
+  if (!listing) {
+    fprintf(stderr, "volt8 demo: --keep %s: %s (give a new or empty folder for the checkpoint)\n", dir, strerror(errno));
+    return 2;
+  }
   int entries = 0;
   for (struct dirent *entry = readdir(listing); entry; entry = readdir(listing))
     entries += strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0;
@@ -325,7 +331,7 @@ int cli_demo(int argc, char **argv) {
   const char *model_name = VOLT8_MODEL_REFERENCE, *keep_dir = NULL;
   int parsed = parse_demo_args(argc, argv, &keep, &keep_dir, &model_name);
   if (parsed != 0) return parsed;
-  if (keep_dir && check_keep_dir(keep_dir) != 0) return 2;
+  if (keep_dir && (cli_parse_path("demo", "--keep", keep_dir, "folder") != 0 || check_keep_dir(keep_dir) != 0)) return 2;
   const volt8_model *model = cli_find_model("demo", model_name);
   if (!model) return 2;
   demo_top_k = model->top_k;

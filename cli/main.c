@@ -22,7 +22,9 @@ static const cli_command COMMANDS[] = {
      "instead, --tables: from the tables of DIR alone, --explain: with the derivation model's V100 time\n"
      "and limit of each kernel, the byte floor (sm_70); --resources: each variant's CUBIN, its registers,\n"
      "spills, shared memory and resident CTAs and warps per SM (NVRTC 12 for sm_70)"},
-    {"models", cli_models, "models [--tp N]", "the known models, or each rank's shape at TP N"},
+    {"models", cli_models, "models [--tp N]",
+     "the known models, or each rank's shape at TP N of every model N splits (the others on stderr, with why;\n"
+     "exit 2 when N splits none)"},
     {"compile", cli_compile, "compile --arch sm_XX --cache DIR [--shape S]...",
      "fill a kernel cache ahead of time (PTX for compute_XX)"},
     {"plan", cli_plan, "plan CKPT_DIR --tp N [--ep N] [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]",

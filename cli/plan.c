@@ -17,8 +17,30 @@ typedef struct plan_args {
 
 #define PLAN_MAX_TP 4096
 
+/* --online-block: the rows of an online scale block, 1 or 128. */
+static int parse_online_block(const char *text, int32_t *out) {
+  long value = 0;
+  volt8_tools_number verdict = volt8_tools_parse_number(text, 1, 128, &value);
+  if (verdict == VOLT8_TOOLS_NUMBER_OK && (value == 1 || value == 128)) {
+    *out = (int32_t)value;
+    return 0;
+  }
+  if (verdict == VOLT8_TOOLS_NOT_A_NUMBER) fprintf(stderr, "volt8 plan: --online-block \"%s\" is not a whole number", text);
+  else fprintf(stderr, "volt8 plan: --online-block %s is not a valid online scale block height", text);
+  fprintf(stderr, " (the rows of an online scale block: 1 or 128)\n");
+  return -1;
+}
+
+/* --online: how unquantized experts are quantized at load; fp8 is the one way. */
+static int parse_online(const char *text) {
+  if (strcmp(text, "fp8") == 0) return 0;
+  fprintf(stderr, "volt8 plan: --online \"%s\" is not a quantization volt8 knows (fp8)\n", text);
+  return -1;
+}
+
 static int parse_plan_args(int argc, char **argv, plan_args *args) {
   *args = (plan_args){.tp_size = 0, .ep_size = 1, .rank = -1, .online_block_n = 128};
+  int online_block_given = 0;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *value = NULL;
     int bad = 0;
@@ -35,18 +57,29 @@ static int parse_plan_args(int argc, char **argv, plan_args *args) {
     if (strcmp(arg, "--tp") == 0) bad = cli_parse_number("plan", arg, value, "TP size", 1, PLAN_MAX_TP, &args->tp_size);
     else if (strcmp(arg, "--ep") == 0) bad = cli_parse_number("plan", arg, value, "EP size", 1, PLAN_MAX_TP, &args->ep_size);
     else if (strcmp(arg, "--rank") == 0) args->rank_text = value; /* checked against the TP size below */
-    else if (strcmp(arg, "--online-block") == 0)
-      bad = cli_parse_number("plan", arg, value, "online scale block height", 1, 128, &args->online_block_n);
-    else if (strcmp(arg, "--draft") == 0) args->draft_dir = value;
-    else args->online = value;
+    else if (strcmp(arg, "--online-block") == 0) bad = parse_online_block(value, &args->online_block_n);
+    else if (strcmp(arg, "--draft") == 0) bad = cli_parse_path("plan", arg, (args->draft_dir = value), "folder");
+    else bad = parse_online(args->online = value);
     if (bad) return 2;
+    online_block_given |= strcmp(arg, "--online-block") == 0;
+  }
+  if (online_block_given && !args->online) {
+    fprintf(stderr, "volt8 plan: --online-block needs --online fp8 (checkpoint scales come in 128x128 blocks)\n");
+    return 2;
   }
   if (!args->checkpoint_dir || args->tp_size == 0) {
     fprintf(stderr, "volt8 plan: needs %s\nusage: volt8 %s\n", args->checkpoint_dir ? "--tp N" : "CKPT_DIR",
             cli_usage("plan"));
     return 2;
   }
+  if (!args->checkpoint_dir[0]) {
+    fprintf(stderr, "volt8 plan: CKPT_DIR \"\" names no folder (give the checkpoint's folder)\n");
+    return 2;
+  }
   if (args->rank_text && cli_parse_rank("plan", args->rank_text, args->tp_size, &args->rank) != 0) return 2;
+  if (cli_check_path("plan", "CKPT_DIR", args->checkpoint_dir, CLI_FOLDER_TO_READ) != 0 ||
+      (args->draft_dir && cli_check_path("plan", "--draft", args->draft_dir, CLI_FOLDER_TO_READ) != 0))
+    return 2;
   return 0;
 }
 
@@ -134,6 +167,36 @@ static volt8_status print_ranks(volt8_ctx *ctx, const plan_args *args, const vol
   return status;
 }
 
+/* The checkpoint's plan at --tp, and the flags checked against it: --tp must split its intermediate
+ * size and --ep its experts, --online fits unquantized experts only; each is a bad argument (2),
+ * found only once the checkpoint is read. 0, or 1 when the checkpoint itself fails. */
+static int plan_checkpoint(volt8_ctx *ctx, const plan_args *args, volt8_plan_report *plan) {
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = args->checkpoint_dir;
+  options.draft_checkpoint_dir = args->draft_dir;
+  options.tp_size = 1; /* the checkpoint as it is; --tp is checked against it below */
+  options.mtp_expert_quantization = args->online;
+  options.online_block_n = args->online_block_n;
+  volt8_status status = volt8_plan(ctx, &options, plan);
+  if (status == VOLT8_ERR_INVALID_ARGUMENT && args->online) {
+    fprintf(stderr, "volt8 plan: --online %s does not fit this checkpoint: %s\n", args->online, volt8_last_error(ctx));
+    return 2;
+  }
+  if (status != VOLT8_OK) return cli_report(ctx, "plan", status);
+  volt8_shard shard;
+  if (volt8_shard_plan(ctx, plan->intermediate, args->tp_size, 0, plan->route, plan->block_n, &shard) != VOLT8_OK) {
+    fprintf(stderr, "volt8 plan: --tp %d does not split this checkpoint: %s\n", args->tp_size, volt8_last_error(ctx));
+    return 2;
+  }
+  plan->tp_size = args->tp_size;
+  if (args->ep_size > plan->num_experts) {
+    fprintf(stderr, "volt8 plan: --ep %d: the checkpoint has %d experts, fewer than the ranks (--ep is 1..%d here)\n",
+            args->ep_size, plan->num_experts, plan->num_experts);
+    return 2;
+  }
+  return 0;
+}
+
 int cli_plan(int argc, char **argv) {
   plan_args args;
   int rc = parse_plan_args(argc, argv, &args);
@@ -143,24 +206,15 @@ int cli_plan(int argc, char **argv) {
   volt8_ctx *ctx = NULL;
   volt8_status status = volt8_ctx_create(&ctx_options, &ctx);
   if (status != VOLT8_OK) return cli_report(NULL, "plan", status);
-  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
-  options.checkpoint_dir = args.checkpoint_dir;
-  options.draft_checkpoint_dir = args.draft_dir;
-  options.tp_size = args.tp_size;
-  options.mtp_expert_quantization = args.online;
-  options.online_block_n = args.online_block_n;
   volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
-  status = volt8_plan(ctx, &options, &plan);
-  if (status == VOLT8_OK && args.ep_size > plan.num_experts)
-    status = volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "--ep %d: the checkpoint has %d experts, fewer than the ranks",
-                        args.ep_size, plan.num_experts);
-  if (status == VOLT8_OK) {
+  rc = plan_checkpoint(ctx, &args, &plan);
+  if (rc == 0) {
     if (args.json) print_header_json(&args, &plan);
     else print_header_text(&args, &plan);
     status = print_ranks(ctx, &args, &plan);
     if (args.json) printf("]}\n");
+    rc = status == VOLT8_OK ? 0 : cli_report(ctx, "plan", status);
   }
-  rc = status == VOLT8_OK ? 0 : cli_report(ctx, "plan", status);
   volt8_ctx_destroy(ctx);
   return rc;
 }

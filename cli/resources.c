@@ -29,7 +29,7 @@ static char **variant_names(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_
 static void print_table(const volt8_sm_limits *limits, const volt8_moe_shape *shape, char *const *names,
                         const volt8_variant_resources *reports, int32_t count) {
   char shape_text[256];
-  cli_format_shape(shape, shape_text, sizeof shape_text);
+  volt8_tools_format_shape(shape, shape_text, sizeof shape_text);
   printf("sm_%d CUBINs (NVRTC %s) of %s\n", limits->arch, count ? reports[0].nvrtc_version : "?", shape_text);
   printf("one SM: %d registers, %d KiB shared memory, %d warps, %d CTAs (%d SMs)\n", limits->registers_per_sm,
          limits->smem_per_sm_bytes / 1024, limits->max_warps_per_sm, limits->max_ctas_per_sm, limits->sm_count);
@@ -48,10 +48,11 @@ static void print_table(const volt8_sm_limits *limits, const volt8_moe_shape *sh
 static void print_json(const volt8_sm_limits *limits, const volt8_moe_shape *shape, char *const *names,
                        const volt8_variant_resources *reports, int32_t count) {
   printf("{\"arch\":\"sm_%d\",\"nvrtc_version\":\"%s\",\n", limits->arch, count ? reports[0].nvrtc_version : "");
+  /* every key of the shape, the expert range too (expert_start 0 and global_experts 0: all experts) */
   printf(" \"shape\":{\"hidden\":%d,\"intermediate\":%d,\"num_experts\":%d,\"block_n\":%d,\"block_k\":%d,"
-         "\"intermediate_offset\":%d},\n",
+         "\"intermediate_offset\":%d,\"expert_start\":%d,\"global_experts\":%d},\n",
          shape->hidden, shape->intermediate, shape->num_experts, shape->block_n, shape->block_k,
-         shape->intermediate_offset);
+         shape->intermediate_offset, shape->expert_start, shape->global_experts);
   printf(" \"sm\":{\"registers\":%d,\"smem_bytes\":%d,\"max_warps\":%d,\"max_ctas\":%d,\"sm_count\":%d},\n",
          limits->registers_per_sm, limits->smem_per_sm_bytes, limits->max_warps_per_sm, limits->max_ctas_per_sm,
          limits->sm_count);

@@ -12,7 +12,7 @@
 int cli_tune(int argc, char **argv) {
   tune_options options;
   char error[8192];
-  int parsed = tune_options_parse(argc, argv, cli_parse_shape, &options, error, sizeof error);
+  int parsed = tune_options_parse(argc, argv, &options, error, sizeof error);
   if (parsed == 1) {
     fputs(tune_usage(), stdout);
     return 0;

@@ -85,13 +85,18 @@ function gen.expand_template(template_path, values, text)
   return emit.source(template_path, text, values, values, read_file)
 end
 
+-- The volt8 command's reading of a shape (runtime/tools/arguments.c): key=digits items, comma-separated,
+-- each key known and given once; the ranges are validate_shape's.
 local function parse_shape_argument(text)
   local shape = {}
-  for field, value in text:gmatch("([%w_]+)=([^,]*)") do
+  for item in (text .. ","):gmatch("([^,]*),") do
+    local field, digits = item:match("^([%w_]+)=(%d+)$")
+    if not field then error("shape item '" .. item .. "' is not key=digits", 0) end
     local known = false
     for _, name in ipairs(variants.SHAPE_FIELDS) do known = known or name == field end
     if not known then error("unknown shape field '" .. field .. "'", 0) end
-    shape[field] = math.tointeger(tonumber(value)) or value
+    if shape[field] then error("shape field '" .. field .. "' is given twice", 0) end
+    shape[field] = math.tointeger(tonumber(digits)) or digits
   end
   return shape
 end

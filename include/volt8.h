@@ -81,8 +81,13 @@ typedef struct volt8_ctx_options {
   const char *nvrtc_dirs;  /* since 0.2: ':'-separated folders searched for libnvrtc.so.12/.13 after
                             * $VOLT8_NVRTC and an NVRTC already loaded in the process, before
                             * $VOLT8_NVRTC_DIRS and the system loader; NULL: none */
+  const char *const *nvrtc_dir_list; /* since 0.3: nvrtc_dir_count folders searched right after those
+                                      * of nvrtc_dirs, each taken whole (a ':' is part of its name);
+                                      * none NULL or empty, at most VOLT8_NVRTC_DIR_LIST_MAX; copied */
+  int32_t nvrtc_dir_count;
 } volt8_ctx_options;
-#define VOLT8_CTX_OPTIONS_INIT {sizeof(volt8_ctx_options), 0, NULL, 0, NULL, 0, NULL}
+#define VOLT8_CTX_OPTIONS_INIT {sizeof(volt8_ctx_options), 0, NULL, 0, NULL, 0, NULL, NULL, 0}
+#define VOLT8_NVRTC_DIR_LIST_MAX 64
 
 /* Creates a context. A machine without a GPU driver still gets a context (CPU paths work);
  * GPU calls on it then return VOLT8_ERR_NO_DEVICE. `options` may be NULL (defaults). */

@@ -713,3 +713,26 @@ Test(codegen, standalone_script_matches_the_embedded_generator) {
   }
   volt8_ctx_destroy(ctx);
 }
+
+/* gen.lua run standalone reads --shape as the volt8 command does: key=digits items, each key once. */
+Test(codegen, standalone_script_reads_shape_text_strictly) {
+  static const struct { const char *text, *said; } cases[] = {
+      {"hidden=+2560", "shape item 'hidden=+2560' is not key=digits"},
+      {"hidden= 2560", "shape item 'hidden= 2560' is not key=digits"},
+      {"hidden=0x100", "shape item 'hidden=0x100' is not key=digits"},
+      {"hidden=2560,,num_experts=8", "shape item '' is not key=digits"},
+      {"hidden=2048,hidden=2560", "shape field 'hidden' is given twice"},
+      {"hidden", "shape item 'hidden' is not key=digits"},
+      {"bogus=1", "unknown shape field 'bogus'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char command[1024];
+    snprintf(command, sizeof command, "cd / && lua5.4 '%s/codegen/gen.lua' --list --shape '%s' 2>&1; echo \"exit $?\"",
+             VOLT8_SOURCE_DIR, cases[i].text);
+    char *output = command_output(command);
+    cr_assert_not_null(output, "failed: %s", command);
+    cr_expect(strstr(output, cases[i].said) && strstr(output, "exit 1"), "--shape '%s': expected \"%s\" and exit 1:\n%s",
+              cases[i].text, cases[i].said, output);
+    free(output);
+  }
+}

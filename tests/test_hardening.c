@@ -513,11 +513,16 @@ Test(hardening, kernels_the_cache_did_not_keep_are_counted, .init = make_work_di
   volt8_ctx_destroy(ctx);
 }
 
-/* The summary and the failure count the same kernels: every variant and the sampler's module. */
-Test(hardening, compile_into_a_file_fails_and_says_why, .init = make_work_dir, .fini = remove_work_dir, .timeout = 300) {
-  char cache[1024];
-  path_in(cache, sizeof cache, "not-a-folder");
-  write_text("not-a-folder", "x", 1);
+/* A cache folder whose format folder is a file keeps nothing (a cache that is a file is a bad
+ * --cache, refused before any compile: test_cli_args). The summary and the failure count the same
+ * kernels: every variant and the sampler's module. */
+Test(hardening, compile_into_a_cache_that_keeps_nothing_fails_and_says_why, .init = make_work_dir, .fini = remove_work_dir,
+     .timeout = 300) {
+  char cache[1024], blocker[64];
+  path_in(cache, sizeof cache, "cache");
+  cr_assert_eq(mkdir(cache, 0755), 0, "%s", strerror(errno));
+  snprintf(blocker, sizeof blocker, "cache/v%d", VOLT8_CACHE_FORMAT_VERSION);
+  write_text(blocker, "x", 1);
   static char out[1 << 16], err[1 << 16];
   char *args[] = {"compile", "--arch", "sm_70", "--cache", cache, NULL};
   int rc = test_run_volt8(args, out, sizeof out, err, sizeof err);

@@ -527,6 +527,52 @@ Test(models, models_command_prints_every_rank_shape) {
   cr_assert_eq(lines, 8 * volt8_model_count());
 }
 
+/* `volt8 models --tp N` at every TP size it takes: every model N splits is listed, rank by rank, in the
+ * registry's order; each one it does not split gets one line on stderr saying why, and the list goes
+ * on past it; exit 0 when some model is listed, else 2 (--tp N is then of no use). */
+Test(models, models_command_lists_every_model_a_tp_size_splits) {
+  size_t size = 1 << 16;
+  char *out = malloc(size), *err = malloc(size), *expected = malloc(size);
+  cr_assert(out && err && expected);
+  for (int32_t tp = 1; tp <= 64; tp++) {
+    char tp_text[8];
+    snprintf(tp_text, sizeof tp_text, "%d", tp);
+    int status = test_run_volt8((char *[]){"models", "--tp", tp_text, NULL}, out, size, err, size);
+    size_t used = 0;
+    int shown = 0;
+    expected[0] = '\0';
+    for (int32_t m = 0; m < volt8_model_count(); m++) {
+      const volt8_model *model = volt8_model_at(m);
+      volt8_moe_shape shape;
+      char why[256];
+      if (volt8_model_rank_shape(NULL, model, tp, 0, 0, &shape) != VOLT8_OK) {
+        snprintf(why, sizeof why, "volt8 models: %s does not split at TP%d: %s\n", model->name, tp, volt8_last_error(NULL));
+        cr_assert_not_null(strstr(err, why), "--tp %d: stderr lacks \"%s\":\n%s", tp, why, err);
+        continue;
+      }
+      for (int32_t rank = 0; rank < tp; rank++) {
+        cr_assert_eq(volt8_model_rank_shape(NULL, model, tp, rank, 0, &shape), VOLT8_OK);
+        used += (size_t)snprintf(expected + used, size - used,
+                                 "%s tp=%d rank=%d hidden=%d,intermediate=%d,num_experts=%d,block_n=%d,block_k=%d,"
+                                 "intermediate_offset=%d\n",
+                                 model->name, tp, rank, shape.hidden, shape.intermediate, shape.num_experts,
+                                 shape.block_n, shape.block_k, shape.intermediate_offset);
+      }
+      shown++;
+    }
+    cr_assert_str_eq(out, expected, "volt8 models --tp %d printed:\n%s", tp, out);
+    cr_assert_eq(status, shown ? 0 : 2, "volt8 models --tp %d exited %d with %d model(s) listed:\n%s", tp, status, shown,
+                 err);
+    if (!shown) cr_assert_not_null(strstr(err, "splits none of the models"), "--tp %d:\n%s", tp, err);
+  }
+  /* the cases that were wrong: glm-4.5 splits at TP3, and TP16 goes on past glm-4.5-air to none of the rest */
+  cr_assert_eq(test_run_volt8((char *[]){"models", "--tp", "3", NULL}, out, size, err, size), 0, "%s", err);
+  cr_assert(strstr(out, "glm-4.5 tp=3 rank=2 ") && !strstr(out, "reference"), "%s", out);
+  free(out);
+  free(err);
+  free(expected);
+}
+
 /* `volt8 demo --model qwen3-next` on the CPU: its checkpoint has the model's per-expert shape, and its
  * table gives the largest rank's FP16 / padded / volt8 MiB at TP 1/2/4/8 with all 512 experts. */
 Test(models, demo_prints_the_model_memory_table) {

@@ -387,3 +387,58 @@ Test(nvrtc, truncated_builtins_refuse_their_nvrtc, .init = make_truncated_root, 
   volt8_ctx_destroy(ctx);
   free(folder);
 }
+
+/* options.nvrtc_dir_list takes each folder whole: one whose name holds a ':' (the NVRTC 12 of the
+ * suite, linked into it) serves compute_70, searched after nvrtc_dirs' folders. */
+Test(nvrtc, a_listed_folder_with_a_colon_in_its_name_is_searched_whole) {
+  char *folder = take_nvrtc_12_folder();
+  char root[256], colon[512], link[600], target[4200];
+  test_make_temp_dir(root, sizeof root, "volt8-nvrtc-list");
+  snprintf(colon, sizeof colon, "%s/co:lon", root);
+  cr_assert_eq(mkdir(colon, 0755), 0);
+  snprintf(link, sizeof link, "%s/libnvrtc.so.12", colon);
+  snprintf(target, sizeof target, "%s/libnvrtc.so.12", folder);
+  cr_assert_eq(symlink(target, link), 0);
+  const char *list[] = {"/nonexistent/volt8-listed", colon};
+  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+  options.device = -1;
+  options.cache_disable = 1;
+  options.target_arch = "sm_70";
+  options.nvrtc_dirs = "/nonexistent/volt8-joined";
+  options.nvrtc_dir_list = list;
+  options.nvrtc_dir_count = 2;
+  volt8_ctx *ctx = NULL;
+  cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_OK, "volt8_ctx_create: %s", volt8_last_error(NULL));
+  const volt8_nvrtc_lib *lib = NULL;
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(strcmp(lib->path, link) == 0, "compute_70 went to %s, not %s; tried: %s", lib->path, link, ctx->nvrtc->tried);
+  const char *joined = strstr(ctx->nvrtc->tried, "/nonexistent/volt8-joined/libnvrtc.so.12 (options.nvrtc_dirs)");
+  const char *listed = strstr(ctx->nvrtc->tried, "/nonexistent/volt8-listed/libnvrtc.so.12 (options.nvrtc_dir_list)");
+  cr_assert(joined && listed && joined < listed, "nvrtc_dirs first, then the list: %s", ctx->nvrtc->tried);
+  volt8_ctx_destroy(ctx);
+  test_remove_tree(root);
+  free(folder);
+}
+
+/* A list the header does not allow is refused at creation, naming what is wrong. */
+Test(nvrtc, a_bad_folder_list_is_refused) {
+  const char *with_null[] = {"/usr/lib", NULL}, *with_empty[] = {"/usr/lib", ""};
+  const struct { const char *const *list; int32_t count; const char *said; } cases[] = {
+      {NULL, 1, "nvrtc_dir_count is 1 with nvrtc_dir_list NULL"},
+      {with_null, -1, "nvrtc_dir_count is -1"},
+      {with_null, VOLT8_NVRTC_DIR_LIST_MAX + 1, "0..64 folders"},
+      {with_null, 2, "nvrtc_dir_list[1] is NULL"},
+      {with_empty, 2, "nvrtc_dir_list[1] is empty"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
+    options.device = -1;
+    options.cache_disable = 1;
+    options.nvrtc_dir_list = cases[i].list;
+    options.nvrtc_dir_count = cases[i].count;
+    volt8_ctx *ctx = NULL;
+    cr_assert_eq(volt8_ctx_create(&options, &ctx), VOLT8_ERR_INVALID_ARGUMENT, "case %zu accepted", i);
+    cr_assert_null(ctx);
+    cr_assert(strstr(volt8_last_error(NULL), cases[i].said), "case %zu: %s", i, volt8_last_error(NULL));
+  }
+}

@@ -162,13 +162,14 @@ static void skip_without_nvrtc(volt8_ctx *ctx) {
   cr_skip_test("no NVRTC 12 (make bootstrap installs it into .venv)");
 }
 
-/* Every variant of a small shape, each report as the occupancy rules make it of its own figures. */
+/* Every variant of a small shape of an expert-parallel rank, each report as the occupancy rules make it
+ * of its own figures, and the shape with every key, its expert range too. */
 Test(list_resources, json_reports_every_variant_by_the_occupancy_rules) {
   volt8_ctx *ctx = test_cpu_ctx("sm_70");
   skip_without_nvrtc(ctx);
   static char out[1 << 17], err[1 << 14];
   char *args[] = {"list", "--arch", "sm_70", "--resources", "--json", "--jobs", "2", "--shape",
-                  "hidden=256,intermediate=128,num_experts=4,intermediate_offset=0", NULL};
+                  "hidden=256,intermediate=128,num_experts=4,intermediate_offset=0,expert_start=2,global_experts=8", NULL};
   int status = test_run_volt8(args, out, sizeof out, err, sizeof err);
   cr_assert_eq(status, 0, "volt8 list --resources --json exited %d:\n%s", status, err);
   cJSON *root = cJSON_Parse(out);
@@ -176,6 +177,14 @@ Test(list_resources, json_reports_every_variant_by_the_occupancy_rules) {
   cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(root, "arch")->valuestring, "sm_70");
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   shape.hidden = 256, shape.intermediate = 128, shape.num_experts = 4, shape.intermediate_offset = 0;
+  shape.expert_start = 2, shape.global_experts = 8;
+  const cJSON *shape_json = cJSON_GetObjectItemCaseSensitive(root, "shape");
+  const struct { const char *key; int32_t value; } keys[] = {
+      {"hidden", 256}, {"intermediate", 128}, {"num_experts", 4}, {"block_n", 128}, {"block_k", 128},
+      {"intermediate_offset", 0}, {"expert_start", 2}, {"global_experts", 8}};
+  cr_assert_eq(cJSON_GetArraySize(shape_json), 8, "the shape does not hold its 8 keys:\n%s", out);
+  for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+    cr_assert_eq(json_number(shape_json, keys[k].key), keys[k].value, "shape.%s", keys[k].key);
   int32_t expected = 0;
   cr_assert_eq(volt8_variant_count(ctx, &shape, &expected), VOLT8_OK);
   const cJSON *variants = cJSON_GetObjectItemCaseSensitive(root, "variants");
@@ -202,6 +211,27 @@ Test(list_resources, json_reports_every_variant_by_the_occupancy_rules) {
               volt8_occupancy_limit_name(occupancy.limit));
   }
   cJSON_Delete(root);
+  volt8_ctx_destroy(ctx);
+}
+
+/* The table names the shape as --shape writes it, the expert range of an expert-parallel rank too. */
+Test(list_resources, table_names_the_expert_range) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  skip_without_nvrtc(ctx);
+  static char out[1 << 17], err[1 << 14];
+  const char *shape_text = "hidden=256,intermediate=128,num_experts=4,block_n=128,block_k=128,intermediate_offset=0,"
+                           "expert_start=2,global_experts=8";
+  char *args[] = {"list", "--arch", "sm_70", "--resources", "--jobs", "2", "--shape", (char *)shape_text, NULL};
+  int status = test_run_volt8(args, out, sizeof out, err, sizeof err);
+  cr_assert_eq(status, 0, "volt8 list --resources exited %d:\n%s", status, err);
+  char *first_line_end = strchr(out, '\n');
+  cr_assert_not_null(first_line_end, "%s", out);
+  *first_line_end = '\0';
+  char expected_tail[256];
+  snprintf(expected_tail, sizeof expected_tail, ") of %s", shape_text);
+  size_t length = strlen(out), tail = strlen(expected_tail);
+  cr_assert(length >= tail && strcmp(out + length - tail, expected_tail) == 0, "first line \"%s\" does not end in \"%s\"",
+            out, expected_tail);
   volt8_ctx_destroy(ctx);
 }
 

@@ -723,7 +723,7 @@ Test(derive, derived_run_writes_unmeasured_tables) {
   tune_options options;
   char error[1024];
   char *argv[] = {"tune", "--derive", "sm_70", "--tp", "8", "--m", "1,64", "--out", temp_dir};
-  cr_assert_eq(tune_options_parse(9, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(tune_options_parse(9, argv, &options, error, sizeof error), 0, "%s", error);
   tune_outcome outcome;
   cr_assert_eq(tune_run(&options, "volt8 tune --derive sm_70 --tp 8", NULL, 0, &outcome, error, sizeof error), VOLT8_OK,
                "%s", error);
@@ -758,7 +758,7 @@ Test(derive, log_holds_every_measurement_and_the_picks) {
   char error[1024], log_path[8192];
   snprintf(log_path, sizeof log_path, "%s/tune.jsonl", temp_dir);
   char *argv[] = {"tune", "--derive", "sm_70", "--tp", "8", "--m", "1,64", "--out", temp_dir, "--log", log_path};
-  cr_assert_eq(tune_options_parse(11, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(tune_options_parse(11, argv, &options, error, sizeof error), 0, "%s", error);
   tune_outcome outcome;
   cr_assert_eq(tune_run(&options, "volt8 tune --derive sm_70 --tp 8 --log", NULL, 0, &outcome, error, sizeof error),
                VOLT8_OK, "%s", error);
@@ -824,7 +824,7 @@ Test(derive, log_refuses_a_fifo_without_waiting) {
   snprintf(log_path, sizeof log_path, "%s/fifo", temp_dir);
   cr_assert_eq(mkfifo(log_path, 0600), 0);
   char *argv[] = {"tune", "--derive", "sm_70", "--m", "1", "--out", temp_dir, "--log", log_path};
-  cr_assert_eq(tune_options_parse(9, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(tune_options_parse(9, argv, &options, error, sizeof error), 0, "%s", error);
   tune_outcome outcome;
   cr_assert_eq(tune_run(&options, "volt8 tune", NULL, 0, &outcome, error, sizeof error), VOLT8_ERR_IO);
   cr_assert_not_null(strstr(error, "not a regular file"), "%s", error);
@@ -836,17 +836,11 @@ Test(derive, log_refuses_a_fifo_without_waiting) {
 
 TestSuite(bench_args, .timeout = 60);
 
-static int fake_shape_parser(const char *text, volt8_moe_shape *shape) {
-  if (strcmp(text, "hidden=1024") != 0) return -1;
-  shape->hidden = 1024;
-  return 0;
-}
-
 Test(bench_args, defaults_are_the_reference_tp4_rank) {
   bench_options options;
   char error[256];
   char *argv[] = {"bench"};
-  cr_assert_eq(bench_options_parse(1, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(bench_options_parse(1, argv, &options, error, sizeof error), 0, "%s", error);
   cr_assert_eq(options.shape.intermediate, 160);
   cr_assert_eq(options.shape.intermediate_offset, 32);
   cr_assert_eq(options.shape.num_experts, 512);
@@ -862,7 +856,7 @@ Test(bench_args, options_parse) {
   char error[256];
   char *argv[] = {"bench", "--tp", "8", "--rank", "3", "--m", "64,1,8", "--variants", "gate_up.a,down.b",
                   "--json", "out.json", "--svg", "out.svg", "--no-baselines", "--sets", "12", "--target-arch", "sm_70"};
-  cr_assert_eq(bench_options_parse(18, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(bench_options_parse(18, argv, &options, error, sizeof error), 0, "%s", error);
   cr_assert_eq(options.shape.intermediate, 80);
   cr_assert_eq(options.shape.intermediate_offset, 112, "80 * 3 = 240, 240 mod 128 = 112");
   cr_assert(options.m_count == 3 && options.m_values[0] == 1 && options.m_values[1] == 8 && options.m_values[2] == 64);
@@ -874,8 +868,10 @@ Test(bench_args, options_parse) {
   cr_assert_eq(options.baselines, 0);
   cr_assert_eq(options.input_sets, 12);
   char *shape_argv[] = {"bench", "--shape", "hidden=1024"};
-  cr_assert_eq(bench_options_parse(3, shape_argv, fake_shape_parser, &options, error, sizeof error), 0, "%s", error);
-  cr_assert_eq(options.shape.hidden, 1024);
+  cr_assert_eq(bench_options_parse(3, shape_argv, &options, error, sizeof error), 0, "%s", error);
+  cr_assert(options.shape.hidden == 1024 && options.shape.intermediate == 160 && options.shape.intermediate_offset == 32,
+            "--shape hidden=1024 keeps the default's other keys: H %d I %d offset %d", options.shape.hidden,
+            options.shape.intermediate, options.shape.intermediate_offset);
 }
 
 Test(bench_args, bad_arguments_say_which) {
@@ -889,42 +885,45 @@ Test(bench_args, bad_arguments_say_which) {
       {3, {"bench", "--variants", "onlyone"}, "--variants"},
       {2, {"bench", "--json"}, "--json needs a value"},
       {5, {"bench", "--tp", "4", "--shape", "hidden=1024"}, "exclude"},
-      {3, {"bench", "--shape", "hidden=1024"}, "--shape"}, /* no shape parser given */
+      {3, {"bench", "--shape", "hidden=1000"}, "--shape \"hidden=1000\": hidden=1000 is not valid"},
+      {5, {"bench", "--shape", "hidden=1024", "--shape", "hidden=2048"}, "--shape is given twice"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     bench_options options;
     char error[256] = "";
-    bench_shape_parser parser = i == 8 ? fake_shape_parser : NULL;
-    cr_assert_eq(bench_options_parse(cases[i].argc, cases[i].argv, parser, &options, error, sizeof error), -1,
+    cr_assert_eq(bench_options_parse(cases[i].argc, cases[i].argv, &options, error, sizeof error), -1,
                  "case %zu accepted", i);
     cr_assert_not_null(strstr(error, cases[i].message), "case %zu: \"%s\" lacks \"%s\"", i, error, cases[i].message);
   }
   char *help[] = {"bench", "--help"};
   bench_options options;
   char error[256];
-  cr_assert_eq(bench_options_parse(2, help, NULL, &options, error, sizeof error), 1);
+  cr_assert_eq(bench_options_parse(2, help, &options, error, sizeof error), 1);
 }
 
 Test(bench_args, chain_parses_and_bad_values_say_which) {
   bench_options options;
   char error[256] = "";
   char *argv[] = {"bench", "--chain", "32", "--m", "1,8"};
-  cr_assert_eq(bench_options_parse(5, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(bench_options_parse(5, argv, &options, error, sizeof error), 0, "%s", error);
   cr_assert_eq(options.chain, 32);
   char *plain[] = {"bench"};
-  cr_assert_eq(bench_options_parse(1, plain, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(bench_options_parse(1, plain, &options, error, sizeof error), 0, "%s", error);
   cr_assert_eq(options.chain, 0, "no chained timing unless asked for");
-  const char *bad[] = {"1", "0", "-4", "257", "8x", ""};
+  const char *bad[] = {"1", "0", "-4", "257", "8x", "", "+8", " 8", "99999999999999999999"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char *bad_argv[] = {"bench", "--chain", (char *)bad[i]};
     error[0] = '\0';
-    cr_assert_eq(bench_options_parse(3, bad_argv, NULL, &options, error, sizeof error), -1, "--chain %s accepted", bad[i]);
-    char expected[64];
-    snprintf(expected, sizeof expected, "\"%s\" for --chain", bad[i]);
+    cr_assert_eq(bench_options_parse(3, bad_argv, &options, error, sizeof error), -1, "--chain %s accepted", bad[i]);
+    char expected[96];
+    int in_digits = bad[i][0] && strspn(bad[i] + (bad[i][0] == '-'), "0123456789") == strlen(bad[i] + (bad[i][0] == '-'));
+    snprintf(expected, sizeof expected, in_digits ? "--chain %s is not a valid chain length" : "--chain \"%s\" is not a whole number",
+             bad[i]);
     cr_assert_not_null(strstr(error, expected), "\"%s\" lacks \"%s\"", error, expected);
+    cr_assert_not_null(strstr(error, "2..256"), "\"%s\" does not say what is valid", error);
   }
   char *missing[] = {"bench", "--chain"};
-  cr_assert_eq(bench_options_parse(2, missing, NULL, &options, error, sizeof error), -1);
+  cr_assert_eq(bench_options_parse(2, missing, &options, error, sizeof error), -1);
   cr_assert_not_null(strstr(error, "--chain needs a value"), "%s", error);
 }
 
@@ -932,7 +931,7 @@ Test(bench_args, tune_options_parse) {
   tune_options options;
   char error[256];
   char *argv[] = {"tune", "--tp", "1,2,4,8", "--out", "dir", "--m", "1,2", "--jobs", "3"};
-  cr_assert_eq(tune_options_parse(9, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(tune_options_parse(9, argv, &options, error, sizeof error), 0, "%s", error);
   cr_assert_eq(options.shape_count, 4);
   int32_t intermediate[4] = {640, 320, 160, 80}, offset[4] = {0, 64, 32, 80};
   for (int i = 0; i < 4; i++) {
@@ -942,10 +941,10 @@ Test(bench_args, tune_options_parse) {
   cr_assert_str_eq(options.out_dir, "dir");
   cr_assert_eq(options.jobs, 3);
   char *bad[] = {"tune", "--derive", "sm_80"};
-  cr_assert_eq(tune_options_parse(3, bad, NULL, &options, error, sizeof error), -1);
+  cr_assert_eq(tune_options_parse(3, bad, &options, error, sizeof error), -1);
   cr_assert_not_null(strstr(error, "--derive"), "%s", error);
   char *defaults[] = {"tune"};
-  cr_assert_eq(tune_options_parse(1, defaults, NULL, &options, error, sizeof error), 0);
+  cr_assert_eq(tune_options_parse(1, defaults, &options, error, sizeof error), 0);
   cr_assert_eq(options.shape_count, 1);
   cr_assert_str_eq(options.out_dir, "tuning/tables");
 }
@@ -960,7 +959,7 @@ Test(bench_args, model_names_a_rank_and_its_top_k) {
         snprintf(rank_text, sizeof rank_text, "%d", rank);
         char *argv[] = {"bench", "--model", (char *)model->name, "--tp", tp_text, "--rank", rank_text};
         bench_options options;
-        cr_assert_eq(bench_options_parse(7, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+        cr_assert_eq(bench_options_parse(7, argv, &options, error, sizeof error), 0, "%s", error);
         int32_t width = model->intermediate / tp;
         cr_assert(options.shape.hidden == model->hidden && options.shape.intermediate == width &&
                       options.shape.intermediate_offset == width * rank % 128 &&
@@ -974,7 +973,7 @@ Test(bench_args, model_names_a_rank_and_its_top_k) {
   bench_options options;
   char error[256];
   char *defaults[] = {"bench", "--model", "glm-4.5-air", "--top-k", "16"};
-  cr_assert_eq(bench_options_parse(5, defaults, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(bench_options_parse(5, defaults, &options, error, sizeof error), 0, "%s", error);
   cr_assert(options.shape.intermediate == 352 && options.shape.intermediate_offset == 96 && options.top_k == 16,
             "--model alone is TP4 rank 1 (I 352 at offset 96) and --top-k wins: I %d offset %d top-%d",
             options.shape.intermediate, options.shape.intermediate_offset, options.top_k);
@@ -990,17 +989,17 @@ Test(bench_args, model_errors_say_which) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     bench_options options;
     char error[256] = "";
-    cr_assert_eq(bench_options_parse(cases[i].argc, cases[i].argv, fake_shape_parser, &options, error, sizeof error), -1,
+    cr_assert_eq(bench_options_parse(cases[i].argc, cases[i].argv, &options, error, sizeof error), -1,
                  "case %zu accepted", i);
     cr_assert_not_null(strstr(error, cases[i].message), "case %zu: \"%s\" lacks \"%s\"", i, error, cases[i].message);
   }
   tune_options tune;
   char error[256] = "";
   char *unknown[] = {"tune", "--tp", "4", "--model", "llama"};
-  cr_assert_eq(tune_options_parse(5, unknown, NULL, &tune, error, sizeof error), -1);
+  cr_assert_eq(tune_options_parse(5, unknown, &tune, error, sizeof error), -1);
   cr_assert_not_null(strstr(error, "unknown model \"llama\""), "%s", error);
   char *too_narrow[] = {"tune", "--model", "qwen3-next", "--tp", "8,64"};
-  cr_assert_eq(tune_options_parse(5, too_narrow, NULL, &tune, error, sizeof error), -1);
+  cr_assert_eq(tune_options_parse(5, too_narrow, &tune, error, sizeof error), -1);
   cr_assert_not_null(strstr(error, "qwen3-next at --tp 64"), "%s", error);
 }
 
@@ -1012,7 +1011,7 @@ Test(bench_args, tune_takes_a_model_before_or_after_its_tp_sizes) {
   for (int order = 0; order < 2; order++) {
     tune_options options;
     char error[256];
-    cr_assert_eq(tune_options_parse(7, orders[order], NULL, &options, error, sizeof error), 0, "%s", error);
+    cr_assert_eq(tune_options_parse(7, orders[order], &options, error, sizeof error), 0, "%s", error);
     cr_assert_eq(options.shape_count, 4);
     cr_assert_eq(options.top_k, model->top_k);
     for (int i = 0; i < 4; i++) {

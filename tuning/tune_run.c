@@ -50,21 +50,15 @@ const char *tune_usage(void) {
          "                        measurements (needs --out other than tuning/tables: never shipped)\n";
 }
 
-static int parse_count(const char *text, long low, long high, int32_t *out) {
-  char *end = NULL;
-  long value = strtol(text, &end, 10);
-  if (end == text || *end != '\0' || value < low || value > high) return -1;
-  *out = (int32_t)value;
-  return 0;
-}
-
 /* One shape per TP size of `text` ("1,2,4,8"), at bench_default_rank of each. */
 static int add_tp_shapes(const volt8_model *model, const char *text, tune_options *out, char *error,
                          size_t error_size) {
   int32_t tps[TUNE_MAX_SHAPES];
-  int32_t count = bench_parse_int_list(text, tps, TUNE_MAX_SHAPES);
-  if (count <= 0 || out->shape_count + count > TUNE_MAX_SHAPES) {
-    snprintf(error, error_size, "bad value \"%s\" for --tp (at most %d shapes in all)", text, TUNE_MAX_SHAPES);
+  int32_t count = volt8_tools_flag_number_list("--tp", text, "TP size", 1, 64, tps, TUNE_MAX_SHAPES, error, error_size);
+  if (count < 0) return -1;
+  if (out->shape_count + count > TUNE_MAX_SHAPES) {
+    snprintf(error, error_size, "--tp \"%s\" with the --shape options makes more than %d shapes", text,
+             TUNE_MAX_SHAPES);
     return -1;
   }
   for (int32_t i = 0; i < count; i++) {
@@ -85,9 +79,9 @@ static int is_tune_option(const char *name) {
   return 0;
 }
 
-int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tune_options *out, char *error,
-                       size_t error_size) {
+int tune_options_parse(int argc, char **argv, tune_options *out, char *error, size_t error_size) {
   tune_options_default(out);
+  error[0] = '\0';
   const char *model_name = NULL, *tp_text = NULL;
   int top_k_given = 0, shape_given = 0;
   for (int i = 1; i < argc; i++) {
@@ -106,48 +100,62 @@ int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tu
     } else if (strcmp(name, "--shape") == 0) {
       volt8_moe_shape shape;
       bench_reference_shape(BENCH_DEFAULT_TP, bench_default_rank(BENCH_DEFAULT_TP), &shape);
-      bad = !parse_shape || out->shape_count == TUNE_MAX_SHAPES || parse_shape(next, &shape) != 0;
-      if (!bad) out->shapes[out->shape_count++] = shape;
+      char why[512];
+      if (out->shape_count == TUNE_MAX_SHAPES) {
+        snprintf(error, error_size, "--shape: at most %d shapes", TUNE_MAX_SHAPES);
+        return -1;
+      }
+      bad = volt8_tools_parse_shape(next, &shape, why, sizeof why);
+      if (bad) snprintf(error, error_size, "--shape \"%s\": %s", next, why);
+      else out->shapes[out->shape_count++] = shape;
       shape_given = 1;
     } else if (strcmp(name, "--m") == 0) {
-      out->m_count = bench_parse_int_list(next, out->m_values, BENCH_MAX_M);
+      out->m_count = volt8_tools_flag_number_list(name, next, "token count", 1, 65535, out->m_values, BENCH_MAX_M, error,
+                                                  error_size);
       bad = out->m_count < 0;
     } else if (strcmp(name, "--top-k") == 0) {
-      bad = parse_count(next, 1, 64, &out->top_k);
+      bad = volt8_tools_flag_number(name, next, "top-k", 1, 64, &out->top_k, error, error_size);
       top_k_given = 1;
     } else if (strcmp(name, "--out") == 0) {
       out->out_dir = next;
+      bad = volt8_tools_flag_path(name, next, "folder", error, error_size);
     } else if (strcmp(name, "--target-arch") == 0) {
       out->target_arch = next;
+      bad = volt8_tools_flag_arch(name, next, NULL, error, error_size);
     } else if (strcmp(name, "--device") == 0) {
-      bad = parse_count(next, 0, 255, &out->device);
+      bad = volt8_tools_flag_number(name, next, "device ordinal", 0, 255, &out->device, error, error_size);
     } else if (strcmp(name, "--seed") == 0) {
-      bad = parse_count(next, 0, 0x7FFFFFFF, &value);
+      bad = volt8_tools_flag_number(name, next, "seed", 0, 0x7FFFFFFF, &value, error, error_size);
       out->seed = (uint64_t)value;
     } else if (strcmp(name, "--sets") == 0) {
-      bad = parse_count(next, 1, 256, &out->input_sets);
+      bad = volt8_tools_flag_number(name, next, "count of input sets", 1, 256, &out->input_sets, error, error_size);
     } else if (strcmp(name, "--screen") == 0) {
-      bad = parse_count(next, 1, 10000, &out->screen_batches);
+      bad = volt8_tools_flag_number(name, next, "count of timed passes", 1, 10000, &out->screen_batches, error,
+                                    error_size);
     } else if (strcmp(name, "--final") == 0) {
-      bad = parse_count(next, 1, 10000, &out->final_batches);
+      bad = volt8_tools_flag_number(name, next, "count of timed passes", 1, 10000, &out->final_batches, error,
+                                    error_size);
     } else if (strcmp(name, "--finalists") == 0) {
-      bad = parse_count(next, 0, 64, &out->finalists);
+      bad = volt8_tools_flag_number(name, next, "count of finalists", 0, 64, &out->finalists, error, error_size);
     } else if (strcmp(name, "--jobs") == 0) {
-      bad = parse_count(next, 1, 256, &out->jobs);
+      bad = volt8_tools_flag_number(name, next, "compile thread count", 1, 256, &out->jobs, error, error_size);
     } else if (strcmp(name, "--log") == 0) {
       out->log_path = next;
+      bad = volt8_tools_flag_path(name, next, "file", error, error_size);
     } else if (strcmp(name, "--derive") == 0) {
       out->derive_arch = next;
       bad = strcmp(next, "sm_70") != 0; /* the only device with a model */
+      if (bad) snprintf(error, error_size, "--derive \"%s\": only sm_70 has a model (a V100's)", next);
     } else if (strcmp(name, "--model-device") == 0) {
       out->model_device = next;
       bad = !derive_device_find(next);
+      if (bad) snprintf(error, error_size, "--model-device \"%s\" is not a modelled device (v100, h200)", next);
     } else {
       snprintf(error, error_size, "unknown argument \"%s\"", name);
       return -1;
     }
     if (bad) {
-      snprintf(error, error_size, "bad value \"%s\" for %s", next, name);
+      if (!error[0]) snprintf(error, error_size, "bad value \"%s\" for %s", next, name);
       return -1;
     }
     i++;

@@ -30,8 +30,7 @@ typedef struct tune_options {
 
 void tune_options_default(tune_options *options);
 /* As bench_options_parse: 0, 1 for --help, -1 with `error` filled. */
-int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tune_options *out, char *error,
-                       size_t error_size);
+int tune_options_parse(int argc, char **argv, tune_options *out, char *error, size_t error_size);
 const char *tune_usage(void);
 
 typedef struct tune_outcome {

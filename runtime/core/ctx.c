@@ -118,10 +118,11 @@ const char *volt8_last_error(const volt8_ctx *ctx) {
 }
 
 int32_t volt8_parse_arch(const char *name) {
-  if (!name || strncmp(name, "sm_", 3) != 0) return 0;
-  char *end = NULL;
-  long value = strtol(name + 3, &end, 10);
-  if (end == name + 3 || *end != '\0' || value < 50 || value > 199) return 0;
+  if (!name || strncmp(name, "sm_", 3) != 0 || name[3] == '0') return 0;
+  long value = 0;
+  const char *digit = name + 3;
+  for (; *digit >= '0' && *digit <= '9' && value <= VOLT8_ARCH_MAX; digit++) value = value * 10 + (*digit - '0');
+  if (digit == name + 3 || *digit != '\0' || value < VOLT8_ARCH_MIN || value > VOLT8_ARCH_MAX) return 0;
   return (int32_t)value;
 }
 
@@ -186,6 +187,32 @@ static volt8_status read_l2_warm_bytes(int64_t *out) {
   return VOLT8_OK;
 }
 
+/* options.nvrtc_dir_list into ctx, each folder whole; a list the header does not allow is refused. */
+static volt8_status check_nvrtc_dir_list(const volt8_ctx_options *options) {
+  int32_t count = options->nvrtc_dir_count;
+  if (count < 0 || count > VOLT8_NVRTC_DIR_LIST_MAX || (count > 0 && !options->nvrtc_dir_list))
+    return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_ctx_create: nvrtc_dir_count is %d with nvrtc_dir_list %s; give 0..%d folders in a list",
+                      (int)count, options->nvrtc_dir_list ? "set" : "NULL", VOLT8_NVRTC_DIR_LIST_MAX);
+  for (int32_t i = 0; i < count; i++)
+    if (!options->nvrtc_dir_list[i] || !options->nvrtc_dir_list[i][0])
+      return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_create: nvrtc_dir_list[%d] is %s; each names a folder",
+                        (int)i, options->nvrtc_dir_list[i] ? "empty" : "NULL");
+  return VOLT8_OK;
+}
+
+static volt8_status copy_nvrtc_dir_list(volt8_ctx *ctx, const volt8_ctx_options *options) {
+  if (options->nvrtc_dir_count == 0) return VOLT8_OK;
+  ctx->nvrtc_dir_list = calloc((size_t)options->nvrtc_dir_count, sizeof *ctx->nvrtc_dir_list);
+  if (!ctx->nvrtc_dir_list) return volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "volt8_ctx_create: out of memory for nvrtc_dir_list");
+  for (; ctx->nvrtc_dir_count < options->nvrtc_dir_count; ctx->nvrtc_dir_count++) {
+    ctx->nvrtc_dir_list[ctx->nvrtc_dir_count] = strdup(options->nvrtc_dir_list[ctx->nvrtc_dir_count]);
+    if (!ctx->nvrtc_dir_list[ctx->nvrtc_dir_count])
+      return volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "volt8_ctx_create: out of memory for nvrtc_dir_list");
+  }
+  return VOLT8_OK;
+}
+
 static void open_device(volt8_ctx *ctx) {
   if (ctx->device_ordinal < 0) {
     snprintf(ctx->no_device_reason, sizeof ctx->no_device_reason, "the context was created without a device (device = -1)");
@@ -240,12 +267,13 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
   if (defaults.target_arch) {
     target_arch = volt8_parse_arch(defaults.target_arch);
     if (!target_arch)
-      return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_create: target_arch \"%s\" is not of the form sm_XX",
-                        defaults.target_arch);
+      return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_ctx_create: target_arch \"%s\" is not of the form sm_XX "
+                        "(XX a whole number in %d..%d)", defaults.target_arch, VOLT8_ARCH_MIN, VOLT8_ARCH_MAX);
   }
   int64_t warm_bytes;
   int32_t single_ctas;
-  volt8_status status = read_l2_warm_bytes(&warm_bytes);
+  volt8_status status = check_nvrtc_dir_list(&defaults);
+  if (status == VOLT8_OK) status = read_l2_warm_bytes(&warm_bytes);
   if (status == VOLT8_OK) status = read_single_launch_ctas(&single_ctas);
   if (status != VOLT8_OK) return status;
   volt8_ctx *ctx = calloc(1, sizeof *ctx);
@@ -259,6 +287,7 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
   status = resolve_cache_dir(ctx, &defaults);
   if (status == VOLT8_OK && defaults.nvrtc_dirs && !(ctx->nvrtc_dirs = strdup(defaults.nvrtc_dirs)))
     status = volt8_fail(NULL, VOLT8_ERR_OUT_OF_MEMORY, "volt8_ctx_create: out of memory for nvrtc_dirs");
+  if (status == VOLT8_OK) status = copy_nvrtc_dir_list(ctx, &defaults);
   if (status != VOLT8_OK) {
     volt8_ctx_destroy(ctx);
     return status;
@@ -323,6 +352,8 @@ void volt8_ctx_destroy(volt8_ctx *ctx) {
   pthread_mutex_destroy(&ctx->lock);
   free(ctx->cache_dir);
   free(ctx->nvrtc_dirs);
+  for (int32_t i = 0; ctx->nvrtc_dir_list && i < ctx->nvrtc_dir_count; i++) free(ctx->nvrtc_dir_list[i]);
+  free(ctx->nvrtc_dir_list);
   free(ctx);
 }
 

@@ -31,6 +31,8 @@ struct volt8_ctx {
   char no_device_reason[512];        /* why has_device is 0 */
   char *cache_dir;                   /* NULL when the disk cache is disabled */
   char *nvrtc_dirs;                  /* options.nvrtc_dirs, copied; NULL when not given */
+  char **nvrtc_dir_list;             /* options.nvrtc_dir_list, copied: nvrtc_dir_count folders */
+  int32_t nvrtc_dir_count;
   char cache_off_reason[256];        /* why cache_dir is NULL, for messages */
   _Atomic int32_t cache_store_failures; /* compiled images the disk cache did not keep */
   char cache_store_error[1024];      /* why the first of them was not kept; guarded by lock */
@@ -70,7 +72,10 @@ int32_t volt8_early_launch_usable(int32_t target_arch, int driver_version, int h
 /* 1 when environment variable `name` is set to "1". */
 int volt8_env_is_one(const char *name);
 
-/* "sm_70" -> 70; returns 0 on anything else. */
+/* "sm_70" -> 70: "sm_" and digits alone (no sign, space or leading zero), VOLT8_ARCH_MIN..MAX;
+ * returns 0 on anything else. */
+#define VOLT8_ARCH_MIN 50
+#define VOLT8_ARCH_MAX 199
 int32_t volt8_parse_arch(const char *name);
 
 #endif

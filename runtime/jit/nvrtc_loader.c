@@ -233,7 +233,8 @@ static void try_cuda_home(volt8_nvrtc_registry *registry) {
   if (written > 0 && (size_t)written < sizeof folder) try_folder(registry, folder, (size_t)written, "CUDA_HOME");
 }
 
-static void probe_candidates(volt8_nvrtc_registry *registry, const char *option_dirs) {
+static void probe_candidates(volt8_nvrtc_registry *registry, const char *option_dirs, char *const *option_dir_list,
+                             int32_t option_dir_count) {
   registry->probed = 1;
   if (volt8_env_is_one("VOLT8_NVRTC_DISABLE")) {
     note_tried(registry, "NVRTC disabled by VOLT8_NVRTC_DISABLE=1");
@@ -247,6 +248,8 @@ static void probe_candidates(volt8_nvrtc_registry *registry, const char *option_
   }
   try_loaded(registry);
   try_folder_list(registry, option_dirs, "options.nvrtc_dirs");
+  for (int32_t i = 0; i < option_dir_count; i++)
+    try_folder(registry, option_dir_list[i], strlen(option_dir_list[i]), "options.nvrtc_dir_list");
   try_folder_list(registry, getenv("VOLT8_NVRTC_DIRS"), "VOLT8_NVRTC_DIRS");
   for (size_t i = 0; i < sizeof nvrtc_sonames / sizeof nvrtc_sonames[0]; i++)
     try_candidate(registry, nvrtc_sonames[i], "system search");
@@ -288,7 +291,7 @@ volt8_status volt8_nvrtc_for_arch(volt8_ctx *ctx, int32_t arch, const volt8_nvrt
   pthread_mutex_lock(&ctx->lock);
   volt8_nvrtc_registry *registry = NULL;
   volt8_status status = ctx_registry(ctx, &registry);
-  if (status == VOLT8_OK && !registry->probed) probe_candidates(registry, ctx->nvrtc_dirs);
+  if (status == VOLT8_OK && !registry->probed) probe_candidates(registry, ctx->nvrtc_dirs, ctx->nvrtc_dir_list, ctx->nvrtc_dir_count);
   for (int i = 0; status == VOLT8_OK && i < registry->count; i++) {
     if (lib_supports(&registry->libs[i], arch)) {
       *out_lib = &registry->libs[i];

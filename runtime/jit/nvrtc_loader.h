@@ -43,8 +43,9 @@ struct volt8_ctx;
 /* The first candidate, in this order, whose nvrtcGetSupportedArchs lists `arch`:
  *   1. $VOLT8_NVRTC (a path);
  *   2. NVRTC libraries already loaded in the process (torch loads one);
- *   3. libnvrtc.so.12 and .13 in each folder of options.nvrtc_dirs, then of $VOLT8_NVRTC_DIRS
- *      (':'-separated; the Python binding passes the nvidia-cuda-nvrtc-cu12 wheel's folder);
+ *   3. libnvrtc.so.12 and .13 in each folder of options.nvrtc_dirs (':'-separated), of
+ *      options.nvrtc_dir_list (each folder whole; the Python binding passes the
+ *      nvidia-cuda-nvrtc-cu12 wheel's folder there), then of $VOLT8_NVRTC_DIRS (':'-separated);
  *   4. libnvrtc.so.12 and .13 through the system loader;
  *   5. $CUDA_HOME/lib64 (or $CUDA_PATH/lib64), then the lib folder of the CUDA toolkit the build found.
  * A candidate named by path that is not a whole ELF library (core/elf_check.h; a truncated copy would

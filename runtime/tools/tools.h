@@ -39,4 +39,42 @@ typedef struct volt8_tools_ctx_info {
 
 volt8_tools_ctx_info volt8_tools_ctx(const volt8_ctx *ctx);
 
+/* ---- the text of the tools' arguments (tools/arguments.c): one strict reading for every command ---- */
+
+typedef enum volt8_tools_number {
+  VOLT8_TOOLS_NUMBER_OK,
+  VOLT8_TOOLS_NOT_A_NUMBER,  /* anything but DIGITS or -DIGITS: a sign '+', a space, junk, nothing */
+  VOLT8_TOOLS_OUT_OF_RANGE   /* a whole number outside [low, high], or past a long's range */
+} volt8_tools_number;
+/* The `length` bytes of `text` as one whole number in [low, high] into *out (set only on OK); a
+ * negative text is out of range when low >= 0, whatever its digits. */
+volt8_tools_number volt8_tools_parse_number_n(const char *text, size_t length, long low, long high, long *out);
+volt8_tools_number volt8_tools_parse_number(const char *text, long low, long high, long *out);
+/* A flag's value as a whole number in [low, high] ("--tp", "4", "TP size"): 0, or -1 with `error`
+ * naming the flag, the text and the range ("--tp 0 is not a valid TP size (a TP size is a whole
+ * number in 1..64)"). */
+int volt8_tools_flag_number(const char *flag, const char *text, const char *what, long low, long high, int32_t *out,
+                            char *error, size_t error_size);
+/* "1,8,64": each a whole number in [low, high], at most `capacity`; the count, or -1 with `error`
+ * naming the flag, the text and the item. */
+int volt8_tools_flag_number_list(const char *flag, const char *text, const char *what, long low, long high,
+                                 int32_t *values, int32_t capacity, char *error, size_t error_size);
+/* "sm_70" -> 70 (the context's own reading: "sm_" and digits, 50..199); 0 for anything else. */
+int32_t volt8_tools_parse_arch(const char *text);
+/* A flag's arch: 0 (the number into *out when not NULL), or -1 with `error` naming the flag and text. */
+int volt8_tools_flag_arch(const char *flag, const char *text, int32_t *out, char *error, size_t error_size);
+/* A flag's path (`what`: "folder", "file"): 0, or -1 with `error` for an empty text, which names
+ * nothing (an empty cache folder would otherwise fall back to the default one). */
+int volt8_tools_flag_path(const char *flag, const char *text, const char *what, char *error, size_t error_size);
+/* Shape text "hidden=2560,intermediate=160,..." onto *shape, which keeps the keys the text leaves
+ * out; *shape is written only when the whole text is good. Items are key=value, comma-separated;
+ * each key (hidden, intermediate, num_experts, block_n, block_k, intermediate_offset, expert_start,
+ * global_experts) at most once; values are digits alone, each in its key's range (the code
+ * generator's limits), and the keys agree (intermediate_offset below block_n, the expert range
+ * inside global_experts). 0, or -1 with `error` naming the key and its text. */
+int volt8_tools_parse_shape(const char *text, volt8_moe_shape *shape, char *error, size_t error_size);
+/* The text volt8_tools_parse_shape reads back to the same shape (the expert range only for a rank of
+ * expert parallelism, global_experts > 0). */
+void volt8_tools_format_shape(const volt8_moe_shape *shape, char *buf, size_t buf_size);
+
 #endif

@@ -198,11 +198,33 @@ def cache_seeds():
         write("cache_entry", f"mode2_flip{flip}_mask{mask}_cubin_any", bytes([8 | 2 | 1]) + body)
 
 
+def shape_seeds():
+    """--shape texts (byte 0 picks the shape read onto: 0 the default, 1 block_n=1, 2 an expert-parallel
+    rank), good and bad, and number lists."""
+    texts = {
+        "reference_tp4": (0, "hidden=2560,intermediate=160,num_experts=512,block_n=128,block_k=128,intermediate_offset=32"),
+        "one_key": (0, "hidden=1024"),
+        "online_rows": (1, "intermediate=80"),
+        "expert_range": (2, "num_experts=8,expert_start=24,global_experts=32"),
+        "limits": (0, "hidden=65536,intermediate=65536,num_experts=2048,intermediate_offset=112"),
+        "repeated_key": (0, "hidden=1024,hidden=2560"),
+        "signed": (0, "hidden=+2560"),
+        "spaced": (0, "hidden= 2560"),
+        "empty_item": (0, "hidden=2560,,num_experts=8"),
+        "offset_past_block": (1, "intermediate_offset=32"),
+        "start_without_range": (0, "expert_start=4"),
+        "number_list": (0, "1,8,64"),
+        "long_number": (0, "99999999999999999999999"),
+    }
+    for name, (base, text) in texts.items():
+        write("shape", name, bytes([base]) + text.encode())
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    for target in ("safetensors", "index", "config", "tuning_table", "cache_entry"):
+    for target in ("safetensors", "index", "config", "tuning_table", "cache_entry", "shape"):
         shutil.rmtree(os.path.join(SEEDS, target), ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix="volt8-seeds-") as fixtures:
         subprocess.run([sys.executable, os.path.join(ROOT, "tests", "fixtures", "make_checkpoints.py"), fixtures,
@@ -212,6 +234,7 @@ def main():
         config_seeds(fixtures)
     tuning_seeds()
     cache_seeds()
+    shape_seeds()
     for target in sorted(os.listdir(SEEDS)):
         files = os.listdir(os.path.join(SEEDS, target))
         size = sum(os.path.getsize(os.path.join(SEEDS, target, name)) for name in files)

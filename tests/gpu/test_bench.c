@@ -34,7 +34,7 @@ Test(bench, every_method_agrees_with_the_reference) {
   bench_options options;
   char error[256];
   char *argv[] = {"bench", "--m", "1,8", "--batches", "3", "--warmup", "1", "--sets", "4"};
-  cr_assert_eq(bench_options_parse(9, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(bench_options_parse(9, argv, &options, error, sizeof error), 0, "%s", error);
   options.shape.num_experts = SMALL_EXPERTS;
   options.copy_mib = 64;
   options.baselines = !gpu_quick_mode(); /* cuBLAS under the sanitizers takes too long */
@@ -91,7 +91,7 @@ Test(bench, chained_forwards_agree_with_the_reference) {
   char error[256];
   char *argv[] = {"bench", "--m", "1,8", "--batches", "3", "--warmup", "1", "--sets", "2", "--chain", "4",
                   "--no-baselines"};
-  cr_assert_eq(bench_options_parse(12, argv, NULL, &options, error, sizeof error), 0, "%s", error);
+  cr_assert_eq(bench_options_parse(12, argv, &options, error, sizeof error), 0, "%s", error);
   options.shape.num_experts = SMALL_EXPERTS;
   options.copy_mib = 64;
   bench_report *report = calloc(1, sizeof *report);
@@ -124,8 +124,8 @@ Test(bench, tuned_table_is_served) {
   char *argv[] = {"tune", "--m", "1,4", "--screen", "2", "--final", "2", "--finalists", "1", "--sets", "4", "--out", dir};
   char *quick_argv[] = {"tune", "--m", "4", "--screen", "1", "--finalists", "0", "--sets", "4", "--out", dir};
   int quick = gpu_quick_mode(); /* under the sanitizers: one M, no finalists */
-  cr_assert_eq(quick ? tune_options_parse(11, quick_argv, NULL, &options, error, sizeof error)
-                     : tune_options_parse(13, argv, NULL, &options, error, sizeof error),
+  cr_assert_eq(quick ? tune_options_parse(11, quick_argv, &options, error, sizeof error)
+                     : tune_options_parse(13, argv, &options, error, sizeof error),
                0, "%s", error);
   options.shapes[0].num_experts = SMALL_EXPERTS;
   options.target_arch = getenv("VOLT8_TARGET_ARCH");

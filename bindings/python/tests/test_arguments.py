@@ -1,5 +1,6 @@
 """The binding's own checks: dtype, shape, contiguity, alignment and device, before any call."""
 import ctypes
+import os
 
 import numpy as np
 import pytest
@@ -166,3 +167,128 @@ def test_nul_in_context_and_variant_strings_is_refused(experts):
     with pytest.raises(volt8.InvalidArgumentError, match="down: .* NUL character"):
         experts.set_variants(gate_up=None, down="down.x\0y")
     assert not experts.ctx.calls
+
+
+# ---- integers of any integer type (numpy's too), never bools or floats ----
+
+NUMPY_INTEGERS = (np.int64, np.uint64, np.int32, np.uint16)
+
+
+@pytest.mark.parametrize("kind", NUMPY_INTEGERS)
+def test_numpy_integers_serve_as_sizes_and_seeds(kind):
+    assert volt8.expert_range(kind(7), kind(2), kind(1)) == volt8.expert_range(7, 2, 1) == (4, 3)
+    shape = volt8.MoeShape(hidden=kind(256), intermediate=kind(64), num_experts=kind(6), intermediate_offset=kind(64))
+    assert shape == SHAPE and type(shape.hidden) is int, "kept as int, so the shape compares and hashes as one"
+    options = volt8.checkpoint.load_options("/ckpt", tp_size=kind(4), tp_rank=kind(1), max_tokens=kind(8))
+    assert (options.tp_size, options.tp_rank, options.max_tokens) == (4, 1, 8)
+    experts = volt8.Experts(RecordingContext(), 0, SHAPE, max_tokens=8, max_top_k=2)
+    experts.prepare(np.array([1, 8], dtype=kind))
+    experts.prepare(kind(4))
+    (_, (_, counts, count)), (_, (_, single, _)) = experts.ctx.calls[-2:]
+    assert (list(counts), count, list(single)) == ([1, 8], 2, [4])
+    rng = np.random.default_rng(3)
+    target = rng.random((2, 2, 10)).astype(np.float32)
+    target /= target.sum(-1, keepdims=True)
+    ids = np.zeros((2, 1), dtype=np.int32)
+    plain = volt8.rejection_sample(target, ids, seed=5, offset=9)
+    typed = volt8.rejection_sample(target, ids, seed=kind(5), offset=kind(9))
+    np.testing.assert_array_equal(plain.out_ids, typed.out_ids)
+    assert volt8.context.device_ordinal(kind(0)) == 0
+
+
+def test_a_seed_takes_every_unsigned_64_bit_value():
+    target = np.full((1, 1, 4), 0.25, dtype=np.float32)
+    volt8.rejection_sample(target, seed=np.uint64(2**64 - 1), offset=np.uint64(2**63))
+    with pytest.raises(volt8.InvalidArgumentError, match=r"seed: 18446744073709551616 is not an unsigned 64-bit"):
+        volt8.rejection_sample(target, seed=2**64)
+
+
+@pytest.mark.parametrize("value, said", [
+    (2.0, "2.0 is not an integer"), (np.float64(4), "is not an integer"), (True, "True is a bool, not"),
+    (np.bool_(True), "is a bool, not"), ("4", "'4' is not an integer"), (np.uint64(2**63), "is not an integer in 1..")])
+def test_bools_floats_and_values_out_of_range_are_refused(value, said):
+    with pytest.raises(volt8.InvalidArgumentError, match="tp_size: .*" + said):
+        volt8.checkpoint.load_options("/ckpt", tp_size=value)
+    with pytest.raises(volt8.InvalidArgumentError, match="MoeShape.hidden: "):
+        volt8.MoeShape(hidden=value)
+
+
+# ---- MoeShape: a shape the library would refuse is refused when made, naming the field ----
+
+@pytest.mark.parametrize("fields, said", [
+    ({"block_n": 0}, "MoeShape.block_n: 0 is not 1 or 128"),
+    ({"block_n": 64}, "MoeShape.block_n: 64 is not 1 or 128"),
+    ({"block_k": 0}, "MoeShape.block_k: 0 is not 128"),
+    ({"hidden": 0}, "MoeShape.hidden: 0 is not a positive multiple of 16"),
+    ({"intermediate": 24}, "MoeShape.intermediate: 24 is not a positive multiple of 16"),
+    ({"num_experts": 0}, "MoeShape.num_experts: 0 is not positive"),
+    ({"intermediate_offset": 8}, "MoeShape.intermediate_offset: 8 is not a multiple of 16"),
+    ({"block_n": 1}, "MoeShape.intermediate_offset: 32 is not a multiple of 16 in 0..block_n - 1 .block_n 1."),
+    ({"expert_start": 2}, "MoeShape.expert_start: 2 must be 0 without global_experts"),
+    ({"num_experts": 4, "expert_start": 2, "global_experts": 5}, r"MoeShape.global_experts: 5 does not hold experts \[2, 6\)"),
+    ({"hidden": 2**31}, "MoeShape.hidden: 2147483648 is not an integer in"),
+])
+def test_a_bad_shape_is_refused_naming_the_field(fields, said):
+    with pytest.raises(ValueError, match=said) as caught:
+        volt8.MoeShape(**fields)
+    assert isinstance(caught.value, volt8.InvalidArgumentError)
+
+
+def test_the_layout_of_every_accepted_block_shape():
+    shape = volt8.MoeShape(block_n=1, intermediate_offset=0)
+    assert shape.layout()["s13"] == (512, 2, 160, 20)
+    assert volt8.MoeShape(num_experts=4, expert_start=2, global_experts=6).model_experts == 6
+
+
+# ---- nvrtc_dirs: each folder of a list whole, a ':' in its name included ----
+
+def run_isolated(code, tmp_path):
+    """`code` in a fresh interpreter that finds NVRTC only where `code` says."""
+    import subprocess
+    import sys
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("VOLT8_NVRTC_DIRS", "VOLT8_NVRTC", "CUDA_HOME", "CUDA_PATH")}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.realpath(volt8.__file__)))
+    env["VOLT8_LIBRARY"] = volt8.library_path()
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+
+
+COMPILE_WITH = """
+import volt8
+ctx = volt8.Context(device=None, target_arch="sm_70", cache_disable=True, nvrtc_dirs=[{folder!r}])
+name = next(name for name in ctx.variant_names() if name.startswith("gate_up.cc.bm1"))
+print(name, ctx.compile_variant(name))
+"""
+
+
+def test_a_listed_folder_with_a_colon_is_searched_whole(tmp_path):
+    folder = tmp_path / "co:lon"
+    folder.mkdir()
+    run = run_isolated(COMPILE_WITH.format(folder=str(folder)), tmp_path)
+    if run.returncode == 0:
+        pytest.skip("this host's system loader or toolkit has an NVRTC for compute_70")
+    assert f"{folder}/libnvrtc.so.12 (options.nvrtc_dir_list): no such file" in run.stderr, run.stderr
+    assert f"{tmp_path}/co/libnvrtc.so.12" not in run.stderr, "the folder was split at its ':'"
+
+
+def test_nvrtc_in_a_folder_with_a_colon_compiles(tmp_path):
+    from volt8 import _nvrtc
+    wheel = [folder for folder in _nvrtc.wheel_folders() if os.path.exists(os.path.join(folder, "libnvrtc.so.12"))]
+    if not wheel:
+        pytest.skip("no pip-installed NVRTC 12 in this Python")
+    folder = tmp_path / "co:lon"
+    folder.mkdir()
+    for name in os.listdir(wheel[0]):  # libnvrtc.so.12 and the builtins it loads from its own folder
+        (folder / name).symlink_to(os.path.join(wheel[0], name))
+    run = run_isolated(COMPILE_WITH.format(folder=str(folder)), tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().endswith("False"), run.stdout
+
+
+@pytest.mark.parametrize("dirs, said", [(["/usr/lib", ""], r"nvrtc_dirs\[1\]: an empty path"),
+                                        (["/usr/lib", 5], r"nvrtc_dirs\[1\]: 5 is not a path"),
+                                        (5, "nvrtc_dirs: 5 is not a list of folders"),
+                                        (["/x"] * 65, "65 folders, at most 64")])
+def test_a_bad_folder_list_is_refused(dirs, said):
+    with pytest.raises(volt8.InvalidArgumentError, match=said):
+        volt8.Context(device=None, cache_disable=True, nvrtc_dirs=dirs)

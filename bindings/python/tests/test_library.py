@@ -171,7 +171,9 @@ def test_the_pip_installed_nvrtc_folder_is_found():
         pytest.skip("nvidia-cuda-nvrtc-cu12 is not installed in this Python")
     folders = _nvrtc.wheel_folders()
     assert any(os.path.exists(os.path.join(folder, "libnvrtc.so.12")) for folder in folders), folders
-    assert _nvrtc.search_dirs() == ":".join(folders)
+    assert _nvrtc.wheel_folders() == folders, "the folders are looked up once and kept"
+    joined, listed = volt8.context.nvrtc_folders(None)
+    assert joined is None and [os.fsdecode(folder) for folder in listed] == folders, "each folder goes whole"
 
 
 COMPILE_70 = """

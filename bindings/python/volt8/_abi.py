@@ -20,7 +20,11 @@ class _Sized(Structure):
 
 class CtxOptions(_Sized):
     _fields_ = [("size", c_size_t), ("device", c_int32), ("cache_dir", c_char_p), ("cache_disable", c_int32),
-                ("target_arch", c_char_p), ("early_launch_disable", c_int32), ("nvrtc_dirs", c_char_p)]
+                ("target_arch", c_char_p), ("early_launch_disable", c_int32), ("nvrtc_dirs", c_char_p),
+                ("nvrtc_dir_list", POINTER(c_char_p)), ("nvrtc_dir_count", c_int32)]
+
+
+NVRTC_DIR_LIST_MAX = 64  # VOLT8_NVRTC_DIR_LIST_MAX
 
 
 class MoeShape(_Sized):

@@ -1,4 +1,4 @@
-"""Where the NVRTC that pip installs lives, handed to the C library as volt8_ctx_options.nvrtc_dirs.
+"""Where the NVRTC that pip installs lives, handed to the C library as volt8_ctx_options.nvrtc_dir_list.
 
 NVRTC 12 (the `nvidia-cuda-nvrtc-cu12` wheel) is the last NVRTC that compiles for compute_70, so the
 binding names its folder; the C library still tries $VOLT8_NVRTC and an NVRTC already loaded in the
@@ -38,9 +38,15 @@ def _pathfinder_folders():
 
 def wheel_folders():
     """Folders holding a pip-installed libnvrtc.so.12/.13, in search order, without duplicates."""
+    return list(_wheel_folders())
+
+
+@functools.lru_cache(maxsize=1)
+def _wheel_folders():
+    """wheel_folders, looked up once per process (cuda-pathfinder asks a subprocess)."""
     folders = [os.path.join(root, "lib") for package in WHEEL_PACKAGES for root in _package_folders(package)]
     found = _existing(folders)
-    return found or _existing(_pathfinder_folders())
+    return tuple(found or _existing(_pathfinder_folders()))
 
 
 def _existing(folders):
@@ -51,9 +57,3 @@ def _existing(folders):
             found.append(real)
     return found
 
-
-@functools.lru_cache(maxsize=1)
-def search_dirs():
-    """The ':'-joined folder list for nvrtc_dirs, or None when no wheel's NVRTC is installed."""
-    folders = wheel_folders()
-    return ":".join(folders) if folders else None

@@ -5,6 +5,7 @@ import weakref
 
 from . import _abi
 from ._arrays import parse, require_shape
+from ._integers import integer
 from ._library import load
 from ._strings import c_path, c_string
 from .context import Context
@@ -14,16 +15,14 @@ from .shape import MoeShape
 
 
 def int32_argument(value, name, low=-2**31, high=2**31 - 1):
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgumentError(f"{name}: {value!r} is not an integer in {low}..{high}")
-    return value
+    return integer(value, name, low, high)
 
 
 def expert_range(num_experts, ep_size, ep_rank):
     """(expert_start, expert_count) of expert-parallel rank ep_rank of ep_size over num_experts experts:
     contiguous ranges, the first num_experts % ep_size ranks one expert more (as `volt8 plan --ep` splits)."""
-    for value, name, low in ((num_experts, "num_experts", 1), (ep_size, "ep_size", 1), (ep_rank, "ep_rank", 0)):
-        int32_argument(value, name, low)
+    num_experts, ep_size, ep_rank = (int32_argument(value, name, low) for value, name, low in (
+        (num_experts, "num_experts", 1), (ep_size, "ep_size", 1), (ep_rank, "ep_rank", 0)))
     if ep_rank >= ep_size or ep_size > num_experts:
         raise InvalidArgumentError(f"ep_rank {ep_rank} of ep_size {ep_size} over {num_experts} experts: need "
                                    "ep_rank < ep_size <= num_experts")

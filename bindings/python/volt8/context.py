@@ -5,6 +5,7 @@ import threading
 import weakref
 
 from . import _abi, _nvrtc
+from ._integers import integer, is_integer
 from ._library import check, last_error, load
 from ._strings import c_path, c_string
 from .errors import InvalidArgumentError, NoDeviceError
@@ -17,8 +18,8 @@ def device_ordinal(device):
         return -1
     if isinstance(device, bool):
         raise InvalidArgumentError("device: a bool is not a device")
-    if isinstance(device, int):
-        return device
+    if is_integer(device):
+        return integer(device, "device", -1, 2**31 - 1)
     kind, index = (device.split(":") + [None])[:2] if isinstance(device, str) else (
         getattr(device, "type", None), getattr(device, "index", None))
     if kind == "cpu":
@@ -31,13 +32,34 @@ def device_ordinal(device):
     raise InvalidArgumentError(f"device: {device!r} is not a CUDA device")
 
 
+def nvrtc_folders(nvrtc_dirs):
+    """(nvrtc_dirs, nvrtc_dir_list) of volt8_ctx_options: a string stays the ':'-separated list it is;
+    the folders of a list (or of the NVRTC wheel, for None) go one by one, each whole."""
+    if isinstance(nvrtc_dirs, (str, bytes, os.PathLike)):
+        return c_path(nvrtc_dirs, "nvrtc_dirs"), None
+    if nvrtc_dirs is None:
+        folders = _nvrtc.wheel_folders()
+    else:
+        try:
+            folders = list(nvrtc_dirs)
+        except TypeError:
+            raise InvalidArgumentError(f"nvrtc_dirs: {nvrtc_dirs!r} is not a list of folders") from None
+    if len(folders) > _abi.NVRTC_DIR_LIST_MAX:
+        raise InvalidArgumentError(f"nvrtc_dirs: {len(folders)} folders, at most {_abi.NVRTC_DIR_LIST_MAX}")
+    encoded = [c_path(folder, f"nvrtc_dirs[{index}]") for index, folder in enumerate(folders)]
+    for index, folder in enumerate(encoded):
+        if not folder:
+            raise InvalidArgumentError(f"nvrtc_dirs[{index}]: an empty path names no folder")
+    return None, (ctypes.c_char_p * len(encoded))(*encoded) if encoded else None
+
+
 class Context:
     """A volt8 context on one CUDA device (device=-1 or None: CPU paths only). A machine without a GPU
     driver still gets a context; GPU calls on it raise NoDeviceError.
 
-    nvrtc_dirs: folders (a list, or one ':'-separated string) searched for NVRTC after $VOLT8_NVRTC and
-    an NVRTC already loaded in the process; None: the folder of the installed nvidia-cuda-nvrtc-cu12
-    wheel, where there is one.
+    nvrtc_dirs: folders searched for NVRTC after $VOLT8_NVRTC and an NVRTC already loaded in the
+    process: a list (each folder whole, a ':' in its name included), or one ':'-separated string;
+    None: the folder of the installed nvidia-cuda-nvrtc-cu12 wheel, where there is one.
 
     Calls on one context are serialised by a lock, so its last-error message always belongs to the
     failing call. close() (or leaving a `with` block) also closes the experts and graphs made on it."""
@@ -46,13 +68,11 @@ class Context:
                  nvrtc_dirs=None):
         library = load()
         self.device = device_ordinal(device)
-        if nvrtc_dirs is None:
-            nvrtc_dirs = _nvrtc.search_dirs()
-        elif not isinstance(nvrtc_dirs, (str, bytes, os.PathLike)):
-            nvrtc_dirs = ":".join(os.fsdecode(folder) for folder in nvrtc_dirs)
+        joined, folders = nvrtc_folders(nvrtc_dirs)
         options = _abi.CtxOptions(device=self.device, cache_dir=c_path(cache_dir, "cache_dir"),
                                   cache_disable=int(bool(cache_disable)), target_arch=c_string(target_arch, "target_arch"),
-                                  early_launch_disable=int(not early_launch), nvrtc_dirs=c_path(nvrtc_dirs, "nvrtc_dirs"))
+                                  early_launch_disable=int(not early_launch), nvrtc_dirs=joined,
+                                  nvrtc_dir_list=folders, nvrtc_dir_count=len(folders) if folders else 0)
         handle = ctypes.c_void_p()
         check(library.volt8_ctx_create(ctypes.byref(options), ctypes.byref(handle)), "volt8_ctx_create")
         self._handle = handle.value

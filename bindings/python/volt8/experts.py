@@ -1,10 +1,12 @@
 """Experts: one rank's MoE experts resident on the GPU in E4M3, and their forward."""
 import ctypes
 import dataclasses
+import operator
 import weakref
 
 from . import _abi
 from ._arrays import allocator_for, parse, require_alignment, require_device, require_shape, stream_handle
+from ._integers import is_integer
 from ._library import load
 from ._strings import c_string
 from .checkpoint import experts_arrays, host_experts, int32_argument, load_options, plan
@@ -104,12 +106,13 @@ class Experts:
         """Compiles (or loads from the cache) every variant forwards of these token counts use, for every
         top_k up to max_top_k, and grows the workspace; nothing compiles or allocates later (needed
         before capturing a forward into a CUDA graph). Not during capture."""
-        counts = [token_counts] if isinstance(token_counts, int) else list(token_counts)
+        counts = [token_counts] if is_integer(token_counts) else list(token_counts)
         limit = MAX_ROUTED_PAIRS // self.max_top_k
         for index, count in enumerate(counts):
-            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= limit:
+            if not is_integer(count) or not 1 <= operator.index(count) <= limit:
                 raise InvalidArgumentError(f"token_counts[{index}]: {count!r} is not in 1..{limit} "
                                            f"(at most {MAX_ROUTED_PAIRS} routed pairs at top_k {self.max_top_k})")
+        counts = [operator.index(count) for count in counts]
         array = (ctypes.c_int32 * len(counts))(*counts)
         self._call("volt8_experts_prepare", array, len(counts))
         self.max_tokens = max([self.max_tokens] + counts)

@@ -4,6 +4,7 @@ from typing import Any, NamedTuple
 
 from . import _abi
 from ._arrays import (allocator_for, is_device_array, parse, require_device, require_shape, stream_handle)
+from ._integers import integer
 from ._library import check, load
 from .errors import InvalidArgumentError, Status
 
@@ -20,9 +21,7 @@ class RejectionResult(NamedTuple):
 
 
 def _uint64(value, name):
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
-        raise InvalidArgumentError(f"{name}: {value!r} is not an unsigned 64-bit integer")
-    return value
+    return integer(value, name, 0, (1 << 64) - 1, "an unsigned 64-bit integer")
 
 
 def rejection_sample(target_probs, draft_ids=None, num_draft=None, draft_probs=None, *, greedy=None, seed=0, offset=0,

@@ -2,6 +2,10 @@
 import dataclasses
 
 from . import _abi
+from ._integers import integer
+from .errors import InvalidArgumentError
+
+_INT32_MAX = 2**31 - 1
 
 
 def _ceil_div(value, divisor):
@@ -23,6 +27,38 @@ class MoeShape:
     intermediate_offset: int = 32
     expert_start: int = 0
     global_experts: int = 0
+
+    def __post_init__(self):
+        """Each field an integer (numpy's too, kept as int), and the shape one the library takes
+        (runtime/moe/moe_layout.h): a bad one is refused here with the field and its value, not later
+        by a division or the C side."""
+        for field in dataclasses.fields(self):
+            object.__setattr__(self, field.name, integer(getattr(self, field.name), f"MoeShape.{field.name}", -2**31,
+                                                         _INT32_MAX))
+        for name in ("hidden", "intermediate"):
+            value = getattr(self, name)
+            if value <= 0 or value % 16:
+                raise InvalidArgumentError(f"MoeShape.{name}: {value} is not a positive multiple of 16")
+        if self.num_experts <= 0:
+            raise InvalidArgumentError(f"MoeShape.num_experts: {self.num_experts} is not positive")
+        if self.block_k != 128:
+            raise InvalidArgumentError(f"MoeShape.block_k: {self.block_k} is not 128")
+        if self.block_n not in (1, 128):
+            raise InvalidArgumentError(f"MoeShape.block_n: {self.block_n} is not 1 or 128")
+        offset = self.intermediate_offset
+        if offset < 0 or offset % 16 or offset >= self.block_n:
+            raise InvalidArgumentError(f"MoeShape.intermediate_offset: {offset} is not a multiple of 16 in 0..block_n - 1 "
+                                       f"(block_n {self.block_n})")
+        if self.intermediate > _INT32_MAX - offset:
+            raise InvalidArgumentError(f"MoeShape.intermediate: {self.intermediate} + intermediate_offset {offset} "
+                                       "overflows a 32-bit integer")
+        if self.expert_start < 0 or (self.global_experts == 0 and self.expert_start != 0):
+            raise InvalidArgumentError(f"MoeShape.expert_start: {self.expert_start} must be 0 without global_experts, "
+                                       "else non-negative")
+        if self.global_experts < 0 or (self.global_experts and
+                                       self.expert_start > self.global_experts - self.num_experts):
+            raise InvalidArgumentError(f"MoeShape.global_experts: {self.global_experts} does not hold experts "
+                                       f"[{self.expert_start}, {self.expert_start + self.num_experts})")
 
     @property
     def model_experts(self):
