@@ -93,7 +93,24 @@ static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape
   derive_occupancy_free(&occupancy);
   return status;
 }
+
+/* 2 after the model's refusal on stderr when an M, the top-k or the shape lies outside its domain,
+ * before any CUBIN is compiled; else 0. */
+static int explain_refused(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
+                           int32_t top_k) {
+  for (int i = 0; i < count; i++)
+    if (derive_check_domain(ctx, shape, top_k, m_values[i]) != VOLT8_OK) {
+      fprintf(stderr, "volt8 list: --explain: %s\n", volt8_last_error(ctx));
+      return 2;
+    }
+  return 0;
+}
 #else
+static int explain_refused(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
+                           int32_t top_k) {
+  return 0;
+}
+
 static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
                                     int32_t top_k, int32_t jobs) {
   return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "--explain: this build has no derivation model (bench/ was not configured)");
@@ -179,7 +196,15 @@ int cli_list(int argc, char **argv) {
   int32_t jobs = cli_default_jobs();
   if (jobs_text && cli_parse_number("list", "--jobs", jobs_text, "compile thread count", 1, 64, &jobs) != 0) return 2;
   if (model && cli_model_shape("list", model, tp, rank, &shape) != 0) return 2;
+  int top_k_given = top_k != 0;
   if (!top_k) top_k = volt8_model_find(model ? model : VOLT8_MODEL_REFERENCE)->top_k;
+  /* a token routes to top_k distinct experts of the model */
+  int32_t experts = shape.global_experts > 0 ? shape.global_experts : shape.num_experts;
+  if (choice_count && experts > 0 && top_k > experts) {
+    fprintf(stderr, "volt8 list: --top-k %d%s is more than the shape's %d experts (a token's experts are distinct)\n",
+            top_k, top_k_given ? "" : " (the default)", experts);
+    return 2;
+  }
   if (tables) {
     /* the folder's tables alone, as the dispatch reads $VOLT8_TUNING_DIR, none built in */
     setenv(VOLT8_TUNING_DIR_ENV, tables, 1);
@@ -191,10 +216,10 @@ int cli_list(int argc, char **argv) {
   volt8_ctx *ctx = NULL;
   volt8_status status = volt8_ctx_create(&options, &ctx);
   if (status != VOLT8_OK) return cli_report(NULL, "list", status);
-  int rc = 0;
-  if (resources) {
+  int rc = explain ? explain_refused(ctx, &shape, choice_m, choice_count, top_k) : 0;
+  if (rc == 0 && resources) {
     rc = cli_print_resources(ctx, &shape, jobs, json);
-  } else {
+  } else if (rc == 0) {
     status = explain        ? print_explained(ctx, &shape, choice_m, choice_count, top_k, jobs)
              : choice_count ? print_choices(ctx, &shape, choice_m, choice_count, top_k)
                             : print_variants(ctx, &shape);

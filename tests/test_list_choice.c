@@ -88,3 +88,26 @@ Test(list_choice, bad_arguments_are_named, .timeout = 60) {
   cr_assert_eq(test_run_volt8(top_k, out, sizeof out, err, sizeof err), 2);
   cr_assert_not_null(strstr(err, "--top-k 65"), "%s", err);
 }
+
+/* A top-k of more experts than the shape has is a bad argument for every --choice; with --explain,
+ * a shape outside the V100 model's domain (a rank of expert parallelism) is refused by the model
+ * before any CUBIN is compiled. */
+Test(list_choice, outside_the_models_domain_is_refused, .timeout = 60) {
+  char out[4096], err[4096];
+  char *top_k[] = {"list", "--shape", "num_experts=8", "--choice", "1", "--top-k", "16", NULL};
+  cr_assert_eq(test_run_volt8(top_k, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "--top-k 16 is more than the shape's 8 experts"), "%s", err);
+  cr_assert_str_empty(out);
+  char *explained[] = {"list", "--shape", "num_experts=8", "--choice", "1,8", "--top-k", "9", "--explain", NULL};
+  cr_assert_eq(test_run_volt8(explained, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "--top-k 9 is more than the shape's 8 experts"), "%s", err);
+  char *by_default[] = {"list", "--shape", "num_experts=8", "--choice", "1", NULL};
+  cr_assert_eq(test_run_volt8(by_default, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "--top-k 10 (the default) is more than the shape's 8 experts"), "%s", err);
+  char *ep_rank[] = {"list", "--shape", REFERENCE_TP4 ",expert_start=512,global_experts=1024", "--choice", "1",
+                     "--explain", NULL};
+  cr_assert_eq(test_run_volt8(ep_rank, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "volt8 list: --explain: the derivation model is not defined here: the shape holds "
+                                 "experts [512, 1024) of 1024"), "%s", err);
+  cr_assert_str_empty(out);
+}

@@ -706,7 +706,7 @@ Test(derive, variants_that_spill_are_not_chosen) {
   char *names[] = {"gate_up.cc.bm1.bn4.w4.sk1.l32", "down.cc.bm1.bn32.w4.sk1.l4", "down.cc.bm1.bn64.w4.sk1.l2"};
   int32_t ctas[] = {-1, -1, 8};
   derive_occupancy occupancy = {names, ctas, 3};
-  derive_state state = {&DERIVE_V100, reference_shape(), 10, &occupancy};
+  derive_state state = {&DERIVE_V100, reference_shape(), 10, &occupancy, NULL};
   tuner_backend backend = derive_backend(&state);
   tuner_measurement refused, held, usable;
   cr_assert_eq(backend.measure(backend.state, 4, names[0], names[2], 1, &refused), VOLT8_OK);

@@ -91,6 +91,39 @@ int derive_parse_variant(const char *name, derive_variant *out) {
   return 1;
 }
 
+/* "" when the model is defined at (shape, top_k, num_tokens); else what lies outside its domain. The
+ * model reads each of the shape's experts as one of all the model's, a token's top_k of them as
+ * distinct (q = top_k / E, a probability, needs top_k <= E) and at least one token. */
+static int outside_domain(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens, char *why, size_t why_size) {
+  volt8_moe_dims dims;
+  why[0] = '\0';
+  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK)
+    snprintf(why, why_size, "%s", volt8_last_error(NULL));
+  else if (shape->global_experts > 0 && shape->global_experts != shape->num_experts)
+    snprintf(why, why_size,
+             "the shape holds experts [%d, %d) of %d (expert parallelism); the model is of a rank holding all its "
+             "experts", shape->expert_start, shape->expert_start + shape->num_experts, shape->global_experts);
+  else if (top_k < 1 || top_k > shape->num_experts)
+    snprintf(why, why_size, "top_k %d is outside 1..%d (the shape's num_experts: a token's experts are distinct)",
+             top_k, shape->num_experts);
+  else if (num_tokens < 1)
+    snprintf(why, why_size, "num_tokens %d is below 1", num_tokens);
+  return why[0] != '\0';
+}
+
+volt8_status derive_check_domain(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  char why[512];
+  if (!shape) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "derive_check_domain: shape is NULL");
+  if (outside_domain(shape, top_k, num_tokens, why, sizeof why))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "the derivation model is not defined here: %s", why);
+  return VOLT8_OK;
+}
+
+static int in_domain(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  char why[512];
+  return shape && !outside_domain(shape, top_k, num_tokens, why, sizeof why);
+}
+
 /* Of a tok CTA's lanes, the share with a pair to walk: codegen/variants.lua lays them out as slots
  * (lane groups per column) each walking P / slots pairs of a pass of P pairs, P as many as 48 KiB of
  * shared memory stages (h in FP32, partials, weight, flag), at most 16, a multiple of the slots. */
@@ -122,7 +155,7 @@ int derive_op_terms(const derive_device *device, const volt8_moe_shape *shape, i
                     const derive_variant *variant, derive_terms *out) {
   volt8_moe_dims dims;
   memset(out, 0, sizeof *out);
-  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return 0;
+  if (!in_domain(shape, top_k, num_tokens) || volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return 0;
   int gate_up = variant->op == VOLT8_OP_GATE_UP;
   double columns = gate_up ? shape->intermediate : shape->hidden;
   double rows = gate_up ? 2.0 : 1.0;
@@ -180,7 +213,7 @@ const char *derive_terms_limit(const derive_terms *terms) {
 
 double derive_forward_bytes(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
   volt8_moe_dims dims;
-  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return NAN;
+  if (!in_domain(shape, top_k, num_tokens) || volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return NAN;
   double expert_bytes = (double)dims.w13_bytes_per_expert + dims.w2_bytes_per_expert +
                         2.0 * (dims.s13_elems_per_expert + dims.s2_elems_per_expert);
   double active = shape->num_experts * (1.0 - pow(1.0 - (double)top_k / shape->num_experts, num_tokens));
@@ -188,11 +221,13 @@ double derive_forward_bytes(const volt8_moe_shape *shape, int32_t top_k, int32_t
 }
 
 double derive_route_us(const derive_device *device, int32_t top_k, int32_t num_tokens) {
+  if (top_k < 1 || num_tokens < 1) return NAN;
   /* the route reads ids and weights and writes the work items (12 bytes a pair) */
   return device->launch_us + device->route_us + (double)num_tokens * top_k * 12.0 / (device->dram_gbps * 1e3);
 }
 
 double derive_reduce_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  if (!in_domain(shape, top_k, num_tokens)) return NAN;
   double pairs = (double)num_tokens * top_k;
   double bytes = pairs * shape->hidden * 4.0 + (double)num_tokens * shape->hidden * 2.0 + pairs * 4.0;
   double round_trips = 2.0 * ceil(top_k / 8.0); /* a batch of eight ids, then their z rows */
@@ -205,7 +240,10 @@ double derive_support_us(const derive_device *device, const volt8_moe_shape *sha
          (fused_reduce ? 0.0 : derive_reduce_us(device, shape, top_k, num_tokens));
 }
 
-static volt8_status derive_begin(void *state, int32_t m) { return VOLT8_OK; }
+static volt8_status derive_begin(void *user, int32_t m) {
+  derive_state *state = user;
+  return derive_check_domain(state->ctx, &state->shape, state->top_k, m);
+}
 static void derive_end(void *state, int32_t m) {}
 
 /* What a down that spills or does not fit costs: more than any forward, so it never wins while

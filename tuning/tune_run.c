@@ -165,6 +165,15 @@ int tune_options_parse(int argc, char **argv, bench_shape_parser parse_shape, tu
       return -1;
   }
   if (model_name && !top_k_given) out->top_k = model->top_k;
+  /* a token routes to top_k distinct experts of the model */
+  for (int32_t s = 0; s < out->shape_count; s++) {
+    int32_t experts = out->shapes[s].global_experts > 0 ? out->shapes[s].global_experts : out->shapes[s].num_experts;
+    if (experts > 0 && out->top_k > experts) {
+      snprintf(error, error_size, "--top-k %d%s is more than the %d experts of shape %d (a token's experts are distinct)",
+               out->top_k, top_k_given ? "" : " (the default)", experts, s + 1);
+      return -1;
+    }
+  }
   if (out->derive_arch && out->target_arch) {
     snprintf(error, error_size, "--derive and --target-arch exclude each other");
     return -1;
@@ -216,6 +225,10 @@ static volt8_status derive_all(const tune_options *options, const char *command,
     snprintf(error, error_size, "%s", volt8_last_error(NULL));
     return status;
   }
+  /* the model refuses what lies outside its domain before any CUBIN is compiled or table written */
+  for (int32_t s = 0; s < options->shape_count && status == VOLT8_OK; s++)
+    for (int32_t i = 0; i < options->m_count && status == VOLT8_OK; i++)
+      status = derive_check_domain(ctx, &options->shapes[s], options->top_k, options->m_values[i]);
   for (int32_t s = 0; s < options->shape_count && status == VOLT8_OK; s++) {
     char label[160];
     shape_label(&options->shapes[s], label, sizeof label);
@@ -231,7 +244,7 @@ static volt8_status derive_all(const tune_options *options, const char *command,
       status = derive_occupancy_compile(ctx, &options->shapes[s], options->jobs ? options->jobs : bench_host_threads(16),
                                         v100 ? NULL : &h200_limits, &occupancy);
     if (status != VOLT8_OK) break;
-    derive_state state = {device, options->shapes[s], options->top_k, &occupancy.view};
+    derive_state state = {device, options->shapes[s], options->top_k, &occupancy.view, ctx};
     tuner_backend backend = derive_backend(&state);
     tuner_settings settings = {
         .shape = options->shapes[s], .top_k = options->top_k, .m_values = options->m_values,
