@@ -153,6 +153,58 @@ Test(derive_h200, items_follow_the_binomial_split_by_block_m) {
   cr_assert(fabs(us - l2_bytes / 1e3) < 1e-6 * us, "L2 term %.9g us, expected %.9g", us, l2_bytes / 1e3);
 }
 
+/* E[ceil(p / bm)] for p ~ Binomial(m, q), each P(p) from lgamma on its own: a check of the model's
+ * recurrence that shares none of its steps. */
+static double binomial_items(int32_t m, double q, int32_t block_m) {
+  double items = 0.0;
+  for (int32_t p = 1; p <= m; p++) {
+    double log_p = lgamma(m + 1.0) - lgamma(p + 1.0) - lgamma(m - p + 1.0) + p * log(q) + (m - p) * log1p(-q);
+    items += exp(log_p) * ceil((double)p / block_m);
+  }
+  return items;
+}
+
+/* At M = 40000, top-10 of 512, P(p = 0) = (1 - q)^M is below the smallest double: the work must not
+ * vanish with it (it did: items 0, fill 0, a time 100 times below M = 32768's). With bm1 an expert's
+ * items are its expected pairs, M q; with bm4 the lgamma sum above. */
+Test(derive_h200, large_token_counts_keep_their_work) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  derive_device l2_only = h200_l2_only();
+  const int32_t m = 40000;
+  double q = TOP_K / EXPERTS;
+  cr_assert(pow(1 - q, m) == 0.0, "the case needs P(p = 0) to underflow");
+  derive_variant one = parsed("gate_up.cc.bm1.bn8.w4.sk1.l16"), four = parsed("gate_up.cc.bm4.bn8.w4.sk1.l16");
+  double items = EXPERTS * m * q;
+  double l2_bytes = items * GATE_UP_EXPERT_BYTES + items * (INTERMEDIATE / 8) * 1 * HIDDEN * 2;
+  double us = derive_op_us(&l2_only, &shape, TOP_K, m, &one) - 1.0;
+  cr_assert(fabs(us - l2_bytes / 1e3) < 1e-9 * us, "bm1 L2 term %.12g us, expected %.12g", us, l2_bytes / 1e3);
+  items = EXPERTS * binomial_items(m, q, 4);
+  l2_bytes = items * GATE_UP_EXPERT_BYTES + items * (INTERMEDIATE / 8) * 4 * HIDDEN * 2;
+  us = derive_op_us(&l2_only, &shape, TOP_K, m, &four) - 1.0;
+  cr_assert(fabs(us - l2_bytes / 1e3) < 1e-9 * us, "bm4 L2 term %.12g us, expected %.12g", us, l2_bytes / 1e3);
+  /* on the V100: full fill, and the time grows with M, by less than M does */
+  derive_terms at_32768, at_40000;
+  cr_assert(derive_op_terms(&DERIVE_V100, &shape, TOP_K, 32768, &four, &at_32768));
+  cr_assert(derive_op_terms(&DERIVE_V100, &shape, TOP_K, m, &four, &at_40000));
+  cr_assert(at_40000.fill == 1.0, "fill %g", at_40000.fill);
+  cr_assert(at_40000.total_us > at_32768.total_us && at_40000.total_us < at_32768.total_us * 40000 / 32768,
+            "M = 32768: %g us, M = 40000: %g us", at_32768.total_us, at_40000.total_us);
+}
+
+/* top_k = E: every expert takes every token (q = 1, where the recurrence's q / (1 - q) is infinite). */
+Test(derive_h200, every_expert_routed_to) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  shape.num_experts = 8;
+  derive_device l2_only = h200_l2_only();
+  derive_variant four = parsed("gate_up.cc.bm4.bn8.w4.sk1.l16");
+  for (int32_t m = 1; m <= 64; m *= 4) {
+    double items = 8.0 * ceil(m / 4.0);
+    double l2_bytes = items * GATE_UP_EXPERT_BYTES + items * (INTERMEDIATE / 8) * 4 * HIDDEN * 2;
+    double us = derive_op_us(&l2_only, &shape, 8, m, &four) - 1.0;
+    cr_assert(fabs(us - l2_bytes / 1e3) < 1e-9 * us, "M=%d: L2 term %.12g us, expected %.12g", m, us, l2_bytes / 1e3);
+  }
+}
+
 /* Beside the GEMMs: the reduce is a launch, a chain of dependent round trips (ten ids read as a batch
  * of eight and one of two, each batch's z rows after its ids: four trips) and its bytes; the route,
  * run only when a GEMM has block_m > 1, a launch plus its measured one-CTA chain and 12 bytes a pair. */

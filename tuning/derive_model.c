@@ -1,6 +1,7 @@
 /* The roofline model of derive_model.h and its tuner backend. */
 #include "derive_model.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,13 +136,30 @@ static double tok_live_share(const derive_variant *variant, double k, int32_t to
   return top_k / (pass * ceil(top_k / pass));
 }
 
-/* Expected work items per expert, sum_p P(p) ceil(p / bm), and P(p = 0), for p ~ Binomial(M, q). */
+/* Expected work items per expert, sum_p P(p) ceil(p / bm), and P(p = 0), for p ~ Binomial(M, q),
+ * 0 < q <= 1, summed up from p = 0 with P(p + 1) = P(p) (M - p) / (p + 1) q / (1 - q). Past M q of
+ * about 700, P(0) = (1 - q)^M underflows to 0, and every term after it would too (the work of M = 40000
+ * at top-10 of 512 came out as nothing): there the terms below the smallest normal double, which add
+ * nothing, are stepped over in logs until one is representable. */
 static void expected_items(int32_t num_tokens, double q, int32_t block_m, double *out_items, double *out_idle) {
   double probability = pow(1.0 - q, num_tokens), items = 0.0;
   *out_idle = probability;
-  for (int32_t p = 0; p < num_tokens; p++) {
+  if (q >= 1.0) { /* every expert takes every token */
+    *out_items = ceil((double)num_tokens / block_m);
+    return;
+  }
+  int32_t p = 0;
+  if (probability < DBL_MIN) {
+    double log_probability = num_tokens * log1p(-q);
+    for (; p < num_tokens && log_probability < log(DBL_MIN); p++)
+      log_probability += log((double)(num_tokens - p) / (p + 1) * q / (1.0 - q));
+    probability = exp(log_probability);
+    items = probability * (double)(((int64_t)p + block_m - 1) / block_m);
+  }
+  /* past the mode, once the terms underflow to 0 the rest add nothing */
+  for (; p < num_tokens && (probability > 0.0 || p < num_tokens * q); p++) {
     probability *= (double)(num_tokens - p) / (p + 1) * q / (1.0 - q);
-    items += probability * (double)((p + 1 + block_m - 1) / block_m);
+    items += probability * (double)(((int64_t)p + block_m) / block_m);
   }
   *out_items = items;
 }
