@@ -51,7 +51,8 @@ int32_t bench_parse_int_list(const char *text, int32_t *values, int32_t capacity
   while (*cursor) {
     char *end = NULL;
     long value = strtol(cursor, &end, 10);
-    if (end == cursor || value < 1 || value > 65535 || count == capacity || (*end != ',' && *end != '\0')) return -1;
+    if (end == cursor || value < 1 || value > VOLT8_MAX_ROUTED_PAIRS || count == capacity || (*end != ',' && *end != '\0'))
+      return -1;
     values[count++] = (int32_t)value;
     cursor = *end == ',' ? end + 1 : end;
     if (*end == ',' && !*cursor) return -1;

@@ -48,7 +48,7 @@ int bench_model_shape(const volt8_model *model, int32_t tp, int32_t rank, volt8_
                       size_t error_size);
 /* The reference model's rank: bench_model_shape of the "reference" model, without the message. */
 int bench_reference_shape(int32_t tp, int32_t rank, volt8_moe_shape *out);
-/* "1,2,4" into values (at most `capacity`, each in 1..65535); the count, or -1. */
+/* "1,2,4" into values (at most `capacity`, each in 1..VOLT8_MAX_ROUTED_PAIRS); the count, or -1. */
 int32_t bench_parse_int_list(const char *text, int32_t *values, int32_t capacity);
 /* Parses argv[1..argc) (argv[0] is the command's name). Returns 0 on success, 1 when --help was
  * asked, -1 on a bad argument with `error` saying which. `parse_shape` serves --shape (NULL: refused). */
