@@ -1,4 +1,6 @@
 /* volt8 list / compile / demo: the code generation and JIT pipeline, end to end. */
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +204,15 @@ int cli_list(int argc, char **argv) {
             top_k, top_k_given ? "" : " (the default)", experts);
     return 2;
   }
+  if (tables) {
+    DIR *folder = opendir(tables); /* never blocks: a FIFO or device is not a directory */
+    if (!folder) {
+      fprintf(stderr, "volt8 list: --tables %s: %s (it names the folder of tuning tables to read)\n", tables,
+              strerror(errno));
+      return 2;
+    }
+    closedir(folder);
+  }
   int32_t *choice_m = NULL;
   int choice_count = choice ? parse_choice(choice, top_k, &choice_m) : 0;
   if (choice_count < 0) return 2;
@@ -228,6 +239,7 @@ int cli_list(int argc, char **argv) {
                             : print_variants(ctx, &shape);
     rc = status == VOLT8_OK ? 0 : cli_report(ctx, "list", status);
   }
+  cli_print_tuning_warnings("list");
   free(choice_m);
   volt8_ctx_destroy(ctx);
   return rc;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "test_support.h"
 #include "tools/token_counts.h"
@@ -192,4 +193,44 @@ Test(list_choice, token_counts_within_the_librarys_bound, .timeout = 60) {
   snprintf(text + used, sizeof text - used, ",x");
   cr_assert_eq(test_run_volt8(long_text, out, sizeof out, err, sizeof err), 2);
   cr_assert_not_null(strstr(err, "item 151, \"x\", is not a whole number"), "%s", err);
+}
+
+/* Every tuning warning of the lookups is printed: a broken table of the shape's own in --tables DIR
+ * (the heuristic serves), a $VOLT8_TUNING_DIR that is not a folder. --tables that names no folder
+ * is a bad argument. */
+Test(list_choice, tuning_warnings_are_printed, .timeout = 60) {
+  char dir[4096], path[8192], out[4096], err[16384];
+  test_make_temp_dir(dir, sizeof dir, "volt8_list_warnings");
+  test_write_text(dir, "op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=any.json", "{\"__metadata__\": ");
+  char *broken[] = {"list", "--arch", "sm_90", "--shape", REFERENCE_TP4, "--choice", "1,8", "--tables", dir, NULL};
+  cr_assert_eq(test_run_volt8(broken, out, sizeof out, err, sizeof err), 0, "%s", err);
+  cr_assert(strncmp(out, "1 gate_up.", 10) == 0, "%s", out);
+  snprintf(path, sizeof path, "volt8 list: warning: %s/op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=any.json: "
+           "tuning table is not valid JSON", dir);
+  cr_assert_not_null(strstr(err, path), "%s", err);
+  cr_assert_not_null(strstr(err, "volt8 list: warning: no tuning table op=down,N=2560,K=160,"), "%s", err);
+
+  snprintf(path, sizeof path, "%s/missing", dir);
+  setenv("VOLT8_TUNING_DIR", path, 1);
+  char *env_dir[] = {"list", "--arch", "sm_90", "--shape", REFERENCE_TP4, "--choice", "1", NULL};
+  cr_assert_eq(test_run_volt8(env_dir, out, sizeof out, err, sizeof err), 0, "%s", err);
+  unsetenv("VOLT8_TUNING_DIR");
+  char expected[8400];
+  snprintf(expected, sizeof expected, "volt8 list: warning: VOLT8_TUNING_DIR=%s is not a directory (No such file", path);
+  cr_assert_not_null(strstr(err, expected), "%s", err);
+
+  char fifo[8192];
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  snprintf(path, sizeof path, "%s/op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=any.json", dir);
+  const char *not_folders[3] = {"/nonexistent/volt8-tables", path, fifo};
+  const char *whys[3] = {"No such file or directory", "Not a directory", "Not a directory"};
+  for (int i = 0; i < 3; i++) {
+    char *bad[] = {"list", "--choice", "1", "--tables", (char *)not_folders[i], NULL};
+    cr_assert_eq(test_run_volt8(bad, out, sizeof out, err, sizeof err), 2, "%s: %s", not_folders[i], err);
+    snprintf(expected, sizeof expected, "volt8 list: --tables %s: %s", not_folders[i], whys[i]);
+    cr_assert_not_null(strstr(err, expected), "%s", err);
+    cr_assert_str_empty(out);
+  }
+  test_remove_tree(dir);
 }

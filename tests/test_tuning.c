@@ -328,6 +328,36 @@ Test(tuning_lookup, corrupt_table_skipped_with_a_warning) {
   volt8_ctx_destroy(ctx);
 }
 
+/* A $VOLT8_TUNING_DIR that is not a folder (missing, a file, a FIFO) is said once; the built-in table
+ * still serves, and nothing is opened or waited on. */
+Test(tuning_lookup, tuning_dir_that_is_not_a_folder_is_a_warning, .timeout = 20) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  volt8_moe_shape shape = reference_shape();
+  char file[8192], fifo[8192];
+  test_write_text(temp_dir, "plain", "{}");
+  snprintf(file, sizeof file, "%s/plain", temp_dir);
+  snprintf(fifo, sizeof fifo, "%s/fifo", temp_dir);
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  const char *dirs[3] = {"/nonexistent/volt8-tables", file, fifo};
+  const char *whys[3] = {" (No such file or directory)", "", ""};
+  for (int i = 0; i < 3; i++) {
+    volt8_tuning_warnings_reset();
+    setenv(VOLT8_TUNING_DIR_ENV, dirs[i], 1);
+    volt8_tuning_match match;
+    for (int32_t m = 1; m <= 8; m *= 2) {
+      cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, m, 10, &match), VOLT8_OK);
+      cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_BUILT_IN, "%s", dirs[i]);
+    }
+    char text[4096], expected[8400];
+    cr_assert_eq(warning_count(text, sizeof text), 1, "%s: %s", dirs[i], text);
+    snprintf(expected, sizeof expected, "VOLT8_TUNING_DIR=%s is not a directory%s: no table is read from it", dirs[i],
+             whys[i]);
+    cr_assert_not_null(strstr(text, expected), "%s", text);
+  }
+  unsetenv(VOLT8_TUNING_DIR_ENV);
+  volt8_ctx_destroy(ctx);
+}
+
 Test(tuning_lookup, warnings_buffer_truncates_safely) {
   volt8_tuning_warn("a", "first warning with some length");
   volt8_tuning_warn("b", "second");
