@@ -856,10 +856,34 @@ Test(derive, log_refuses_a_fifo_without_waiting) {
   char *argv[] = {"tune", "--derive", "sm_70", "--m", "1", "--out", temp_dir, "--log", log_path};
   cr_assert_eq(tune_options_parse(9, argv, NULL, &options, error, sizeof error), 0, "%s", error);
   tune_outcome outcome;
-  cr_assert_eq(tune_run(&options, "volt8 tune", NULL, 0, &outcome, error, sizeof error), VOLT8_ERR_IO);
+  cr_assert_eq(tune_run(&options, "volt8 tune", NULL, 0, &outcome, error, sizeof error), VOLT8_ERR_INVALID_ARGUMENT);
   cr_assert_not_null(strstr(error, "not a regular file"), "%s", error);
   cr_assert_not_null(strstr(error, log_path), "%s", error);
   cr_assert_eq(outcome.shapes_done, 0);
+}
+
+/* An --out that is a file, or lies under one, is a bad argument naming --out and the path (it said
+ * "File exists"); so is a --log that is a folder. Nothing is compiled first. */
+Test(derive, out_that_is_not_a_directory_is_named) {
+  char file[8192], under[8192], out[4096], err[4096];
+  test_write_text(temp_dir, "a_file", "not a folder\n");
+  snprintf(file, sizeof file, "%s/a_file", temp_dir);
+  snprintf(under, sizeof under, "%s/a_file/tables", temp_dir);
+  const char *outs[2] = {file, under};
+  for (int i = 0; i < 2; i++) {
+    char *args[] = {"tune", "--derive", "sm_70", "--m", "1", "--out", (char *)outs[i], NULL};
+    cr_assert_eq(test_run_volt8(args, out, sizeof out, err, sizeof err), 2, "%s", err);
+    char expected[8400];
+    snprintf(expected, sizeof expected, "--out %s is not a directory", outs[i]);
+    cr_assert_not_null(strstr(err, expected), "%s", err);
+    cr_assert_null(strstr(err, "File exists"), "%s", err);
+  }
+  char *log_dir[] = {"tune", "--derive", "sm_70", "--m", "1", "--out", temp_dir, "--log", temp_dir, NULL};
+  cr_assert_eq(test_run_volt8(log_dir, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "not a regular file"), "%s", err);
+  char *text = read_text(file);
+  cr_assert_str_eq(text, "not a folder\n");
+  free(text);
 }
 
 /* ---- bench and tune options, report shapes ---- */
