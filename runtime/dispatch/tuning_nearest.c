@@ -71,7 +71,7 @@ typedef struct candidate_list {
 static int add_candidate(candidate_list *list, const char *name, const volt8_embedded_file *built_in,
                          const wanted_table *wanted) {
   if (list->count == list->capacity) {
-    int32_t capacity = list->capacity ? 2 * list->capacity : 64;
+    int32_t capacity = list->capacity ? 2 * list->capacity : 16;
     candidate *grown = list->capacity < INT32_MAX / 2 ? realloc(list->items, (size_t)capacity * sizeof *grown) : NULL;
     if (!grown) return 0;
     list->items = grown;
