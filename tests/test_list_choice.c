@@ -109,10 +109,12 @@ Test(list_choice, outside_the_models_domain_is_refused, .timeout = 60) {
   cr_assert_not_null(strstr(err, "--top-k 10 (the default) is more than the shape's 8 experts"), "%s", err);
   char *ep_rank[] = {"list", "--shape", REFERENCE_TP4 ",expert_start=512,global_experts=1024", "--choice", "1",
                      "--explain", NULL};
-  cr_assert_eq(test_run_volt8(ep_rank, out, sizeof out, err, sizeof err), 2, "%s", err);
+  int status = test_run_volt8(ep_rank, out, sizeof out, err, sizeof err);
+  cr_assert_str_empty(out);
+  if (strstr(err, "this build has no derivation model")) return; /* built without bench/ (the sanitized build) */
+  cr_assert_eq(status, 2, "%s", err);
   cr_assert_not_null(strstr(err, "volt8 list: --explain: the derivation model is not defined here: the shape holds "
                                  "experts [512, 1024) of 1024"), "%s", err);
-  cr_assert_str_empty(out);
 }
 
 /* The parser: single commas between whole numbers in decimal digits, each in 1..max_m; every other
