@@ -95,6 +95,7 @@ int cli_bench(int argc, char **argv) {
   }
   join_command(argc, argv, command, 4096);
   status = bench_run(ctx, &options, command, stderr, report);
+  cli_print_tuning_warnings("bench");
   int rc = status == VOLT8_OK ? 0 : cli_report(ctx, "bench", status);
   if (report->count > 0) {
     bench_report_print(report, stdout);

@@ -80,6 +80,10 @@ typedef struct compile_totals {
 /* Compiles (or loads from the cache) every variant of `shape`: one line each, or one progress line. */
 volt8_status cli_compile_all(volt8_ctx *ctx, const volt8_moe_shape *shape, compile_totals *totals, int one_line);
 
+/* Prints on stderr each tuning warning this process recorded (a table missing, invalid or naming a
+ * variant the shape lacks: volt8_tuning_warnings), as "volt8 <command>: warning: ..."; returns how many. */
+int cli_print_tuning_warnings(const char *command);
+
 /* Says once on stderr (as an error, or as a warning) that ctx's disk cache did not keep some
  * compiled kernels, and why; returns how many. */
 int cli_cache_store_failures(volt8_ctx *ctx, const char *command, int is_error);

@@ -1,4 +1,6 @@
 /* volt8 list / compile / demo: the code generation and JIT pipeline, end to end. */
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,21 +51,17 @@ int cli_cache_store_failures(volt8_ctx *ctx, const char *command, int is_error) 
   return count;
 }
 
-/* "1,8,64" into m_values; the count, or -1 after an error on stderr. */
-static int parse_m_list(const char *text, int32_t *m_values, int capacity) {
-  char copy[256];
-  int count = 0;
-  if (snprintf(copy, sizeof copy, "%s", text) >= (int)sizeof copy) copy[0] = '\0';
-  for (char *save = NULL, *token = strtok_r(copy, ",", &save); token; token = strtok_r(NULL, ",", &save)) {
-    if (count == capacity) {
-      fprintf(stderr, "volt8 list: --choice takes at most %d token counts\n", capacity);
-      return -1;
-    }
-    if (cli_parse_number("list", "--choice", token, "token count", 1, VOLT8_TUNING_MAX_M, &m_values[count++]) != 0)
-      return -1;
-  }
-  if (count == 0) fprintf(stderr, "volt8 list: --choice \"%s\" names no token count\n", text);
-  return count ? count : -1;
+/* --choice's token counts, each in 1..the tokens a forward takes at top_k (malloc'ed into
+ * *out_values); the count, or -1 after an error on stderr naming the item. */
+static int parse_choice(const char *text, int32_t top_k, int32_t **out_values) {
+  int32_t max_m = VOLT8_MAX_ROUTED_PAIRS / top_k, count = 0;
+  char error[256];
+  if (volt8_tools_parse_token_counts(text, max_m, out_values, &count, error, sizeof error) == VOLT8_OK) return count;
+  fprintf(stderr,
+          "volt8 list: --choice: %s; token counts are whole numbers in 1..%d separated by single commas (a forward "
+          "takes at most %d routed pairs: %d tokens at top-k %d)\n",
+          error, max_m, VOLT8_MAX_ROUTED_PAIRS, max_m, top_k);
+  return -1;
 }
 
 /* The dispatch's pair at each token count, as the library would serve it: "M GATE_UP DOWN". */
@@ -93,7 +91,24 @@ static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape
   derive_occupancy_free(&occupancy);
   return status;
 }
+
+/* 2 after the model's refusal on stderr when an M, the top-k or the shape lies outside its domain,
+ * before any CUBIN is compiled; else 0. */
+static int explain_refused(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
+                           int32_t top_k) {
+  for (int i = 0; i < count; i++)
+    if (derive_check_domain(ctx, shape, top_k, m_values[i]) != VOLT8_OK) {
+      fprintf(stderr, "volt8 list: --explain: %s\n", volt8_last_error(ctx));
+      return 2;
+    }
+  return 0;
+}
 #else
+static int explain_refused(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
+                           int32_t top_k) {
+  return 0;
+}
+
 static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
                                     int32_t top_k, int32_t jobs) {
   return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "--explain: this build has no derivation model (bench/ was not configured)");
@@ -115,8 +130,9 @@ static volt8_status print_variants(volt8_ctx *ctx, const volt8_moe_shape *shape)
 int cli_list(int argc, char **argv) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   const char *arch = NULL, *model = NULL, *tp = NULL, *rank = NULL, *tables = NULL, *jobs_text = NULL;
-  int shape_given = 0, choice_count = 0, resources = 0, json = 0, explain = 0;
-  int32_t choice_m[64], top_k = 0;
+  const char *choice = NULL;
+  int shape_given = 0, resources = 0, json = 0, explain = 0;
+  int32_t top_k = 0;
   for (int i = 1; i < argc; i++) {
     const char *flag = argv[i];
     if (strcmp(flag, "--resources") == 0 || strcmp(flag, "--json") == 0 || strcmp(flag, "--explain") == 0) {
@@ -128,7 +144,7 @@ int cli_list(int argc, char **argv) {
     const char *value = cli_flag_value("list", argc, argv, &i);
     if (!value) return 2;
     if (strcmp(flag, "--choice") == 0) {
-      if ((choice_count = parse_m_list(value, choice_m, 64)) < 0) return 2;
+      choice = value;
     } else if (strcmp(flag, "--top-k") == 0) {
       if (cli_parse_number("list", flag, value, "top-k", 1, 64, &top_k) != 0) return 2;
     } else if (strcmp(flag, "--tables") == 0) {
@@ -162,7 +178,7 @@ int cli_list(int argc, char **argv) {
     fprintf(stderr, "volt8 list: --model and --shape exclude each other\n");
     return 2;
   }
-  if ((top_k || tables) && !choice_count) {
+  if ((top_k || tables) && !choice) {
     fprintf(stderr, "volt8 list: --top-k and --tables need --choice\n");
     return 2;
   }
@@ -174,18 +190,38 @@ int cli_list(int argc, char **argv) {
     fprintf(stderr, "volt8 list: --jobs needs --resources or --explain\n");
     return 2;
   }
-  if (explain && (!choice_count || (arch && strcmp(arch, "sm_70") != 0))) {
+  if (explain && (!choice || (arch && strcmp(arch, "sm_70") != 0))) {
     fprintf(stderr, "volt8 list: --explain needs --choice and sm_70 (the model is of a V100)\n");
     return 2;
   }
-  if (resources && choice_count) {
+  if (resources && choice) {
     fprintf(stderr, "volt8 list: --resources and --choice exclude each other\n");
     return 2;
   }
   int32_t jobs = cli_default_jobs();
   if (jobs_text && cli_parse_number("list", "--jobs", jobs_text, "compile thread count", 1, 64, &jobs) != 0) return 2;
   if (model && cli_model_shape("list", model, tp, rank, &shape) != 0) return 2;
+  int top_k_given = top_k != 0;
   if (!top_k) top_k = volt8_model_find(model ? model : VOLT8_MODEL_REFERENCE)->top_k;
+  /* a token routes to top_k distinct experts of the model */
+  int32_t experts = shape.global_experts > 0 ? shape.global_experts : shape.num_experts;
+  if (choice && experts > 0 && top_k > experts) {
+    fprintf(stderr, "volt8 list: --top-k %d%s is more than the shape's %d experts (a token's experts are distinct)\n",
+            top_k, top_k_given ? "" : " (the default)", experts);
+    return 2;
+  }
+  if (tables) {
+    DIR *folder = opendir(tables); /* never blocks: a FIFO or device is not a directory */
+    if (!folder) {
+      fprintf(stderr, "volt8 list: --tables %s: %s (it names the folder of tuning tables to read)\n", tables,
+              strerror(errno));
+      return 2;
+    }
+    closedir(folder);
+  }
+  int32_t *choice_m = NULL;
+  int choice_count = choice ? parse_choice(choice, top_k, &choice_m) : 0;
+  if (choice_count < 0) return 2;
   if (tables) {
     /* the folder's tables alone, as the dispatch reads $VOLT8_TUNING_DIR, none built in */
     setenv(VOLT8_TUNING_DIR_ENV, tables, 1);
@@ -196,16 +232,21 @@ int cli_list(int argc, char **argv) {
   options.target_arch = arch;  /* NULL: sm_70 (no device is opened) */
   volt8_ctx *ctx = NULL;
   volt8_status status = volt8_ctx_create(&options, &ctx);
-  if (status != VOLT8_OK) return cli_report(NULL, "list", status);
-  int rc = 0;
-  if (resources) {
+  if (status != VOLT8_OK) {
+    free(choice_m);
+    return cli_report(NULL, "list", status);
+  }
+  int rc = explain ? explain_refused(ctx, &shape, choice_m, choice_count, top_k) : 0;
+  if (rc == 0 && resources) {
     rc = cli_print_resources(ctx, &shape, jobs, json);
-  } else {
+  } else if (rc == 0) {
     status = explain        ? print_explained(ctx, &shape, choice_m, choice_count, top_k, jobs)
              : choice_count ? print_choices(ctx, &shape, choice_m, choice_count, top_k)
                             : print_variants(ctx, &shape);
     rc = status == VOLT8_OK ? 0 : cli_report(ctx, "list", status);
   }
+  cli_print_tuning_warnings("list");
+  free(choice_m);
   volt8_ctx_destroy(ctx);
   return rc;
 }

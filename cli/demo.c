@@ -383,6 +383,7 @@ int cli_demo(int argc, char **argv) {
            host->shape.intermediate_offset, host->shape.block_n, host->shape.block_k);
     rc = has_gpu ? run_gpu(ctx, &options, host) : run_cpu(ctx, host);
   }
+  cli_print_tuning_warnings("demo");
   volt8_host_checkpoint_free(host);
   cli_cache_store_failures(ctx, "demo", 0);
   if (keep && checkpoint_written) {

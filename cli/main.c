@@ -19,9 +19,9 @@ static const cli_command COMMANDS[] = {
      "list [--arch sm_XX] [--shape S | --model NAME [--tp N] [--rank R]] [--choice 1,8,64 [--top-k K] [--tables DIR]] "
      "[--explain] [--resources [--json] [--jobs N]]",
      "list the kernel variants for a shape (default sm_70); --choice: the dispatch's pair at each M\n"
-     "instead, --tables: from the tables of DIR alone, --explain: with the derivation model's V100 time\n"
-     "and limit of each kernel, the byte floor (sm_70); --resources: each variant's CUBIN, its registers,\n"
-     "spills, shared memory and resident CTAs and warps per SM (NVRTC 12 for sm_70)"},
+     "(1..65535 / top-k) instead, --tables: from the tables of DIR alone, --explain: with the derivation\n"
+     "model's V100 time and limit of each kernel, the byte floor (sm_70); --resources: each variant's\n"
+     "CUBIN, its registers, spills, shared memory and resident CTAs and warps per SM (NVRTC 12 for sm_70)"},
     {"models", cli_models, "models [--tp N]",
      "the known models, or each rank's shape at TP N of every model N splits (the others on stderr, with why;\n"
      "exit 2 when N splits none)"},

@@ -27,9 +27,10 @@ int cli_tune(int argc, char **argv) {
     used += (size_t)snprintf(command + used, sizeof command - used, " %s", argv[i]);
   tune_outcome outcome;
   volt8_status status = tune_run(&options, command, stderr, isatty(fileno(stderr)), &outcome, error, sizeof error);
+  cli_print_tuning_warnings("tune");
   if (status != VOLT8_OK) {
     fprintf(stderr, "volt8 tune: %s\n  %s\n", volt8_status_string(status), error);
-    return 1;
+    return status == VOLT8_ERR_INVALID_ARGUMENT ? 2 : 1; /* what the arguments asked cannot be done */
   }
   if (outcome.m_failed) {
     fprintf(stderr, "volt8 tune: %d token count(s) found no candidate that agrees with the reference\n", outcome.m_failed);

@@ -294,7 +294,9 @@ Test(cli_args, numbers_are_digits_alone) {
     REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--rank", text), said);
     REFUSED(ARGS("models", "--tp", text), said);
     REFUSED(ARGS("list", "--model", "reference", "--tp", text), said);
-    REFUSED(ARGS("list", "--choice", text), said);
+    char choice_said[96];
+    snprintf(choice_said, sizeof choice_said, "item 1, \"%s\", is not a whole number", texts[i]);
+    REFUSED(ARGS("list", "--choice", text), choice_said);
     REFUSED(ARGS("list", "--resources", "--jobs", text), said);
     if (is_built("bench")) {
       REFUSED(ARGS("bench", "--seed", text), "--seed", said);
@@ -441,7 +443,7 @@ static const bad_argument BAD_ARGUMENTS[] = {
     {{"list", "--model", "llama"}, {"volt8 list: unknown model \"llama\"", "known: deepseek-v3"}},
     {{"list", "--model", "reference", "--tp", "3"}, {"volt8 list: reference at --tp 3", "does not divide into 3"}},
     {{"list", "--model", "reference", "--tp", "4", "--rank", "4"}, {"volt8 list: --rank 4 is outside 0..3"}},
-    {{"list", "--choice", "0"}, {"volt8 list: --choice 0 is not a valid token count"}},
+    {{"list", "--choice", "0"}, {"volt8 list: --choice: item 1, 0, is outside 1.."}},
     {{"list", "--choice", "1", "--top-k", "0"}, {"volt8 list: --top-k 0 is not a valid top-k", "1..64"}},
     {{"list", "--choice", "1", "--tables", ""}, {"volt8 list: --tables \"\" names no folder"}},
     {{"list", "--resources", "--jobs", "0"}, {"volt8 list: --jobs 0 is not a valid compile thread count", "1..64"}},

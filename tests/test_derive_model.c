@@ -4,7 +4,9 @@
  * top-10). No GPU. */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,6 +153,58 @@ Test(derive_h200, items_follow_the_binomial_split_by_block_m) {
   cr_assert(fabs(us - l2_bytes / 1e3) < 1e-6 * us, "L2 term %.9g us, expected %.9g", us, l2_bytes / 1e3);
 }
 
+/* E[ceil(p / bm)] for p ~ Binomial(m, q), each P(p) from lgamma on its own: a check of the model's
+ * recurrence that shares none of its steps. */
+static double binomial_items(int32_t m, double q, int32_t block_m) {
+  double items = 0.0;
+  for (int32_t p = 1; p <= m; p++) {
+    double log_p = lgamma(m + 1.0) - lgamma(p + 1.0) - lgamma(m - p + 1.0) + p * log(q) + (m - p) * log1p(-q);
+    items += exp(log_p) * ceil((double)p / block_m);
+  }
+  return items;
+}
+
+/* At M = 40000, top-10 of 512, P(p = 0) = (1 - q)^M is below the smallest double: the work must not
+ * vanish with it (it did: items 0, fill 0, a time 100 times below M = 32768's). With bm1 an expert's
+ * items are its expected pairs, M q; with bm4 the lgamma sum above. */
+Test(derive_h200, large_token_counts_keep_their_work) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  derive_device l2_only = h200_l2_only();
+  const int32_t m = 40000;
+  double q = TOP_K / EXPERTS;
+  cr_assert(pow(1 - q, m) == 0.0, "the case needs P(p = 0) to underflow");
+  derive_variant one = parsed("gate_up.cc.bm1.bn8.w4.sk1.l16"), four = parsed("gate_up.cc.bm4.bn8.w4.sk1.l16");
+  double items = EXPERTS * m * q;
+  double l2_bytes = items * GATE_UP_EXPERT_BYTES + items * (INTERMEDIATE / 8) * 1 * HIDDEN * 2;
+  double us = derive_op_us(&l2_only, &shape, TOP_K, m, &one) - 1.0;
+  cr_assert(fabs(us - l2_bytes / 1e3) < 1e-9 * us, "bm1 L2 term %.12g us, expected %.12g", us, l2_bytes / 1e3);
+  items = EXPERTS * binomial_items(m, q, 4);
+  l2_bytes = items * GATE_UP_EXPERT_BYTES + items * (INTERMEDIATE / 8) * 4 * HIDDEN * 2;
+  us = derive_op_us(&l2_only, &shape, TOP_K, m, &four) - 1.0;
+  cr_assert(fabs(us - l2_bytes / 1e3) < 1e-9 * us, "bm4 L2 term %.12g us, expected %.12g", us, l2_bytes / 1e3);
+  /* on the V100: full fill, and the time grows with M, by less than M does */
+  derive_terms at_32768, at_40000;
+  cr_assert(derive_op_terms(&DERIVE_V100, &shape, TOP_K, 32768, &four, &at_32768));
+  cr_assert(derive_op_terms(&DERIVE_V100, &shape, TOP_K, m, &four, &at_40000));
+  cr_assert(at_40000.fill == 1.0, "fill %g", at_40000.fill);
+  cr_assert(at_40000.total_us > at_32768.total_us && at_40000.total_us < at_32768.total_us * 40000 / 32768,
+            "M = 32768: %g us, M = 40000: %g us", at_32768.total_us, at_40000.total_us);
+}
+
+/* top_k = E: every expert takes every token (q = 1, where the recurrence's q / (1 - q) is infinite). */
+Test(derive_h200, every_expert_routed_to) {
+  volt8_moe_shape shape = reference_tp4_rank1();
+  shape.num_experts = 8;
+  derive_device l2_only = h200_l2_only();
+  derive_variant four = parsed("gate_up.cc.bm4.bn8.w4.sk1.l16");
+  for (int32_t m = 1; m <= 64; m *= 4) {
+    double items = 8.0 * ceil(m / 4.0);
+    double l2_bytes = items * GATE_UP_EXPERT_BYTES + items * (INTERMEDIATE / 8) * 4 * HIDDEN * 2;
+    double us = derive_op_us(&l2_only, &shape, 8, m, &four) - 1.0;
+    cr_assert(fabs(us - l2_bytes / 1e3) < 1e-9 * us, "M=%d: L2 term %.12g us, expected %.12g", m, us, l2_bytes / 1e3);
+  }
+}
+
 /* Beside the GEMMs: the reduce is a launch, a chain of dependent round trips (ten ids read as a batch
  * of eight and one of two, each batch's z rows after its ids: four trips) and its bytes; the route,
  * run only when a GEMM has block_m > 1, a launch plus its measured one-CTA chain and 12 bytes a pair. */
@@ -171,7 +225,7 @@ Test(derive_h200, route_and_reduce) {
 
 /* The forward's support follows the pair of variants: a block_m 2 gate_up brings the route in. */
 Test(derive_h200, a_routed_gemm_pays_the_route) {
-  derive_state state = {&DERIVE_H200, reference_tp4_rank1(), TOP_K, NULL};
+  derive_state state = {&DERIVE_H200, reference_tp4_rank1(), TOP_K, NULL, NULL};
   tuner_backend backend = derive_backend(&state);
   tuner_measurement plain, routed;
   cr_assert_eq(backend.measure(backend.state, 4, "gate_up.cc.bm1.bn8.w4.sk1.l16", "down.cc.bm1.bn32.w4.sk1.l4", 1, &plain),
@@ -351,6 +405,97 @@ Test(derive_explain, a_forward_adds_what_it_runs) {
   assert_close(forward.total_us, g_us + t_us, "tok: two kernels");
   cr_assert_eq(forward.kernels, 2);
   cr_assert_not(derive_forward_explain(&DERIVE_V100, &shape, TOP_K, 4, "route", tok, NULL, &forward));
+}
+
+
+/* Outside its domain the model refuses and computes nothing: top_k above the shape's experts (before,
+ * q = top_k / E > 1 gave pow(1 - q, M) of a negative base and times below zero), no token, or a rank
+ * of expert parallelism, which the model does not describe. */
+Test(derive_domain, outside_it_the_model_refuses) {
+  volt8_moe_shape eight = reference_tp4_rank1();
+  eight.num_experts = 8;
+  volt8_moe_shape ep_rank = reference_tp4_rank1();
+  ep_rank.global_experts = 1024;
+  ep_rank.expert_start = 512;
+  derive_variant variant = parsed("gate_up.cc.bm4.bn8.w4.sk1.l16");
+  derive_terms terms;
+  const struct {
+    const volt8_moe_shape *shape;
+    int32_t top_k, m;
+    const char *why;
+  } cases[] = {{&eight, 16, 4, "top_k 16 is outside 1..8"},  {&eight, 9, 1, "top_k 9 is outside 1..8"},
+               {&eight, 0, 1, "top_k 0 is outside 1..8"},    {&eight, 8, 0, "num_tokens 0 is below 1"},
+               {&ep_rank, 10, 4, "experts [512, 1024) of 1024"}};
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const volt8_moe_shape *shape = cases[i].shape;
+    int32_t top_k = cases[i].top_k, m = cases[i].m;
+    cr_assert_eq(derive_check_domain(ctx, shape, top_k, m), VOLT8_ERR_INVALID_ARGUMENT, "case %zu", i);
+    cr_assert_not_null(strstr(volt8_last_error(ctx), cases[i].why), "case %zu: %s", i, volt8_last_error(ctx));
+    cr_assert_not(derive_op_terms(&DERIVE_V100, shape, top_k, m, &variant, &terms), "case %zu", i);
+    cr_assert(isnan(derive_op_us(&DERIVE_V100, shape, top_k, m, &variant)), "case %zu", i);
+    cr_assert(isnan(derive_forward_bytes(shape, top_k, m)), "case %zu", i);
+    cr_assert(isnan(derive_reduce_us(&DERIVE_V100, shape, top_k, m)), "case %zu", i);
+    derive_forward forward;
+    cr_assert_not(derive_forward_explain(&DERIVE_V100, shape, top_k, m, "gate_up.cc.bm1.bn8.w4.sk1.l16",
+                                         "down.cc.bm1.bn32.w4.sk1.l4", NULL, &forward), "case %zu", i);
+    /* the tuner's backend refuses the token count before anything is ranked */
+    derive_state state = {&DERIVE_V100, *shape, top_k, NULL, ctx};
+    tuner_backend backend = derive_backend(&state);
+    cr_assert_eq(backend.begin_m(backend.state, m), VOLT8_ERR_INVALID_ARGUMENT, "case %zu", i);
+    cr_assert_not_null(strstr(volt8_last_error(ctx), cases[i].why), "case %zu: %s", i, volt8_last_error(ctx));
+    /* the explanation writes nothing */
+    char *text = NULL;
+    size_t bytes = 0;
+    FILE *stream = open_memstream(&text, &bytes);
+    cr_assert_eq(derive_explain_markdown(ctx, &DERIVE_V100, shape, top_k, &m, 1, NULL, stream),
+                 VOLT8_ERR_INVALID_ARGUMENT, "case %zu", i);
+    fclose(stream);
+    cr_assert_eq(bytes, 0, "case %zu: %s", i, text);
+    free(text);
+  }
+  cr_assert(isnan(derive_route_us(&DERIVE_V100, 0, 4)));
+  cr_assert(isnan(derive_route_us(&DERIVE_V100, 8, 0)));
+  /* inside: top_k of all 8 experts, and the whole model as an expert-parallel rank of one */
+  cr_assert_eq(derive_check_domain(ctx, &eight, 8, 1), VOLT8_OK, "%s", volt8_last_error(ctx));
+  ep_rank.expert_start = 0;
+  ep_rank.global_experts = 512;
+  cr_assert_eq(derive_check_domain(ctx, &ep_rank, 10, 1), VOLT8_OK, "%s", volt8_last_error(ctx));
+  volt8_ctx_destroy(ctx);
+}
+
+/* `volt8 tune --derive sm_70` with a top-k of more experts than the shape has: exit 2 naming --top-k,
+ * and the model's own check stops a run given such options before any CUBIN or table. */
+Test(derive_domain, tune_refuses_before_compiling_or_writing) {
+  char dir[4096], out[4096], err[4096];
+  test_make_temp_dir(dir, sizeof dir, "volt8_derive_domain");
+  char *args[] = {"tune", "--derive", "sm_70", "--shape", "num_experts=8", "--top-k", "16", "--out", dir, NULL};
+  cr_assert_eq(test_run_volt8(args, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "--top-k 16 is more than the 8 experts of shape 1"), "%s", err);
+  char *by_default[] = {"tune", "--derive", "sm_70", "--shape", "num_experts=8", "--out", dir, NULL};
+  cr_assert_eq(test_run_volt8(by_default, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "--top-k 10 (the default) is more than the 8 experts"), "%s", err);
+
+  tune_options options;
+  char error[1024];
+  char *argv[] = {"tune", "--derive", "sm_70", "--m", "1,8", "--out", dir};
+  cr_assert_eq(tune_options_parse(7, argv, &options, error, sizeof error), 0, "%s", error);
+  tune_outcome outcome;
+  tune_options too_many = options;
+  too_many.top_k = 600;
+  cr_assert_eq(tune_run(&too_many, "volt8 tune", NULL, 0, &outcome, error, sizeof error), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(error, "top_k 600 is outside 1..512"), "%s", error);
+  tune_options ep_rank = options;
+  ep_rank.shapes[0].global_experts = 2048;
+  cr_assert_eq(tune_run(&ep_rank, "volt8 tune", NULL, 0, &outcome, error, sizeof error), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(error, "expert parallelism"), "%s", error);
+  DIR *folder = opendir(dir);
+  cr_assert_not_null(folder);
+  int files = 0;
+  for (struct dirent *entry; (entry = readdir(folder));) files += entry->d_name[0] != '.';
+  closedir(folder);
+  cr_assert_eq(files, 0, "a refused run wrote into %s", dir);
+  test_remove_tree(dir);
 }
 
 #endif

@@ -248,3 +248,47 @@ Test(dispatch_fallback, invalid_candidate_is_a_warning) {
   cr_assert_str_eq(volt8_last_error(ctx), "");
   volt8_ctx_destroy(ctx);
 }
+
+/* Every matching table is ranked, however many the folder holds: 300 far tables of the op and arch
+ * in $VOLT8_TUNING_DIR leave the nearer built-in table serving, and a nearer table among them
+ * serves in its turn (hidden 2560, intermediate 96: gate_up N = 192, K = 2560, no table of its own;
+ * the nearest built-in one is N = 160). */
+Test(dispatch_fallback, every_candidate_is_ranked_however_many) {
+  volt8_ctx *ctx = ctx_on("sm_70", "Test GPU");
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.intermediate = 96;
+  shape.intermediate_offset = 0;
+  char **names = NULL;
+  int32_t count = 0;
+  cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK);
+  volt8_tuning_match built_in, match;
+  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, names, count, &built_in), VOLT8_OK);
+  cr_assert_eq(built_in.source, VOLT8_TUNING_SOURCE_NEAREST);
+  cr_assert_not_null(strstr(built_in.origin, "built-in:tuning/tables/op=gate_up,N=160,K=2560,"), "%s", built_in.origin);
+  const char *others[2] = {NULL, NULL};
+  for (int32_t i = 0, found = 0; i < count && found < 2; i++)
+    if (strncmp(names[i], "gate_up.", 8) == 0 && strcmp(names[i], built_in.variant) != 0) others[found++] = names[i];
+  cr_assert(others[0] && others[1]);
+
+  char text[512], name[256];
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 10}, \"8\": \"%s\"}", others[0]);
+  for (int i = 0; i < 300; i++) {
+    snprintf(name, sizeof name, "op=gate_up,N=%d,K=2560,block=128x128,arch=sm_70,device=any.json", 1000 + i);
+    test_write_text(temp_dir, name, text);
+  }
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, names, count, &match), VOLT8_OK);
+  cr_assert_str_eq(match.origin, built_in.origin, "300 farther tables hid the nearest one");
+  cr_assert_str_eq(match.variant, built_in.variant);
+
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 10}, \"8\": \"%s\"}", others[1]);
+  test_write_text(temp_dir, "op=gate_up,N=192,K=2600,block=128x128,arch=sm_70,device=any.json", text);
+  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, names, count, &match), VOLT8_OK);
+  cr_assert_not_null(strstr(match.origin, "/op=gate_up,N=192,K=2600,"), "%s", match.origin);
+  cr_assert_str_eq(match.variant, others[1]);
+  volt8_variant_choice choice;
+  cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 8, 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_str_eq(choice.gate_up, others[1]);
+  volt8_codegen_names_free(names, count);
+  volt8_ctx_destroy(ctx);
+}

@@ -7,8 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "test_support.h"
+#include "tools/token_counts.h"
+#include "moe/moe_layout.h"
 
 #define REFERENCE_TP4 "hidden=2560,intermediate=160,num_experts=512,intermediate_offset=32"
 #define TABLE_PREFIX VOLT8_SOURCE_DIR "/tuning/tables/"
@@ -80,11 +83,156 @@ Test(list_choice, bad_arguments_are_named, .timeout = 60) {
   char out[4096], err[4096];
   char *zero[] = {"list", "--choice", "1,0", NULL};
   cr_assert_eq(test_run_volt8(zero, out, sizeof out, err, sizeof err), 2);
-  cr_assert_not_null(strstr(err, "--choice 0 is not a valid token count"), "%s", err);
+  cr_assert_not_null(strstr(err, "--choice: item 2, 0, is outside 1..6553"), "%s", err);
   char *alone[] = {"list", "--tables", "/tmp", NULL};
   cr_assert_eq(test_run_volt8(alone, out, sizeof out, err, sizeof err), 2);
   cr_assert_not_null(strstr(err, "--top-k and --tables need --choice"), "%s", err);
   char *top_k[] = {"list", "--choice", "1", "--top-k", "65", NULL};
   cr_assert_eq(test_run_volt8(top_k, out, sizeof out, err, sizeof err), 2);
   cr_assert_not_null(strstr(err, "--top-k 65"), "%s", err);
+}
+
+/* A top-k of more experts than the shape has is a bad argument for every --choice; with --explain,
+ * a shape outside the V100 model's domain (a rank of expert parallelism) is refused by the model
+ * before any CUBIN is compiled. */
+Test(list_choice, outside_the_models_domain_is_refused, .timeout = 60) {
+  char out[4096], err[4096];
+  char *top_k[] = {"list", "--shape", "num_experts=8", "--choice", "1", "--top-k", "16", NULL};
+  cr_assert_eq(test_run_volt8(top_k, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "--top-k 16 is more than the shape's 8 experts"), "%s", err);
+  cr_assert_str_empty(out);
+  char *explained[] = {"list", "--shape", "num_experts=8", "--choice", "1,8", "--top-k", "9", "--explain", NULL};
+  cr_assert_eq(test_run_volt8(explained, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "--top-k 9 is more than the shape's 8 experts"), "%s", err);
+  char *by_default[] = {"list", "--shape", "num_experts=8", "--choice", "1", NULL};
+  cr_assert_eq(test_run_volt8(by_default, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "--top-k 10 (the default) is more than the shape's 8 experts"), "%s", err);
+  char *ep_rank[] = {"list", "--shape", REFERENCE_TP4 ",expert_start=512,global_experts=1024", "--choice", "1",
+                     "--explain", NULL};
+  int status = test_run_volt8(ep_rank, out, sizeof out, err, sizeof err);
+  cr_assert_str_empty(out);
+  if (strstr(err, "this build has no derivation model")) return; /* built without bench/ (the sanitized build) */
+  cr_assert_eq(status, 2, "%s", err);
+  cr_assert_not_null(strstr(err, "volt8 list: --explain: the derivation model is not defined here: the shape holds "
+                                 "experts [512, 1024) of 1024"), "%s", err);
+}
+
+/* The parser: single commas between whole numbers in decimal digits, each in 1..max_m; every other
+ * text refused, naming the item and why. */
+Test(list_choice, token_counts_parse_strictly) {
+  int32_t *values = NULL, count = 0;
+  char error[256];
+  cr_assert_eq(volt8_tools_parse_token_counts("1,8,64", 64, &values, &count, error, sizeof error), VOLT8_OK, "%s", error);
+  cr_assert(count == 3 && values[0] == 1 && values[1] == 8 && values[2] == 64);
+  free(values);
+  const struct {
+    const char *text;
+    int32_t max_m;
+    const char *why;
+  } refused[] = {{"", 64, "names no token count"},
+                 {"1,,8", 64, "item 2 is empty"},
+                 {",1", 64, "item 1 is empty"},
+                 {"1,", 64, "item 2 is empty"},
+                 {"1,65", 64, "item 2, 65, is outside 1..64"},
+                 {"0", 64, "item 1, 0, is outside 1..64"},
+                 {"+8", 64, "item 1, \"+8\", is not a whole number in decimal digits"},
+                 {" 8", 64, "item 1, \" 8\", is not a whole number in decimal digits"},
+                 {"8 ", 64, "item 1, \"8 \", is not a whole number in decimal digits"},
+                 {"-1", 64, "item 1, \"-1\", is not a whole number in decimal digits"},
+                 {"0x10", 64, "item 1, \"0x10\", is not a whole number in decimal digits"},
+                 {"1;2", 64, "item 1, \"1;2\", is not a whole number in decimal digits"},
+                 {"08", 64, "item 1, \"08\", has a leading zero"},
+                 {"99999999999999999999999", 64, "item 1, 99999999999999999999999, is outside 1..64"},
+                 {"4294967297", 65535, "item 1, 4294967297, is outside 1..65535"}};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    values = (int32_t *)&count; /* must come back NULL */
+    cr_assert_eq(volt8_tools_parse_token_counts(refused[i].text, refused[i].max_m, &values, &count, error, sizeof error),
+                 VOLT8_ERR_INVALID_ARGUMENT, "\"%s\"", refused[i].text);
+    cr_assert_str_eq(error, refused[i].why, "\"%s\"", refused[i].text);
+    cr_assert(values == NULL && count == 0, "\"%s\"", refused[i].text);
+  }
+  /* no limit on the text: 20000 counts, 99999 characters */
+  size_t length = 5 * 20000;
+  char *text = malloc(length);
+  for (int i = 0; i < 20000; i++) memcpy(text + 5 * i, i % 2 ? "6553," : "1234,", 5);
+  text[length - 1] = '\0';
+  cr_assert_eq(volt8_tools_parse_token_counts(text, 6553, &values, &count, error, sizeof error), VOLT8_OK, "%s", error);
+  cr_assert(count == 20000 && values[0] == 1234 && values[19999] == 6553);
+  free(values);
+  free(text);
+}
+
+/* `--choice` takes what a forward takes, M x top-k <= the library's routed-pair bound (not 2^20,
+ * as before); a text of 256 characters or more is read whole (before, it "named no token count"). */
+Test(list_choice, token_counts_within_the_librarys_bound, .timeout = 60) {
+  char out[16384], err[4096], text[1024];
+  int32_t at_top10 = VOLT8_MAX_ROUTED_PAIRS / 10;
+  snprintf(text, sizeof text, "1,%d", at_top10);
+  char *largest[] = {"list", "--choice", text, NULL};
+  cr_assert_eq(test_run_volt8(largest, out, sizeof out, err, sizeof err), 0, "%s", err);
+  char expected[64];
+  snprintf(expected, sizeof expected, "\n%d gate_up.", at_top10);
+  cr_assert_not_null(strstr(out, expected), "%s", out);
+  snprintf(text, sizeof text, "1,%d", at_top10 + 1);
+  cr_assert_eq(test_run_volt8(largest, out, sizeof out, err, sizeof err), 2, "%s", out);
+  cr_assert_not_null(strstr(err, "is outside 1..6553"), "%s", err);
+  cr_assert_not_null(strstr(err, "at most 65535 routed pairs: 6553 tokens at top-k 10"), "%s", err);
+  char *top1[] = {"list", "--choice", "65535", "--top-k", "1", NULL};
+  cr_assert_eq(test_run_volt8(top1, out, sizeof out, err, sizeof err), 0, "%s", err);
+  char *beyond[] = {"list", "--choice", "65536", "--top-k", "1", NULL};
+  cr_assert_eq(test_run_volt8(beyond, out, sizeof out, err, sizeof err), 2);
+  cr_assert_not_null(strstr(err, "item 1, 65536, is outside 1..65535"), "%s", err);
+
+  /* 150 counts, 299 characters */
+  size_t used = 0;
+  for (int i = 0; i < 150; i++) used += (size_t)snprintf(text + used, sizeof text - used, "%s%d", i ? "," : "", 1 + i % 9);
+  cr_assert_gt(used, 256);
+  char *long_text[] = {"list", "--choice", text, NULL};
+  cr_assert_eq(test_run_volt8(long_text, out, sizeof out, err, sizeof err), 0, "%s", err);
+  int lines = 0;
+  for (const char *c = out; *c; c++) lines += *c == '\n';
+  cr_assert_eq(lines, 150, "%s", out);
+  snprintf(text + used, sizeof text - used, ",x");
+  cr_assert_eq(test_run_volt8(long_text, out, sizeof out, err, sizeof err), 2);
+  cr_assert_not_null(strstr(err, "item 151, \"x\", is not a whole number"), "%s", err);
+}
+
+/* Every tuning warning of the lookups is printed: a broken table of the shape's own in --tables DIR
+ * (the heuristic serves), a $VOLT8_TUNING_DIR that is not a folder. --tables that names no folder
+ * is a bad argument. */
+Test(list_choice, tuning_warnings_are_printed, .timeout = 60) {
+  char dir[4096], path[8192], out[4096], err[16384];
+  test_make_temp_dir(dir, sizeof dir, "volt8_list_warnings");
+  test_write_text(dir, "op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=any.json", "{\"__metadata__\": ");
+  char *broken[] = {"list", "--arch", "sm_90", "--shape", REFERENCE_TP4, "--choice", "1,8", "--tables", dir, NULL};
+  cr_assert_eq(test_run_volt8(broken, out, sizeof out, err, sizeof err), 0, "%s", err);
+  cr_assert(strncmp(out, "1 gate_up.", 10) == 0, "%s", out);
+  snprintf(path, sizeof path, "volt8 list: warning: %s/op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=any.json: "
+           "tuning table is not valid JSON", dir);
+  cr_assert_not_null(strstr(err, path), "%s", err);
+  cr_assert_not_null(strstr(err, "volt8 list: warning: no tuning table op=down,N=2560,K=160,"), "%s", err);
+
+  snprintf(path, sizeof path, "%s/missing", dir);
+  setenv("VOLT8_TUNING_DIR", path, 1);
+  char *env_dir[] = {"list", "--arch", "sm_90", "--shape", REFERENCE_TP4, "--choice", "1", NULL};
+  cr_assert_eq(test_run_volt8(env_dir, out, sizeof out, err, sizeof err), 0, "%s", err);
+  unsetenv("VOLT8_TUNING_DIR");
+  char expected[8400];
+  snprintf(expected, sizeof expected, "volt8 list: warning: VOLT8_TUNING_DIR=%s is not a directory (No such file", path);
+  cr_assert_not_null(strstr(err, expected), "%s", err);
+
+  char fifo[8192];
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  snprintf(path, sizeof path, "%s/op=gate_up,N=320,K=2560,block=128x128,arch=sm_90,device=any.json", dir);
+  const char *not_folders[3] = {"/nonexistent/volt8-tables", path, fifo};
+  const char *whys[3] = {"No such file or directory", "Not a directory", "Not a directory"};
+  for (int i = 0; i < 3; i++) {
+    char *bad[] = {"list", "--choice", "1", "--tables", (char *)not_folders[i], NULL};
+    cr_assert_eq(test_run_volt8(bad, out, sizeof out, err, sizeof err), 2, "%s: %s", not_folders[i], err);
+    snprintf(expected, sizeof expected, "volt8 list: --tables %s: %s", not_folders[i], whys[i]);
+    cr_assert_not_null(strstr(err, expected), "%s", err);
+    cr_assert_str_empty(out);
+  }
+  test_remove_tree(dir);
 }

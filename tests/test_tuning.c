@@ -328,6 +328,36 @@ Test(tuning_lookup, corrupt_table_skipped_with_a_warning) {
   volt8_ctx_destroy(ctx);
 }
 
+/* A $VOLT8_TUNING_DIR that is not a folder (missing, a file, a FIFO) is said once; the built-in table
+ * still serves, and nothing is opened or waited on. */
+Test(tuning_lookup, tuning_dir_that_is_not_a_folder_is_a_warning, .timeout = 20) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  volt8_moe_shape shape = reference_shape();
+  char file[8192], fifo[8192];
+  test_write_text(temp_dir, "plain", "{}");
+  snprintf(file, sizeof file, "%s/plain", temp_dir);
+  snprintf(fifo, sizeof fifo, "%s/fifo", temp_dir);
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  const char *dirs[3] = {"/nonexistent/volt8-tables", file, fifo};
+  const char *whys[3] = {" (No such file or directory)", "", ""};
+  for (int i = 0; i < 3; i++) {
+    volt8_tuning_warnings_reset();
+    setenv(VOLT8_TUNING_DIR_ENV, dirs[i], 1);
+    volt8_tuning_match match;
+    for (int32_t m = 1; m <= 8; m *= 2) {
+      cr_assert_eq(volt8_tuning_lookup(ctx, &shape, VOLT8_OP_GATE_UP, m, 10, &match), VOLT8_OK);
+      cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_BUILT_IN, "%s", dirs[i]);
+    }
+    char text[4096], expected[8400];
+    cr_assert_eq(warning_count(text, sizeof text), 1, "%s: %s", dirs[i], text);
+    snprintf(expected, sizeof expected, "VOLT8_TUNING_DIR=%s is not a directory%s: no table is read from it", dirs[i],
+             whys[i]);
+    cr_assert_not_null(strstr(text, expected), "%s", text);
+  }
+  unsetenv(VOLT8_TUNING_DIR_ENV);
+  volt8_ctx_destroy(ctx);
+}
+
 Test(tuning_lookup, warnings_buffer_truncates_safely) {
   volt8_tuning_warn("a", "first warning with some length");
   volt8_tuning_warn("b", "second");
@@ -706,7 +736,7 @@ Test(derive, variants_that_spill_are_not_chosen) {
   char *names[] = {"gate_up.cc.bm1.bn4.w4.sk1.l32", "down.cc.bm1.bn32.w4.sk1.l4", "down.cc.bm1.bn64.w4.sk1.l2"};
   int32_t ctas[] = {-1, -1, 8};
   derive_occupancy occupancy = {names, ctas, 3};
-  derive_state state = {&DERIVE_V100, reference_shape(), 10, &occupancy};
+  derive_state state = {&DERIVE_V100, reference_shape(), 10, &occupancy, NULL};
   tuner_backend backend = derive_backend(&state);
   tuner_measurement refused, held, usable;
   cr_assert_eq(backend.measure(backend.state, 4, names[0], names[2], 1, &refused), VOLT8_OK);
@@ -826,10 +856,34 @@ Test(derive, log_refuses_a_fifo_without_waiting) {
   char *argv[] = {"tune", "--derive", "sm_70", "--m", "1", "--out", temp_dir, "--log", log_path};
   cr_assert_eq(tune_options_parse(9, argv, &options, error, sizeof error), 0, "%s", error);
   tune_outcome outcome;
-  cr_assert_eq(tune_run(&options, "volt8 tune", NULL, 0, &outcome, error, sizeof error), VOLT8_ERR_IO);
+  cr_assert_eq(tune_run(&options, "volt8 tune", NULL, 0, &outcome, error, sizeof error), VOLT8_ERR_INVALID_ARGUMENT);
   cr_assert_not_null(strstr(error, "not a regular file"), "%s", error);
   cr_assert_not_null(strstr(error, log_path), "%s", error);
   cr_assert_eq(outcome.shapes_done, 0);
+}
+
+/* An --out that is a file, or lies under one, is a bad argument naming --out and the path (it said
+ * "File exists"); so is a --log that is a folder. Nothing is compiled first. */
+Test(derive, out_that_is_not_a_directory_is_named) {
+  char file[8192], under[8192], out[4096], err[4096];
+  test_write_text(temp_dir, "a_file", "not a folder\n");
+  snprintf(file, sizeof file, "%s/a_file", temp_dir);
+  snprintf(under, sizeof under, "%s/a_file/tables", temp_dir);
+  const char *outs[2] = {file, under};
+  for (int i = 0; i < 2; i++) {
+    char *args[] = {"tune", "--derive", "sm_70", "--m", "1", "--out", (char *)outs[i], NULL};
+    cr_assert_eq(test_run_volt8(args, out, sizeof out, err, sizeof err), 2, "%s", err);
+    char expected[8400];
+    snprintf(expected, sizeof expected, "--out %s is not a directory", outs[i]);
+    cr_assert_not_null(strstr(err, expected), "%s", err);
+    cr_assert_null(strstr(err, "File exists"), "%s", err);
+  }
+  char *log_dir[] = {"tune", "--derive", "sm_70", "--m", "1", "--out", temp_dir, "--log", temp_dir, NULL};
+  cr_assert_eq(test_run_volt8(log_dir, out, sizeof out, err, sizeof err), 2, "%s", err);
+  cr_assert_not_null(strstr(err, "not a regular file"), "%s", err);
+  char *text = read_text(file);
+  cr_assert_str_eq(text, "not a folder\n");
+  free(text);
 }
 
 /* ---- bench and tune options, report shapes ---- */

@@ -47,6 +47,10 @@ static void limit_text(const derive_terms *terms, char *buf, size_t size) {
 volt8_status derive_explain_markdown(volt8_ctx *ctx, const derive_device *device, const volt8_moe_shape *shape,
                                      int32_t top_k, const int32_t *m_values, int32_t m_count,
                                      const derive_occupancy *occupancy, FILE *out) {
+  for (int32_t i = 0; i < m_count; i++) {
+    volt8_status status = derive_check_domain(ctx, shape, top_k, m_values[i]);
+    if (status != VOLT8_OK) return status;
+  }
   fprintf(out, "| M | gate_up | us | limited by | down | us | limited by | route + reduce (us) | forward (us) | "
                "of it launches (us) | byte floor (us) | floor / forward |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int32_t i = 0; i < m_count; i++) {

@@ -22,7 +22,8 @@ int derive_forward_explain(const derive_device *device, const volt8_moe_shape *s
                            derive_forward *out);
 
 /* A Markdown table, a row per M, of the dispatch's pair for ctx's target arch (the shipped tables)
- * and derive_forward_explain's figures for it. */
+ * and derive_forward_explain's figures for it. Nothing is written when an M, top_k or the shape lies
+ * outside the model's domain (derive_check_domain's error). */
 volt8_status derive_explain_markdown(volt8_ctx *ctx, const derive_device *device, const volt8_moe_shape *shape,
                                      int32_t top_k, const int32_t *m_values, int32_t m_count,
                                      const derive_occupancy *occupancy, FILE *out);

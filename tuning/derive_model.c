@@ -1,6 +1,7 @@
 /* The roofline model of derive_model.h and its tuner backend. */
 #include "derive_model.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,39 @@ int derive_parse_variant(const char *name, derive_variant *out) {
   return 1;
 }
 
+/* "" when the model is defined at (shape, top_k, num_tokens); else what lies outside its domain. The
+ * model reads each of the shape's experts as one of all the model's, a token's top_k of them as
+ * distinct (q = top_k / E, a probability, needs top_k <= E) and at least one token. */
+static int outside_domain(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens, char *why, size_t why_size) {
+  volt8_moe_dims dims;
+  why[0] = '\0';
+  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK)
+    snprintf(why, why_size, "%s", volt8_last_error(NULL));
+  else if (shape->global_experts > 0 && shape->global_experts != shape->num_experts)
+    snprintf(why, why_size,
+             "the shape holds experts [%d, %d) of %d (expert parallelism); the model is of a rank holding all its "
+             "experts", shape->expert_start, shape->expert_start + shape->num_experts, shape->global_experts);
+  else if (top_k < 1 || top_k > shape->num_experts)
+    snprintf(why, why_size, "top_k %d is outside 1..%d (the shape's num_experts: a token's experts are distinct)",
+             top_k, shape->num_experts);
+  else if (num_tokens < 1)
+    snprintf(why, why_size, "num_tokens %d is below 1", num_tokens);
+  return why[0] != '\0';
+}
+
+volt8_status derive_check_domain(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  char why[512];
+  if (!shape) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "derive_check_domain: shape is NULL");
+  if (outside_domain(shape, top_k, num_tokens, why, sizeof why))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "the derivation model is not defined here: %s", why);
+  return VOLT8_OK;
+}
+
+static int in_domain(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  char why[512];
+  return shape && !outside_domain(shape, top_k, num_tokens, why, sizeof why);
+}
+
 /* Of a tok CTA's lanes, the share with a pair to walk: codegen/variants.lua lays them out as slots
  * (lane groups per column) each walking P / slots pairs of a pass of P pairs, P as many as 48 KiB of
  * shared memory stages (h in FP32, partials, weight, flag), at most 16, a multiple of the slots. */
@@ -102,13 +136,30 @@ static double tok_live_share(const derive_variant *variant, double k, int32_t to
   return top_k / (pass * ceil(top_k / pass));
 }
 
-/* Expected work items per expert, sum_p P(p) ceil(p / bm), and P(p = 0), for p ~ Binomial(M, q). */
+/* Expected work items per expert, sum_p P(p) ceil(p / bm), and P(p = 0), for p ~ Binomial(M, q),
+ * 0 < q <= 1, summed up from p = 0 with P(p + 1) = P(p) (M - p) / (p + 1) q / (1 - q). Past M q of
+ * about 700, P(0) = (1 - q)^M underflows to 0, and every term after it would too (the work of M = 40000
+ * at top-10 of 512 came out as nothing): there the terms below the smallest normal double, which add
+ * nothing, are stepped over in logs until one is representable. */
 static void expected_items(int32_t num_tokens, double q, int32_t block_m, double *out_items, double *out_idle) {
   double probability = pow(1.0 - q, num_tokens), items = 0.0;
   *out_idle = probability;
-  for (int32_t p = 0; p < num_tokens; p++) {
+  if (q >= 1.0) { /* every expert takes every token */
+    *out_items = ceil((double)num_tokens / block_m);
+    return;
+  }
+  int32_t p = 0;
+  if (probability < DBL_MIN) {
+    double log_probability = num_tokens * log1p(-q);
+    for (; p < num_tokens && log_probability < log(DBL_MIN); p++)
+      log_probability += log((double)(num_tokens - p) / (p + 1) * q / (1.0 - q));
+    probability = exp(log_probability);
+    items = probability * (double)(((int64_t)p + block_m - 1) / block_m);
+  }
+  /* past the mode, once the terms underflow to 0 the rest add nothing */
+  for (; p < num_tokens && (probability > 0.0 || p < num_tokens * q); p++) {
     probability *= (double)(num_tokens - p) / (p + 1) * q / (1.0 - q);
-    items += probability * (double)((p + 1 + block_m - 1) / block_m);
+    items += probability * (double)(((int64_t)p + block_m) / block_m);
   }
   *out_items = items;
 }
@@ -122,7 +173,7 @@ int derive_op_terms(const derive_device *device, const volt8_moe_shape *shape, i
                     const derive_variant *variant, derive_terms *out) {
   volt8_moe_dims dims;
   memset(out, 0, sizeof *out);
-  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return 0;
+  if (!in_domain(shape, top_k, num_tokens) || volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return 0;
   int gate_up = variant->op == VOLT8_OP_GATE_UP;
   double columns = gate_up ? shape->intermediate : shape->hidden;
   double rows = gate_up ? 2.0 : 1.0;
@@ -180,7 +231,7 @@ const char *derive_terms_limit(const derive_terms *terms) {
 
 double derive_forward_bytes(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
   volt8_moe_dims dims;
-  if (volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return NAN;
+  if (!in_domain(shape, top_k, num_tokens) || volt8_moe_dims_compute(NULL, shape, &dims) != VOLT8_OK) return NAN;
   double expert_bytes = (double)dims.w13_bytes_per_expert + dims.w2_bytes_per_expert +
                         2.0 * (dims.s13_elems_per_expert + dims.s2_elems_per_expert);
   double active = shape->num_experts * (1.0 - pow(1.0 - (double)top_k / shape->num_experts, num_tokens));
@@ -188,11 +239,13 @@ double derive_forward_bytes(const volt8_moe_shape *shape, int32_t top_k, int32_t
 }
 
 double derive_route_us(const derive_device *device, int32_t top_k, int32_t num_tokens) {
+  if (top_k < 1 || num_tokens < 1) return NAN;
   /* the route reads ids and weights and writes the work items (12 bytes a pair) */
   return device->launch_us + device->route_us + (double)num_tokens * top_k * 12.0 / (device->dram_gbps * 1e3);
 }
 
 double derive_reduce_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens) {
+  if (!in_domain(shape, top_k, num_tokens)) return NAN;
   double pairs = (double)num_tokens * top_k;
   double bytes = pairs * shape->hidden * 4.0 + (double)num_tokens * shape->hidden * 2.0 + pairs * 4.0;
   double round_trips = 2.0 * ceil(top_k / 8.0); /* a batch of eight ids, then their z rows */
@@ -205,7 +258,10 @@ double derive_support_us(const derive_device *device, const volt8_moe_shape *sha
          (fused_reduce ? 0.0 : derive_reduce_us(device, shape, top_k, num_tokens));
 }
 
-static volt8_status derive_begin(void *state, int32_t m) { return VOLT8_OK; }
+static volt8_status derive_begin(void *user, int32_t m) {
+  derive_state *state = user;
+  return derive_check_domain(state->ctx, &state->shape, state->top_k, m);
+}
 static void derive_end(void *state, int32_t m) {}
 
 /* What a down that spills or does not fit costs: more than any forward, so it never wins while

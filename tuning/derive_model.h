@@ -64,13 +64,20 @@ int derive_parse_variant(const char *name, derive_variant *out);
  * as the SM's warp and CTA slots allow. */
 double derive_ctas_per_sm(const derive_device *device, const derive_variant *variant);
 
+/* The model's domain: a shape volt8 runs whose rank holds all its experts (no expert parallelism),
+ * top_k in 1..num_experts (a token's experts are distinct: top_k / E is the chance that a token routes
+ * to a given expert) and num_tokens >= 1. VOLT8_OK there; elsewhere VOLT8_ERR_INVALID_ARGUMENT with a
+ * message on ctx (may be NULL) naming the value outside. Nothing below computes outside the domain:
+ * it gives 0 or NaN instead. */
+volt8_status derive_check_domain(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens);
+
 /* One op's modelled terms: each microseconds, fill the share of the warps that saturate DRAM. */
 typedef struct derive_terms {
   double launch_us, dram_us, l2_us, math_us; /* dram_us at the fill, math_us at the fill and tail */
   double fill;
   double total_us;                            /* launch + the larger of memory and math + 15% of the other */
 } derive_terms;
-/* 0 when the shape is not one (out zeroed). */
+/* 0 outside the model's domain or when the shape is not one (out zeroed). */
 int derive_op_terms(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
                     const derive_variant *variant, derive_terms *out);
 /* What limits the op: "launch" (its launch outlasts its work), "latency" (too few warps resident to
@@ -78,13 +85,13 @@ int derive_op_terms(const derive_device *device, const volt8_moe_shape *shape, i
 const char *derive_terms_limit(const derive_terms *terms);
 /* Bytes a forward must move, as bench's byte floor counts them: the active experts' E4M3 weights and
  * FP16 scales (E (1 - (1 - top_k / E)^M) experts expected active), x in and out out in FP16, ids and
- * weights. NaN for a shape that is not one. */
+ * weights. NaN outside the model's domain. */
 double derive_forward_bytes(const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens);
-/* The route's and the reduce's modelled microseconds. */
+/* The route's and the reduce's modelled microseconds; NaN outside the model's domain. */
 double derive_route_us(const derive_device *device, int32_t top_k, int32_t num_tokens);
 double derive_reduce_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens);
 
-/* Modelled microseconds of one op's kernel; NaN when the name does not parse. */
+/* Modelled microseconds of one op's kernel; NaN outside the model's domain. */
 double derive_op_us(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
                     const derive_variant *variant);
 /* Modelled microseconds of what the forward runs beside the two GEMMs: the route when `routed` (a
@@ -104,9 +111,11 @@ typedef struct derive_state {
   volt8_moe_shape shape;
   int32_t top_k;
   const derive_occupancy *occupancy; /* NULL: every variant's is unknown */
+  volt8_ctx *ctx;                    /* where a refusal's message goes (NULL: the thread's) */
 } derive_state;
 
-/* A backend whose "measurement" is the model (backend.measured = 0). */
+/* A backend whose "measurement" is the model (backend.measured = 0); its begin_m refuses a token
+ * count, top_k or shape outside the model's domain (derive_check_domain), which stops the tuner. */
 tuner_backend derive_backend(derive_state *state);
 
 #endif

@@ -173,6 +173,15 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
       return -1;
   }
   if (model_name && !top_k_given) out->top_k = model->top_k;
+  /* a token routes to top_k distinct experts of the model */
+  for (int32_t s = 0; s < out->shape_count; s++) {
+    int32_t experts = out->shapes[s].global_experts > 0 ? out->shapes[s].global_experts : out->shapes[s].num_experts;
+    if (experts > 0 && out->top_k > experts) {
+      snprintf(error, error_size, "--top-k %d%s is more than the %d experts of shape %d (a token's experts are distinct)",
+               out->top_k, top_k_given ? "" : " (the default)", experts, s + 1);
+      return -1;
+    }
+  }
   if (out->derive_arch && out->target_arch) {
     snprintf(error, error_size, "--derive and --target-arch exclude each other");
     return -1;
@@ -186,10 +195,14 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
   return 0;
 }
 
-/* mkdir -p: 0 when `path` is a directory afterwards. */
+/* mkdir -p: 0 when `path` is a directory afterwards; else -1 with errno set, ENOTDIR when it or a
+ * folder on its way is something else (a file). */
 static int make_directories(const char *path) {
   char partial[4096];
-  if (snprintf(partial, sizeof partial, "%s", path) >= (int)sizeof partial) return -1;
+  if (snprintf(partial, sizeof partial, "%s", path) >= (int)sizeof partial) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
   for (char *slash = strchr(partial + 1, '/');; slash = strchr(slash + 1, '/')) {
     if (slash) *slash = '\0';
     if (mkdir(partial, 0755) != 0 && errno != EEXIST) return -1;
@@ -197,7 +210,10 @@ static int make_directories(const char *path) {
     *slash = '/';
   }
   struct stat info;
-  return stat(path, &info) == 0 && S_ISDIR(info.st_mode) ? 0 : -1;
+  if (stat(path, &info) != 0) return -1;
+  if (S_ISDIR(info.st_mode)) return 0;
+  errno = ENOTDIR;
+  return -1;
 }
 
 static void shape_label(const volt8_moe_shape *shape, char *buf, size_t size) {
@@ -211,6 +227,18 @@ static void report_summary(FILE *progress, const tuner_summary *summary) {
           summary->measurements, summary->rejected, summary->tables[0], summary->tables[1]);
   if (summary->failures[0]) fprintf(progress, "tune: failures:\n%s", summary->failures);
   fflush(progress);
+}
+
+/* The model refuses what lies outside its domain before any folder is made, CUBIN compiled or
+ * table written. */
+static volt8_status derive_domain(const tune_options *options, char *error, size_t error_size) {
+  for (int32_t s = 0; s < options->shape_count; s++)
+    for (int32_t i = 0; i < options->m_count; i++)
+      if (derive_check_domain(NULL, &options->shapes[s], options->top_k, options->m_values[i]) != VOLT8_OK) {
+        snprintf(error, error_size, "%s", volt8_last_error(NULL));
+        return VOLT8_ERR_INVALID_ARGUMENT;
+      }
+  return VOLT8_OK;
 }
 
 static volt8_status derive_all(const tune_options *options, const char *command, FILE *progress, int tty, FILE *log,
@@ -239,7 +267,7 @@ static volt8_status derive_all(const tune_options *options, const char *command,
       status = derive_occupancy_compile(ctx, &options->shapes[s], options->jobs ? options->jobs : bench_host_threads(16),
                                         v100 ? NULL : &h200_limits, &occupancy);
     if (status != VOLT8_OK) break;
-    derive_state state = {device, options->shapes[s], options->top_k, &occupancy.view};
+    derive_state state = {device, options->shapes[s], options->top_k, &occupancy.view, ctx};
     tuner_backend backend = derive_backend(&state);
     tuner_settings settings = {
         .shape = options->shapes[s], .top_k = options->top_k, .m_values = options->m_values,
@@ -334,12 +362,13 @@ static volt8_status measure_all(const tune_options *options, const char *command
 }
 
 /* The log is written as the tune goes, so that a run cut short keeps what it measured; it is created
- * new (O_EXCL after removing a regular file of that name), so never a FIFO or a device. */
+ * new (O_EXCL after removing a regular file of that name), so never a FIFO or a device. 0, or -2 for a
+ * path that is not a regular file, -1 when it cannot be created. */
 static int open_log(const char *path, FILE **out, char *error, size_t error_size) {
   struct stat info;
   if (lstat(path, &info) == 0 && !S_ISREG(info.st_mode)) {
     snprintf(error, error_size, "--log %s: not a regular file", path);
-    return -1;
+    return -2;
   }
   int fd = -1;
   if (unlink(path) == 0 || errno == ENOENT) fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -356,12 +385,18 @@ volt8_status tune_run(const tune_options *options, const char *command, FILE *pr
                       tune_outcome *out_outcome, char *error, size_t error_size) {
   memset(out_outcome, 0, sizeof *out_outcome);
   error[0] = '\0';
+  if (options->derive_arch && derive_domain(options, error, error_size) != VOLT8_OK) return VOLT8_ERR_INVALID_ARGUMENT;
   if (make_directories(options->out_dir) != 0 || access(options->out_dir, W_OK) != 0) {
-    snprintf(error, error_size, "cannot create or write %s: %s", options->out_dir, strerror(errno));
+    if (errno == ENOTDIR) {
+      snprintf(error, error_size, "--out %s is not a directory (or a folder on its way is not)", options->out_dir);
+      return VOLT8_ERR_INVALID_ARGUMENT;
+    }
+    snprintf(error, error_size, "--out %s: cannot create or write it: %s", options->out_dir, strerror(errno));
     return VOLT8_ERR_IO;
   }
   FILE *log = NULL;
-  if (options->log_path && open_log(options->log_path, &log, error, error_size) != 0) return VOLT8_ERR_IO;
+  int log_refused = options->log_path ? open_log(options->log_path, &log, error, error_size) : 0;
+  if (log_refused) return log_refused == -2 ? VOLT8_ERR_INVALID_ARGUMENT : VOLT8_ERR_IO;
   volt8_status status = options->derive_arch
                             ? derive_all(options, command, progress, tty, log, out_outcome, error, error_size)
                             : measure_all(options, command, progress, tty, log, out_outcome, error, error_size);

@@ -39,7 +39,9 @@ typedef struct tune_outcome {
 } tune_outcome;
 
 /* Tunes every shape and writes its two tables into options->out_dir. Progress and results go to
- * `progress` (tty: 1 for a self-updating bar). Errors: message in `error`. */
+ * `progress` (tty: 1 for a self-updating bar). Errors: message in `error`; VOLT8_ERR_INVALID_ARGUMENT
+ * for what the options ask that cannot be (an --out that is not a directory, a --log that is not a
+ * regular file, a shape or top-k outside the derivation model's domain). */
 volt8_status tune_run(const tune_options *options, const char *command, FILE *progress, int tty,
                       tune_outcome *out_outcome, char *error, size_t error_size);
 

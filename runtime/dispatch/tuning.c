@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/ctx_internal.h"
 #include "core/embedded_files.h"
@@ -343,6 +344,18 @@ static int try_built_in(volt8_ctx *ctx, const char *name, const char *op_name, i
                    out_match);
 }
 
+/* A $VOLT8_TUNING_DIR that is not a folder serves no table: said once, not left to each missing file. */
+static void warn_unless_directory(const char *dir) {
+  struct stat info;
+  int found = stat(dir, &info) == 0;
+  if (found && S_ISDIR(info.st_mode)) return;
+  const char *why = found ? "" : strerror(errno);
+  char key[VOLT8_TUNING_ORIGIN_BYTES];
+  snprintf(key, sizeof key, "%s=%.900s", VOLT8_TUNING_DIR_ENV, dir);
+  volt8_tuning_warn(key, "%s=%.900s is not a directory%s%s%s: no table is read from it", VOLT8_TUNING_DIR_ENV, dir,
+                    found ? "" : " (", why, found ? "" : ")");
+}
+
 volt8_status volt8_tuning_lookup(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
                                  int32_t top_k, volt8_tuning_match *out_match) {
   if (!ctx || !shape || !out_match)
@@ -363,6 +376,7 @@ volt8_status volt8_tuning_lookup(volt8_ctx *ctx, const volt8_moe_shape *shape, v
   }
   const char *dir = getenv(VOLT8_TUNING_DIR_ENV);
   if (dir && *dir) {
+    warn_unless_directory(dir);
     for (int i = 0; i < 2; i++)
       if (try_env_dir(ctx, dir, names[i], op_name, num_tokens, top_k, out_match)) return VOLT8_OK;
   }

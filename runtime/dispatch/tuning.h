@@ -21,8 +21,9 @@
  *   device=any>, then the same two names among the tables built into the library. The first that
  *   exists and parses wins; an invalid one is skipped with a warning. Within a table the entry
  *   with the nearest M serves (ties: the smaller M).
- * Warnings: the library never prints. A missing table or an invalid one is recorded once per
- *   process (per table name or path) and read back with volt8_tuning_warnings().
+ * Warnings: the library never prints. A missing table or an invalid one, and a $VOLT8_TUNING_DIR
+ *   that is not a directory, is recorded once per process (per table name or path) and read back
+ *   with volt8_tuning_warnings(); the volt8 command prints them.
  */
 #ifndef VOLT8_TUNING_H
 #define VOLT8_TUNING_H

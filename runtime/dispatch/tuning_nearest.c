@@ -10,7 +10,6 @@
 #include "core/ctx_internal.h"
 #include "core/embedded_files.h"
 
-#define MAX_CANDIDATES 256
 #define EMULATED_MMA_MIN_ARCH 80
 
 typedef struct candidate {
@@ -62,23 +61,40 @@ static int compare_candidates(const void *a, const void *b) {
   return strcmp(left->name, right->name);
 }
 
-static int32_t gather(const wanted_table *wanted, const char *dir, candidate *out) {
-  int32_t count = 0;
-  DIR *folder = dir && *dir ? opendir(dir) : NULL;
-  for (struct dirent *entry; folder && (entry = readdir(folder)) && count < MAX_CANDIDATES;) {
-    out[count].built_in = NULL;
-    count += consider(entry->d_name, wanted, &out[count]);
+typedef struct candidate_list {
+  candidate *items;
+  int32_t count, capacity;
+} candidate_list;
+
+/* Adds `name` when it matches `wanted`; 0 when the list could not grow (memory). The list grows as
+ * the folder does: every matching table is ranked, however many there are. */
+static int add_candidate(candidate_list *list, const char *name, const volt8_embedded_file *built_in,
+                         const wanted_table *wanted) {
+  if (list->count == list->capacity) {
+    int32_t capacity = list->capacity ? 2 * list->capacity : 16;
+    candidate *grown = list->capacity < INT32_MAX / 2 ? realloc(list->items, (size_t)capacity * sizeof *grown) : NULL;
+    if (!grown) return 0;
+    list->items = grown;
+    list->capacity = capacity;
   }
+  list->items[list->count].built_in = built_in;
+  list->count += consider(name, wanted, &list->items[list->count]);
+  return 1;
+}
+
+/* Every table of $VOLT8_TUNING_DIR and built in that matches `wanted`, best first; 0 when out of memory. */
+static int gather(const wanted_table *wanted, const char *dir, candidate_list *out) {
+  int grown = 1;
+  DIR *folder = dir && *dir ? opendir(dir) : NULL;
+  for (struct dirent *entry; grown && folder && (entry = readdir(folder));)
+    grown = add_candidate(out, entry->d_name, NULL, wanted);
   if (folder) closedir(folder);
   size_t prefix = strlen(VOLT8_TUNING_BUILT_IN_PREFIX);
-  for (const volt8_embedded_file *file = volt8_embedded_files; volt8_tuning_built_in() && file->path && count < MAX_CANDIDATES;
-       file++) {
-    if (strncmp(file->path, VOLT8_TUNING_BUILT_IN_PREFIX, prefix) != 0) continue;
-    out[count].built_in = file;
-    count += consider(file->path + prefix, wanted, &out[count]);
-  }
-  qsort(out, (size_t)count, sizeof *out, compare_candidates);
-  return count;
+  for (const volt8_embedded_file *file = volt8_embedded_files; grown && volt8_tuning_built_in() && file->path; file++)
+    if (strncmp(file->path, VOLT8_TUNING_BUILT_IN_PREFIX, prefix) == 0)
+      grown = add_candidate(out, file->path + prefix, file, wanted);
+  if (grown) qsort(out->items, (size_t)out->count, sizeof *out->items, compare_candidates);
+  return grown;
 }
 
 /* The token count of a table measured at (table_top_k, table_experts) with the routed pairs per
@@ -164,20 +180,19 @@ volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, 
   char device_token[128];
   volt8_tuning_device_token(ctx->device_name, device_token, sizeof device_token);
   wanted.device_token = device_token;
-  candidate *candidates = malloc(MAX_CANDIDATES * sizeof *candidates);
+  candidate_list candidates = {NULL, 0, 0};
   volt8_ctx *scratch = calloc(1, sizeof *scratch);
-  if (!candidates || !scratch) {
-    free(candidates);
-    free(scratch);
-    return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table");
-  }
   const char *dir = getenv(VOLT8_TUNING_DIR_ENV);
-  int32_t candidate_count = gather(&wanted, dir, candidates);
-  for (int32_t i = 0; i < candidate_count; i++)
-    if (try_candidate(ctx, scratch, &candidates[i], dir, wanted.op_name, num_tokens, top_k, shape, names, count,
+  if (!scratch || !gather(&wanted, dir, &candidates)) {
+    free(candidates.items);
+    free(scratch);
+    return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table's candidates");
+  }
+  for (int32_t i = 0; i < candidates.count; i++)
+    if (try_candidate(ctx, scratch, &candidates.items[i], dir, wanted.op_name, num_tokens, top_k, shape, names, count,
                       out_match))
       break;
-  free(candidates);
+  free(candidates.items);
   free(scratch);
   return VOLT8_OK;
 }

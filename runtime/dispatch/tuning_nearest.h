@@ -11,8 +11,8 @@
  * for sm_80 and later): such a family is never a fallback's choice. */
 int volt8_dispatch_family_emulated(int32_t target_arch, const char *variant);
 
-/* Candidates: the tables in $VOLT8_TUNING_DIR and built in whose name has the op, ctx's target
- * arch and the shape's block; this device's first, then device=any, then other devices', each
+/* Candidates: every table in $VOLT8_TUNING_DIR and built in whose name has the op, ctx's target
+ * arch and the shape's block, however many there are; this device's first, then device=any, then other devices', each
  * group by the distance |ln(N/N')| + |ln(K/K')|. A candidate's entry nearest the scaled token
  * count (num_tokens * top_k / E, in the table's top_k and E from its __metadata__) serves when it is
  * one of `names` and of a family the arch does not emulate; when it is not, the candidate's nearest

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_GRID_Y 65535
 #define CHOICE_CACHE_ENTRIES 16
 
 typedef struct loaded_kernel {
@@ -139,10 +138,10 @@ volt8_status volt8_experts_alloc(volt8_ctx *ctx, const volt8_moe_shape *shape, i
    * the model: with expert parallelism every pair has its place, also those of other ranks). */
   int32_t global_experts = volt8_moe_global_experts(shape);
   if (max_top_k > global_experts && global_experts > 0) max_top_k = global_experts;
-  if (max_tokens <= 0 || max_top_k <= 0 || (int64_t)max_tokens * max_top_k > MAX_GRID_Y)
+  if (max_tokens <= 0 || max_top_k <= 0 || (int64_t)max_tokens * max_top_k > VOLT8_MAX_ROUTED_PAIRS)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
                       "max_tokens %d x max_top_k %d must be positive and give at most %d routed pairs",
-                      max_tokens, max_top_k, MAX_GRID_Y);
+                      max_tokens, max_top_k, VOLT8_MAX_ROUTED_PAIRS);
   volt8_moe_dims dims;
   volt8_status status = volt8_moe_dims_compute(ctx, shape, &dims);
   if (status != VOLT8_OK) return status;
@@ -487,10 +486,11 @@ volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_valu
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_prepare: m_values is NULL or count %d < 0", count);
   int32_t largest = experts->max_tokens;
   for (int32_t i = 0; i < count; i++) {
-    if (m_values[i] <= 0 || (int64_t)m_values[i] * experts->max_top_k > MAX_GRID_Y)
+    if (m_values[i] <= 0 || (int64_t)m_values[i] * experts->max_top_k > VOLT8_MAX_ROUTED_PAIRS)
       return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
                         "volt8_experts_prepare: m_values[%d] = %d must be in 1..%d (at most %d routed pairs at top_k %d)",
-                        i, m_values[i], MAX_GRID_Y / experts->max_top_k, MAX_GRID_Y, experts->max_top_k);
+                        i, m_values[i], VOLT8_MAX_ROUTED_PAIRS / experts->max_top_k, VOLT8_MAX_ROUTED_PAIRS,
+                        experts->max_top_k);
     if (m_values[i] > largest) largest = m_values[i];
   }
   volt8_status status = volt8_ctx_require_device(ctx);

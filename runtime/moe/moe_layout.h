@@ -47,6 +47,11 @@
 
 #include "volt8.h"
 
+/* The most routed pairs P = M * top_k one forward takes (its workspace is sized in them): the GEMMs'
+ * grids run a row of CTAs per pair, and a grid's y dimension holds at most 65535. The one bound of
+ * the token count; the tools take theirs from it. */
+#define VOLT8_MAX_ROUTED_PAIRS 65535
+
 typedef struct volt8_moe_dims {
   int64_t w13_bytes_per_expert, w2_bytes_per_expert;
   int64_t s13_elems_per_expert, s2_elems_per_expert;

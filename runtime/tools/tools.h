@@ -24,7 +24,8 @@
 #include "jit/kernel_load.h"        /* the bench support kernels load like volt8's own */
 #include "jit/kernel_resources.h"   /* registers, spills and occupancy of a variant's CUBIN (list --resources) */
 #include "jit/nvrtc_loader.h"       /* the NVRTC version a tuning run records */
-#include "moe/moe_layout.h"         /* device layout sizes of synthetic problems */
+#include "moe/moe_layout.h"         /* device layout sizes of synthetic problems; the token count's bound */
+#include "tools/token_counts.h"     /* token-count lists of the tools' arguments (list --choice) */
 
 /* The facts of a context the tools print and pass on. */
 typedef struct volt8_tools_ctx_info {

@@ -5,7 +5,11 @@
  * table has 1..4096 entries, ascending and distinct M, each naming a variant of the op; the
  * nearest entry for any M is one of them. The same text is then found through $VOLT8_TUNING_DIR by
  * the lookup, which must serve from it exactly when the parser accepts it, and otherwise leave a
- * warning and fall back to the heuristic. */
+ * warning and fall back to the heuristic. Last, the text is the nearest tabled shape's table (a
+ * neighbour's name, among far tables that name no variant of the shape, more candidates than the
+ * search's first allocation holds; the built-in tables left out, as list --tables does, so that each
+ * input costs a few small reads): it serves only when it parses, then only an entry it holds that the
+ * shape has, and it serves whenever it parses and every entry is one the shape has. */
 #include "fuzz_common.h"
 
 #include <limits.h>
@@ -14,16 +18,35 @@
 #include <string.h>
 
 #include "dispatch/tuning.h"
+#include "dispatch/tuning_nearest.h"
+#include "jit/codegen.h"
 
 static char tables_dir[1024];
 /* No table is built in for this shape: a lookup is served by the fuzzed file or by nothing. */
 static const volt8_moe_shape shape = {sizeof(volt8_moe_shape), 2560, 48, 64, 128, 128, 0, 0, 0};
+static char **variants;
+static int32_t variant_count;
+
+#define FAR_TABLES 20
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   fuzz_make_dirs("tuning");
   fuzz_path(tables_dir, sizeof tables_dir, "tuning");
   setenv(VOLT8_TUNING_DIR_ENV, tables_dir, 1);
+  fuzz_require(volt8_codegen_list(fuzz_ctx(), &shape, &variants, &variant_count) == VOLT8_OK, "variant list",
+               volt8_last_error(fuzz_ctx()));
+  const char *ops[2] = {"gate_up", "down"};
+  for (int op = 0; op < 2; op++)
+    for (int i = 0; i < FAR_TABLES; i++) {
+      char name[VOLT8_TUNING_NAME_BYTES], path[2048], text[256];
+      snprintf(name, sizeof name, "op=%s,N=%d,K=%d,block=128x128,arch=sm_70,device=any.json", ops[op], 8192 + 16 * i,
+               8192);
+      snprintf(path, sizeof path, "%s/%s", tables_dir, name);
+      int length = snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1}, \"1\": \"%s.not.offered\"}",
+                            ops[op]);
+      fuzz_write_file(path, text, (size_t)length);
+    }
   return 0;
 }
 
@@ -46,6 +69,45 @@ static void check_table(const volt8_tuning_table *table, const char *op_name, in
     fuzz_require(nearest >= table->entries && nearest < table->entries + table->count, "nearest outside the table",
                  NULL);
   }
+}
+
+static int offered(const char *variant) {
+  for (int32_t i = 0; i < variant_count; i++)
+    if (strcmp(variants[i], variant) == 0) return 1;
+  return 0;
+}
+
+/* The same text as the table of a neighbouring shape (N + 16), through the nearest-table search. */
+static void check_nearest(const uint8_t *text, size_t size, volt8_op op, int32_t top_k, const volt8_tuning_table *table) {
+  volt8_ctx *ctx = fuzz_ctx();
+  int32_t n = 0, k = 0;
+  char name[VOLT8_TUNING_NAME_BYTES], path[2048];
+  fuzz_require(volt8_tuning_op_dims(ctx, &shape, op, &n, &k) == VOLT8_OK, "op dims", NULL);
+  fuzz_require(volt8_tuning_table_name(ctx, volt8_tuning_op_name(op), n + 16, k, 128, 128, 70, VOLT8_TUNING_ANY_DEVICE,
+                                       name, sizeof name) == VOLT8_OK,
+               "table name", NULL);
+  snprintf(path, sizeof path, "%s/%s", tables_dir, name);
+  fuzz_write_file(path, text, size);
+  volt8_tuning_match match;
+  volt8_tuning_set_built_in(0);
+  fuzz_require(volt8_tuning_nearest(ctx, &shape, op, 5, top_k ? top_k : 8, variants, variant_count, &match) ==
+                   VOLT8_OK,
+               "nearest", volt8_last_error(ctx));
+  volt8_tuning_set_built_in(1);
+  int from_text = match.source == VOLT8_TUNING_SOURCE_NEAREST && strcmp(match.origin, path) == 0;
+  fuzz_require(!from_text || table, "the nearest search served a table the parser refuses", path);
+  if (from_text) {
+    int held = 0;
+    for (int32_t i = 0; i < table->count && !held; i++) held = strcmp(table->entries[i].variant, match.variant) == 0;
+    fuzz_require(held && offered(match.variant), "the nearest search served a variant the table or shape lacks",
+                 match.variant);
+  }
+  int all_offered = table != NULL && size <= VOLT8_TUNING_MAX_TABLE_BYTES;
+  for (int32_t i = 0; all_offered && i < table->count; i++) all_offered = offered(table->entries[i].variant);
+  fuzz_require(!all_offered || from_text, "a nearest table whose every entry fits did not serve", match.origin);
+  fuzz_require(match.source == VOLT8_TUNING_SOURCE_NONE || from_text, "a far table that names no variant served",
+               match.origin);
+  fuzz_remove(path);
 }
 
 /* The same text through the file lookup. */
@@ -88,12 +150,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   volt8_status status = volt8_tuning_table_parse(ctx, text, text_size, "fuzz", op_name, &table);
   if (status == VOLT8_OK) {
     check_table(&table, op_name, top_k);
-    volt8_tuning_table_free(&table);
   } else {
     fuzz_require(status == VOLT8_ERR_FORMAT, "unexpected status", volt8_status_string(status));
     fuzz_require(table.entries == NULL && table.count == 0, "a rejected table kept entries", NULL);
   }
   free(text);
   check_lookup(data + 1, text_size, op, top_k, status == VOLT8_OK);
+  check_nearest(data + 1, text_size, op, top_k, status == VOLT8_OK ? &table : NULL);
+  volt8_tuning_table_free(&table);
   return 0;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the fuzz seed corpora, tests/fuzz/seeds/<target>/, from the checkpoint fixtures
-(tests/fixtures/make_checkpoints.py), the shipped tuning tables and the cache entry format.
+(tests/fixtures/make_checkpoints.py), the shipped tuning tables, the cache entry format and
+`volt8 list --choice` texts.
 
 Usage: .venv/bin/python3 tests/fuzz/make_seeds.py [--seed N]
 Each seed is small (safetensors data is cut to a few KiB); the corpora are committed, and this
@@ -170,6 +171,23 @@ def tuning_seeds():
     write("tuning_table", "bare_names", b"\x00" + json.dumps(
         {"__metadata__": {"schema_version": 1, "top_k": 4, "measured": False}, "1": "gate_up.cc.bm1.bn4.w4.sk1",
          "16": {"variant": "gate_up.mma.bm16.bn64.w4.sk1"}}).encode())
+    # every entry a variant of fuzz_tuning_table.c's shape: as its nearest table, this one must serve
+    for op, names in ((0, ("gate_up.cc.bm1.bn4.w4.sk1.l32", "gate_up.mma.bm8.bn16.w2.sk1")),
+                      (1, ("down.cc.bm1.bn128.w8.sk1.l2", "down.cc.bm2.bn64.w4.sk1.l2.o10"))):
+        write("tuning_table", "nearest_all_offered_" + ("down" if op else "gate_up"), bytes([op | 8 << 1]) + json.dumps(
+            {"__metadata__": {"schema_version": 1, "top_k": 8}, "1": names[0], "64": {"variant": names[1]}}).encode())
+
+
+def choice_seeds():
+    """Two bytes of max_m - 1 (mod the routed-pair bound), then a --choice text."""
+    def prefix(max_m):
+        return struct.pack(">H", max_m - 1)
+    for max_m, name, text in ((65535, "powers_of_two", "1,2,4,8,16,32,64,128"), (6553, "top10_largest", "1,6553"),
+                              (6553, "top10_past_the_bound", "6554"), (1, "only_one", "1"), (64, "empty_item", "1,,8"),
+                              (64, "trailing_comma", "1,8,"), (64, "leading_zero", "08"), (64, "sign", "+8"),
+                              (64, "space", " 8"), (64, "huge", "99999999999999999999999"), (64, "nothing", ""),
+                              (4095, "long_list", ",".join(str(1 + i % 4095) for i in range(120)))):
+        write("choice", name, prefix(max_m) + text.encode())
 
 
 def cache_entry(kind, name, payload, version=b"12.9", payload_bytes=None):
@@ -224,7 +242,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    for target in ("safetensors", "index", "config", "tuning_table", "cache_entry", "shape"):
+    for target in ("safetensors", "index", "config", "tuning_table", "cache_entry", "shape", "choice"):
         shutil.rmtree(os.path.join(SEEDS, target), ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix="volt8-seeds-") as fixtures:
         subprocess.run([sys.executable, os.path.join(ROOT, "tests", "fixtures", "make_checkpoints.py"), fixtures,
@@ -235,6 +253,7 @@ def main():
     tuning_seeds()
     cache_seeds()
     shape_seeds()
+    choice_seeds()
     for target in sorted(os.listdir(SEEDS)):
         files = os.listdir(os.path.join(SEEDS, target))
         size = sum(os.path.getsize(os.path.join(SEEDS, target, name)) for name in files)
