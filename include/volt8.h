@@ -13,7 +13,8 @@
  *  - One volt8_ctx may serve several threads at once for: volt8_last_error, volt8_ctx_target_arch,
  *    volt8_ctx_require_device, volt8_variant_count, volt8_variant_name, volt8_variant_compile,
  *    volt8_plan, volt8_plan_rank, volt8_checkpoint_load_host, volt8_experts_load,
- *    volt8_experts_create_from_host, volt8_rejection_prepare and volt8_rejection_sample.
+ *    volt8_experts_create_from_host, volt8_rejection_prepare and volt8_rejection_sample (and, in
+ *    the experimental block, volt8_shard_rank_shape and volt8_expert_shard_host).
  *    Threads asking for the same kernel at once share one compile; the disk cache is safe across
  *    processes.
  *  - A volt8_experts or volt8_graph handle is used by one thread at a time; distinct handles
