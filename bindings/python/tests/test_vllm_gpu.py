@@ -1,7 +1,8 @@
 """The vLLM plugin's GPU half (volt8.vllm.runtime), which imports no vLLM, on a GPU: a rank's experts
 staged tensor by tensor as vLLM's loader hands them over, uploaded, and torch.ops.volt8.mtp_moe with an
 engine's dtypes (bfloat16 x, int64 ids) against the float64 reference, eager, under torch.compile and in
-a CUDA graph. Skipped without a GPU (VOLT8_REQUIRE_GPU=1 turns the skip into a failure)."""
+a CUDA graph. Skipped without a GPU (VOLT8_REQUIRE_GPU=1 turns the skip into a failure); with torch
+and no GPU, the operator's registration and fake implementation."""
 import os
 
 import numpy as np
@@ -11,8 +12,31 @@ import volt8
 from test_gpu import ctx, dequantized, relative_l2, torch  # noqa: F401 (fixtures)
 from test_vllm_staging import feed, read_safetensors
 
-pytestmark = pytest.mark.gpu
 TOP_K = 4
+
+
+@pytest.fixture(scope="module")
+def torch_cpu():
+    return pytest.importorskip("torch", reason="no torch")
+
+
+def test_operator_is_registered_with_a_fake_implementation(torch_cpu):
+    """With torch and no GPU: the schema, the fake implementation's shapes and dtypes, and CPU tensors refused."""
+    torch = torch_cpu
+    import volt8.vllm.runtime  # noqa: F401 (registers the operator)
+    op = torch.ops.volt8.mtp_moe.default
+    assert str(op._schema) == ("volt8::mtp_moe(Tensor x, Tensor topk_ids, Tensor topk_weights, SymInt experts_key) "
+                               "-> Tensor")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        for dtype in (torch.bfloat16, torch.float16):
+            x = torch.empty(5, 256, dtype=dtype, device="cuda:0")
+            out = op(x, torch.empty(5, 4, dtype=torch.int64, device="cuda:0"), torch.empty(5, 4, device="cuda:0"), 7)
+            assert (tuple(out.shape), out.dtype, str(out.device)) == ((5, 256), dtype, "cuda:0")
+        with pytest.raises(RuntimeError, match="x: needs float16 or bfloat16"):
+            op(x.float(), torch.empty(5, 4, dtype=torch.int64, device="cuda:0"), torch.empty(5, 4, device="cuda:0"), 7)
+    with pytest.raises(volt8.InvalidArgumentError, match="x: volt8::mtp_moe runs on CUDA tensors"):
+        op(torch.zeros(2, 256, dtype=torch.bfloat16), torch.zeros(2, 4, dtype=torch.int64), torch.zeros(2, 4), 1)
 
 
 def staged(checkpoints, case, tp, rank, ep_size=1, ep_rank=0, block_n=0):
@@ -59,7 +83,7 @@ def router_inputs(torch, shape, tokens, seed, x_dtype=None, id_dtype=None):
 
 
 @pytest.fixture
-def mtp(torch, ctx, checkpoints):
+def mtp(torch, ctx, checkpoints):  # noqa: F811 (the fixtures)
     from volt8.vllm.runtime import MtpExperts
     made = []
 
@@ -75,9 +99,10 @@ def mtp(torch, ctx, checkpoints):
         experts.close()
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("options", [dict(), dict(ep_size=2, ep_rank=1), dict(case="bf16_fused", block_n=128),
-                                     dict(case="bf16_fused", tp=8, rank=3, block_n=1)],
-                         ids=["native-tp4r1", "native-tp4r1-ep2r1", "online128-tp4r1", "online1-tp8r3"])
+                                     dict(case="bf16_fused", tp=4, rank=2, block_n=1)],
+                         ids=["native-tp4r1", "native-tp4r1-ep2r1", "online128-tp4r1", "online1-tp4r2"])
 def test_eager_matches_the_float64_reference(torch, mtp, options):
     experts, host = mtp(**options)
     for tokens, x_dtype, id_dtype in ((1, torch.bfloat16, torch.int64), (5, torch.float16, torch.int32),
@@ -102,6 +127,7 @@ def draft_block(torch, experts):
     return Block()
 
 
+@pytest.mark.gpu
 def test_compiled_and_graph_replays_give_the_eager_bits(torch, mtp):
     experts, host = mtp()
     block = draft_block(torch, experts)
@@ -137,6 +163,7 @@ def test_compiled_and_graph_replays_give_the_eager_bits(torch, mtp):
     graph.reset()
 
 
+@pytest.mark.gpu
 def test_capture_of_an_unprepared_count_says_to_prepare(torch, mtp):
     experts, host = mtp(max_tokens=32)
     x, ids, weights = router_inputs(torch, host.shape, 3, seed=300)
@@ -148,12 +175,14 @@ def test_capture_of_an_unprepared_count_says_to_prepare(torch, mtp):
     graph.reset()
 
 
+@pytest.mark.gpu
 def test_operator_passes_opcheck(torch, mtp):
     experts, host = mtp()
     x, ids, weights = router_inputs(torch, host.shape, 5, seed=400)
     torch.library.opcheck(torch.ops.volt8.mtp_moe.default, (x, ids, weights, experts.key))
 
 
+@pytest.mark.gpu
 def test_operator_refuses_other_dtypes(torch, mtp):
     experts, host = mtp()
     x, ids, weights = router_inputs(torch, host.shape, 2, seed=500)
