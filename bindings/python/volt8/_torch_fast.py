@@ -7,6 +7,7 @@ path changes how fast a valid call is made, never what is accepted or what an er
 torch is never imported here: the path turns on once the caller has imported it.
 """
 import ctypes
+import struct
 import sys
 
 from . import _abi
@@ -34,14 +35,32 @@ def current_stream(device):
     return int(sys.modules["torch"].cuda.current_stream(device).cuda_stream)
 
 
+def _args_packer():
+    """(offset, Struct) that writes volt8_moe_args' fields from num_tokens to check_ids in one pack_into,
+    laid out from the ctypes mirror's own offsets."""
+    fields = (("num_tokens", "i"), ("top_k", "i"), ("x", "Q"), ("topk_ids", "Q"), ("topk_weights", "Q"), ("out", "Q"),
+              ("check_ids", "i"))
+    start = position = _abi.MoeArgs.num_tokens.offset
+    layout = "<"
+    for name, code in fields:
+        offset = getattr(_abi.MoeArgs, name).offset
+        layout += "x" * (offset - position) + code
+        position = offset + struct.calcsize("<" + code)
+    return start, struct.Struct(layout)
+
+
+_ARGS_OFFSET, _ARGS_LAYOUT = _args_packer()
+
+
 class ForwardCall:
     """One Experts' forward from torch tensors: the volt8_moe_args struct and the bound C function,
     made once. Not shared between threads (an Experts handle is used by one thread at a time)."""
 
-    __slots__ = ("args", "args_ref", "function", "lock")
+    __slots__ = ("args", "args_ref", "pack", "function", "lock")
 
     def __init__(self, ctx, library):
         self.args = _abi.MoeArgs()
+        self.pack = _ARGS_LAYOUT.pack_into
         self.args_ref = ctypes.byref(self.args)
         self.function = library.volt8_moe_forward
         self.lock = ctx._lock
@@ -73,7 +92,7 @@ class ForwardCall:
             return None
         if x.get_device() != device or topk_ids.get_device() != device or topk_weights.get_device() != device:
             return None
-        if not allow_grad and (x.requires_grad or topk_ids.requires_grad or topk_weights.requires_grad):
+        if not allow_grad and (x.requires_grad or topk_weights.requires_grad):  # integer ids never require grad
             return None
         if out is None:
             out = empty_like(x)  # x's dtype, shape, device and (contiguous) layout
@@ -88,14 +107,8 @@ class ForwardCall:
                 return None
         if stream < 0:
             return None
-        args = self.args
-        args.num_tokens = x_shape[0]
-        args.top_k = ids_shape[1]
-        args.x = x.data_ptr()
-        args.topk_ids = topk_ids.data_ptr()
-        args.topk_weights = topk_weights.data_ptr()
-        args.out = out.data_ptr()
-        args.check_ids = 1 if check_ids else 0
+        self.pack(self.args, _ARGS_OFFSET, x_shape[0], ids_shape[1], x.data_ptr(), topk_ids.data_ptr(),
+                  topk_weights.data_ptr(), out.data_ptr(), 1 if check_ids else 0)
         with self.lock:
             status = self.function(handle, self.args_ref, stream)
             if status:
