@@ -18,6 +18,9 @@ def recorded(monkeypatch):
     """(Experts on a CPU-only context posing as device 0, the calls its C function received, torch)."""
     torch = pytest.importorskip("torch", reason="no torch")
     monkeypatch.setattr(torch.Tensor, "get_device", lambda tensor: 0 if tensor.device.type == "cpu" else -2)
+    fast = volt8._torch_fast
+    state = fast._torch or fast._torch_state()
+    monkeypatch.setattr(fast, "_torch", state[:4] + (lambda device: 900 + device,) + state[5:])  # "current stream"
     context = volt8.Context(device=None)
     context.device = 0
     experts = volt8.Experts(context, 0x5000, SHAPE, max_tokens=8, max_top_k=4)
@@ -49,6 +52,8 @@ def test_fast_path_hands_the_library_the_tensors(recorded):
     made = experts.forward(x[:2], ids[:2], weights[:2], stream=5)
     assert made.shape == (2, SHAPE.hidden) and made.dtype == torch.float16
     assert calls[-1][2:4] == (2, 4) and calls[-1][7] == made.data_ptr() and calls[-1][8:] == (0, 5)
+    experts.forward(x, ids, weights, out)
+    assert calls[-1][-1] == 900  # torch's current stream on device 0
     side = type("Stream", (), {"cuda_stream": 123})()  # a torch.cuda.Stream's raw handle
     experts.forward(x, ids, weights, out, side)
     assert calls[-1][-1] == 123

@@ -10,6 +10,7 @@ import pytest
 
 import volt8
 from test_gpu import ctx, dequantized, relative_l2, torch  # noqa: F401 (fixtures)
+from test_host_path import recorded  # noqa: F401 (fixture)
 from test_vllm_staging import feed, read_safetensors
 
 TOP_K = 4
@@ -37,6 +38,33 @@ def test_operator_is_registered_with_a_fake_implementation(torch_cpu):
             op(x.float(), torch.empty(5, 4, dtype=torch.int64, device="cuda:0"), torch.empty(5, 4, device="cuda:0"), 7)
     with pytest.raises(volt8.InvalidArgumentError, match="x: volt8::mtp_moe runs on CUDA tensors"):
         op(torch.zeros(2, 256, dtype=torch.bfloat16), torch.zeros(2, 4, dtype=torch.int64), torch.zeros(2, 4), 1)
+
+
+def test_operator_converts_once_and_runs_m_beyond_max_tokens_as_several_forwards(recorded):  # noqa: F811
+    """With torch and no GPU: the operator's CUDA implementation called on CPU tensors posing as device 0's,
+    the C call recorded: bfloat16 x and int64 ids converted to FP16 and int32 copies, 19 tokens at
+    max_tokens 8 as forwards of 8, 8 and 3 tokens over consecutive rows, the output in x's dtype."""
+    experts, calls, torch = recorded
+    import volt8.torch
+    from volt8.vllm import runtime
+    key = volt8.torch.register(experts)
+    hidden = experts.shape.hidden
+    x = torch.randn(19, hidden).to(torch.bfloat16)
+    ids = torch.zeros(19, 4, dtype=torch.int64)
+    weights = torch.full((19, 4), 0.25, dtype=torch.bfloat16)
+    out = runtime._mtp_moe_cuda(x, ids, weights, key)
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
+    assert [call[2:4] + call[9:] for call in calls] == [(8, 4, 900), (8, 4, 900), (3, 4, 900)]  # current stream
+    first = calls[0]
+    for index, call in enumerate(calls):
+        rows = 8 * index
+        assert call[4] == first[4] + rows * hidden * 2 and call[5] == first[5] + rows * 4 * 4, index  # x16, ids32
+        assert call[6] == first[6] + rows * 4 * 4 and call[7] == first[7] + rows * hidden * 2, index  # weights, out
+    assert first[4] != x.data_ptr() and first[5] != ids.data_ptr()  # converted copies
+    calls.clear()
+    x16, ids32, weights32 = x.half(), ids.int(), weights.float()
+    assert runtime._mtp_moe_cuda(x16[:5], ids32[:5], weights32[:5], key).dtype == torch.float16
+    assert [call[4:7] for call in calls] == [(x16.data_ptr(), ids32.data_ptr(), weights32.data_ptr())]  # no copies
 
 
 def staged(checkpoints, case, tp, rank, ep_size=1, ep_rank=0, block_n=0):
