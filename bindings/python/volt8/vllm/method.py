@@ -207,6 +207,8 @@ class Volt8MoEMethod(FusedMoEMethodBase):
     the library); process_weights_after_loading uploads them into volt8 and frees the staging; apply
     runs torch.ops.volt8.mtp_moe on vLLM's current stream. Shared experts stay with vLLM's runner."""
 
+    requires_device_loading = False  # the placeholders are empty; the experts go to the device through volt8
+
     def __init__(self, moe_config, *, layer_name, online_block_n):
         super().__init__(moe_config)
         self.layer_name = layer_name
