@@ -54,7 +54,7 @@ _ARGS_OFFSET, _ARGS_LAYOUT = _args_packer()
 
 class ForwardCall:
     """One Experts' forward from torch tensors: the volt8_moe_args struct and the bound C function,
-    made once. Not shared between threads (an Experts handle is used by one thread at a time)."""
+    made once; the struct is filled and passed under the context's lock."""
 
     __slots__ = ("args", "args_ref", "pack", "function", "lock")
 
@@ -107,9 +107,9 @@ class ForwardCall:
                 return None
         if stream < 0:
             return None
-        self.pack(self.args, _ARGS_OFFSET, x_shape[0], ids_shape[1], x.data_ptr(), topk_ids.data_ptr(),
-                  topk_weights.data_ptr(), out.data_ptr(), 1 if check_ids else 0)
-        with self.lock:
+        with self.lock:  # the context's lock also keeps two threads from filling the one struct at once
+            self.pack(self.args, _ARGS_OFFSET, x_shape[0], ids_shape[1], x.data_ptr(), topk_ids.data_ptr(),
+                      topk_weights.data_ptr(), out.data_ptr(), 1 if check_ids else 0)
             status = self.function(handle, self.args_ref, stream)
             if status:
                 if status == _INVALID_ARGUMENT:
