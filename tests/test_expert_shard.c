@@ -198,3 +198,56 @@ Test(expert_shard, bad_input_is_refused_and_names_the_value) {
   free(out.block);
   volt8_checkpoint_close(checkpoint);
 }
+
+/* The ABI misuse suite's sizes, for both entries: every wrong size field and out-of-range value is
+ * refused with a message, and nothing is written. */
+Test(expert_shard, wrong_sizes_and_ranges_are_refused) {
+  char dir[4096];
+  fixture("fp8_runtime_names", dir, sizeof dir);
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT, read;
+  options.checkpoint_dir = dir;
+  volt8_checkpoint *checkpoint = NULL;
+  cr_assert_eq(volt8_load_options_read(NULL, &options, &read), VOLT8_OK);
+  cr_assert_eq(volt8_checkpoint_open(NULL, &read, &checkpoint), VOLT8_OK, "%s", volt8_last_error(NULL));
+  volt8_expert_tensors good = tensors_of(checkpoint, 0, NULL);
+  volt8_moe_shape shape;
+  cr_assert_eq(volt8_shard_rank_shape(NULL, good.hidden, good.intermediate, 1, 0, 0, &shape), VOLT8_OK);
+  expert_out out;
+  expert_out_make(&shape, 0x3C, &out);
+  const size_t sizes[] = {0, 1, 7, sizeof(volt8_expert_tensors) + 1, sizeof(volt8_expert_tensors) + 4096, SIZE_MAX};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    volt8_expert_tensors bad = good;
+    bad.size = sizes[i];
+    expect_refused(&bad, 1, 0, 0, &out, VOLT8_ERR_INVALID_ARGUMENT, "tensors->size");
+    volt8_host_experts arrays = out.arrays;
+    arrays.size = sizes[i] == sizeof(volt8_expert_tensors) + 1 ? sizeof(volt8_host_experts) + 1 : sizes[i];
+    cr_assert_eq(volt8_expert_shard_host(NULL, &good, 1, 0, 0, &arrays), VOLT8_ERR_INVALID_ARGUMENT, "out size %zu",
+                 arrays.size);
+    cr_assert(strstr(volt8_last_error(NULL), "out needs size"), "%s", volt8_last_error(NULL));
+  }
+  const struct { int32_t hidden, intermediate, tp_size, tp_rank, block; const char *named; } ranges[] = {
+      {0, 640, 1, 0, 0, "hidden is 0"},          {-16, 640, 1, 0, 0, "hidden is -16"},
+      {INT32_MAX, 640, 1, 0, 0, "hidden is"},    {256, 0, 1, 0, 0, "intermediate is 0"},
+      {256, -640, 1, 0, 0, "intermediate is"},   {256, 640, 0, 0, 0, "tp_size = 0"},
+      {256, 640, -4, 0, 0, "tp_size = -4"},      {256, 640, 4, -1, 0, "tp_rank -1"},
+      {256, 640, 4, INT32_MAX, 0, "tp_rank"},     {256, 640, INT32_MAX, 0, 0, "does not divide"},
+      {256, 640, 1, 0, -1, "online_block_n is -1"}, {256, 640, 1, 0, INT32_MAX, "online_block_n is"},
+      {256, 640, 80, 0, 0, "not a multiple of 16"},
+  };
+  for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+    volt8_moe_shape untouched = shape;
+    cr_assert_eq(volt8_shard_rank_shape(NULL, ranges[i].hidden, ranges[i].intermediate, ranges[i].tp_size,
+                                        ranges[i].tp_rank, ranges[i].block, &untouched),
+                 VOLT8_ERR_INVALID_ARGUMENT, "case %zu accepted", i);
+    cr_assert(strstr(volt8_last_error(NULL), ranges[i].named), "case %zu: \"%s\" does not say \"%s\"", i,
+              volt8_last_error(NULL), ranges[i].named);
+    cr_assert(memcmp(&untouched, &shape, sizeof shape) == 0, "case %zu: the shape was written", i);
+    volt8_expert_tensors bad = good;
+    bad.hidden = ranges[i].hidden, bad.intermediate = ranges[i].intermediate;
+    if (bad.hidden == good.hidden && bad.intermediate == good.intermediate)
+      expect_refused(&bad, ranges[i].tp_size, ranges[i].tp_rank, ranges[i].block, &out, VOLT8_ERR_INVALID_ARGUMENT,
+                     ranges[i].named);
+  }
+  free(out.block);
+  volt8_checkpoint_close(checkpoint);
+}
