@@ -60,7 +60,8 @@ static volt8_expert_tensors tensors_of(const volt8_checkpoint *checkpoint, int32
 }
 
 static void same_as_checkpoint_load(const char *name, int32_t online_block_n) {
-  const cJSON *entry = manifest_case(manifest(), "valid", name);
+  cJSON *root = manifest();
+  const cJSON *entry = manifest_case(root, "valid", name);
   char dir[4096];
   fixture(cJSON_GetObjectItemCaseSensitive(entry, "dir")->valuestring, dir, sizeof dir);
   int online = strcmp(cJSON_GetObjectItemCaseSensitive(entry, "route")->valuestring, "online") == 0;
@@ -116,6 +117,7 @@ static void same_as_checkpoint_load(const char *name, int32_t online_block_n) {
   }
   volt8_checkpoint_close(checkpoint);
   volt8_ctx_destroy(ctx);
+  cJSON_Delete(root);
 }
 
 Test(expert_shard, native_ranks_get_the_checkpoint_loads_bytes) {
