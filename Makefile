@@ -7,7 +7,7 @@ empty :=
 space := $(empty) $(empty)
 export VOLT8_NVRTC_DIRS ?= $(subst $(space),:,$(wildcard $(CURDIR)/.venv/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib))
 
-.PHONY: all bootstrap build demo test test-slow wheel wheel-check clean
+.PHONY: all bootstrap build demo test test-slow test-vllm wheel wheel-check clean
 
 all: build
 
@@ -39,6 +39,11 @@ test:
 test-slow: build
 	@scripts/timed_phases.sh \
 	  slow 'cd $(BUILD_DIR) && VOLT8_COMPILE_VARIANT_STRIDE=1 ctest --output-on-failure -L slow -j $(JOBS)'
+
+# The vLLM plugin inside the pinned vLLM (opt-in: vLLM is a 9 GB install, made once in .venv-vllm;
+# VLLM_VENV=DIR uses a venv that has it already). CPU only; scripts/vllm_tests.sh says what it does.
+test-vllm: bootstrap
+	@scripts/vllm_tests.sh
 
 # The manylinux wheel, into dist/ (`pip install dist/volt8-*.whl`).
 wheel: bootstrap

@@ -13,7 +13,8 @@
  *  - One volt8_ctx may serve several threads at once for: volt8_last_error, volt8_ctx_target_arch,
  *    volt8_ctx_require_device, volt8_variant_count, volt8_variant_name, volt8_variant_compile,
  *    volt8_plan, volt8_plan_rank, volt8_checkpoint_load_host, volt8_experts_load,
- *    volt8_experts_create_from_host, volt8_rejection_prepare and volt8_rejection_sample.
+ *    volt8_experts_create_from_host, volt8_rejection_prepare and volt8_rejection_sample (and, in
+ *    the experimental block, volt8_shard_rank_shape and volt8_expert_shard_host).
  *    Threads asking for the same kernel at once share one compile; the disk cache is safe across
  *    processes.
  *  - A volt8_experts or volt8_graph handle is used by one thread at a time; distinct handles
@@ -410,6 +411,38 @@ extern "C" {
  * policy. */
 VOLT8_API volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant,
                                                   const char *down_variant);
+
+/* One expert's gate, up and down matrices as an engine's weight loader holds them: the whole
+ * checkpoint tensors (not sharded), row-major, in host memory. */
+typedef struct volt8_expert_tensors {
+  size_t size;                  /* sizeof(volt8_expert_tensors) */
+  int32_t hidden, intermediate; /* H, and the checkpoint's full I */
+  const char *weight_dtype;     /* "F8_E4M3" (native), or "BF16", "F16", "F32" (quantized online) */
+  const char *scale_dtype;      /* native: "F32", "BF16" or "F16"; unused online */
+  const void *weights[3];       /* gate [I][H], up [I][H], down [H][I] */
+  const void *scales[3];        /* native: their 128x128 block grids [ceil(rows/128)][ceil(cols/128)] */
+  const char *names[3];         /* the weights' names in messages (NULL: gate_proj, up_proj, down_proj) */
+} volt8_expert_tensors;
+#define VOLT8_EXPERT_TENSORS_INIT {sizeof(volt8_expert_tensors), 0, 0, NULL, NULL, {NULL, NULL, NULL}, \
+                                   {NULL, NULL, NULL}, {NULL, NULL, NULL}}
+
+/* The shape of tensor-parallel rank tp_rank of tp_size's experts, for experts of hidden x
+ * intermediate (the checkpoint's full width): native when online_block_n is 0, else quantized online
+ * with scale blocks of online_block_n (1 or 128) rows. num_experts is 1: set it, and expert_start
+ * and global_experts for expert parallelism, to the experts the rank holds. */
+VOLT8_API volt8_status volt8_shard_rank_shape(volt8_ctx *ctx, int32_t hidden, int32_t intermediate, int32_t tp_size,
+                                              int32_t tp_rank, int32_t online_block_n, volt8_moe_shape *out_shape);
+
+/* Rank tp_rank of tp_size's share of one expert, made as volt8_experts_load and
+ * volt8_checkpoint_load_host make it from a checkpoint: native (online_block_n 0, F8_E4M3 weights):
+ * the rank's gate and up rows and down columns byte for byte and the scale blocks they touch,
+ * validated and converted; online (online_block_n 1 or 128, unquantized weights): the rank's slice
+ * quantized on its own grid. Writes one expert in the layout of volt8_shard_rank_shape's shape into
+ * out's four arrays (the caller's, each one expert long), and only when the whole expert is good;
+ * keeps nothing. CPU only; ctx may be NULL (the message is then volt8_last_error(NULL)). */
+VOLT8_API volt8_status volt8_expert_shard_host(volt8_ctx *ctx, const volt8_expert_tensors *tensors, int32_t tp_size,
+                                               int32_t tp_rank, int32_t online_block_n,
+                                               const volt8_host_experts *out);
 
 #ifdef __cplusplus
 }

@@ -186,7 +186,9 @@ prepare() {
 # timed with those variants pinned, PINNED_REPEAT rounds, interleaved),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
 # the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite, examples/mtp_step.py and
-# examples/torch_op.py with torch), wheel (the carried wheel installed into a scratch folder: the
+# examples/torch_op.py with torch; the suite holds the vLLM plugin's GPU half, test_vllm_gpu.py), host
+# (bench/host_path.py: host microseconds per eager call at M = 1 of Experts.forward, the torch
+# operator, torch.mm and the bare C call, into logs/host_path.json), wheel (the carried wheel installed into a scratch folder: the
 # binding's pytest suite, the torch ops' tests included, and both examples against it, with no
 # VOLT8_LIBRARY), profile (ncu over the forward's kernels at each of $PROFILE_M, entries "M" or
 # "M:GATE_UP,DOWN" to pin variants, with the tables just tuned when there are any; PROFILE_ARCH=sm_70
@@ -237,7 +239,7 @@ run() {
     timeout "${step_timeout:-${STEP_TIMEOUT:-300}}" "$@" >"$logs/$name.log" 2>&1
     local rc=$?
     printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
-      "$(grep -E 'Synthesis|ERROR SUMMARY|^peak m16n8k16|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step|torch_op' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
+      "$(grep -E 'Synthesis|ERROR SUMMARY|^peak m16n8k16|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step|torch_op|  volt8_moe_forward' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
   }
   # The environment of a suite mode: sm70_ptx, the carried compute_70 PTX through the driver;
   # native, the device's own arch; sm80_ptx, compute_80 PTX compiled here, so the hmma family's
@@ -334,6 +336,10 @@ run() {
         step python_torch_op env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
           PYTHONPATH="$root/bindings/python" python3 "$root/examples/torch_op.py"
         tail -n 3 "$logs/python.log" "$logs/python_example.log" "$logs/python_torch_op.log" ;;
+      host)
+        step host env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
+          PYTHONPATH="$root/bindings/python" python3 "$root/bench/host_path.py" --json "$logs/host_path.json"
+        cat "$logs/host.log" ;;
       wheel)
         local site="$work/site"
         step wheel_install python3 -m pip install -q --no-deps --no-index --no-compile --target "$site" \

@@ -75,6 +75,11 @@ class PlanReport(_Sized):
                 ("scale_max_relative_error", c_double)]
 
 
+class ExpertTensors(_Sized):
+    _fields_ = [("size", c_size_t), ("hidden", c_int32), ("intermediate", c_int32), ("weight_dtype", c_char_p),
+                ("scale_dtype", c_char_p), ("weights", c_void_p * 3), ("scales", c_void_p * 3), ("names", c_char_p * 3)]
+
+
 class RejectionArgs(_Sized):
     _fields_ = [("size", c_size_t), ("batch", c_int32), ("max_draft", c_int32), ("num_draft", c_void_p),
                 ("draft_ids", c_void_p), ("draft_probs", c_void_p), ("target_probs", c_void_p), ("vocab", c_int32),
@@ -113,6 +118,9 @@ PROTOTYPES = {
     "volt8_cache_store_failures": (c_int, [c_void_p, POINTER(c_int32), c_char_p, c_size_t]),
     # the experimental section of volt8.h (VOLT8_EXPERIMENTAL_API): exported, outside the stable ABI
     "volt8_experts_set_variants": (c_int, [c_void_p, c_char_p, c_char_p]),
+    "volt8_shard_rank_shape": (c_int, [c_void_p, c_int32, c_int32, c_int32, c_int32, c_int32, POINTER(MoeShape)]),
+    "volt8_expert_shard_host": (c_int, [c_void_p, POINTER(ExpertTensors), c_int32, c_int32, c_int32,
+                                        POINTER(HostExperts)]),
     "volt8_route_name": (c_char_p, [c_int32]),
     "volt8_experts_load": (c_int, [c_void_p, POINTER(LoadOptions), POINTER(c_void_p)]),
     "volt8_checkpoint_load_host": (c_int, [c_void_p, POINTER(LoadOptions), POINTER(POINTER(HostCheckpoint))]),

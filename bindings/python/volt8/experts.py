@@ -4,12 +4,13 @@ import dataclasses
 import operator
 import weakref
 
-from . import _abi
+from . import _abi, _torch_fast
 from ._arrays import allocator_for, parse, require_alignment, require_device, require_shape, stream_handle
 from ._integers import is_integer
 from ._library import load
 from ._strings import c_string
 from .checkpoint import experts_arrays, host_experts, int32_argument, load_options, plan
+from .context import Context
 from .errors import InvalidArgumentError
 from .reports import LoadReport, MemoryReport
 
@@ -30,6 +31,8 @@ class Experts:
         self._handle = handle
         self._graphs = weakref.WeakSet()
         self._finalizer = weakref.finalize(self, load().volt8_experts_destroy, handle)
+        # torch tensors' forward: one argument struct and the bound C function, made once
+        self._torch_forward = _torch_fast.ForwardCall(ctx, load()) if isinstance(ctx, Context) else None
         ctx.adopt(self)
 
     @classmethod
@@ -151,6 +154,10 @@ class Experts:
         like x when left out (torch or CuPy). Returns out. check_ids=True copies topk_ids to the host and
         rejects ids outside [0, E) before any launch (synchronises; not while capturing); otherwise
         such pairs are skipped and counted (bad_id_count())."""
+        if self._torch_forward is not None:
+            result = self._torch_forward(self, x, topk_ids, topk_weights, out, stream, check_ids, False)
+            if result is not None:
+                return result
         args, arrays, out = self._moe_args(x, topk_ids, topk_weights, out, check_ids)
         handle = stream_handle(stream, arrays, self.ctx.device)
         self._call("volt8_moe_forward", ctypes.byref(args), handle)

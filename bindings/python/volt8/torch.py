@@ -11,8 +11,11 @@ operators look the object up while it lives (the caller keeps it alive). MoEExpe
 experts itself. Both operators launch on torch.cuda.current_stream() and never synchronise; each has
 a fake implementation, so tracing needs no GPU. Nothing compiles during a CUDA graph capture: prepare
 first (Experts.prepare with every token count the graphs use, Context.prepare_sampler). The operators
-are inference-only (no gradient): torch.compile a module that calls them under torch.no_grad() or
-torch.inference_mode() when its inputs require grad (a router's weights), as engines do.
+are inference-only (no gradient flows through them; moe_forward reads inputs that require grad, such
+as a router's weights, as they are): torch.compile a module that calls them under torch.no_grad() or
+torch.inference_mode() when its inputs require grad, as engines do. An eager moe_forward goes from
+torch's dispatcher straight to its CUDA kernel and the forward's torch fast path (volt8/_torch_fast.py);
+bench/host_path.py times it.
 
 Importing volt8 never imports torch; this module is imported only on request.
 """
@@ -63,16 +66,27 @@ def lookup(key, kind):
     return obj
 
 
-@torch.library.custom_op("volt8::moe_forward", mutates_args=(), device_types="cuda")
-def moe_forward(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, experts_key: int) -> torch.Tensor:
-    """Experts.forward as an operator: x float16 [M, hidden], topk_ids int32 [M, top_k], topk_weights
-    float32 [M, top_k] -> a new float16 [M, hidden]. experts_key: register(experts)."""
-    experts = lookup(experts_key, Experts)
-    # Inference only: tensors that require grad (a router's weights) are read through detached views.
-    x, topk_ids, topk_weights = x.detach(), topk_ids.detach(), topk_weights.detach()
-    out = x.new_empty(x.shape)
+# moe_forward is defined through torch.library.Library rather than torch.library.custom_op: an eager
+# call then goes from torch's dispatcher straight to the CUDA kernel below, without custom_op's
+# Python layers around it (its autograd and redispatch wrappers, the aliasing check), which cost more
+# than the rest of the call at M = 1. Having no autograd kernel, it passes tensors that require grad
+# through torch's fallback: backward through it gives no gradient (torch warns) instead of raising.
+_library = torch.library.Library("volt8", "FRAGMENT")
+_library.define("moe_forward(Tensor x, Tensor topk_ids, Tensor topk_weights, SymInt experts_key) -> Tensor")
+
+
+def _moe_forward_cuda(x, topk_ids, topk_weights, experts_key):
+    experts = _objects.get(experts_key)
+    if type(experts) is not Experts:
+        experts = lookup(experts_key, Experts)
     try:
-        experts.forward(x, topk_ids, topk_weights, out, torch.cuda.current_stream(x.device))
+        out = None
+        if experts._torch_forward is not None:  # tensors that require grad (a router's weights) are only read
+            out = experts._torch_forward(experts, x, topk_ids, topk_weights, None, None, False, True)
+        if out is None:  # what the fast path does not take, the general one checks and names
+            x, topk_ids, topk_weights = x.detach(), topk_ids.detach(), topk_weights.detach()
+            out = x.new_empty(x.shape)
+            experts.forward(x, topk_ids, topk_weights, out, torch.cuda.current_stream(x.device))
     except CaptureError as error:
         raise CaptureError(f"{error.message}; from torch: experts.prepare([{x.shape[0]}]) (or MoEExperts.prepare) "
                            f"before the capture, or before the first call of a torch.compile mode that captures "
@@ -80,18 +94,24 @@ def moe_forward(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Ten
     return out
 
 
-@moe_forward.register_kernel("cpu")
 def _moe_forward_cpu(x, topk_ids, topk_weights, experts_key):
     raise InvalidArgumentError("x: volt8::moe_forward runs on CUDA tensors, got CPU ones")
 
 
-@moe_forward.register_fake
 def _moe_forward_fake(x, topk_ids, topk_weights, experts_key):
     torch._check(x.dim() == 2 and x.dtype == torch.float16, lambda: f"x: needs float16 [M, hidden], got {x.dtype} "
                                                                     f"{list(x.shape)}")
     torch._check(topk_ids.dim() == 2 and topk_ids.shape[0] == x.shape[0],
                  lambda: f"topk_ids: has shape {list(topk_ids.shape)}, needs [{x.shape[0]}, top_k]")
     return x.new_empty(x.shape)
+
+
+_library.impl("moe_forward", _moe_forward_cuda, "CUDA")
+_library.impl("moe_forward", _moe_forward_cpu, "CPU")
+torch.library.register_fake("volt8::moe_forward", _moe_forward_fake, lib=_library)
+# Experts.forward as an operator: x float16 [M, hidden], topk_ids int32 [M, top_k], topk_weights float32
+# [M, top_k] -> a new float16 [M, hidden], on torch's current stream. experts_key: register(experts).
+moe_forward = torch.ops.volt8.moe_forward.default
 
 
 @torch.library.custom_op("volt8::rejection_sample", mutates_args=(), device_types="cuda")
@@ -157,7 +177,7 @@ class MoEExperts(torch.nn.Module):
         self.experts.prepare(token_counts)
 
     def forward(self, x, topk_ids, topk_weights):
-        return torch.ops.volt8.moe_forward(x, topk_ids, topk_weights, self.experts_key)
+        return moe_forward(x, topk_ids, topk_weights, self.experts_key)
 
     def close(self):
         self.experts.close()

@@ -1,0 +1,314 @@
+"""The vLLM half of the plugin: which MoE layers volt8 serves, and the quantization method that serves
+them (weights in, volt8 experts out, apply).
+
+install() registers, through vLLM's out-of-tree layer mechanism, a RoutedExperts whose quantization
+method is chosen by Volt8MtpQuantConfig: a wrapper around the target's quantization config (or
+around none) that gives the MTP layers' routed experts to Volt8MoEMethod and leaves every other
+layer to the wrapped config, exactly as without the plugin.
+
+The MTP experts volt8 takes: 128x128 block-FP8 E4M3 ones (Fp8Config with weight_block_size
+[128, 128], ModelOpt FP8_PB_WO alone or in a mixed-precision config), and, when VOLT8_VLLM_ONLINE=fp8,
+unquantized ones (no quantization config, or a config that leaves the MTP experts out: AWQ, ModelOpt
+NVFP4 or mixed, ...). Experts that the target's config quantizes another way stay with vLLM.
+"""
+import torch
+
+from vllm.config import get_current_vllm_config_or_none
+from vllm.logger import init_logger
+from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
+from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
+from vllm.platforms import current_platform
+
+from . import settings as settings_module
+from .staging import ExpertStaging
+
+logger = init_logger("vllm.volt8")
+
+# The layer's parameters an MTP experts checkpoint may fill (vLLM maps experts.<e>.gate_proj.<suffix> to
+# w13_<suffix>, down_proj to w2_<suffix>), and what each is.
+PARAMETERS = {"weight": "weight", "weight_scale_inv": "scale", "weight_scale": "scale", "input_scale": "input_scale"}
+SHARDS = {"w1": "gate", "w3": "up", "w2": "down"}
+BLOCK_FP8_ALGOS = ("FP8_PB_WO", "FP8_BLOCK_SCALES")  # ModelOpt's names of 128x128 block FP8
+
+
+def expert_format(quant_config, prefix):
+    """("fp8_block", description) when the config makes the experts at `prefix` 128x128 block FP8,
+    ("unquantized", description) when it leaves them unquantized, or (None, description) when this
+    can only be learnt by asking the config for its method (another format). Never asks the config to
+    build a method: vLLM's FP8 MoE methods fail to build on GPUs without FP8 hardware."""
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+    from vllm.model_executor.layers.quantization.modelopt import ModelOptFp8Config, ModelOptMixedPrecisionConfig
+    from vllm.model_executor.layers.quantization.utils.quant_utils import is_layer_skipped
+    if quant_config is None:
+        return "unquantized", "no quantization config"
+    if isinstance(quant_config, Fp8Config):
+        if is_layer_skipped(prefix=prefix, ignored_layers=quant_config.ignored_layers,
+                            fused_mapping=quant_config.packed_modules_mapping,
+                            match_mode=quant_config.ignored_layers_match_mode):
+            return "unquantized", "fp8 config, layer ignored"
+        block = list(quant_config.weight_block_size or [])
+        if quant_config.is_checkpoint_fp8_serialized and block == [128, 128]:
+            return "fp8_block", "fp8 weight_block_size [128, 128]"
+        return "other", f"fp8 with weight_block_size {quant_config.weight_block_size}" + (
+            "" if quant_config.is_checkpoint_fp8_serialized else " quantized by vLLM at load")
+    if isinstance(quant_config, (ModelOptFp8Config, ModelOptMixedPrecisionConfig)):
+        if quant_config.is_layer_excluded(prefix):
+            return "unquantized", f"modelopt, {prefix} excluded"
+        algo = (quant_config.quant_method if isinstance(quant_config, ModelOptFp8Config)
+                else quant_config._resolve_quant_algo(prefix))
+        if algo is None:
+            return "unquantized", f"modelopt mixed precision, {prefix} not among the quantized layers"
+        if algo.upper() in BLOCK_FP8_ALGOS:
+            return "fp8_block", f"modelopt {algo}"
+        return "other", f"modelopt {algo}"
+    return None, quant_config.get_name()
+
+
+class Volt8MtpQuantConfig(QuantizationConfig):
+    """The target's quantization config (`inner`, possibly None) with the MTP layers' routed experts
+    given to volt8. get_quant_method(layer, prefix) returns a Volt8MoEMethod for those, and the wrapped
+    config's method (None without a config) for every other layer."""
+
+    def __init__(self, inner, settings, num_hidden_layers, capability):
+        super().__init__()
+        self.inner = inner
+        self.settings = settings
+        self.num_hidden_layers = num_hidden_layers
+        self.capability = capability  # major * 10 + minor, None when unknown (no GPU)
+        if inner is not None:
+            self.packed_modules_mapping = inner.packed_modules_mapping
+
+    def get_name(self):
+        return "volt8" if self.inner is None else self.inner.get_name()
+
+    def get_supported_act_dtypes(self):
+        return [torch.bfloat16, torch.float16] if self.inner is None else self.inner.get_supported_act_dtypes()
+
+    @classmethod
+    def get_min_capability(cls):
+        return 70
+
+    @staticmethod
+    def get_config_filenames():
+        return []
+
+    @classmethod
+    def from_config(cls, config):
+        raise NotImplementedError("Volt8MtpQuantConfig wraps a config; it is not read from a checkpoint")
+
+    def serves(self, prefix):
+        """The MTP layer index when volt8 serves the routed experts named `prefix` on this GPU, else None."""
+        if self.capability is None:
+            on_this_gpu = self.settings.enabled and self.settings.force
+        else:
+            on_this_gpu = self.settings.serves_capability(self.capability)
+        if not on_this_gpu:
+            return None
+        return settings_module.mtp_layer(prefix, self.num_hidden_layers)
+
+    def volt8_method(self, layer, prefix):
+        """The Volt8MoEMethod for `layer` (a RoutedExperts) at `prefix`, or None when volt8 does not serve
+        it. A config whose expert format cannot be told otherwise is asked for its method: none, or an
+        unquantized one, means unquantized experts."""
+        mtp_layer = self.serves(prefix)
+        if mtp_layer is None or not isinstance(layer, RoutedExperts):
+            return None
+        kind, description = expert_format(self.inner, prefix)
+        if kind is None:
+            method = self.inner.get_quant_method(layer, prefix)
+            kind = "unquantized" if method is None or isinstance(method, UnquantizedFusedMoEMethod) else "other"
+            description += f" ({type(method).__name__})"
+        if kind == "other":
+            logger.warning("volt8: %s stays with vLLM: its experts are %s; volt8 reads 128x128 block FP8 or "
+                           "unquantized experts", prefix, description)
+            return None
+        if kind == "unquantized" and not self.settings.online_block_n:
+            logger.info("volt8: %s stays with vLLM: its experts are unquantized (%s); %s=fp8 quantizes them to "
+                        "FP8 for volt8 at load", prefix, description, settings_module.ONLINE)
+            return None
+        online = self.settings.online_block_n if kind == "unquantized" else 0
+        logger.info("volt8: %s (MTP layer %d) runs on volt8: %s%s", prefix, mtp_layer, description,
+                    f", quantized at load with {online}-row scale blocks" if online else "")
+        return Volt8MoEMethod(layer.moe_config, layer_name=prefix, online_block_n=online)
+
+    def get_quant_method(self, layer, prefix):
+        method = self.volt8_method(layer, prefix)
+        if method is not None:
+            return method
+        return None if self.inner is None else self.inner.get_quant_method(layer, prefix)
+
+
+def _capability():
+    capability = current_platform.get_device_capability()
+    return None if capability is None else capability.to_int()
+
+
+def _num_hidden_layers():
+    config = get_current_vllm_config_or_none()
+    model_config = getattr(config, "model_config", None)
+    if model_config is None:
+        return None
+    return getattr(model_config.hf_text_config, "num_hidden_layers", None)
+
+
+class Volt8RoutedExperts(RoutedExperts):
+    """RoutedExperts whose quantization method comes from Volt8MtpQuantConfig (registered in its place)."""
+
+    settings = settings_module.Settings()
+
+    def _get_quant_method(self, prefix, quant_config, moe_config):
+        wrapper = Volt8MtpQuantConfig(quant_config, self.settings, _num_hidden_layers(), _capability())
+        method = wrapper.volt8_method(self, prefix)
+        return method if method is not None else super()._get_quant_method(prefix, quant_config, moe_config)
+
+
+def install(settings):
+    """Makes vLLM build Volt8RoutedExperts for every RoutedExperts (vLLM's out-of-tree layer registry);
+    once per process."""
+    from vllm.model_executor.custom_op import op_registry_oot
+    Volt8RoutedExperts.settings = settings
+    registered = op_registry_oot.get("RoutedExperts")
+    if registered is Volt8RoutedExperts:
+        return
+    if registered is not None:
+        raise RuntimeError(f"volt8: another plugin replaces RoutedExperts already ({registered.__module__}."
+                           f"{registered.__qualname__}); the two cannot both serve the MoE layers")
+    RoutedExperts.register_oot(Volt8RoutedExperts, name="RoutedExperts")
+
+
+# ---- the method ----
+
+def _placeholder(kind, loader):
+    parameter = torch.nn.Parameter(torch.empty(0, dtype=torch.uint8, device="cpu"), requires_grad=False)
+    parameter.weight_loader = loader
+    parameter.volt8_kind = kind
+    return parameter
+
+
+def _local_experts(layer, global_experts):
+    """(expert_start, expert_count) of the experts this rank holds, from vLLM's expert map (count 0: all)."""
+    expert_map = layer.expert_map_manager.expert_map
+    if expert_map is None:
+        return 0, 0
+    mapped = expert_map[:global_experts].tolist()
+    local = sorted((slot, expert) for expert, slot in enumerate(mapped) if slot >= 0)
+    experts = [expert for _, expert in local]
+    if not experts or experts != list(range(experts[0], experts[0] + len(experts))):
+        raise NotImplementedError(f"volt8: {layer.layer_name}: this rank's experts {experts[:8]}... are not one "
+                                  f"contiguous range in order (the 'linear' expert placement); volt8 holds a range")
+    return experts[0], (0 if len(experts) == global_experts else len(experts))
+
+
+class Volt8MoEMethod(FusedMoEMethodBase):
+    """The MTP layer's routed experts on volt8. create_weights registers empty placeholders whose loader
+    hands each checkpoint tensor to an ExpertStaging (host memory, this rank's share only, sharded by
+    the library); process_weights_after_loading uploads them into volt8 and frees the staging; apply
+    runs torch.ops.volt8.mtp_moe on vLLM's current stream. Shared experts stay with vLLM's runner."""
+
+    requires_device_loading = False  # the placeholders are empty; the experts go to the device through volt8
+
+    def __init__(self, moe_config, *, layer_name, online_block_n):
+        super().__init__(moe_config)
+        self.layer_name = layer_name
+        self.online_block_n = online_block_n
+        self.staging = None
+        self.experts = None
+
+    @property
+    def method_name(self):
+        return "volt8"
+
+    def maybe_roundup_sizes(self, hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config):
+        return hidden_size, intermediate_size_per_partition  # volt8 keeps each rank's slice as it is
+
+    def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
+                       **extra_weight_attrs):
+        moe = self.moe
+        if moe.activation.value != "silu":
+            raise NotImplementedError(f"volt8: {self.layer_name}: activation {moe.activation.value}; volt8's experts "
+                                      f"are SiLU(gate) * up")
+        if moe.has_bias or layer.swiglu_limit is not None or layer.apply_router_weight_on_input:
+            raise NotImplementedError(f"volt8: {self.layer_name}: expert biases, a SwiGLU limit or router weights "
+                                      f"applied to the input are not part of volt8's experts")
+        parallel = moe.moe_parallel_config
+        global_experts = extra_weight_attrs.get("global_num_experts", moe.num_experts)
+        if moe.num_experts != moe.num_logical_experts:
+            raise NotImplementedError(f"volt8: {self.layer_name}: redundant experts (EPLB) are not supported")
+        start, count = _local_experts(layer, global_experts)
+        hidden = extra_weight_attrs.get("unpadded_hidden_size") or hidden_size
+        self.staging = ExpertStaging(hidden, moe.intermediate_size, global_experts, parallel.tp_size, parallel.tp_rank,
+                                     start, count, online_block_n=self.online_block_n, layer=self.layer_name)
+        for stem in ("w13", "w2"):
+            for suffix, kind in PARAMETERS.items():
+                layer.register_parameter(f"{stem}_{suffix}", _placeholder(kind, self.load_weight))
+
+    def load_weight(self, param, loaded_weight, weight_name, shard_id, expert_id, return_success=False):
+        """vLLM's weight loader call for one expert's tensor (expert_id global); False for another rank's."""
+        if not self.staging.holds(expert_id):
+            return False if return_success else None
+        if param.volt8_kind == "input_scale":
+            raise NotImplementedError(f"volt8: {weight_name}: activation scales (static per-tensor FP8) are not "
+                                      f"a format volt8 reads (128x128 block FP8 weights, dynamic activations)")
+        if shard_id not in SHARDS:
+            raise ValueError(f"volt8: {weight_name}: shard {shard_id!r} is not w1, w2 or w3")
+        self.staging.add(expert_id, SHARDS[shard_id], param.volt8_kind, loaded_weight,
+                         f"{weight_name} (expert {expert_id}, {SHARDS[shard_id]})")
+        return True if return_success else None
+
+    load_weight.supports_moe_loading = True
+
+    def process_weights_after_loading(self, layer):
+        if self.experts is not None:
+            return
+        from .runtime import MtpExperts
+        config = get_current_vllm_config_or_none()
+        max_tokens, counts = token_counts(config, self.moe)
+        device = torch.cuda.current_device()
+        staged = self.staging.nbytes
+        self.experts = MtpExperts(context(device), self.staging, max_tokens=max_tokens,
+                                  max_top_k=self.moe.experts_per_token)
+        self.staging = None
+        self.experts.prepare(counts)
+        memory = self.experts.memory()
+        logger.info("volt8: %s: %d experts resident, %.1f MiB (FP16 would be %.1f MiB, padded %.1f MiB), "
+                    "workspace %.1f MiB for %d tokens; %.1f MiB of host staging freed", self.layer_name,
+                    self.experts.shape.num_experts, memory.resident_bytes / 2**20, memory.fp16_bytes / 2**20,
+                    memory.padded_bytes / 2**20, memory.workspace_bytes / 2**20, self.experts.experts.max_tokens,
+                    staged / 2**20)
+
+    def get_fused_moe_quant_config(self, layer):
+        return None
+
+    def apply(self, layer, x, topk_weights, topk_ids, shared_experts, shared_experts_input):
+        return self.experts.apply(x, topk_ids, topk_weights)
+
+
+_contexts = {}
+
+
+def context(device):
+    """One volt8.Context per CUDA device of the process."""
+    import volt8
+    if device not in _contexts:
+        _contexts[device] = volt8.Context(device=device)
+    return _contexts[device]
+
+
+def token_counts(config, moe):
+    """(max_tokens, counts to prepare): the most tokens one volt8 forward takes, the largest CUDA graph
+    capture size (a larger batch runs as several forwards; VOLT8_VLLM_MAX_TOKENS overrides it), and the
+    capture sizes with max_num_batched_tokens, all capped at it."""
+    import os
+    from .runtime import forward_token_limit
+    scheduler = getattr(config, "scheduler_config", None)
+    compilation = getattr(config, "compilation_config", None)
+    batched = getattr(scheduler, "max_num_batched_tokens", None) or 8192
+    sizes = [int(size) for size in (getattr(compilation, "cudagraph_capture_sizes", None) or [])]
+    text = os.environ.get("VOLT8_VLLM_MAX_TOKENS", "").strip()
+    if text and (not text.isdigit() or int(text) < 1):
+        raise ValueError(f"VOLT8_VLLM_MAX_TOKENS={text!r} is not a positive number of tokens")
+    max_tokens = int(text) if text else max(sizes + [1]) if sizes else 512
+    max_tokens = min(max_tokens, batched, forward_token_limit(moe.experts_per_token))
+    return max_tokens, sorted({min(size, max_tokens) for size in sizes + [batched]})

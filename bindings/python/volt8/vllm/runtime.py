@@ -1,0 +1,122 @@
+"""The GPU half of the vLLM plugin, which imports no vLLM: a rank's staged MTP experts uploaded into
+volt8, and their forward as the operator an engine's MoE layer calls.
+
+    torch.ops.volt8.mtp_moe(x, topk_ids, topk_weights, experts_key) -> out
+
+takes an engine's tensors as its router gives them: x bfloat16 or float16 [M, hidden], topk_ids int32
+or int64 [M, top_k], topk_weights float32, bfloat16 or float16 [M, top_k]; each is converted once,
+inside the operator, to what the kernels read (FP16, int32, float32), and out comes back in x's dtype.
+M beyond the experts' max_tokens runs as several forwards. It launches on torch's current stream,
+never synchronises, and has a fake implementation for torch.compile; nothing compiles inside a CUDA
+graph capture, so MtpExperts.prepare() the token counts the graphs use first.
+"""
+import torch
+
+import volt8.torch as volt8_torch
+
+from ..errors import CaptureError, InvalidArgumentError
+from ..experts import MAX_ROUTED_PAIRS, Experts
+
+_library = torch.library.Library("volt8", "FRAGMENT")
+_library.define("mtp_moe(Tensor x, Tensor topk_ids, Tensor topk_weights, SymInt experts_key) -> Tensor")
+_X_DTYPES = (torch.float16, torch.bfloat16)
+_ID_DTYPES = (torch.int32, torch.int64)
+_WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_dtypes(x, topk_ids, topk_weights):
+    if x.dtype not in _X_DTYPES:
+        raise InvalidArgumentError(f"x: dtype {x.dtype}; volt8::mtp_moe takes float16 or bfloat16")
+    if topk_ids.dtype not in _ID_DTYPES:
+        raise InvalidArgumentError(f"topk_ids: dtype {topk_ids.dtype}; volt8::mtp_moe takes int32 or int64")
+    if topk_weights.dtype not in _WEIGHT_DTYPES:
+        raise InvalidArgumentError(f"topk_weights: dtype {topk_weights.dtype}; volt8::mtp_moe takes float32, "
+                                   f"bfloat16 or float16")
+
+
+def _mtp_moe_cuda(x, topk_ids, topk_weights, experts_key):
+    experts = volt8_torch.lookup(experts_key, Experts)
+    _check_dtypes(x, topk_ids, topk_weights)
+    tokens = x.shape[0]
+    out = torch.empty(x.shape, dtype=torch.float16, device=x.device)
+    if tokens == 0:
+        return out.to(x.dtype)
+    # one conversion each, to what the kernels read
+    x16 = x.to(torch.float16).contiguous()
+    ids = topk_ids.to(torch.int32).contiguous()
+    weights = topk_weights.to(torch.float32).contiguous()
+    step = experts.max_tokens
+    try:
+        for start in range(0, tokens, step):
+            end = min(tokens, start + step)
+            if experts._torch_forward is None or experts._torch_forward(
+                    experts, x16[start:end], ids[start:end], weights[start:end], out[start:end], None, False,
+                    True) is None:
+                experts.forward(x16[start:end], ids[start:end], weights[start:end], out[start:end],
+                                torch.cuda.current_stream(x.device))
+    except CaptureError as error:
+        raise CaptureError(f"{error.message}; MtpExperts.prepare([{min(tokens, step)}]) before the capture",
+                           error.status, error.function) from None
+    return out if x.dtype == torch.float16 else out.to(x.dtype)
+
+
+def _mtp_moe_cpu(x, topk_ids, topk_weights, experts_key):
+    raise InvalidArgumentError("x: volt8::mtp_moe runs on CUDA tensors, got CPU ones")
+
+
+def _mtp_moe_fake(x, topk_ids, topk_weights, experts_key):
+    torch._check(x.dim() == 2 and x.dtype in _X_DTYPES,
+                 lambda: f"x: needs float16 or bfloat16 [M, hidden], got {x.dtype} {list(x.shape)}")
+    torch._check(topk_ids.dim() == 2 and topk_ids.shape[0] == x.shape[0],
+                 lambda: f"topk_ids: has shape {list(topk_ids.shape)}, needs [{x.shape[0]}, top_k]")
+    return x.new_empty(x.shape)
+
+
+_library.impl("mtp_moe", _mtp_moe_cuda, "CUDA")
+_library.impl("mtp_moe", _mtp_moe_cpu, "CPU")
+torch.library.register_fake("volt8::mtp_moe", _mtp_moe_fake, lib=_library)
+mtp_moe = torch.ops.volt8.mtp_moe.default
+
+
+def forward_token_limit(max_top_k):
+    """The most tokens one forward takes at max_top_k (the kernels' limit on routed pairs)."""
+    return max(1, MAX_ROUTED_PAIRS // max_top_k)
+
+
+class MtpExperts:
+    """One rank's MTP experts resident in volt8, made from a complete ExpertStaging: uploaded expert by
+    expert (the device holds the resident allocation and the workspace, never a second copy), then
+    the staging is released. max_tokens: the most tokens a forward takes (larger M runs in pieces of
+    that many; capped by the kernels' 65535 routed pairs); max_top_k: the router's top-k."""
+
+    def __init__(self, ctx, staging, *, max_tokens, max_top_k):
+        self.max_top_k = max_top_k
+        max_tokens = min(max_tokens, forward_token_limit(max_top_k))
+        self.experts = Experts.from_host(ctx, staging.arrays(), max_tokens=max_tokens, max_top_k=max_top_k)
+        staging.release()
+        self.key = volt8_torch.register(self.experts)
+
+    @property
+    def shape(self):
+        return self.experts.shape
+
+    def prepare(self, token_counts):
+        """Compiles (or reads from the cache) the kernels of these token counts, each capped at the experts'
+        max_tokens: call it before a CUDA graph capture, with every count the graphs use."""
+        if torch.cuda.is_current_stream_capturing():
+            raise CaptureError("MtpExperts.prepare: the current stream is capturing a CUDA graph; prepare before "
+                               "the capture begins")
+        limit = self.experts.max_tokens
+        counts = sorted({min(int(count), limit) for count in token_counts if int(count) > 0})
+        if counts:
+            self.experts.prepare(counts)
+
+    def apply(self, x, topk_ids, topk_weights):
+        """The routed experts' output (this rank's share: sum over ranks) in x's dtype."""
+        return mtp_moe(x, topk_ids, topk_weights, self.key)
+
+    def memory(self):
+        return self.experts.memory()
+
+    def close(self):
+        self.experts.close()
