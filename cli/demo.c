@@ -258,7 +258,16 @@ static int run_cpu(volt8_ctx *ctx, const volt8_host_checkpoint *host) {
   printf("compiling the %s kernels for rank 0's shape (cached for later runs):\n", arch);
   compile_totals totals = {0, 0, 0.0};
   volt8_status status = cli_compile_all(ctx, &host->shape, &totals, 1);
-  if (status != VOLT8_OK) return cli_report(ctx, "demo (compile)", status);
+  const volt8_nvrtc_lib *nvrtc = NULL;
+  int32_t target = volt8_tools_ctx(ctx).target_arch;
+  /* Without an NVRTC for compute_70 (NVRTC 13 alone) the kernels are skipped, saying how to get one: they
+   * only fill the cache for later runs, and the rest of the CPU half does not need them. */
+  if (status == VOLT8_ERR_ARCH_UNSUPPORTED && volt8_nvrtc_for_arch(ctx, target, &nvrtc) != VOLT8_OK &&
+      target < VOLT8_NVRTC_13_LOWEST_ARCH)
+    printf("the %s kernels were not compiled: no NVRTC found here targets compute_%d. %s\n", arch, (int)target,
+           volt8_nvrtc_compute70_advice);
+  else if (status != VOLT8_OK)
+    return cli_report(ctx, "demo (compile)", status);
   for (int32_t m = 1; m <= 8; m *= 8) {
     demo_inputs inputs = {0};
     double started = cli_now_seconds();

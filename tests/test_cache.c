@@ -563,6 +563,30 @@ Test(jit_cache, cache_only_load_without_nvrtc) {
   volt8_ctx_destroy(ctx);
 }
 
+/* Without NVRTC and without the entry, the message names the cache and ends with how to get an NVRTC
+ * for compute_70; with the cache disabled too, it says so before the same advice. */
+Test(jit_cache, cache_miss_without_nvrtc_ends_with_the_advice) {
+  setenv("VOLT8_NVRTC_DISABLE", "1", 1); /* this test runs in its own process */
+  volt8_ctx *ctx = new_ctx("sm_70", cache_dir);
+  volt8_jit_image image;
+  cr_assert_eq(compile_source(ctx, kernel_source, 70, VOLT8_IMAGE_PTX, NULL, &image), VOLT8_ERR_ARCH_UNSUPPORTED);
+  const char *message = volt8_last_error(ctx);
+  const char *cache_note = strstr(message, "holds no valid PTX entry");
+  const char *advice = strstr(message, volt8_nvrtc_compute70_advice);
+  cr_assert(cache_note && advice && cache_note < advice && strcmp(advice, volt8_nvrtc_compute70_advice) == 0,
+            "the cache is not named before the advice that ends the message: %s", message);
+  volt8_ctx_destroy(ctx);
+
+  setenv("VOLT8_CACHE_DISABLE", "1", 1);
+  ctx = new_ctx("sm_70", cache_dir);
+  cr_assert_eq(compile_source(ctx, kernel_source, 70, VOLT8_IMAGE_PTX, NULL, &image), VOLT8_ERR_ARCH_UNSUPPORTED);
+  message = volt8_last_error(ctx);
+  advice = strstr(message, volt8_nvrtc_compute70_advice);
+  cr_assert(strstr(message, "so no cached kernel either") && advice && strcmp(advice, volt8_nvrtc_compute70_advice) == 0,
+            "%s", message);
+  volt8_ctx_destroy(ctx);
+}
+
 Test(jit_cache, host_with_only_nvrtc_13_loads_sm70_code_from_the_cache) {
   volt8_ctx *ctx = new_ctx("sm_70", cache_dir);
   require_nvrtc(ctx, 70);

@@ -599,3 +599,36 @@ Test(cli_args, the_bad_value_table_covers_every_flag_of_every_command) {
   }
   free(result);
 }
+
+/* The README's commands run verbatim where the only NVRTC is 13 (none targets compute_70): the demo's
+ * CPU half completes, one line says the kernels were not compiled and how to get an NVRTC that can,
+ * and the demo exits 0; the kept checkpoint serves `volt8 plan`. */
+Test(cli_args, demo_with_only_nvrtc_13_finishes_and_says_how_to_get_compute_70) {
+  char parent[256], dir[300];
+  test_make_temp_dir(parent, sizeof parent, "volt8-nvrtc13-demo");
+  snprintf(dir, sizeof dir, "%s/cache", parent);
+  setenv("VOLT8_CACHE_DIR", dir, 1); /* empty: nothing compiled earlier can stand in */
+  struct stat info;
+  setenv("VOLT8_NVRTC", stat(VOLT8_CUDA_NVRTC13, &info) == 0 ? VOLT8_CUDA_NVRTC13 : "/nonexistent/libnvrtc.so.13", 1);
+  setenv("VOLT8_NVRTC_ONLY", "1", 1);
+  snprintf(dir, sizeof dir, "%s/ckpt", parent);
+  cli_result *result = malloc(sizeof *result);
+  cr_assert_not_null(result);
+  VOLT8(result, "demo", "--keep", dir);
+  cr_assert_eq(result->status, 0, "volt8 demo exited %d:\n%s\n%s", result->status, result->out, result->err);
+  cr_assert_str_empty(result->err, "the demo reported an error: %s", result->err);
+  const char *line = strstr(result->out, "the sm_70 kernels were not compiled: no NVRTC found here targets compute_70. ");
+  cr_assert_not_null(line, "no line says the kernels were not compiled:\n%s", result->out);
+  const char *end = strchr(line, '\n');
+  cr_assert(end && (size_t)(end - line) > strlen(volt8_nvrtc_compute70_advice) &&
+                strncmp(end - strlen(volt8_nvrtc_compute70_advice), volt8_nvrtc_compute70_advice,
+                        strlen(volt8_nvrtc_compute70_advice)) == 0,
+            "the line does not end with the advice:\n%s", result->out);
+  const char *after[] = {"reference forward on the CPU, M=8", "rejection sampler (CPU", "demo finished"};
+  for (size_t i = 0; i < sizeof after / sizeof after[0]; i++)
+    cr_assert(strstr(end, after[i]), "the CPU half stopped before \"%s\":\n%s", after[i], result->out);
+  VOLT8(result, "plan", dir, "--tp", "4");
+  cr_assert_eq(result->status, 0, "volt8 plan %s --tp 4 exited %d: %s", dir, result->status, result->err);
+  free(result);
+  test_remove_tree(parent);
+}

@@ -105,7 +105,7 @@ Test(nvrtc, only_nvrtc_13_cannot_target_arch_70) {
   cr_assert(strstr(message, "compute_70") && strstr(message, path_13) && strstr(message, version) &&
                 strstr(message, "..compute_"),
             "message does not name the version and its archs: %s", message);
-  cr_assert_null(strstr(message, "libnvrtc.so.12"), "VOLT8_NVRTC_ONLY=1 still tried NVRTC 12: %s", message);
+  cr_assert_null(strstr(ctx->nvrtc->tried, "libnvrtc.so.12"), "VOLT8_NVRTC_ONLY=1 still tried NVRTC 12: %s", message);
   cr_assert_eq(volt8_nvrtc_for_arch(ctx, 90, &lib), VOLT8_OK, "%s", volt8_last_error(ctx));
   volt8_ctx_destroy(ctx);
 }
@@ -441,4 +441,29 @@ Test(nvrtc, a_bad_folder_list_is_refused) {
     cr_assert_null(ctx);
     cr_assert(strstr(volt8_last_error(NULL), cases[i].said), "case %zu: %s", i, volt8_last_error(NULL));
   }
+}
+
+static int ends_with(const char *text, const char *end) {
+  size_t text_length = strlen(text), end_length = strlen(end);
+  return text_length >= end_length && strcmp(text + text_length - end_length, end) == 0;
+}
+
+/* A host whose NVRTC cannot target compute_70 is told how to get one: the error ends with the advice
+ * (which names the pip wheel, VOLT8_NVRTC_DIRS and make demo); an arch NVRTC 13 covers gets none. */
+Test(nvrtc, no_nvrtc_for_compute_70_ends_with_how_to_get_one) {
+  setenv("VOLT8_NVRTC", "/nonexistent/libnvrtc.so.13", 1);
+  setenv("VOLT8_NVRTC_ONLY", "1", 1);
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  const volt8_nvrtc_lib *lib = NULL;
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_ERR_ARCH_UNSUPPORTED);
+  const char *message = volt8_last_error(ctx);
+  cr_assert(strstr(message, "no NVRTC can compile for compute_70; tried: /nonexistent/libnvrtc.so.13"), "%s", message);
+  cr_assert(ends_with(message, volt8_nvrtc_compute70_advice), "the error does not end with the advice: %s", message);
+  const char *named[] = {"nvidia-cuda-nvrtc-cu12", "VOLT8_NVRTC_DIRS", "make demo"};
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+    cr_assert(strstr(volt8_nvrtc_compute70_advice, named[i]), "the advice does not name %s", named[i]);
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 90, &lib), VOLT8_ERR_ARCH_UNSUPPORTED);
+  cr_assert_null(strstr(volt8_last_error(ctx), "nvidia-cuda-nvrtc-cu12"), "compute_90 got the compute_70 advice: %s",
+                 volt8_last_error(ctx));
+  volt8_ctx_destroy(ctx);
 }

@@ -137,13 +137,13 @@ done:
   return status;
 }
 
-/* No NVRTC fits the arch: the cache is the only source. ctx's error already names the candidates. */
+/* No NVRTC fits the arch: the cache is the only source. A miss names the candidates and the cache. */
 static volt8_status load_without_nvrtc(volt8_ctx *ctx, const volt8_jit_request *request,
                                        const volt8_cache_inputs *inputs, volt8_jit_image *out_image) {
   if (!ctx->cache_dir) {
     char note[320];
     snprintf(note, sizeof note, "; %s, so no cached kernel either", ctx->cache_off_reason);
-    return volt8_fail_append(ctx, VOLT8_ERR_ARCH_UNSUPPORTED, note);
+    return volt8_nvrtc_unsupported(ctx, request->arch, note);
   }
   volt8_status status = volt8_cache_load(ctx->cache_dir, inputs, NULL, out_image);
   if (status == VOLT8_OK) {
@@ -155,7 +155,7 @@ static volt8_status load_without_nvrtc(volt8_ctx *ctx, const volt8_jit_request *
   char note[1024];
   snprintf(note, sizeof note, "; and the disk cache %s holds no valid %s entry for kernel %s (sm_%d) from any NVRTC",
            ctx->cache_dir, request->kind == VOLT8_IMAGE_CUBIN ? "CUBIN" : "PTX", request->kernel_name, (int)request->arch);
-  return volt8_fail_append(ctx, VOLT8_ERR_ARCH_UNSUPPORTED, note);
+  return volt8_nvrtc_unsupported(ctx, request->arch, note);
 }
 
 /* ---- one compile per key at a time within a ctx ---- */

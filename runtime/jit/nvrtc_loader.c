@@ -298,11 +298,22 @@ volt8_status volt8_nvrtc_for_arch(volt8_ctx *ctx, int32_t arch, const volt8_nvrt
       break;
     }
   }
-  if (status == VOLT8_OK && !*out_lib)
-    status = volt8_fail(ctx, VOLT8_ERR_ARCH_UNSUPPORTED, "no NVRTC can compile for compute_%d; tried: %s", (int)arch,
-                        registry->tried);
+  if (status == VOLT8_OK && !*out_lib) status = volt8_nvrtc_unsupported(ctx, arch, "");
   pthread_mutex_unlock(&ctx->lock);
   return status;
+}
+
+const char volt8_nvrtc_compute70_advice[] =
+    "NVRTC 12 is the last NVRTC that compiles for compute_70: pip install nvidia-cuda-nvrtc-cu12 (the volt8 wheel "
+    "depends on it; its Python package and its volt8 command find it), or name a folder holding libnvrtc.so.12 in "
+    "VOLT8_NVRTC_DIRS (pip puts it in site-packages/nvidia/cuda_nvrtc/lib); in a checkout, make demo hands over the "
+    "one scripts/bootstrap.sh installs into .venv";
+
+volt8_status volt8_nvrtc_unsupported(volt8_ctx *ctx, int32_t arch, const char *also) {
+  const char *tried = ctx->nvrtc ? ctx->nvrtc->tried : "nothing";
+  int advise = arch >= 70 && arch < VOLT8_NVRTC_13_LOWEST_ARCH;
+  return volt8_fail(ctx, VOLT8_ERR_ARCH_UNSUPPORTED, "no NVRTC can compile for compute_%d; tried: %s%s%s%s", (int)arch,
+                    tried, also, advise ? ". " : "", advise ? volt8_nvrtc_compute70_advice : "");
 }
 
 void volt8_nvrtc_registry_close(volt8_nvrtc_registry *registry) {

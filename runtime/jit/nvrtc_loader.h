@@ -59,4 +59,13 @@ struct volt8_ctx;
 volt8_status volt8_nvrtc_for_arch(struct volt8_ctx *ctx, int32_t arch, const volt8_nvrtc_lib **out_lib);
 void volt8_nvrtc_registry_close(volt8_nvrtc_registry *registry);
 
+/* NVRTC 13 targets compute_75 and newer: volt8's older targets (compute_70, compute_72) need NVRTC 12. */
+#define VOLT8_NVRTC_13_LOWEST_ARCH 75
+/* How to get an NVRTC for compute_70, one sentence: the end of the library's error below and the
+ * line of `volt8 demo` where it cannot compile its kernels. */
+extern const char volt8_nvrtc_compute70_advice[];
+/* VOLT8_ERR_ARCH_UNSUPPORTED on ctx: "no NVRTC can compile for compute_<arch>; tried: <candidates>"
+ * then `also` (what else was tried, "" for nothing) and, for compute_70 and compute_72, the advice. */
+volt8_status volt8_nvrtc_unsupported(struct volt8_ctx *ctx, int32_t arch, const char *also);
+
 #endif
