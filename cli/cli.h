@@ -102,5 +102,6 @@ int cli_tune(int argc, char **argv);
 int cli_list(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 int cli_models(int argc, char **argv);
+int cli_doctor(int argc, char **argv);
 
 #endif

@@ -34,6 +34,10 @@ static const cli_command COMMANDS[] = {
      "volt8 bench --help lists the options)"},
     {"tune", cli_tune, "tune [options]",
      "measure every variant and write tuning tables (--model NAME --tp ...; volt8 tune --help lists the options)"},
+    {"doctor", cli_doctor, "doctor",
+     "what this volt8 finds here, for an issue report: the library, the driver and GPUs, every NVRTC\n"
+     "candidate and which serves each GPU and compute_70, the kernel cache, each GPU's tuning tables;\n"
+     "exit 1 when a GPU present cannot be served"},
     {"version", NULL, "version", "print the library version (also --version)"},
     {"help", NULL, "help [COMMAND]", "this text, or one command's (also --help, COMMAND --help)"},
 };

@@ -444,6 +444,77 @@ VOLT8_API volt8_status volt8_expert_shard_host(volt8_ctx *ctx, const volt8_exper
                                                int32_t tp_rank, int32_t online_block_n,
                                                const volt8_host_experts *out);
 
+/* ---- what the library found (volt8 doctor) ---- */
+
+/* The path of the file holding the library's code (libvolt8.so.0, or a program it is linked into)
+ * into buf; VOLT8_ERR_NOT_FOUND when the loader cannot tell. */
+VOLT8_API volt8_status volt8_library_path(char *buf, size_t buf_size);
+
+/* One NVRTC candidate, as ctx's search tried it (docs/design.md, "NVRTC search order"). */
+typedef struct volt8_nvrtc_candidate {
+  size_t size;          /* sizeof(volt8_nvrtc_candidate), set by VOLT8_NVRTC_CANDIDATE_INIT */
+  char path[512];       /* a path, or a bare soname for the system loader's search */
+  char origin[48];      /* "VOLT8_NVRTC", "already loaded", "options.nvrtc_dirs", "VOLT8_NVRTC_DIRS",
+                           "system search", "CUDA_HOME", "CUDA toolkit of the build" */
+  int32_t usable;       /* 1: loaded, and it compiles for each of archs */
+  char version[16];     /* "12.9" when usable, else "" */
+  int32_t num_archs;
+  int32_t archs[64];    /* the compute_XX it lists (nvrtcGetSupportedArchs), ascending as it lists them */
+  char outcome[512];    /* what the search found: "NVRTC 13.0 supports compute_75..compute_121", "no such
+                           file", "not loaded: ...", "same library as ...", "NVRTC 11.0 skipped: ..." */
+} volt8_nvrtc_candidate;
+#define VOLT8_NVRTC_CANDIDATE_INIT {sizeof(volt8_nvrtc_candidate), "", "", 0, "", 0, {0}, ""}
+
+/* Searches for NVRTC as ctx's first compile would (once per ctx) and gives the number of candidates
+ * tried, in search order; *out_dropped (may be NULL): candidates tried but not kept for this list. */
+VOLT8_API volt8_status volt8_nvrtc_candidate_count(volt8_ctx *ctx, int32_t *out_count, int32_t *out_dropped);
+/* Candidate `index` of that list into *out (out->size set by the caller). */
+VOLT8_API volt8_status volt8_nvrtc_candidate_get(volt8_ctx *ctx, int32_t index, volt8_nvrtc_candidate *out);
+/* The index in that list of the candidate that compiles for compute_<arch> (70 for compute_70), or
+ * VOLT8_ERR_ARCH_UNSUPPORTED with the message a compile would give. */
+VOLT8_API volt8_status volt8_nvrtc_candidate_for_arch(volt8_ctx *ctx, int32_t arch, int32_t *out_index);
+
+/* ctx's kernel cache folder and what it holds. */
+typedef struct volt8_cache_report {
+  size_t size;          /* sizeof(volt8_cache_report), set by VOLT8_CACHE_REPORT_INIT */
+  char dir[1024];       /* "" when ctx has no disk cache */
+  char note[512];       /* why there is none; or why it cannot be written; else "" */
+  int32_t exists;       /* 1: the folder exists */
+  int32_t writable;     /* 1: entries can be published (the folder, or where it would be made, is writable) */
+  int64_t entries;      /* kernel entries (*.entry) of this cache format, every arch and NVRTC version */
+  int64_t bytes;        /* bytes of the entries and of the temporary files beside them */
+} volt8_cache_report;
+#define VOLT8_CACHE_REPORT_INIT {sizeof(volt8_cache_report), "", "", 0, 0, 0, 0}
+
+/* Reads ctx's cache folder without changing it (symbolic links are not followed). */
+VOLT8_API volt8_status volt8_cache_report_get(volt8_ctx *ctx, volt8_cache_report *out);
+
+/* One tuning table the lookup could read (docs/design.md, "Tuning tables"). */
+typedef struct volt8_tuning_table_info {
+  size_t size;          /* sizeof(volt8_tuning_table_info), set by VOLT8_TUNING_TABLE_INFO_INIT */
+  char origin[1024];    /* its path in $VOLT8_TUNING_DIR, or "built-in:tuning/tables/<name>" */
+  int32_t built_in;     /* 1: built into the library */
+  char op[8];           /* "gate_up" or "down" */
+  int32_t n, k;         /* the op's weight matrix per expert */
+  int32_t block_n, block_k;
+  int32_t arch;         /* 70 for sm_70 */
+  char device[128];     /* the device token of its name, or "any" */
+  int32_t valid;        /* 1: it parses; 0: the lookup skips it (problem says why) */
+  int32_t token_counts; /* M keys */
+  int32_t measured;     /* 1 measured, 0 derived from a model, -1 not said */
+  int32_t top_k;        /* the top-k it was measured at; 0 not said */
+  char problem[512];    /* why it does not parse, else "" */
+} volt8_tuning_table_info;
+#define VOLT8_TUNING_TABLE_INFO_INIT {sizeof(volt8_tuning_table_info), "", 0, "", 0, 0, 0, 0, 0, "", 0, 0, 0, 0, ""}
+
+/* The tables for target `arch` (70) on a device named `device_name` (NULL: device=any only), in
+ * lookup order: $VOLT8_TUNING_DIR's, then the built-in ones, each group by name. The list is made at
+ * each call; *out_count is its length. */
+VOLT8_API volt8_status volt8_tuning_table_count(int32_t arch, const char *device_name, int32_t *out_count);
+/* Table `index` of that list into *out (out->size set by the caller). */
+VOLT8_API volt8_status volt8_tuning_table_get(int32_t arch, const char *device_name, int32_t index,
+                                             volt8_tuning_table_info *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -185,7 +185,8 @@ prepare() {
 # BENCH_SINGLE=1 with the one-launch forward), pinned (PINNED="M:G,D ..."
 # timed with those variants pinned, PINNED_REPEAT rounds, interleaved),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
-# the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU), python (the binding's pytest suite, examples/mtp_step.py and
+# the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU),
+# doctor (volt8 doctor from the build, then python -m volt8 doctor from the carried wheel), python (the binding's pytest suite, examples/mtp_step.py and
 # examples/torch_op.py with torch; the suite holds the vLLM plugin's GPU half, test_vllm_gpu.py), host
 # (bench/host_path.py: host microseconds per eager call at M = 1 of Experts.forward, the torch
 # operator, torch.mm and the bare C call, into logs/host_path.json), wheel (the carried wheel installed into a scratch folder: the
@@ -239,7 +240,7 @@ run() {
     timeout "${step_timeout:-${STEP_TIMEOUT:-300}}" "$@" >"$logs/$name.log" 2>&1
     local rc=$?
     printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
-      "$(grep -E 'Synthesis|ERROR SUMMARY|^peak m16n8k16|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step|torch_op|  volt8_moe_forward' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
+      "$(grep -E 'Synthesis|ERROR SUMMARY|^peak m16n8k16|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step|torch_op|  volt8_moe_forward|^verdict:|^volt8.torch:' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
   }
   # The environment of a suite mode: sm70_ptx, the carried compute_70 PTX through the driver;
   # native, the device's own arch; sm80_ptx, compute_80 PTX compiled here, so the hmma family's
@@ -421,6 +422,15 @@ run() {
       demo)
         step demo env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" demo
         cat "$logs/demo.log" ;;
+      doctor)
+        # The build's command, then the carried wheel's through python -m volt8 (its Python side: torch
+        # and the volt8.torch operators); each exits 1 where this GPU cannot be served.
+        step doctor env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" doctor
+        step doctor_wheel_install python3 -m pip install -q --no-deps --no-index --no-compile --target "$work/doctor_site" \
+          "$carry"/wheel/volt8-*.whl
+        step doctor_wheel env -u VOLT8_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$work/doctor_site" \
+          VOLT8_CACHE_DIR="$work/native" python3 -m volt8 doctor
+        cat "$logs/doctor.log" "$logs/doctor_wheel.log" ;;
       probe)
         # the floor probe, both builds (prepare with PROBE=1), each its own step
         for name in floor_probe floor_probe_plain; do

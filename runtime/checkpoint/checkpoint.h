@@ -81,9 +81,6 @@ volt8_status volt8_checkpoint_run(volt8_ctx *ctx, volt8_checkpoint *checkpoint, 
                                   const volt8_expert_range *range, const volt8_expert_sink *sink,
                                   volt8_load_report *report);
 
-/* Copies into a size-prefixed output struct what the caller's (possibly older) version has room for. */
-void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes);
-
 /* Host allocations and file mappings held by checkpoint code right now (tests: failures leave none). */
 int64_t volt8_checkpoint_live_allocations(void);
 /* Largest number of bytes held at once through volt8_checkpoint_alloc since the last reset

@@ -235,13 +235,6 @@ volt8_status volt8_checkpoint_validate(volt8_ctx *ctx, volt8_checkpoint *checkpo
 
 /* ---- public entry points ---- */
 
-void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes) {
-  if (!out) return;
-  size_t room = *(const size_t *)out;
-  size_t bytes = room < filled_bytes ? room : filled_bytes;
-  if (bytes > sizeof(size_t)) memcpy((char *)out + sizeof(size_t), (const char *)filled + sizeof(size_t), bytes - sizeof(size_t));
-}
-
 /* Options read, checkpoint opened, this rank's shard, experts, shape and dims. */
 static volt8_status prepare_load(volt8_ctx *ctx, const volt8_load_options *options, volt8_load_options *read,
                                  volt8_checkpoint **checkpoint, volt8_shard *shard, volt8_expert_range *range,

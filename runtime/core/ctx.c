@@ -91,6 +91,13 @@ volt8_status volt8_fail_append(volt8_ctx *ctx, volt8_status status, const char *
   return status;
 }
 
+void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes) {
+  if (!out) return;
+  size_t room = *(const size_t *)out;
+  size_t bytes = room < filled_bytes ? room : filled_bytes;
+  if (bytes > sizeof(size_t)) memcpy((char *)out + sizeof(size_t), (const char *)filled + sizeof(size_t), bytes - sizeof(size_t));
+}
+
 volt8_status volt8_cuda_check(volt8_ctx *ctx, CUresult result, const char *prefix, const char *what) {
   if (result == CUDA_SUCCESS) return VOLT8_OK;
   return volt8_fail(ctx, result == CUDA_ERROR_OUT_OF_MEMORY ? VOLT8_ERR_OUT_OF_MEMORY : VOLT8_ERR_CUDA, "%s%s failed: %s",

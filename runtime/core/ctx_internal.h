@@ -69,6 +69,9 @@ static inline size_t volt8_device_align(size_t bytes) {
  * (driver version 12030) on. */
 int32_t volt8_early_launch_usable(int32_t target_arch, int driver_version, int has_launch_ex, int disabled);
 
+/* Copies into a size-prefixed output struct what the caller's (possibly older) version has room for. */
+void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes);
+
 /* 1 when environment variable `name` is set to "1". */
 int volt8_env_is_one(const char *name);
 

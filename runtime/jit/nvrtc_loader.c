@@ -16,17 +16,42 @@
 #define VOLT8_CUDA_LIBRARY_DIR "/usr/local/cuda/lib64"
 #endif
 
+/* Starts the record of a candidate path; the next note is its outcome. */
+static void open_candidate(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
+  registry->open = NULL;
+  if (registry->candidate_count == VOLT8_NVRTC_MAX_CANDIDATES) {
+    registry->candidates_dropped++;
+    return;
+  }
+  volt8_nvrtc_tried *candidate = &registry->candidates[registry->candidate_count++];
+  snprintf(candidate->path, sizeof candidate->path, "%s", path);
+  snprintf(candidate->origin, sizeof candidate->origin, "%s", origin);
+  candidate->lib = -1;
+  registry->open = candidate;
+}
+
+static void take_outcome(volt8_nvrtc_tried *candidate, const char *note) {
+  char prefix[sizeof candidate->path + sizeof candidate->origin + 8];
+  snprintf(prefix, sizeof prefix, "%s (%s): ", candidate->path, candidate->origin);
+  size_t skip = strncmp(note, prefix, strlen(prefix)) == 0 ? strlen(prefix) : 0;
+  snprintf(candidate->outcome, sizeof candidate->outcome, "%.*s", (int)sizeof candidate->outcome - 1, note + skip);
+}
+
 __attribute__((format(printf, 2, 3))) static void note_tried(volt8_nvrtc_registry *registry, const char *fmt, ...) {
+  char note[2048];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(note, sizeof note, fmt, args);
+  va_end(args);
+  if (registry->open) take_outcome(registry->open, note);
+  registry->open = NULL;
   size_t used = strlen(registry->tried);
   if (used + 3 >= sizeof registry->tried) return;
   if (used > 0) {
     memcpy(registry->tried + used, "; ", 3);
     used += 2;
   }
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(registry->tried + used, sizeof registry->tried - used, fmt, args);
-  va_end(args);
+  snprintf(registry->tried + used, sizeof registry->tried - used, "%s", note);
 }
 
 /* Resolves every entry point; returns the name of the first missing required one, or NULL. */
@@ -115,6 +140,8 @@ static int whole_library_or_noted(volt8_nvrtc_registry *registry, const char *pa
 
 static void try_candidate(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
   if (registry->count >= VOLT8_NVRTC_MAX_LIBS) return;
+  open_candidate(registry, path, origin);
+  volt8_nvrtc_tried *record = registry->open;
   if (!whole_library_or_noted(registry, path, origin)) return;
   /* NODELETE: NVRTC leaks its static C++ runtime pools on every unload, so a library stays mapped
    * once opened and later contexts reopen it at no cost. */
@@ -153,6 +180,7 @@ static void try_candidate(volt8_nvrtc_registry *registry, const char *path, cons
   char archs[64];
   describe_archs(lib, archs, sizeof archs);
   note_tried(registry, "%s (%s): NVRTC %s supports %s", path, origin, lib->version, archs);
+  if (record) record->lib = registry->count;
   registry->count++;
 }
 
@@ -169,6 +197,7 @@ static void try_folder(volt8_nvrtc_registry *registry, const char *folder, size_
       return;
     }
     if (access(path, F_OK) != 0) {
+      open_candidate(registry, path, origin);
       note_tried(registry, "%s (%s): no such file", path, origin);
       continue;
     }
@@ -283,6 +312,16 @@ static volt8_status ctx_registry(volt8_ctx *ctx, volt8_nvrtc_registry **out_regi
   }
   *out_registry = ctx->nvrtc;
   return VOLT8_OK;
+}
+
+volt8_status volt8_nvrtc_registry_probed(volt8_ctx *ctx, const volt8_nvrtc_registry **out_registry) {
+  pthread_mutex_lock(&ctx->lock);
+  volt8_nvrtc_registry *registry = NULL;
+  volt8_status status = ctx_registry(ctx, &registry);
+  if (status == VOLT8_OK && !registry->probed) probe_candidates(registry, ctx->nvrtc_dirs, ctx->nvrtc_dir_list, ctx->nvrtc_dir_count);
+  pthread_mutex_unlock(&ctx->lock);
+  *out_registry = registry;
+  return status;
 }
 
 volt8_status volt8_nvrtc_for_arch(volt8_ctx *ctx, int32_t arch, const volt8_nvrtc_lib **out_lib) {

@@ -31,11 +31,25 @@ typedef struct volt8_nvrtc_lib {
   const char *(*get_error_string)(int result);
 } volt8_nvrtc_lib;
 
+#define VOLT8_NVRTC_MAX_CANDIDATES 64
+
+/* One library path tried, for volt8_nvrtc_candidate_get (nvrtc_report.c). */
+typedef struct volt8_nvrtc_tried {
+  char path[512];
+  char origin[48];
+  char outcome[512];              /* its note in `tried`, without the "path (origin): " before it */
+  int lib;                        /* its index in libs when usable, else -1 */
+} volt8_nvrtc_tried;
+
 typedef struct volt8_nvrtc_registry {
   volt8_nvrtc_lib libs[VOLT8_NVRTC_MAX_LIBS];
   int count;
   int probed;                     /* candidates have been tried */
   char tried[4096];               /* "candidate: outcome; ..." in probe order, for error messages */
+  volt8_nvrtc_tried candidates[VOLT8_NVRTC_MAX_CANDIDATES]; /* the same, one record a path */
+  int candidate_count;
+  int candidates_dropped;         /* tried past VOLT8_NVRTC_MAX_CANDIDATES: named in `tried` only */
+  volt8_nvrtc_tried *open;        /* the candidate whose outcome the next note is */
 } volt8_nvrtc_registry;
 
 struct volt8_ctx;
@@ -58,6 +72,9 @@ struct volt8_ctx;
  *   VOLT8_NVRTC_ONLY=1     try $VOLT8_NVRTC and nothing else (tests a host with one NVRTC). */
 volt8_status volt8_nvrtc_for_arch(struct volt8_ctx *ctx, int32_t arch, const volt8_nvrtc_lib **out_lib);
 void volt8_nvrtc_registry_close(volt8_nvrtc_registry *registry);
+/* ctx's registry with every candidate tried (the search runs on first use, under ctx->lock); it does
+ * not change until ctx is destroyed. */
+volt8_status volt8_nvrtc_registry_probed(struct volt8_ctx *ctx, const volt8_nvrtc_registry **out_registry);
 
 /* NVRTC 13 targets compute_75 and newer: volt8's older targets (compute_70, compute_72) need NVRTC 12. */
 #define VOLT8_NVRTC_13_LOWEST_ARCH 75

@@ -1,7 +1,8 @@
 """The `volt8` console script of the wheel: runs the volt8 command shipped inside the package.
 
 The command finds NVRTC as the library does; this launcher adds the folder of the pip-installed NVRTC
-(nvidia-cuda-nvrtc-cu12) to VOLT8_NVRTC_DIRS, after any folders the caller listed there.
+(nvidia-cuda-nvrtc-cu12) to VOLT8_NVRTC_DIRS, after any folders the caller listed there. `volt8
+doctor` runs the command's doctor, then adds the Python side (volt8._doctor).
 """
 import os
 import sys
@@ -27,6 +28,9 @@ def command_environment(environment=None):
 
 
 def main():
+    if sys.argv[1:2] == ["doctor"]:
+        from . import _doctor  # the command's report, then the Python side (torch, volt8.torch)
+        return _doctor.main(sys.argv[2:])
     path = command_path()
     if not os.access(path, os.X_OK):
         sys.stderr.write("volt8: the packaged command %s is missing; reinstall the volt8 wheel\n" % path)
