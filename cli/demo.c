@@ -264,8 +264,8 @@ static int run_cpu(volt8_ctx *ctx, const volt8_host_checkpoint *host) {
    * only fill the cache for later runs, and the rest of the CPU half does not need them. */
   if (status == VOLT8_ERR_ARCH_UNSUPPORTED && volt8_nvrtc_for_arch(ctx, target, &nvrtc) != VOLT8_OK &&
       target < VOLT8_NVRTC_13_LOWEST_ARCH)
-    printf("the %s kernels were not compiled: no NVRTC found here targets compute_%d. %s\n", arch, (int)target,
-           volt8_nvrtc_compute70_advice);
+    printf("the %s kernels were not compiled: no NVRTC found here targets compute_%d (volt8 doctor lists those tried). "
+           "%s\n", arch, (int)target, volt8_nvrtc_compute70_advice);
   else if (status != VOLT8_OK)
     return cli_report(ctx, "demo (compile)", status);
   for (int32_t m = 1; m <= 8; m *= 8) {
