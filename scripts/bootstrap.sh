@@ -4,7 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
-packages=(libcjson-dev libcriterion-dev liblua5.4-dev lua5.4 pkg-config cmake clang libclang-rt-dev)
+packages=(libcjson-dev libcriterion-dev liblua5.4-dev lua5.4 pkg-config cmake clang libclang-rt-dev dpkg-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -18,12 +18,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 venv="$root/.venv"
-python_packages=(nvidia-cuda-nvrtc-cu12 safetensors numpy ml_dtypes pytest)
+python_packages=(nvidia-cuda-nvrtc-cu12 safetensors numpy ml_dtypes pytest pyelftools)
 if [ ! -x "$venv/bin/python3" ]; then
   echo "bootstrap: creating $venv"
   python3 -m venv "$venv"
 fi
-if ! "$venv/bin/python3" -c "import safetensors, numpy, ml_dtypes, pytest" 2>/dev/null ||
+if ! "$venv/bin/python3" -c "import safetensors, numpy, ml_dtypes, pytest, elftools" 2>/dev/null ||
    ! ls "$venv"/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12 >/dev/null 2>&1; then
   echo "bootstrap: installing ${python_packages[*]} into .venv"
   "$venv/bin/python3" -m pip install -q --disable-pip-version-check "${python_packages[@]}"

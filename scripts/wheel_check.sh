@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The wheel as an engine gets it: `pip wheel .`, then, in a fresh venv outside the source tree,
 # `pip install` of that wheel and checks that use nothing of the tree's package or build:
-#   - the wheel is manylinux-tagged and needs nothing outside glibc (Lua and cJSON are inside it);
+#   - the wheel is tagged manylinux for glibc 2.28 or older, and no ELF file in it needs a glibc symbol
+#     version newer than 2.28 or a library outside glibc (Lua and cJSON are linked in);
 #   - no installed file names the source or build folder;
 #   - `import volt8`, library_path/library_version, volt8.plan, with no VOLT8_* variable set;
 #   - `volt8 compile --arch sm_70` through the wheel's NVRTC 12;
@@ -18,9 +19,10 @@ for variable in $(env | sed -n 's/^\(VOLT8_[A-Z0-9_]*\)=.*/\1/p'); do unset "$va
 unset CUDA_HOME CUDA_PATH LD_LIBRARY_PATH PYTHONPATH
 
 echo "wheel_check: pip wheel (build folder build/wheel)"
+started=$SECONDS
 "$python" -m pip wheel --no-deps --disable-pip-version-check -q "$root" -w "$scratch/dist"
 wheel="$(ls "$scratch"/dist/volt8-*.whl)"
-echo "wheel_check: built $(basename "$wheel")"
+echo "wheel_check: built $(basename "$wheel") in $((SECONDS - started)) s"
 
 "$python" -m venv "$scratch/venv"
 venv_python="$scratch/venv/bin/python3"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Checks an installed volt8 wheel (scripts/wheel_check.sh): its tag, what its ELF files need at run
-time, their run paths, and that no installed file names a forbidden folder (the source or build tree).
+"""Checks an installed volt8 wheel (scripts/wheel_check.sh): its tag (manylinux, glibc 2.28 or older),
+what its ELF files need at run time (libraries, run paths, and no glibc symbol version newer than
+2.28), and that no installed file names a forbidden folder (the source or build tree).
 
     wheel_inspect.py --wheel DIST.whl --site SITE_PACKAGES --forbid /src [--forbid /src/build/wheel]
 
@@ -8,11 +9,18 @@ Exit 0 when every check passes; otherwise each failure is printed and the exit s
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from elftools.elf.gnuversions import GNUVerNeedSection
+
+# The newest glibc the wheel may need: RHEL 8's, the manylinux_2_28 policy (torch's wheels).
+NEWEST_GLIBC = (2, 28)
+# The legacy manylinux tags and the glibc of each.
+LEGACY_TAGS = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 
 # glibc's own libraries and the dynamic loader: present on every manylinux system.
 GLIBC_LIBRARIES = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "ld-linux-x86-64.so.2"}
@@ -46,25 +54,64 @@ def elf_dynamic(path):
         return needed, run_paths
 
 
+def tag_glibc(tag):
+    """(major, minor) of glibc a manylinux platform tag stands for, or None for any other tag."""
+    match = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", tag)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    return LEGACY_TAGS.get(tag.rsplit("_x86_64", 1)[0] if tag.endswith("_x86_64") else tag)
+
+
 def check_tag(wheel, failures):
     name = os.path.basename(wheel)
     platform = name[:-len(".whl")].split("-")[-1]
-    if not all(part.startswith("manylinux") for part in platform.split(".")):
-        failures.append(f"{name}: platform tag {platform} is not manylinux")
+    for part in platform.split("."):
+        glibc = tag_glibc(part)
+        if glibc is None:
+            failures.append(f"{name}: platform tag {part} is not manylinux")
+        elif glibc > NEWEST_GLIBC:
+            failures.append(f"{name}: platform tag {part} needs glibc {glibc[0]}.{glibc[1]}, newer than "
+                            f"{NEWEST_GLIBC[0]}.{NEWEST_GLIBC[1]}")
     show = subprocess.run([sys.executable, "-m", "auditwheel", "show", wheel], capture_output=True, text=True)
     if show.returncode != 0 or "consistent with the following platform tag" not in " ".join(show.stdout.split()):
         failures.append(f"auditwheel show {name} failed or found no manylinux policy:\n{show.stdout}{show.stderr}")
     return platform
 
 
+def glibc_versions(path):
+    """The GLIBC_x.y symbol versions an ELF file needs, as (x, y) tuples."""
+    with open(path, "rb") as stream:
+        elf = ELFFile(stream)
+        found = set()
+        for section in elf.iter_sections():
+            if isinstance(section, GNUVerNeedSection):
+                for _, auxiliaries in section.iter_versions():
+                    for auxiliary in auxiliaries:
+                        match = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", auxiliary.name)
+                        if match:
+                            found.add((int(match.group(1)), int(match.group(2))))
+        return found
+
+
+def check_glibc(path, failures):
+    """The newest glibc version the file needs; a failure when it is newer than NEWEST_GLIBC."""
+    versions = glibc_versions(path)
+    too_new = sorted(version for version in versions if version > NEWEST_GLIBC)
+    if too_new:
+        failures.append(f"{path} needs glibc symbol versions newer than {NEWEST_GLIBC[0]}.{NEWEST_GLIBC[1]}: " +
+                        ", ".join(f"GLIBC_{major}.{minor}" for major, minor in too_new))
+    return max(versions) if versions else None
+
+
 def check_elf_files(site, failures):
     bundled = set(os.listdir(os.path.join(site, "volt8.libs"))) if os.path.isdir(os.path.join(site, "volt8.libs")) else set()
-    elf_count = 0
+    elf_count, newest = 0, {}
     for path in installed_files(site):
         dynamic = elf_dynamic(path)
         if dynamic is None:
             continue
         elf_count += 1
+        newest[os.path.relpath(path, site)] = check_glibc(path, failures)
         needed, run_paths = dynamic
         for library in needed:
             if library not in GLIBC_LIBRARIES and library not in bundled:
@@ -75,7 +122,7 @@ def check_elf_files(site, failures):
     for required in ("volt8/libvolt8.so.0", "volt8/bin/volt8"):
         if not os.path.exists(os.path.join(site, required)):
             failures.append(f"the wheel did not install {required}")
-    return elf_count, sorted(bundled)
+    return elf_count, sorted(bundled), newest
 
 
 def check_paths(site, forbidden, failures):
@@ -99,12 +146,15 @@ def main():
     args = parser.parse_args()
     failures = []
     platform = check_tag(args.wheel, failures)
-    elf_count, bundled = check_elf_files(args.site, failures)
+    elf_count, bundled, newest = check_elf_files(args.site, failures)
     scanned = check_paths(args.site, args.forbid, failures)
     for failure in failures:
         print("wheel_inspect: FAIL:", failure)
-    print(f"wheel_inspect: {platform}; {elf_count} ELF files, bundled {', '.join(bundled) or 'nothing'}; "
-          f"{scanned} files scanned for {', '.join(args.forbid)}: {'FAILED' if failures else 'ok'}")
+    needs = ", ".join(f"{path} GLIBC_{version[0]}.{version[1]}" if version else f"{path} no glibc version"
+                      for path, version in sorted(newest.items()))
+    print(f"wheel_inspect: {platform}; {elf_count} ELF files, newest glibc needed: {needs}; bundled "
+          f"{', '.join(bundled) or 'nothing'}; {scanned} files scanned for {', '.join(args.forbid)}: "
+          f"{'FAILED' if failures else 'ok'}")
     return 1 if failures else 0
 
 
