@@ -41,6 +41,7 @@ local FAMILY_MIN_ARCH = { hmma = 80 }  -- families whose instructions need a new
 local FETCH_MIN_ARCH = 80              -- the loads' L2 prefetch size (f tiles)
 local DEFAULT_ARCH = 70
 local TOK_PASS_PAIRS_LIMIT = 16
+local LAUNCH_ROWS = 65535       -- gridDim.y's limit: the rows of one GEMM launch (VOLT8_LAUNCH_ROWS)
 local ARRIVAL_MIN_BLOCK_N = 32  -- the workspace keeps ceil(hidden / 32) arrival counters per token
 local TILES = {
   gate_up = {
@@ -460,6 +461,7 @@ function variants.describe(name, s, arch)
       threads = threads, split_k = 1, warps = threads // 32, entry = entry, template = TEMPLATES[spec.op],
       values = range_values(s, { ENTRY = entry, THREADS = threads, NUM_EXPERTS = s.num_experts, HIDDEN = s.hidden,
                  ID_CAPACITY = route_id_capacity(s.num_experts), PLACE_WARPS = route_place_warps(s.num_experts),
+                 LAUNCH_ROWS = LAUNCH_ROWS,
                  GATE_UP_EXPERT_BYTES = op_geometry("gate_up", s).expert_weight_bytes }),
       parameters = { variant = name, shape = key, threads = threads },
     }

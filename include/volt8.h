@@ -158,7 +158,8 @@ typedef struct volt8_host_experts {
 #define VOLT8_HOST_EXPERTS_INIT {sizeof(volt8_host_experts), NULL, NULL, NULL, NULL}
 
 /* Uploads `host` into one device allocation and sizes the workspace for up to
- * max_tokens x max_top_k routed pairs. Nothing stays allocated on failure. */
+ * max_tokens x max_top_k routed pairs (max_top_k capped at E; at most 2^30 pairs). A workspace the
+ * GPU has no room for is VOLT8_ERR_OUT_OF_MEMORY, naming its bytes. Nothing stays allocated on failure. */
 VOLT8_API volt8_status volt8_experts_create_from_host(volt8_ctx *ctx, const volt8_moe_shape *shape,
                                                       const volt8_host_experts *host, int32_t max_tokens,
                                                       int32_t max_top_k, volt8_experts **out_experts);
@@ -255,8 +256,9 @@ typedef struct volt8_load_report {
   double online_relative_l2;        /* online: ||W - dequant(quant(W))|| / ||W|| over the rank's slice */
   double online_max_abs_error;      /* online: largest |W - dequant(quant(W))| */
   int64_t staging_peak_bytes;       /* largest host staging held at once (one expert) */
+  int64_t workspace_bytes;          /* the forward workspace allocated for max_tokens x max_top_k (0 on the host) */
 } volt8_load_report;
-#define VOLT8_LOAD_REPORT_INIT {sizeof(volt8_load_report), 0, 0, 0.0, 0.0, 0.0, 0}
+#define VOLT8_LOAD_REPORT_INIT {sizeof(volt8_load_report), 0, 0, 0.0, 0.0, 0.0, 0, 0}
 
 typedef struct volt8_load_options {
   size_t size;                      /* sizeof(volt8_load_options) */
@@ -264,8 +266,9 @@ typedef struct volt8_load_options {
   const char *draft_checkpoint_dir; /* NULL: the MTP layer is read from checkpoint_dir */
   int32_t tp_size;                  /* tensor-parallel ranks sharing the experts' intermediate dim */
   int32_t tp_rank;                  /* this rank, in [0, tp_size) */
-  int32_t max_tokens, max_top_k;    /* workspace of the loaded experts (volt8_experts_load); the default
-                                       max_top_k, 16, serves every top-k from 1 to 16 */
+  int32_t max_tokens, max_top_k;    /* workspace of the loaded experts (volt8_experts_load), at most 2^30
+                                       routed pairs (max_tokens x max_top_k, max_top_k capped at E); the
+                                       default max_top_k, 16, serves every top-k from 1 to 16 */
   const char *mtp_expert_quantization; /* "fp8": quantize unquantized experts at load; NULL: the
                                           config's "mtp_expert_quantization", else native only */
   int32_t online_block_n;           /* online scale block rows: 1 or 128 (block_k is 128) */
@@ -300,7 +303,7 @@ typedef struct volt8_memory_report {
   int64_t resident_bytes;   /* the device allocation of weights and scales (alignment included) */
   int64_t weight_bytes;     /* E4M3 bytes */
   int64_t scale_bytes;      /* FP16 scale bytes */
-  int64_t workspace_bytes;  /* forward workspace (0 in a plan) */
+  int64_t workspace_bytes;  /* forward workspace (in a plan: for the options' max_tokens x max_top_k) */
   int64_t fp16_bytes;       /* the same experts in FP16 */
   int64_t padded_bytes;     /* E4M3 with the slice padded to whole 128 blocks, plus its FP16 scales */
 } volt8_memory_report;
@@ -321,8 +324,10 @@ typedef struct volt8_plan_report {
   char scale_dtype[8];             /* the checkpoint's scale dtype ("BF16", "F32", "F16"); "" online */
   char tensor_prefix[192];         /* e.g. "mtp.layers.0.mlp.experts." */
   double scale_max_relative_error; /* as in volt8_load_report */
+  int32_t max_tokens, max_top_k;   /* the options' workspace sizes, for volt8_plan_rank's workspace_bytes
+                                      (max_tokens 0: none, workspace_bytes 0) */
 } volt8_plan_report;
-#define VOLT8_PLAN_REPORT_INIT {sizeof(volt8_plan_report), 0, 0, 0, 0, 0, 0, 0, "", "", "", 0.0}
+#define VOLT8_PLAN_REPORT_INIT {sizeof(volt8_plan_report), 0, 0, 0, 0, 0, 0, 0, "", "", "", 0.0, 0, 0}
 
 VOLT8_API volt8_status volt8_plan(volt8_ctx *ctx, const volt8_load_options *options, volt8_plan_report *report);
 /* Rank `rank`'s shape and memory under `plan` (either output may be NULL). */

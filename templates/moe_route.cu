@@ -1,7 +1,10 @@
 // Groups routed pairs per expert on the device (one CTA), in pair order within each expert, and
 // cuts each expert's pairs into work items of at most bm pairs for both GEMMs.
-// counters: [0] gate_up items, [1] down items, [2] ids outside [0, kGlobalExperts), [3] 0. Items name
-// the kernel's own experts (local_expert); pairs of experts another rank holds are left out.
+// counters: four per launch of a routed GEMM, whose grid holds at most kLaunchRows rows, so the
+// launcher cuts it into ceil(num_pairs / kLaunchRows) launches: launch l's gate_up and down items
+// left (the item count less l * kLaunchRows, at least 0), then ids outside [0, kGlobalExperts) for
+// l = 0 (0 for the others), then 0. Items name the kernel's own experts (local_expert); pairs of
+// experts another rank holds are left out.
 // Placement runs on kPlaceWarps warps at once: each takes a contiguous segment of an id tile and
 // places it from its own per-expert cursors, which start where the segments before it end.
 // CTAs past the first (if the grid has any) only warm L2: while CTA 0 routes, they ask L2 for the
@@ -21,6 +24,7 @@ constexpr int kHidden = @{HIDDEN};
 constexpr int kExpertsPerThread = (kNumExperts + kThreads - 1) / kThreads;
 constexpr int kIdCapacity = @{ID_CAPACITY};  // ids held in shared memory at once (a multiple of 4)
 constexpr int kPlaceWarps = @{PLACE_WARPS};  // warps placing pairs side by side (per-warp cursors fit)
+constexpr int kLaunchRows = @{LAUNCH_ROWS};  // rows (work items) of one GEMM launch
 constexpr int kLoadBatch = 4;                 // 16-byte loads each thread has in flight together
 constexpr long long kGateUpExpertBytes = @{GATE_UP_EXPERT_BYTES}LL;  // one expert's gate_up weights
 constexpr int kWarmLineBytes = 128;           // one L2 request per 128-byte line
@@ -281,11 +285,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) @{ENTRY}(
     }
   }
   for (int position = totals.pairs + tid; position < num_pairs; position += kThreads) sorted_pairs[position] = -1;
-  if (tid == 0) {
-    counters[0] = totals.gate_up_items;
-    counters[1] = totals.down_items;
-    counters[2] = bad_ids;
-    counters[3] = 0;
+  const int launches = (num_pairs + kLaunchRows - 1) / kLaunchRows;
+  for (int launch = tid; launch < launches; launch += kThreads) {
+    const int skipped = launch * kLaunchRows;
+    counters[4 * launch] = max(totals.gate_up_items - skipped, 0);
+    counters[4 * launch + 1] = max(totals.down_items - skipped, 0);
+    counters[4 * launch + 2] = launch == 0 ? bad_ids : 0;
+    counters[4 * launch + 3] = 0;
   }
   if (gridDim.x == 1) route_zero_dead_tokens(topk_ids, num_pairs, top_k, out);
 }

@@ -273,6 +273,7 @@ volt8_status volt8_experts_load(volt8_ctx *ctx, const volt8_load_options *option
   volt8_expert_sink sink = {&staging, staging_place, device_commit};
   if (status == VOLT8_OK) status = volt8_checkpoint_run(ctx, checkpoint, &shard, &range, &sink, &report);
   report.staging_peak_bytes += staging.bytes;
+  if (experts) report.workspace_bytes = (int64_t)volt8_experts_workspace_bytes(experts);
   staging_sink_release(&staging);
   volt8_checkpoint_close(checkpoint);
   if (status != VOLT8_OK) {

@@ -84,6 +84,20 @@ static void fill_plan(const volt8_checkpoint *checkpoint, const volt8_load_optio
   snprintf(plan->scale_dtype, sizeof plan->scale_dtype, "%s", native ? volt8_st_dtype_name(checkpoint->scale_dtype) : "");
   snprintf(plan->tensor_prefix, sizeof plan->tensor_prefix, "%s", checkpoint->tensor_prefix);
   plan->scale_max_relative_error = validation->scale_max_relative_error;
+  plan->max_tokens = options->max_tokens;
+  plan->max_top_k = options->max_top_k;
+}
+
+/* memory->workspace_bytes for the plan's max_tokens x max_top_k; it stays 0 where the caller's plan
+ * report is an older, shorter one, or holds max_tokens 0. */
+static volt8_status plan_workspace(volt8_ctx *ctx, const volt8_plan_report *plan, const volt8_moe_shape *shape,
+                                   volt8_memory_report *memory) {
+  if (plan->size < offsetof(volt8_plan_report, max_top_k) + sizeof plan->max_top_k || plan->max_tokens == 0)
+    return VOLT8_OK;
+  volt8_moe_workspace workspace;
+  volt8_status status = volt8_moe_workspace_plan(ctx, shape, plan->max_tokens, plan->max_top_k, &workspace);
+  if (status == VOLT8_OK) memory->workspace_bytes = (int64_t)workspace.total_bytes;
+  return status;
 }
 
 volt8_status volt8_plan(volt8_ctx *ctx, const volt8_load_options *options, volt8_plan_report *report) {
@@ -99,10 +113,18 @@ volt8_status volt8_plan(volt8_ctx *ctx, const volt8_load_options *options, volt8
     status = volt8_shard_plan(ctx, checkpoint->intermediate, read.tp_size, 0, checkpoint->route, block_n, &first_rank);
   }
   volt8_load_report validation = VOLT8_LOAD_REPORT_INIT;
+  volt8_plan_report filled = VOLT8_PLAN_REPORT_INIT;
+  if (status == VOLT8_OK) {
+    /* Workspace sizes a load would refuse fail here, before the experts are read. */
+    fill_plan(checkpoint, &read, &validation, &filled);
+    volt8_moe_shape shape;
+    volt8_moe_workspace workspace;
+    volt8_shard_shape(&first_rank, checkpoint->hidden, checkpoint->num_experts, &shape);
+    status = volt8_moe_workspace_plan(ctx, &shape, read.max_tokens, read.max_top_k, &workspace);
+  }
   if (status == VOLT8_OK) status = volt8_checkpoint_validate(ctx, checkpoint, &validation);
   if (status == VOLT8_OK) {
-    volt8_plan_report filled = VOLT8_PLAN_REPORT_INIT;
-    fill_plan(checkpoint, &read, &validation, &filled);
+    filled.scale_max_relative_error = validation.scale_max_relative_error;
     volt8_copy_sized_output(report, &filled, sizeof filled);
     if (read.report) volt8_copy_sized_output(read.report, &validation, sizeof validation);
   }
@@ -122,6 +144,7 @@ volt8_status volt8_plan_rank(volt8_ctx *ctx, const volt8_plan_report *plan, int3
   if (memory) {
     volt8_memory_report filled;
     status = memory_for_shape(ctx, &rank_shape, &filled);
+    if (status == VOLT8_OK) status = plan_workspace(ctx, plan, &rank_shape, &filled);
     if (status != VOLT8_OK) return status;
     volt8_copy_sized_output(memory, &filled, sizeof filled);
   }

@@ -25,6 +25,9 @@ typedef enum volt8_family {
 /* The narrowest block_n of a down that fuses the reduce (ARRIVAL_MIN_BLOCK_N in codegen/variants.lua):
  * the workspace keeps ceil(hidden / this) arrival counters per token. */
 #define VOLT8_ARRIVAL_MIN_BLOCK_N 32
+/* The most rows (blockIdx.y values) one launch's grid holds, CUDA's limit on gridDim.y; the route
+ * kernel writes its item counters per launch of that many rows (LAUNCH_ROWS in codegen/variants.lua). */
+#define VOLT8_LAUNCH_ROWS 65535
 /* The one-launch forward's tiles (templates/moe_single.cu; SINGLE_* in codegen/variants.lua): columns
  * of h per gate_up item and of z per down item. */
 #define VOLT8_SINGLE_GATE_COLUMNS 8

@@ -29,6 +29,7 @@ struct volt8_experts {
   volt8_moe_shape shape;
   volt8_moe_dims dims;
   int32_t max_tokens, max_top_k;
+  int64_t routed_launches; /* the most launches a routed GEMM is cut into (moe_layout.h) */
   CUdeviceptr weights; /* w13 | s13 | w2 | s2 */
   CUdeviceptr w13, s13, w2, s2;
   size_t weight_bytes;
@@ -38,6 +39,8 @@ struct volt8_experts {
   /* (token, column tile) counters of a down that fuses the reduce, and the one-launch forward's
    * ticket and per-pair h counters: zero between forwards */
   CUdeviceptr arrivals, flags;
+  /* counters[routed_launches]: where block_m 1 downs cut into several launches store bad-id counts */
+  CUdeviceptr spare_counters;
   size_t workspace_bytes;
   loaded_kernel kernels[VOLT8_MAX_LOADED_KERNELS];
   int32_t kernel_count;
@@ -92,58 +95,55 @@ volt8_status volt8_experts_upload_expert(volt8_experts *experts, int32_t expert,
 
 size_t volt8_experts_resident_bytes(const volt8_experts *experts) { return experts->weight_bytes; }
 
-static volt8_status allocate_workspace(volt8_experts *experts) {
+/* The workspace for `plan` (moe_layout.h), replacing any the handle had; none on failure. */
+static volt8_status allocate_workspace(volt8_experts *experts, const volt8_moe_workspace *plan) {
+  volt8_ctx *ctx = experts->ctx;
   if (experts->workspace) {
-    experts->ctx->cuda->cuMemFree(experts->workspace);
+    ctx->cuda->cuMemFree(experts->workspace);
     experts->workspace = 0;
+    experts->workspace_bytes = 0;
   }
-  size_t pairs = (size_t)experts->max_tokens * (size_t)experts->max_top_k;
-  /* A fused-reduce down has block_n >= VOLT8_ARRIVAL_MIN_BLOCK_N (codegen/variants.lua). */
-  size_t tiles = ((size_t)experts->shape.hidden + VOLT8_ARRIVAL_MIN_BLOCK_N - 1) / VOLT8_ARRIVAL_MIN_BLOCK_N;
-  size_t bytes[8] = {pairs * 4, pairs * 16, pairs * 16, 16, pairs * (size_t)experts->shape.intermediate * 2,
-                     pairs * (size_t)experts->shape.hidden * 4, (size_t)experts->max_tokens * tiles * 4, (1 + pairs) * 4};
-  CUdeviceptr *targets[8] = {&experts->sorted_pairs, &experts->items_gate_up, &experts->items_down,
-                             &experts->counters, &experts->h, &experts->z, &experts->arrivals, &experts->flags};
-  size_t total = 0;
-  for (int i = 0; i < 8; i++) total += volt8_device_align(bytes[i]);
-  volt8_status status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemAlloc(&experts->workspace, total),
-                                   "cuMemAlloc(workspace)");
-  if (status != VOLT8_OK) return status;
-  experts->workspace_bytes = total;
+  CUresult result = ctx->cuda->cuMemAlloc(&experts->workspace, (size_t)plan->total_bytes);
+  if (result != CUDA_SUCCESS) {
+    experts->workspace = 0;
+    size_t free_bytes = 0, total_bytes = 0;
+    ctx->cuda->cuMemGetInfo(&free_bytes, &total_bytes);
+    return volt8_fail(ctx, result == CUDA_ERROR_OUT_OF_MEMORY ? VOLT8_ERR_OUT_OF_MEMORY : VOLT8_ERR_CUDA,
+                      "the forward workspace for max_tokens %d x max_top_k %d is %llu bytes (%.2f GiB); cuMemAlloc "
+                      "failed: %s (%zu of %zu bytes free): lower max_tokens",
+                      plan->max_tokens, plan->max_top_k, (unsigned long long)plan->total_bytes,
+                      (double)plan->total_bytes / (1024.0 * 1024.0 * 1024.0), volt8_cuda_error_text(ctx->cuda, result),
+                      free_bytes, total_bytes);
+  }
+  experts->workspace_bytes = (size_t)plan->total_bytes;
+  experts->routed_launches = plan->routed_launches;
+  CUdeviceptr *targets[VOLT8_WORKSPACE_REGIONS] = {&experts->sorted_pairs, &experts->items_gate_up,
+                                                   &experts->items_down, &experts->counters, &experts->h,
+                                                   &experts->z, &experts->arrivals, &experts->flags};
   CUdeviceptr cursor = experts->workspace;
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < VOLT8_WORKSPACE_REGIONS; i++) {
     *targets[i] = cursor;
-    cursor += volt8_device_align(bytes[i]);
+    cursor += volt8_device_align((size_t)plan->region_bytes[i]);
   }
+  experts->spare_counters = experts->counters + (CUdeviceptr)plan->routed_launches * 16;
   /* Defined counters before any forward (volt8_experts_bad_id_count may be asked first), and the
    * arrivals and flags (the last regions) at zero, as every forward leaves them. */
-  static const int32_t zeros[4] = {0, 0, 0, 0};
-  status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemcpyHtoD(experts->counters, zeros, sizeof zeros),
-                      "cuMemcpyHtoD(counters)");
-  size_t zeroed = total - (size_t)(experts->arrivals - experts->workspace);
-  void *counter_zeros = status == VOLT8_OK ? calloc(1, zeroed) : NULL;
-  if (status == VOLT8_OK && !counter_zeros)
-    status = volt8_fail(experts->ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the arrival counters");
+  size_t zeroed = experts->workspace_bytes - (size_t)(experts->arrivals - experts->workspace);
+  volt8_status status = cuda_check(ctx, ctx->cuda->cuMemsetD8Async(experts->counters, 0, 16, NULL), "cuMemsetD8Async(counters)");
   if (status == VOLT8_OK)
-    status = cuda_check(experts->ctx, experts->ctx->cuda->cuMemcpyHtoD(experts->arrivals, counter_zeros, zeroed),
-                        "cuMemcpyHtoD(arrivals)");
-  free(counter_zeros);
+    status = cuda_check(ctx, ctx->cuda->cuMemsetD8Async(experts->arrivals, 0, zeroed, NULL), "cuMemsetD8Async(arrivals)");
+  if (status == VOLT8_OK) status = cuda_check(ctx, ctx->cuda->cuStreamSynchronize(NULL), "cuStreamSynchronize");
   return status;
 }
 
 volt8_status volt8_experts_alloc(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t max_tokens, int32_t max_top_k,
                                  volt8_experts **out_experts) {
   *out_experts = NULL;
-  /* A token routes to distinct experts, so the workspace never needs more than E pairs a token (E of
-   * the model: with expert parallelism every pair has its place, also those of other ranks). */
-  int32_t global_experts = volt8_moe_global_experts(shape);
-  if (max_top_k > global_experts && global_experts > 0) max_top_k = global_experts;
-  if (max_tokens <= 0 || max_top_k <= 0 || (int64_t)max_tokens * max_top_k > VOLT8_MAX_ROUTED_PAIRS)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "max_tokens %d x max_top_k %d must be positive and give at most %d routed pairs",
-                      max_tokens, max_top_k, VOLT8_MAX_ROUTED_PAIRS);
   volt8_moe_dims dims;
   volt8_status status = volt8_moe_dims_compute(ctx, shape, &dims);
+  if (status != VOLT8_OK) return status;
+  volt8_moe_workspace plan;
+  status = volt8_moe_workspace_plan(ctx, shape, max_tokens, max_top_k, &plan);
   if (status != VOLT8_OK) return status;
   status = volt8_ctx_require_device(ctx);
   if (status != VOLT8_OK) return status;
@@ -152,10 +152,10 @@ volt8_status volt8_experts_alloc(volt8_ctx *ctx, const volt8_moe_shape *shape, i
   experts->ctx = ctx;
   experts->shape = *shape;
   experts->dims = dims;
-  experts->max_tokens = max_tokens;
-  experts->max_top_k = max_top_k;
+  experts->max_tokens = plan.max_tokens;
+  experts->max_top_k = plan.max_top_k;
   status = allocate_weights(experts);
-  if (status == VOLT8_OK) status = allocate_workspace(experts);
+  if (status == VOLT8_OK) status = allocate_workspace(experts, &plan);
   if (status != VOLT8_OK) {
     volt8_experts_destroy(experts);
     return status;
@@ -362,6 +362,102 @@ static volt8_status launch_single(volt8_experts *experts, const volt8_moe_args *
   return launch(experts->ctx, single, ctas > 0 && ctas < items ? ctas : items, 1, stream, params, 0);
 }
 
+/* Rows (blockIdx.y values) each launch of `kernel` takes: block_m 1 GEMMs take whole tokens' pairs,
+ * so that a launch's pointers can start at its first token; the token down takes tokens. */
+static int rows_per_launch(const loaded_kernel *kernel, int top_k) {
+  if (kernel->family == VOLT8_FAMILY_TOKEN || kernel->block_m != 1) return VOLT8_LAUNCH_ROWS;
+  return VOLT8_LAUNCH_ROWS / top_k * top_k;
+}
+
+static int down_launches(const loaded_kernel *down, int num_tokens, int top_k) {
+  int rows = rows_per_launch(down, top_k);
+  int total = down->family == VOLT8_FAMILY_TOKEN ? num_tokens : num_tokens * top_k;
+  return (total + rows - 1) / rows;
+}
+
+/* gate_up over num_pairs pairs, in launches of rows_per_launch rows (moe_layout.h). */
+static volt8_status launch_gate_up(volt8_experts *experts, const loaded_kernel *kernel, const volt8_gate_up_args *args,
+                                   CUstream stream) {
+  unsigned columns = (unsigned)((experts->shape.intermediate + kernel->block_n - 1) / kernel->block_n);
+  int top_k = args->top_k, rows = rows_per_launch(kernel, top_k);
+  volt8_status status = VOLT8_OK;
+  for (int first = 0, index = 0; first < args->num_pairs && status == VOLT8_OK; first += rows, index++) {
+    volt8_gate_up_args part = *args;
+    int count = args->num_pairs - first < rows ? args->num_pairs - first : rows;
+    if (kernel->block_m == 1) {
+      part.activations += (CUdeviceptr)(first / top_k) * (CUdeviceptr)experts->shape.hidden * 2;
+      part.topk_ids += (CUdeviceptr)first * 4;
+      part.out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.intermediate * 2;
+      part.num_pairs = count;
+    } else {
+      part.items += (CUdeviceptr)first * 16;
+      part.counters += (CUdeviceptr)index * 16;
+    }
+    void *params[VOLT8_MAX_KERNEL_PARAMS];
+    volt8_kernel_params_fill(&volt8_gate_up_signature, &part, params);
+    status = launch(experts->ctx, kernel, columns, (unsigned)count, stream, params, 0);
+  }
+  return status;
+}
+
+/* A routed or block_m 1 down over num_pairs pairs, in launches of rows_per_launch rows. A block_m 1
+ * down that fuses the reduce and takes several launches stores its bad-id counts in the spare
+ * counters (the route counts them). */
+static volt8_status launch_down(volt8_experts *experts, const loaded_kernel *kernel, const volt8_down_args *args,
+                                int early, CUstream stream) {
+  unsigned columns = (unsigned)((experts->shape.hidden + kernel->block_n - 1) / kernel->block_n);
+  int top_k = args->top_k, rows = rows_per_launch(kernel, top_k);
+  int parts = (args->num_pairs + rows - 1) / rows;
+  volt8_status status = VOLT8_OK;
+  for (int first = 0, index = 0; first < args->num_pairs && status == VOLT8_OK; first += rows, index++) {
+    volt8_down_args part = *args;
+    int count = args->num_pairs - first < rows ? args->num_pairs - first : rows;
+    if (kernel->block_m == 1) {
+      CUdeviceptr token = (CUdeviceptr)(first / top_k);
+      part.activations += (CUdeviceptr)first * (CUdeviceptr)experts->shape.intermediate * 2;
+      part.topk_weights += (CUdeviceptr)first * 4;
+      part.out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.hidden * 4;
+      part.topk_ids += (CUdeviceptr)first * 4;
+      part.num_pairs = count;
+      part.reduced += token * (CUdeviceptr)experts->shape.hidden * 2;
+      part.arrivals += token * columns * 4;
+      if (parts > 1 && kernel->fused_reduce) part.counters = experts->spare_counters;
+    } else {
+      part.items += (CUdeviceptr)first * 16;
+      part.counters += (CUdeviceptr)index * 16;
+    }
+    void *params[VOLT8_MAX_KERNEL_PARAMS];
+    volt8_kernel_params_fill(kernel->fused_reduce ? &volt8_down_fused_signature : &volt8_down_signature, &part, params);
+    status = launch(experts->ctx, kernel, columns, (unsigned)count, stream, params, early);
+  }
+  return status;
+}
+
+/* The token down over num_tokens tokens, in launches of rows_per_launch tokens; with several, its
+ * bad-id counts go to the spare counters (the route counts them). */
+static volt8_status launch_down_token(volt8_experts *experts, const loaded_kernel *kernel,
+                                      const volt8_down_token_args *args, int early, CUstream stream) {
+  unsigned columns = (unsigned)((experts->shape.hidden + kernel->block_n - 1) / kernel->block_n);
+  int top_k = args->top_k, rows = rows_per_launch(kernel, top_k);
+  int parts = (args->num_tokens + rows - 1) / rows;
+  volt8_status status = VOLT8_OK;
+  for (int first = 0; first < args->num_tokens && status == VOLT8_OK; first += rows) {
+    volt8_down_token_args part = *args;
+    int count = args->num_tokens - first < rows ? args->num_tokens - first : rows;
+    CUdeviceptr first_pair = (CUdeviceptr)first * (CUdeviceptr)top_k;
+    part.h += first_pair * (CUdeviceptr)experts->shape.intermediate * 2;
+    part.topk_weights += first_pair * 4;
+    part.topk_ids += first_pair * 4;
+    part.out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.hidden * 2;
+    part.num_tokens = count;
+    if (parts > 1) part.counters = experts->spare_counters;
+    void *params[VOLT8_MAX_KERNEL_PARAMS];
+    volt8_kernel_params_fill(&volt8_down_token_signature, &part, params);
+    status = launch(experts->ctx, kernel, columns, (unsigned)count, stream, params, early);
+  }
+  return status;
+}
+
 volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *args, void *stream) {
   if (!experts) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_moe_forward: experts is NULL");
   volt8_ctx *ctx = experts->ctx;
@@ -424,40 +520,33 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
       .num_tokens = num_tokens, .top_k = top_k, .out = out, .counters = experts->counters};
   volt8_reduce_args reduce_args = {.z = experts->z, .topk_ids = ids, .num_tokens = num_tokens, .top_k = top_k,
                                    .out = out, .counters = experts->counters};
-  void *route_params[VOLT8_MAX_KERNEL_PARAMS], *gate_up_params[VOLT8_MAX_KERNEL_PARAMS];
-  void *down_params[VOLT8_MAX_KERNEL_PARAMS], *reduce_params[VOLT8_MAX_KERNEL_PARAMS];
+  void *route_params[VOLT8_MAX_KERNEL_PARAMS], *reduce_params[VOLT8_MAX_KERNEL_PARAMS];
   volt8_kernel_params_fill(&volt8_route_signature, &route_args, route_params);
-  volt8_kernel_params_fill(&volt8_gate_up_signature, &gate_up_args, gate_up_params);
-  if (fused_down)
-    volt8_kernel_params_fill(&volt8_down_token_signature, &down_token_args, down_params);
-  else
-    volt8_kernel_params_fill(down->fused_reduce ? &volt8_down_fused_signature : &volt8_down_signature, &down_args,
-                             down_params);
   volt8_kernel_params_fill(&volt8_reduce_signature, &reduce_args, reduce_params);
-  unsigned intermediate = (unsigned)experts->shape.intermediate, hidden = (unsigned)experts->shape.hidden;
+  unsigned hidden = (unsigned)experts->shape.hidden;
   unsigned reduce_columns = (unsigned)reduce->threads * 4;
   /* block_m == 1 kernels take their pair from topk_ids directly; the reduce (or the fused down)
-   * counts bad ids. */
-  int needs_route = bm_gate_up != 1 || bm_down != 1;
-  unsigned down_columns = (hidden + down->block_n - 1) / down->block_n;
+   * counts bad ids. A fused down cut into several launches cannot count them all, so the route
+   * does (moe_layout.h). */
+  int down_counts_in_parts =
+      (fused_down || (down->fused_reduce && down->block_m == 1)) && down_launches(down, num_tokens, top_k) > 1;
+  int needs_route = bm_gate_up != 1 || bm_down != 1 || down_counts_in_parts;
   /* The forward's first kernel waits for the caller's work as usual. Without a route pass (few
    * tokens, where launch latency is most of the time) down and the reduce may start early; in a
    * routed forward only an hmma down does, and the other routed kernels run one after the other
    * and carry no waits (templates/moe_common.cu). */
   int early = !needs_route;
   if ((needs_route && (status = launch(ctx, route, 1 + warm_ctas, 1, cu_stream, route_params, 0)) != VOLT8_OK) ||
-      (status = launch(ctx, gate_up, (intermediate + gate_up->block_n - 1) / gate_up->block_n, (unsigned)num_pairs,
-                       cu_stream, gate_up_params, 0)) != VOLT8_OK)
+      (status = launch_gate_up(experts, gate_up, &gate_up_args, cu_stream)) != VOLT8_OK)
     return status;
-  if (fused_down) return launch(ctx, down, down_columns, (unsigned)num_tokens, cu_stream, down_params, early);
+  if (fused_down) return launch_down_token(experts, down, &down_token_args, early, cu_stream);
   /* A routed hmma down may start early too (templates/moe_gemm_hmma.cu): it reads the route's items,
    * written before its gate_up started, and requests its first weights while gate_up finishes. */
   int early_down = early || down->family == VOLT8_FAMILY_HMMA16816;
-  if ((status = launch(ctx, down, down_columns, (unsigned)num_pairs, cu_stream, down_params, early_down)) != VOLT8_OK)
-    return status;
+  if ((status = launch_down(experts, down, &down_args, early_down, cu_stream)) != VOLT8_OK) return status;
   if (down->fused_reduce) return VOLT8_OK; /* its CTAs formed out themselves */
-  return launch(ctx, reduce, (hidden + reduce_columns - 1) / reduce_columns, (unsigned)num_tokens, cu_stream,
-                reduce_params, early);
+  unsigned reduce_rows = num_tokens < VOLT8_LAUNCH_ROWS ? (unsigned)num_tokens : VOLT8_LAUNCH_ROWS;
+  return launch(ctx, reduce, (hidden + reduce_columns - 1) / reduce_columns, reduce_rows, cu_stream, reduce_params, early);
 }
 
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream) {
@@ -486,24 +575,31 @@ volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_valu
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_prepare: m_values is NULL or count %d < 0", count);
   int32_t largest = experts->max_tokens;
   for (int32_t i = 0; i < count; i++) {
-    if (m_values[i] <= 0 || (int64_t)m_values[i] * experts->max_top_k > VOLT8_MAX_ROUTED_PAIRS)
-      return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                        "volt8_experts_prepare: m_values[%d] = %d must be in 1..%d (at most %d routed pairs at top_k %d)",
-                        i, m_values[i], VOLT8_MAX_ROUTED_PAIRS / experts->max_top_k, VOLT8_MAX_ROUTED_PAIRS,
-                        experts->max_top_k);
+    if (m_values[i] <= 0)
+      return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_prepare: m_values[%d] = %d must be positive", i,
+                        m_values[i]);
     if (m_values[i] > largest) largest = m_values[i];
   }
-  volt8_status status = volt8_ctx_require_device(ctx);
+  volt8_moe_workspace plan;
+  char reason[VOLT8_ERROR_MESSAGE_BYTES];
+  volt8_status status = volt8_moe_workspace_plan(ctx, &experts->shape, largest, experts->max_top_k, &plan);
+  if (status != VOLT8_OK) {
+    snprintf(reason, sizeof reason, "%s", volt8_last_error(ctx));
+    return volt8_fail(ctx, status, "volt8_experts_prepare: m_values up to %d: %s", largest, reason);
+  }
+  status = volt8_ctx_require_device(ctx);
   if (status != VOLT8_OK) return status;
   if (largest > experts->max_tokens) {
-    int32_t previous = experts->max_tokens;
-    experts->max_tokens = largest;
-    status = allocate_workspace(experts);
+    volt8_moe_workspace previous;
+    status = volt8_moe_workspace_plan(ctx, &experts->shape, experts->max_tokens, experts->max_top_k, &previous);
+    if (status == VOLT8_OK) status = allocate_workspace(experts, &plan);
     if (status != VOLT8_OK) {
-      experts->max_tokens = previous;
-      volt8_status retry = allocate_workspace(experts);
-      return retry == VOLT8_OK ? status : retry;
+      snprintf(reason, sizeof reason, "%s", volt8_last_error(ctx));
+      volt8_status retry = allocate_workspace(experts, &previous);
+      if (retry != VOLT8_OK) return retry;
+      return volt8_fail(ctx, status, "volt8_experts_prepare: %s", reason);
     }
+    experts->max_tokens = largest;
   }
   const loaded_kernel *kernel;
   if ((status = get_kernel(experts, "route", 0, VOLT8_OP_ROUTE, &kernel)) != VOLT8_OK ||

@@ -2,6 +2,7 @@
 #include "moe/moe_layout.h"
 
 #include "core/ctx_internal.h"
+#include "jit/codegen.h"
 
 /* value >= 0, divisor > 0; no intermediate sum, so values up to INT32_MAX cannot overflow. */
 static int32_t ceil_div(int32_t value, int32_t divisor) { return value / divisor + (value % divisor != 0); }
@@ -78,5 +79,45 @@ volt8_status volt8_moe_dims_compute(volt8_ctx *ctx, const volt8_moe_shape *shape
                       "moe shape: %lld experts of hidden %lld x intermediate %lld do not fit in memory",
                       (long long)experts, (long long)hidden, (long long)intermediate);
   *out = dims;
+  return VOLT8_OK;
+}
+
+volt8_status volt8_moe_workspace_plan(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t max_tokens,
+                                      int32_t max_top_k, volt8_moe_workspace *out) {
+  if (max_tokens <= 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "max_tokens %d: must be positive", max_tokens);
+  if (max_top_k <= 0)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "max_top_k %d: must be positive", max_top_k);
+  /* A token routes to distinct experts, so the workspace never needs more than E pairs a token (E of
+   * the model: with expert parallelism every pair has its place, also those of other ranks). */
+  int32_t global_experts = volt8_moe_global_experts(shape);
+  int32_t top_k = global_experts > 0 && max_top_k > global_experts ? global_experts : max_top_k;
+  if (top_k > VOLT8_LAUNCH_ROWS)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "max_top_k %d: more than %d, the most a launch holds of one token's pairs", top_k,
+                      VOLT8_LAUNCH_ROWS);
+  int64_t pairs = (int64_t)max_tokens * top_k;
+  if (pairs > VOLT8_MAX_ROUTED_PAIRS)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "max_tokens %d x max_top_k %d = %lld routed pairs, more than the limit of %d (the kernels "
+                      "index pairs in 32 bits)",
+                      max_tokens, top_k, (long long)pairs, VOLT8_MAX_ROUTED_PAIRS);
+  volt8_moe_workspace plan = {.max_tokens = max_tokens, .max_top_k = top_k, .pairs = pairs};
+  plan.routed_launches = (pairs + VOLT8_LAUNCH_ROWS - 1) / VOLT8_LAUNCH_ROWS;
+  /* In 64 bits with room to spare: pairs <= 2^30 and hidden, intermediate < 2^31 keep z below 2^63,
+   * h below 2^62 and their sum with the rest below 2^64. */
+  uint64_t p = (uint64_t)pairs, *bytes = plan.region_bytes;
+  /* A fused-reduce down has block_n >= VOLT8_ARRIVAL_MIN_BLOCK_N (codegen/variants.lua). */
+  uint64_t tiles = ((uint64_t)shape->hidden + VOLT8_ARRIVAL_MIN_BLOCK_N - 1) / VOLT8_ARRIVAL_MIN_BLOCK_N;
+  bytes[VOLT8_WORKSPACE_SORTED_PAIRS] = p * 4;
+  bytes[VOLT8_WORKSPACE_ITEMS_GATE_UP] = p * 16;
+  bytes[VOLT8_WORKSPACE_ITEMS_DOWN] = p * 16;
+  bytes[VOLT8_WORKSPACE_COUNTERS] = ((uint64_t)plan.routed_launches + 1) * 16;
+  bytes[VOLT8_WORKSPACE_H] = p * (uint64_t)shape->intermediate * 2;
+  bytes[VOLT8_WORKSPACE_Z] = p * (uint64_t)shape->hidden * 4;
+  bytes[VOLT8_WORKSPACE_ARRIVALS] = (uint64_t)max_tokens * tiles * 4;
+  bytes[VOLT8_WORKSPACE_FLAGS] = (1 + p) * 4;
+  for (int i = 0; i < VOLT8_WORKSPACE_REGIONS; i++) plan.total_bytes += volt8_device_align(bytes[i]);
+  *out = plan;
   return VOLT8_OK;
 }

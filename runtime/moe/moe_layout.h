@@ -19,16 +19,24 @@
  *
  * Activations: x[M][H] FP16, topk_ids[M][top_k] int32, topk_weights[M][top_k] FP32,
  * out[M][H] FP16. A routed pair p = t * top_k + j.
- * Workspace: sorted_pairs[P], items_gate_up[P] and items_down[P] (int4: expert, first index into
- * sorted_pairs, count, 0), counters[4] (items_gate_up, items_down, bad ids, 0), h[P][I] FP16,
- * z[P][H] FP32, with P = M * top_k.
+ * Workspace, for P = max_tokens * max_top_k routed pairs (volt8_moe_workspace_plan): sorted_pairs[P],
+ * items_gate_up[P] and items_down[P] (int4: expert, first index into sorted_pairs, count, 0),
+ * counters[L + 1][4], h[P][I] FP16, z[P][H] FP32, arrivals[max_tokens][ceil(H/32)] and flags[1 + P]
+ * int32, where L = ceil(P / VOLT8_LAUNCH_ROWS) is the most launches a routed GEMM is cut into.
+ * counters[l] (l < L): gate_up items and down items left for launch l (item count - l * rows, at
+ * least 0), then for l = 0 the bad ids, else 0, then 0. counters[L]: where block_m 1 downs cut into
+ * several launches store their bad-id count, which the route of such a forward stores in counters[0].
  *
  * Kernels (threads per CTA from codegen; their parameters, in order, in moe/kernel_params.h):
  *   route                 grid (1 + the CTAs that warm L2 with gate_up weights)
  *   gate_up               grid (ceil(I/BN), P)
  *   down                  grid (ceil(H/BN), P); one that fuses the reduce also forms out
  *   down (token)          grid (ceil(H/BN), M): one token per CTA row, forms out (no route, no reduce)
- *   reduce                grid (ceil(H/(threads*4)), M)
+ *   reduce                grid (ceil(H/(threads*4)), min(M, VOLT8_LAUNCH_ROWS)), rows loop over tokens
+ * A grid's y dimension holds at most VOLT8_LAUNCH_ROWS rows, so the launcher cuts a GEMM grid into
+ * launches of at most that many rows: a routed one passes launch l items + l * rows and
+ * counters[l]; a block_m 1 one (and the token down) whole tokens' pairs, with every per-pair and
+ * per-token pointer moved to the launch's first pair and token, and num_pairs (num_tokens) its own.
  * route groups pairs per expert in pair order, skips ids outside [0, E), and splits each expert's
  * pairs into work items of at most bm pairs. A GEMM CTA with bm > 1 whose blockIdx.y is not below
  * its item count returns. A GEMM CTA with bm == 1 ignores sorted_pairs, items and counters: it
@@ -47,10 +55,11 @@
 
 #include "volt8.h"
 
-/* The most routed pairs P = M * top_k one forward takes (its workspace is sized in them): the GEMMs'
- * grids run a row of CTAs per pair, and a grid's y dimension holds at most 65535. The one bound of
- * the token count; the tools take theirs from it. */
-#define VOLT8_MAX_ROUTED_PAIRS 65535
+/* The most routed pairs P = max_tokens * max_top_k a workspace is sized for, so the most one forward
+ * takes: the kernels index pairs in int32, and this keeps every sum of a pair index and a launch's
+ * rows below INT32_MAX (grids past 65535 rows are cut into launches). The one bound of the token
+ * count; the tools take theirs from it. */
+#define VOLT8_MAX_ROUTED_PAIRS (1 << 30)
 
 typedef struct volt8_moe_dims {
   int64_t w13_bytes_per_expert, w2_bytes_per_expert;
@@ -64,5 +73,25 @@ int32_t volt8_moe_global_experts(const volt8_moe_shape *shape);
 
 /* Fills dims from shape; VOLT8_ERR_INVALID_ARGUMENT with a message naming the field otherwise. */
 volt8_status volt8_moe_dims_compute(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_moe_dims *out);
+
+/* The workspace's regions, in their order in the one allocation. */
+typedef enum volt8_workspace_region {
+  VOLT8_WORKSPACE_SORTED_PAIRS, VOLT8_WORKSPACE_ITEMS_GATE_UP, VOLT8_WORKSPACE_ITEMS_DOWN, VOLT8_WORKSPACE_COUNTERS,
+  VOLT8_WORKSPACE_H, VOLT8_WORKSPACE_Z, VOLT8_WORKSPACE_ARRIVALS, VOLT8_WORKSPACE_FLAGS, VOLT8_WORKSPACE_REGIONS
+} volt8_workspace_region;
+
+typedef struct volt8_moe_workspace {
+  int32_t max_tokens, max_top_k;                  /* max_top_k at most the model's expert count */
+  int64_t pairs;                                  /* max_tokens * max_top_k */
+  int64_t routed_launches;                        /* L: the most launches one routed GEMM is cut into */
+  uint64_t region_bytes[VOLT8_WORKSPACE_REGIONS]; /* each region's own bytes */
+  uint64_t total_bytes;                           /* the allocation: regions at VOLT8_DEVICE_ALIGN */
+} volt8_moe_workspace;
+
+/* The workspace of `shape` for max_tokens tokens of up to max_top_k experts (capped at the model's
+ * expert count: a token's experts are distinct). VOLT8_ERR_INVALID_ARGUMENT naming the value when
+ * either is not positive, when the pairs pass VOLT8_MAX_ROUTED_PAIRS, or when the bytes pass 2^64. */
+volt8_status volt8_moe_workspace_plan(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t max_tokens,
+                                      int32_t max_top_k, volt8_moe_workspace *out);
 
 #endif
