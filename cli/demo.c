@@ -195,8 +195,8 @@ static int run_gpu(volt8_ctx *ctx, const volt8_load_options *options, const volt
   if (status != VOLT8_OK) return cli_report(ctx, "demo (load)", status);
   volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
   volt8_experts_memory(experts, &memory);
-  printf("loaded rank 0 onto the GPU: %.1f MiB resident, %.2f s\n", memory.resident_bytes / MIB,
-         cli_now_seconds() - started);
+  printf("loaded rank 0 onto the GPU: %.1f MiB resident, %.1f MiB of forward workspace (%d tokens), %.2f s\n",
+         memory.resident_bytes / MIB, memory.workspace_bytes / MIB, options->max_tokens, cli_now_seconds() - started);
   const int32_t ms[] = {1, 8, 64};
   started = cli_now_seconds();
   printf("preparing kernels for M = 1, 8, 64 ...\n");

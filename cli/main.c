@@ -27,8 +27,11 @@ static const cli_command COMMANDS[] = {
      "exit 2 when N splits none)"},
     {"compile", cli_compile, "compile --arch sm_XX --cache DIR [--shape S]...",
      "fill a kernel cache ahead of time (PTX for compute_XX)"},
-    {"plan", cli_plan, "plan CKPT_DIR --tp N [--ep N] [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]",
-     "validate a checkpoint and print each rank's memory"},
+    {"plan", cli_plan,
+     "plan CKPT_DIR --tp N [--ep N] [--rank R] [--json] [--draft DIR] [--online fp8 [--online-block 1|128]]\n"
+     "     [--max-tokens N] [--top-k K]",
+     "validate a checkpoint and print each rank's memory, with the forward workspace for N tokens of top-k K\n"
+     "(default 64 and 16, a load's defaults)"},
     {"bench", cli_bench, "bench [options]",
      "time the forward against cuBLASLt FP16 and the byte floor (--model NAME [--tp N] [--rank R], or --shape S;\n"
      "volt8 bench --help lists the options)"},

@@ -12,6 +12,7 @@
 typedef struct plan_args {
   const char *checkpoint_dir, *draft_dir, *online, *rank_text;
   int32_t tp_size, ep_size, rank, online_block_n;
+  int32_t max_tokens, top_k; /* the workspace's sizes; defaults those of a load (VOLT8_LOAD_OPTIONS_INIT) */
   int json;
 } plan_args;
 
@@ -39,7 +40,9 @@ static int parse_online(const char *text) {
 }
 
 static int parse_plan_args(int argc, char **argv, plan_args *args) {
-  *args = (plan_args){.tp_size = 0, .ep_size = 1, .rank = -1, .online_block_n = 128};
+  volt8_load_options defaults = VOLT8_LOAD_OPTIONS_INIT;
+  *args = (plan_args){.tp_size = 0, .ep_size = 1, .rank = -1, .online_block_n = 128,
+                      .max_tokens = defaults.max_tokens, .top_k = defaults.max_top_k};
   int online_block_given = 0;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *value = NULL;
@@ -52,12 +55,17 @@ static int parse_plan_args(int argc, char **argv, plan_args *args) {
       args->checkpoint_dir = arg;
       continue;
     }
-    if (!cli_is_one_of(arg, "--tp --ep --rank --online-block --draft --online")) return cli_unknown_argument("plan", arg);
+    if (!cli_is_one_of(arg, "--tp --ep --rank --online-block --draft --online --max-tokens --top-k"))
+      return cli_unknown_argument("plan", arg);
     if (!(value = cli_flag_value("plan", argc, argv, &i))) return 2;
     if (strcmp(arg, "--tp") == 0) bad = cli_parse_number("plan", arg, value, "TP size", 1, PLAN_MAX_TP, &args->tp_size);
     else if (strcmp(arg, "--ep") == 0) bad = cli_parse_number("plan", arg, value, "EP size", 1, PLAN_MAX_TP, &args->ep_size);
     else if (strcmp(arg, "--rank") == 0) args->rank_text = value; /* checked against the TP size below */
     else if (strcmp(arg, "--online-block") == 0) bad = parse_online_block(value, &args->online_block_n);
+    else if (strcmp(arg, "--max-tokens") == 0)
+      bad = cli_parse_number("plan", arg, value, "token count", 1, VOLT8_MAX_ROUTED_PAIRS, &args->max_tokens);
+    else if (strcmp(arg, "--top-k") == 0)
+      bad = cli_parse_number("plan", arg, value, "top-k", 1, VOLT8_LAUNCH_ROWS, &args->top_k);
     else if (strcmp(arg, "--draft") == 0) bad = cli_parse_path("plan", arg, (args->draft_dir = value), "folder");
     else bad = parse_online(args->online = value);
     if (bad) return 2;
@@ -77,6 +85,11 @@ static int parse_plan_args(int argc, char **argv, plan_args *args) {
     return 2;
   }
   if (args->rank_text && cli_parse_rank("plan", args->rank_text, args->tp_size, &args->rank) != 0) return 2;
+  if ((int64_t)args->max_tokens * args->top_k > VOLT8_MAX_ROUTED_PAIRS) {
+    fprintf(stderr, "volt8 plan: --max-tokens %d x --top-k %d = %lld routed pairs, more than the limit of %d\n",
+            args->max_tokens, args->top_k, (long long)args->max_tokens * args->top_k, VOLT8_MAX_ROUTED_PAIRS);
+    return 2;
+  }
   if (cli_check_path("plan", "CKPT_DIR", args->checkpoint_dir, CLI_FOLDER_TO_READ) != 0 ||
       (args->draft_dir && cli_check_path("plan", "--draft", args->draft_dir, CLI_FOLDER_TO_READ) != 0))
     return 2;
@@ -111,7 +124,8 @@ static void print_header_json(const plan_args *args, const volt8_plan_report *pl
   printf(", \"experts\": %d, \"hidden\": %d, \"intermediate\": %d, \"intermediate_per_rank\": %d, \"tp\": %d, \"ep\": %d",
          plan->num_experts, plan->hidden, plan->intermediate, plan->intermediate / plan->tp_size, plan->tp_size,
          args->ep_size);
-  printf(", \"block\": [%d, %d], \"ranks\": [", plan->block_n, plan->block_k);
+  printf(", \"block\": [%d, %d], \"max_tokens\": %d, \"top_k\": %d, \"ranks\": [", plan->block_n, plan->block_k,
+         plan->max_tokens, plan->max_top_k);
 }
 
 static void print_header_text(const plan_args *args, const volt8_plan_report *plan) {
@@ -125,8 +139,10 @@ static void print_header_text(const plan_args *args, const volt8_plan_report *pl
   if (args->ep_size > 1)
     printf("ep %d        experts split in contiguous ranges, the first %d ranks one more\n", args->ep_size,
            plan->num_experts % args->ep_size);
-  printf("\n%s%4s %14s %12s %10s %12s %12s %9s %9s\n", args->ep_size > 1 ? "  ep   experts " : "", "rank",
-         "resident MiB", "weights MiB", "scales MiB", "FP16 MiB", "padded MiB", "n_offset", "k_offset");
+  printf("workspace    for --max-tokens %d x --top-k %d (top-k at most the %d experts)\n", plan->max_tokens,
+         plan->max_top_k, plan->num_experts);
+  printf("\n%s%4s %14s %12s %10s %12s %12s %13s %9s %9s\n", args->ep_size > 1 ? "  ep   experts " : "", "rank",
+         "resident MiB", "weights MiB", "scales MiB", "FP16 MiB", "padded MiB", "workspace MiB", "n_offset", "k_offset");
 }
 
 static void print_rank(const plan_args *args, int32_t ep_rank, int32_t rank, int first, const volt8_moe_shape *shape,
@@ -136,16 +152,16 @@ static void print_rank(const plan_args *args, int32_t ep_rank, int32_t rank, int
   if (args->json) {
     printf("%s{\"rank\": %d, \"ep_rank\": %d, \"expert_start\": %d, \"expert_count\": %d, \"resident_bytes\": %lld, "
            "\"weight_bytes\": %lld, \"scale_bytes\": %lld, \"fp16_bytes\": %lld, \"padded_bytes\": %lld, "
-           "\"n_offset\": %d, \"k_offset\": %d}",
+           "\"workspace_bytes\": %lld, \"n_offset\": %d, \"k_offset\": %d}",
            first ? "" : ", ", rank, ep_rank, expert_start, expert_count, (long long)memory->resident_bytes,
            (long long)memory->weight_bytes, (long long)memory->scale_bytes, (long long)memory->fp16_bytes,
-           (long long)memory->padded_bytes, offset, offset);
+           (long long)memory->padded_bytes, (long long)memory->workspace_bytes, offset, offset);
     return;
   }
   if (args->ep_size > 1) printf("%4d %4d..%-4d ", ep_rank, expert_start, expert_start + expert_count - 1);
-  printf("%4d %14.2f %12.2f %10.2f %12.2f %12.2f %9d %9d\n", rank, memory->resident_bytes / MIB,
+  printf("%4d %14.2f %12.2f %10.2f %12.2f %12.2f %13.2f %9d %9d\n", rank, memory->resident_bytes / MIB,
          memory->weight_bytes / MIB, memory->scale_bytes / MIB, memory->fp16_bytes / MIB, memory->padded_bytes / MIB,
-         offset, offset);
+         memory->workspace_bytes / MIB, offset, offset);
 }
 
 /* Every (EP rank, TP rank) asked for, EP outer; `rank` in the output is the TP rank. */
@@ -161,6 +177,12 @@ static volt8_status print_ranks(volt8_ctx *ctx, const plan_args *args, const vol
       volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
       status = volt8_plan_rank(ctx, &share, rank, &shape, &memory);
       shape.expert_start = expert_start;
+      /* An EP rank's workspace has room for top-k of all the model's experts, as its load does. */
+      shape.global_experts = plan->num_experts;
+      volt8_moe_workspace workspace;
+      if (status == VOLT8_OK && args->ep_size > 1 &&
+          (status = volt8_moe_workspace_plan(ctx, &shape, plan->max_tokens, plan->max_top_k, &workspace)) == VOLT8_OK)
+        memory.workspace_bytes = (int64_t)workspace.total_bytes;
       if (status == VOLT8_OK) print_rank(args, ep_rank, rank, ep_rank == 0 && rank == first, &shape, &memory);
     }
   }
@@ -177,6 +199,8 @@ static int plan_checkpoint(volt8_ctx *ctx, const plan_args *args, volt8_plan_rep
   options.tp_size = 1; /* the checkpoint as it is; --tp is checked against it below */
   options.mtp_expert_quantization = args->online;
   options.online_block_n = args->online_block_n;
+  options.max_tokens = args->max_tokens;
+  options.max_top_k = args->top_k;
   volt8_status status = volt8_plan(ctx, &options, plan);
   if (status == VOLT8_ERR_INVALID_ARGUMENT && args->online) {
     fprintf(stderr, "volt8 plan: --online %s does not fit this checkpoint: %s\n", args->online, volt8_last_error(ctx));

@@ -248,6 +248,52 @@ Test(checkpoint, plan_matches_what_a_load_holds) {
   volt8_ctx_destroy(ctx);
 }
 
+/* The plan sizes each rank's forward workspace for the options' max_tokens x max_top_k (top-k at
+ * most the checkpoint's 6 experts), in 64 bits at 32768 tokens, and refuses what a load refuses
+ * before it reads an expert; a plan report of the older size gets no workspace figure. */
+Test(checkpoint, plan_sizes_the_workspace_of_the_options) {
+  char dir[4096];
+  fixture("modelopt_mixed_indexed", dir, sizeof dir);
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  volt8_load_options options = VOLT8_LOAD_OPTIONS_INIT;
+  options.checkpoint_dir = dir;
+  options.tp_size = 2;
+  options.max_tokens = 32768;
+  volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
+  cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(plan.max_tokens == 32768 && plan.max_top_k == 16, "%d x %d", plan.max_tokens, plan.max_top_k);
+  for (int32_t rank = 0; rank < 2; rank++) {
+    volt8_moe_shape shape;
+    volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
+    cr_assert_eq(volt8_plan_rank(ctx, &plan, rank, &shape, &memory), VOLT8_OK, "%s", volt8_last_error(ctx));
+    /* 32768 x 6 pairs: h (320 FP16) and z (256 FP32) a pair, sorted pairs, items, flags; 8 tiles of arrivals a token */
+    int64_t pairs = 32768 * 6, expected = pairs * 4 + 2 * pairs * 16 + 256 + pairs * 320 * 2 + pairs * 256 * 4 +
+                                          32768 * 8 * 4 + (pairs + 1) * 4;
+    cr_assert(memory.workspace_bytes >= expected && memory.workspace_bytes < expected + 8 * 256,
+              "rank %d: %lld bytes, expected %lld plus alignment", rank, (long long)memory.workspace_bytes,
+              (long long)expected);
+  }
+  volt8_plan_report older = VOLT8_PLAN_REPORT_INIT;
+  older.size = offsetof(volt8_plan_report, max_tokens);
+  cr_assert_eq(volt8_plan(ctx, &options, &older), VOLT8_OK, "%s", volt8_last_error(ctx));
+  volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
+  cr_assert_eq(volt8_plan_rank(ctx, &older, 0, NULL, &memory), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(memory.workspace_bytes, 0);
+  const struct {
+    int32_t max_tokens, max_top_k;
+    const char *named;
+  } refused[] = {{0, 16, "max_tokens 0"}, {64, -1, "max_top_k -1"}, {1 << 28, 16, "limit of 1073741824"}};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    options.max_tokens = refused[i].max_tokens;
+    options.max_top_k = refused[i].max_top_k;
+    cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_ERR_INVALID_ARGUMENT, "%d x %d accepted", refused[i].max_tokens,
+                 refused[i].max_top_k);
+    cr_assert(strstr(volt8_last_error(ctx), refused[i].named), "\"%s\" does not say \"%s\"", volt8_last_error(ctx),
+              refused[i].named);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
 /* A plan checks every expert at full width, one expert's staging at a time. */
 Test(checkpoint, plan_of_the_real_shape_stages_one_expert) {
   char dir[4096];
@@ -504,6 +550,33 @@ Test(checkpoint, cli_plan_prints_json_per_rank) {
   cr_assert_eq(run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "4", "--rank", "3", NULL}), 0, "%s",
                plan_err);
   cr_assert(strstr(plan_out, "resident MiB") && strstr(plan_out, "FP8_PB_WO"), "%s", plan_out);
+}
+
+/* --max-tokens and --top-k size the workspace column: the default is a load's 64 x 16, and 4096
+ * tokens of top-2 take fewer bytes than 32768 of top-6 (the experts cap 16). */
+Test(checkpoint, cli_plan_prints_the_workspace) {
+  const char *sizes[][4] = {{"--tp", "2", NULL}, {"--tp", "2", "--max-tokens", "4096"}, {"--tp", "2", "--top-k", "2"}};
+  const int32_t tokens[] = {64, 4096, 64}, top_k[] = {16, 16, 2};
+  int64_t workspace[3];
+  for (int i = 0; i < 3; i++) {
+    const char *options[8] = {"--json"};
+    for (int j = 0; j < 4 && sizes[i][j]; j++) options[j + 1] = sizes[i][j];
+    cJSON *json = plan_json(run_plan("modelopt_mixed_indexed", options));
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "max_tokens")->valueint, tokens[i], "%s", plan_out);
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(json, "top_k")->valueint, top_k[i], "%s", plan_out);
+    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(json, "ranks");
+    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(ranks->child, "workspace_bytes");
+    cr_assert(cJSON_IsNumber(bytes), "%s", plan_out);
+    workspace[i] = (int64_t)bytes->valuedouble;
+    int64_t pairs = (int64_t)tokens[i] * (top_k[i] < 6 ? top_k[i] : 6);
+    cr_assert_geq(workspace[i], pairs * (320 * 2 + 256 * 4), "%s", plan_out);
+    cJSON_Delete(json);
+  }
+  cr_assert(workspace[1] > 60 * workspace[0] && workspace[2] < workspace[0], "%lld %lld %lld", (long long)workspace[0],
+            (long long)workspace[1], (long long)workspace[2]);
+  cr_assert_eq(run_plan("modelopt_mixed_indexed", (const char *[]){"--tp", "1", "--max-tokens", "32768", NULL}), 0, "%s",
+               plan_err);
+  cr_assert(strstr(plan_out, "workspace MiB") && strstr(plan_out, "--max-tokens 32768 x --top-k 16"), "%s", plan_out);
 }
 
 /* --ep 4 over 6 experts: ranges [0, 2), [2, 4), [4, 5), [5, 6), each with its experts' bytes. */

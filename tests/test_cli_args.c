@@ -67,6 +67,16 @@ static int is_built(const char *command) {
 /* A checkpoint folder that need not exist: argument errors come before any file is read. */
 #define NO_CKPT "/nonexistent/volt8-checkpoint"
 
+Test(cli_args, plan_workspace_sizes_past_their_limits_name_the_flag) {
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--max-tokens", "0"), "--max-tokens 0 is not a valid token count",
+          "1..1073741824");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--max-tokens", "1e6"), "--max-tokens \"1e6\" is not a whole number");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--top-k", "70000"), "--top-k 70000 is not a valid top-k", "1..65535");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--max-tokens", "67108865", "--top-k", "16"),
+          "--max-tokens 67108865 x --top-k 16 = 1073741840 routed pairs, more than the limit of 1073741824");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--max-tokens"), "volt8 plan: --max-tokens needs a value");
+}
+
 Test(cli_args, tp_sizes_out_of_range_name_the_value_and_the_valid_range) {
   REFUSED(ARGS("plan", NO_CKPT, "--tp", "0"), "--tp 0 is not a valid TP size", "1..4096");
   REFUSED(ARGS("plan", NO_CKPT, "--tp", "-1"), "--tp -1 is not a valid TP size", "1..4096");
