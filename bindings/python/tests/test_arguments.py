@@ -96,10 +96,11 @@ def test_check_ids_and_capture(experts):
 
 
 def test_prepare_checks_and_raises_max_tokens(experts):
-    with pytest.raises(volt8.InvalidArgumentError, match=r"token_counts\[1\]: 0 is not in 1..32767"):
+    with pytest.raises(volt8.InvalidArgumentError, match=r"token_counts\[1\]: 0 is not in 1..536870912 "
+                       r"\(at most 1073741824 routed pairs at top_k 2\)"):
         experts.prepare([4, 0])
-    with pytest.raises(volt8.InvalidArgumentError):
-        experts.prepare([40000])
+    with pytest.raises(volt8.InvalidArgumentError, match=r"536870913 is not in"):
+        experts.prepare([536870913])
     assert experts.ctx.calls == []
     experts.prepare([1, 16])
     assert experts.ctx.calls[-1][0] == "volt8_experts_prepare" and experts.max_tokens == 16

@@ -11,6 +11,15 @@ from checkpoint_cases import manifest_options, read_expected
 from volt8.errors import ERROR_CLASSES
 
 
+def workspace_bytes(shape, max_tokens, max_top_k):
+    """The forward workspace of runtime/moe/moe_layout.h: regions at 256-byte boundaries."""
+    pairs = max_tokens * min(max_top_k, shape.num_experts)
+    launches = -(-pairs // 65535)
+    regions = (pairs * 4, pairs * 16, pairs * 16, (launches + 1) * 16, pairs * shape.intermediate * 2,
+               pairs * shape.hidden * 4, max_tokens * -(-shape.hidden // 32) * 4, (pairs + 1) * 4)
+    return sum(-(-region // 256) * 256 for region in regions)
+
+
 def test_plan_of_every_valid_checkpoint(checkpoints):
     folder, manifest = checkpoints
     for name, case in manifest["valid"].items():
@@ -33,7 +42,23 @@ def test_plan_of_every_valid_checkpoint(checkpoints):
             scale_elements = sum(int(np.prod(dims[1:])) for key, dims in shape.layout().items() if key[0] == "s")
             assert memory.scale_bytes == 2 * shape.num_experts * scale_elements
             assert memory.weight_bytes + memory.scale_bytes <= memory.resident_bytes < memory.padded_bytes + 4096
-            assert memory.workspace_bytes == 0
+            assert memory.workspace_bytes == workspace_bytes(shape, 64, 16), (name, rank.rank)
+
+
+def test_plan_sizes_the_workspace_for_max_tokens(checkpoints):
+    folder, _ = checkpoints
+    path = os.path.join(folder, "modelopt_mixed_indexed")
+    report = volt8.plan(path, 2, max_tokens=32768, max_top_k=16)
+    assert (report.max_tokens, report.max_top_k) == (32768, 16)
+    for rank in report.ranks:
+        assert rank.memory.workspace_bytes == workspace_bytes(rank.shape, 32768, 16) > 2 ** 28
+    with pytest.raises(volt8.InvalidArgumentError, match=r"max_tokens 268435456 x max_top_k 6 = 1610612736 routed "
+                                                         r"pairs, more than the limit of 1073741824"):
+        volt8.plan(path, 1, max_tokens=1 << 28)
+    with pytest.raises(volt8.InvalidArgumentError, match="max_tokens"):
+        volt8.plan(path, 1, max_tokens=0)
+    host = volt8.load_host_checkpoint(path, tp_size=2, tp_rank=0)
+    assert host.report.workspace_bytes == 0
 
 
 def test_online_route_plan_and_conversion_error(checkpoints):

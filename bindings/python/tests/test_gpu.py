@@ -134,6 +134,26 @@ def test_forward_matches_torch_float64_reference(torch, ctx, checkpoints, case, 
     experts.close()
 
 
+def test_prefill_sizes_past_one_grid(torch, ctx, checkpoints):
+    """70000 tokens of top-4 (280000 pairs): more tokens and pairs than one launch's grid holds, cut into
+    several launches, against the float64 reference; the load reports the workspace it took, and one
+    too large for the GPU raises OutOfMemoryError naming max_tokens and the bytes."""
+    tokens, top_k = 70000, 4
+    experts, host = load_case(ctx, checkpoints, "modelopt_mixed_indexed", 2, 1, {}, max_tokens=tokens, max_top_k=top_k)
+    assert experts.load_report.workspace_bytes == experts.memory().workspace_bytes > tokens * top_k * 4 * 256
+    w13, w2 = dequantized(torch, host, "cuda")
+    x, ids, weights = routed_inputs(torch, experts.shape, tokens, top_k, seed=7)
+    out = experts.forward(x, ids, weights)
+    torch.cuda.synchronize()
+    error = relative_l2(torch, torch_reference(torch, experts.shape, w13, w2, x, ids, weights), out)
+    assert error <= 1e-3, f"M={tokens}: relative L2 {error:.3g}"
+    experts.close()
+    free_before, _ = torch.cuda.mem_get_info()
+    with pytest.raises(volt8.OutOfMemoryError, match=r"max_tokens 100000000 x max_top_k 6 is \d+ bytes"):
+        load_case(ctx, checkpoints, "modelopt_mixed_indexed", 1, 0, {}, max_tokens=100_000_000, max_top_k=16)
+    assert torch.cuda.mem_get_info()[0] >= free_before - (64 << 20), "the failed load left memory allocated"
+
+
 def test_from_host_gives_the_same_bits(torch, ctx, checkpoints):
     experts, host = load_case(ctx, checkpoints, "modelopt_mixed_indexed", 4, 1, {})
     uploaded = volt8.Experts.from_host(ctx, host, max_tokens=32, max_top_k=4)

@@ -48,7 +48,7 @@ class MoeArgs(_Sized):
 class LoadReport(_Sized):
     _fields_ = [("size", c_size_t), ("route", c_int32), ("num_experts", c_int32),
                 ("scale_max_relative_error", c_double), ("online_relative_l2", c_double),
-                ("online_max_abs_error", c_double), ("staging_peak_bytes", c_int64)]
+                ("online_max_abs_error", c_double), ("staging_peak_bytes", c_int64), ("workspace_bytes", c_int64)]
 
 
 class LoadOptions(_Sized):
@@ -72,7 +72,7 @@ class PlanReport(_Sized):
     _fields_ = [("size", c_size_t), ("route", c_int32), ("hidden", c_int32), ("intermediate", c_int32),
                 ("num_experts", c_int32), ("tp_size", c_int32), ("block_n", c_int32), ("block_k", c_int32),
                 ("quant_format", c_char * 32), ("scale_dtype", c_char * 8), ("tensor_prefix", c_char * 192),
-                ("scale_max_relative_error", c_double)]
+                ("scale_max_relative_error", c_double), ("max_tokens", c_int32), ("max_top_k", c_int32)]
 
 
 class ExpertTensors(_Sized):

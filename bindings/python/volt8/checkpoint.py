@@ -69,12 +69,14 @@ class _ScratchContext:
 
 
 def plan(checkpoint_dir, tp_size=1, *, draft_checkpoint_dir=None, mtp_expert_quantization=None, online_block_n=128,
-         mtp_layer=0, ctx=None):
+         mtp_layer=0, max_tokens=64, max_top_k=16, ctx=None):
     """Parses the checkpoint and validates every MTP expert (no GPU needed); returns a PlanReport with
-    each rank's shape and memory. ctx: a Context to report errors through (default: a CPU-only one)."""
+    each rank's shape and memory, whose workspace_bytes is the forward workspace a load with these
+    max_tokens and max_top_k (a load's defaults) allocates. ctx: a Context to report errors through
+    (default: a CPU-only one)."""
     options = load_options(checkpoint_dir, tp_size=tp_size, draft_checkpoint_dir=draft_checkpoint_dir,
                            mtp_expert_quantization=mtp_expert_quantization, online_block_n=online_block_n,
-                           mtp_layer=mtp_layer)
+                           mtp_layer=mtp_layer, max_tokens=max_tokens, max_top_k=max_top_k)
     report = _abi.PlanReport()
     with _ScratchContext(ctx) as context:
         context.call("volt8_plan", context.handle, ctypes.byref(options), ctypes.byref(report))

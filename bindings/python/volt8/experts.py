@@ -14,7 +14,7 @@ from .context import Context
 from .errors import InvalidArgumentError
 from .reports import LoadReport, MemoryReport
 
-MAX_ROUTED_PAIRS = 65535  # max_tokens x max_top_k (the GEMMs' grid y)
+MAX_ROUTED_PAIRS = 1 << 30  # max_tokens x max_top_k: the kernels index pairs in 32 bits (VOLT8_MAX_ROUTED_PAIRS)
 
 
 class Experts:
@@ -42,6 +42,9 @@ class Experts:
         """Reads, validates and shards a checkpoint's MTP experts (safetensors, ModelOpt or block-FP8
         metadata) and uploads rank `tp_rank`'s share. All-or-nothing. The checkpoint is planned first
         on the host, which is where the binding learns the rank's shape for its argument checks.
+        max_tokens x max_top_k (max_top_k at most the experts) sizes the workspace, at most
+        MAX_ROUTED_PAIRS; load_report.workspace_bytes says what it took, and a workspace the GPU has no
+        room for raises OutOfMemoryError naming its bytes.
         Expert parallelism: expert_start, expert_count (0: all) name the experts this rank holds
         (expert_range() splits them); forwards then take global ids and skip other ranks' pairs."""
         report = _abi.LoadReport()
@@ -55,7 +58,7 @@ class Experts:
         ctx.require_device()
         planned = plan(checkpoint_dir, tp_size, draft_checkpoint_dir=draft_checkpoint_dir,
                        mtp_expert_quantization=mtp_expert_quantization, online_block_n=online_block_n,
-                       mtp_layer=mtp_layer, ctx=ctx)
+                       mtp_layer=mtp_layer, max_tokens=max_tokens, max_top_k=max_top_k, ctx=ctx)
         handle = ctypes.c_void_p()
         ctx.call("volt8_experts_load", ctx.handle, ctypes.byref(options), ctypes.byref(handle))
         shape = planned.ranks[tp_rank].shape

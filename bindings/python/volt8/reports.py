@@ -42,6 +42,7 @@ class LoadReport:
     online_relative_l2: float
     online_max_abs_error: float
     staging_peak_bytes: int
+    workspace_bytes: int  # the forward workspace, for max_tokens x max_top_k (0 for a host load)
 
     @classmethod
     def from_c(cls, report):
@@ -70,6 +71,8 @@ class PlanReport:
     scale_dtype: str
     tensor_prefix: str
     scale_max_relative_error: float
+    max_tokens: int  # the workspace each rank's memory.workspace_bytes is for
+    max_top_k: int
     ranks: Tuple[RankPlan, ...]
 
     @classmethod
@@ -78,5 +81,6 @@ class PlanReport:
                                                                                   "tensor_prefix")}
         return cls(route=route_name(plan.route), hidden=plan.hidden, intermediate=plan.intermediate,
                    num_experts=plan.num_experts, tp_size=plan.tp_size, block_n=plan.block_n, block_k=plan.block_k,
-                   scale_max_relative_error=plan.scale_max_relative_error, ranks=tuple(ranks), **text)
+                   scale_max_relative_error=plan.scale_max_relative_error, max_tokens=plan.max_tokens,
+                   max_top_k=plan.max_top_k, ranks=tuple(ranks), **text)
 

@@ -87,7 +87,7 @@ class MtpExperts:
     """One rank's MTP experts resident in volt8, made from a complete ExpertStaging: uploaded expert by
     expert (the device holds the resident allocation and the workspace, never a second copy), then
     the staging is released. max_tokens: the most tokens a forward takes (larger M runs in pieces of
-    that many; capped by the kernels' 65535 routed pairs); max_top_k: the router's top-k."""
+    that many; capped by the library's 2^30 routed pairs); max_top_k: the router's top-k."""
 
     def __init__(self, ctx, staging, *, max_tokens, max_top_k):
         self.max_top_k = max_top_k
