@@ -138,8 +138,8 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
       if (bad) snprintf(error, error_size, "--shape \"%s\": %s", next, why);
       shape_given = 1;
     } else if (strcmp(name, "--m") == 0) {
-      out->m_count = volt8_tools_flag_number_list(name, next, "token count", 1, 65535, out->m_values, BENCH_MAX_M, error,
-                                                  error_size);
+      out->m_count = volt8_tools_flag_number_list(name, next, "token count", 1, VOLT8_TUNING_MAX_M, out->m_values,
+                                                  BENCH_MAX_M, error, error_size);
       bad = out->m_count < 0;
     } else if (strcmp(name, "--top-k") == 0) {
       bad = volt8_tools_flag_number(name, next, "top-k", 1, 64, &out->top_k, error, error_size);

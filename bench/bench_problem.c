@@ -219,10 +219,19 @@ volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *exper
   out->bytes_fp8 = out->active_experts_mean * (double)bench_expert_fp8_bytes(experts) + activation_bytes;
   out->bytes_fp16 = out->active_experts_mean * (double)bench_expert_fp16_bytes(experts) + activation_bytes;
   if (status == VOLT8_OK && with_reference) {
-    out->reference = malloc(x_count * sizeof *out->reference);
-    status = out->reference ? bench_reference_forward(ctx, experts, &out->sets[0], num_tokens, top_k, threads,
-                                                      out->reference)
-                            : volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for the reference");
+    int32_t rows = num_tokens < BENCH_REFERENCE_ROWS ? num_tokens : BENCH_REFERENCE_ROWS;
+    out->reference_row_count = rows;
+    out->reference_rows = malloc((size_t)rows * sizeof *out->reference_rows);
+    out->reference = malloc((size_t)rows * (size_t)shape->hidden * sizeof *out->reference);
+    if (out->reference_rows && out->reference) {
+      /* Evenly spread, from the first token to the last (every token when there are few). */
+      for (int32_t r = 0; r < rows; r++)
+        out->reference_rows[r] = rows == 1 ? 0 : (int32_t)((int64_t)r * (num_tokens - 1) / (rows - 1));
+      status = bench_reference_forward(ctx, experts, &out->sets[0], num_tokens, top_k, out->reference_rows, rows,
+                                       threads, out->reference);
+    } else {
+      status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for the reference");
+    }
   }
   if (status == VOLT8_OK && upload) {
     CUresult result = volt8_tools_ctx(ctx).cuda->cuCtxSynchronize();
@@ -245,13 +254,16 @@ void bench_inputs_destroy(volt8_ctx *ctx, bench_inputs *inputs) {
   }
   free(inputs->sets);
   free(inputs->reference);
+  free(inputs->reference_rows);
   memset(inputs, 0, sizeof *inputs);
 }
 
 typedef struct reference_slice {
   const bench_experts_host *experts;
   const bench_input_set *set;
-  int32_t first_token, num_tokens, top_k;
+  int32_t num_tokens, top_k;
+  const int32_t *rows; /* this slice's rows of the set's tokens */
+  int32_t row_count;
   double *out;
   volt8_status status;
   char error[512];
@@ -269,21 +281,20 @@ static void *reference_worker(void *argument) {
     snprintf(slice->error, sizeof slice->error, "%.500s", volt8_last_error(NULL));
     return NULL;
   }
-  const volt8_moe_shape *shape = &slice->experts->shape;
   volt8_host_experts view = bench_experts_view(slice->experts);
-  size_t first_pair = (size_t)slice->first_token * slice->top_k;
-  slice->status = volt8_reference_moe_forward(scratch, shape, &view, slice->set->x + (size_t)slice->first_token * shape->hidden,
-                                              slice->set->ids + first_pair, slice->set->weights + first_pair,
-                                              slice->num_tokens, slice->top_k, slice->out);
+  slice->status = volt8_reference_moe_rows(scratch, &slice->experts->shape, &view, slice->set->x, slice->set->ids,
+                                           slice->set->weights, slice->num_tokens, slice->top_k, slice->rows,
+                                           slice->row_count, slice->out);
   if (slice->status != VOLT8_OK) snprintf(slice->error, sizeof slice->error, "%.500s", volt8_last_error(scratch));
   volt8_ctx_destroy(scratch);
   return NULL;
 }
 
 volt8_status bench_reference_forward(volt8_ctx *ctx, const bench_experts_host *experts, const bench_input_set *set,
-                                     int32_t num_tokens, int32_t top_k, int32_t threads, double *out) {
+                                     int32_t num_tokens, int32_t top_k, const int32_t *rows, int32_t row_count,
+                                     int32_t threads, double *out) {
+  if (threads > row_count) threads = row_count;
   if (threads < 1) threads = 1;
-  if (threads > num_tokens) threads = num_tokens;
   reference_slice *slices = calloc((size_t)threads, sizeof *slices);
   pthread_t *workers = calloc((size_t)threads, sizeof *workers);
   if (!slices || !workers) {
@@ -293,9 +304,9 @@ volt8_status bench_reference_forward(volt8_ctx *ctx, const bench_experts_host *e
   }
   int *joinable = calloc((size_t)threads, sizeof *joinable);
   for (int32_t i = 0; i < threads; i++) {
-    int32_t first = (int32_t)((int64_t)num_tokens * i / threads), last = (int32_t)((int64_t)num_tokens * (i + 1) / threads);
-    slices[i] = (reference_slice){experts, set, first, last - first, top_k, out + (size_t)first * experts->shape.hidden,
-                                  VOLT8_OK, ""};
+    int32_t first = (int32_t)((int64_t)row_count * i / threads), last = (int32_t)((int64_t)row_count * (i + 1) / threads);
+    slices[i] = (reference_slice){experts, set, num_tokens, top_k, rows + first, last - first,
+                                  out + (size_t)first * experts->shape.hidden, VOLT8_OK, ""};
   }
   /* Slice 0 runs on this thread, and so does any slice no thread could be made for. */
   for (int32_t i = 1; i < threads; i++) {
@@ -311,8 +322,8 @@ volt8_status bench_reference_forward(volt8_ctx *ctx, const bench_experts_host *e
   volt8_status status = VOLT8_OK;
   for (int32_t i = 0; i < threads && status == VOLT8_OK; i++)
     if (slices[i].status != VOLT8_OK)
-      status = volt8_fail(ctx, slices[i].status, "bench: reference of tokens %d..%d: %s", slices[i].first_token,
-                          slices[i].first_token + slices[i].num_tokens - 1, slices[i].error);
+      status = volt8_fail(ctx, slices[i].status, "bench: reference of %d rows from token %d: %s", slices[i].row_count,
+                          slices[i].row_count > 0 ? slices[i].rows[0] : 0, slices[i].error);
   free(slices);
   free(workers);
   return status;
@@ -321,15 +332,23 @@ volt8_status bench_reference_forward(volt8_ctx *ctx, const bench_experts_host *e
 volt8_status bench_inputs_check(volt8_ctx *ctx, const bench_inputs *inputs, int32_t index, double *out_relative_l2) {
   if (!inputs->reference || index != 0)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "bench: only input set 0 has a reference");
-  size_t count = (size_t)inputs->num_tokens * inputs->hidden;
+  size_t hidden = (size_t)inputs->hidden, count = (size_t)inputs->num_tokens * hidden;
   uint16_t *result = malloc(count * 2);
   if (!result) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for the output copy");
   CUresult copied = volt8_tools_ctx(ctx).cuda->cuCtxSynchronize();
   if (copied == CUDA_SUCCESS) copied = volt8_tools_ctx(ctx).cuda->cuMemcpyDtoH(result, inputs->sets[index].d_out, count * 2);
+  /* Every row was written (poisoned outputs are NaN), also those the reference does not cover. */
+  int all_finite = 1;
+  for (size_t i = 0; copied == CUDA_SUCCESS && i < count && all_finite; i++) all_finite = (result[i] & 0x7C00u) != 0x7C00u;
+  /* The reference's rows, gathered in place: rows ascend, so row r never lies past token rows[r]. */
+  for (int32_t r = 0; copied == CUDA_SUCCESS && r < inputs->reference_row_count; r++)
+    memmove(result + (size_t)r * hidden, result + (size_t)inputs->reference_rows[r] * hidden, hidden * 2);
   volt8_status status = copied == CUDA_SUCCESS
-                            ? volt8_relative_l2_half(ctx, inputs->reference, result, count, out_relative_l2)
+                            ? volt8_relative_l2_half(ctx, inputs->reference, result,
+                                                     (size_t)inputs->reference_row_count * hidden, out_relative_l2)
                             : volt8_fail(ctx, VOLT8_ERR_CUDA, "bench: copying the output back failed: %s",
                                          volt8_cuda_error_text(volt8_tools_ctx(ctx).cuda, copied));
+  if (status == VOLT8_OK && !all_finite) *out_relative_l2 = NAN;
   free(result);
   return status;
 }

@@ -33,10 +33,16 @@ typedef struct bench_input_set {
   CUdeviceptr d_x, d_ids, d_weights, d_out;
 } bench_input_set;
 
+/* Up to this many tokens set 0's reference covers every row; past it, this many rows spread over the
+ * tokens (the first and the last among them): a double reference of a whole prefill takes minutes. */
+#define BENCH_REFERENCE_ROWS 512
+
 typedef struct bench_inputs {
   int32_t num_tokens, top_k, count, hidden;
   bench_input_set *sets;
-  double *reference;             /* set 0's reference output, [M][H] (NULL when not asked for) */
+  double *reference;             /* set 0's reference output of the rows below, [row_count][H] (NULL when not asked for) */
+  int32_t *reference_rows;       /* the tokens the reference covers, ascending */
+  int32_t reference_row_count;
   double active_experts_mean;
   double bytes_fp8, bytes_fp16;  /* bytes a forward must move, mean over the sets */
 } bench_inputs;
@@ -46,15 +52,18 @@ typedef struct bench_inputs {
 int32_t bench_input_set_count(const bench_experts_host *experts, int32_t num_tokens, int32_t top_k, int64_t l2_bytes,
                               double l2_multiple, int32_t min_sets, int32_t max_sets);
 /* `count` input sets of num_tokens tokens, uploaded (ctx needs a device unless upload is 0), the
- * reference of set 0 computed with `threads` host threads when with_reference is 1. */
+ * reference of set 0 (of every row, or of BENCH_REFERENCE_ROWS of them) computed with `threads` host
+ * threads when with_reference is 1. */
 volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *experts, int32_t num_tokens, int32_t top_k,
                                  int32_t count, uint64_t seed, int upload, int with_reference, int32_t threads,
                                  bench_inputs *out);
 void bench_inputs_destroy(volt8_ctx *ctx, bench_inputs *inputs);
-/* The reference forward split over `threads` host threads by tokens (each token is independent). */
+/* The reference forward of tokens rows[0..row_count) of the set's num_tokens, split over `threads`
+ * host threads by rows (each token is independent); out: [row_count][H]. */
 volt8_status bench_reference_forward(volt8_ctx *ctx, const bench_experts_host *experts, const bench_input_set *set,
-                                     int32_t num_tokens, int32_t top_k, int32_t threads, double *out);
-/* Copies set `index`'s device output back and measures it against the reference. */
+                                     int32_t num_tokens, int32_t top_k, const int32_t *rows, int32_t row_count,
+                                     int32_t threads, double *out);
+/* Copies set `index`'s device output back and measures its reference rows against the reference. */
 volt8_status bench_inputs_check(volt8_ctx *ctx, const bench_inputs *inputs, int32_t index, double *out_relative_l2);
 /* Fills set `index`'s device output with NaN bits, so a forward that writes nothing fails the check. */
 volt8_status bench_inputs_poison(volt8_ctx *ctx, const bench_inputs *inputs, int32_t index);

@@ -178,6 +178,9 @@ Test(cli_args, version_and_help_work) {
     VOLT8(result, "bench", "--help");
     cr_assert_eq(result->status, 0, "volt8 bench --help exited %d: %s", result->status, result->err);
     cr_assert_not_null(strstr(result->out, "usage: volt8 bench"), "%s", result->out);
+    /* token counts of a prefill, past the grid's 65535 rows, are accepted (then --help stops it) */
+    VOLT8(result, "bench", "--m", "1,32768,70000", "--help");
+    cr_assert_eq(result->status, 0, "volt8 bench --m 1,32768,70000 --help exited %d: %s", result->status, result->err);
   }
   free(result);
 }
@@ -485,7 +488,8 @@ static const bad_argument BAD_ARGUMENTS[] = {
     {{"bench", "--tp", "0"}, {"volt8 bench: --tp 0 is not a valid TP size", "1..64"}},
     {{"bench", "--tp", "4", "--rank", "4"}, {"volt8 bench: reference at --tp 4 --rank 4", "outside [0, tp_size = 4)"}},
     {{"bench", "--shape", "block_k=64"}, {"volt8 bench: --shape \"block_k=64\": block_k=64 is not valid", "128"}},
-    {{"bench", "--m", "0"}, {"volt8 bench: --m \"0\": \"0\" is out of range", "1..65535"}},
+    {{"bench", "--m", "0"}, {"volt8 bench: --m \"0\": \"0\" is out of range", "1..1048576"}},
+    {{"bench", "--m", "8,1048577"}, {"volt8 bench: --m \"8,1048577\": \"1048577\" is out of range", "1..1048576"}},
     {{"bench", "--top-k", "65"}, {"volt8 bench: --top-k 65 is not a valid top-k", "1..64"}},
     {{"bench", "--seed", "-1"}, {"volt8 bench: --seed -1 is not a valid seed", "0..2147483647"}},
     {{"bench", "--sets", "0"}, {"volt8 bench: --sets 0 is not a valid count of input sets", "1..256"}},
@@ -504,7 +508,7 @@ static const bad_argument BAD_ARGUMENTS[] = {
     {{"tune", "--tp", "4,0"}, {"volt8 tune: --tp \"4,0\": \"0\" is out of range", "1..64"}},
     {{"tune", "--tp", "3"}, {"volt8 tune: reference at --tp 3", "does not divide into 3"}},
     {{"tune", "--shape", "intermediate_offset=8"}, {"volt8 tune: --shape \"intermediate_offset=8\"", "multiple of 16"}},
-    {{"tune", "--m", "1,,8"}, {"volt8 tune: --m \"1,,8\": \"\" is not a whole number", "1..65535"}},
+    {{"tune", "--m", "1,,8"}, {"volt8 tune: --m \"1,,8\": \"\" is not a whole number", "1..1048576"}},
     {{"tune", "--top-k", "0"}, {"volt8 tune: --top-k 0 is not a valid top-k", "1..64"}},
     {{"tune", "--out", ""}, {"volt8 tune: --out \"\" names no folder"}},
     {{"tune", "--target-arch", "sm_1000"}, {"volt8 tune: --target-arch \"sm_1000\" is not an arch", "50..199"}},

@@ -437,3 +437,105 @@ Test(reference, relative_l2) {
   cr_assert_eq(volt8_relative_l2_half(NULL, reference, half_result, 2, &error), VOLT8_OK);
   cr_assert(isnan(error));
 }
+
+/* ---- a sample of the rows ---- */
+
+/* Random codes (no NaN) and scales, random x, distinct ids per token, positive weights. */
+typedef struct sampled_problem {
+  small_moe moe;
+  int32_t num_tokens, top_k;
+  uint16_t *x;
+  int32_t *ids;
+  float *weights;
+} sampled_problem;
+
+static void sampled_problem_make(sampled_problem *p, int32_t num_tokens, int32_t top_k, unsigned seed) {
+  srand(seed);
+  small_moe_fill(&p->moe, 256, 128, 32, 0x30, volt8_half_from_double(0.02));
+  size_t w13 = (size_t)p->moe.dims.w13_bytes_per_expert * 32, w2 = (size_t)p->moe.dims.w2_bytes_per_expert * 32;
+  for (size_t i = 0; i < w13; i++) p->moe.w13[i] = (uint8_t)(rand() % 0x7F | (rand() & 0x80));
+  for (size_t i = 0; i < w2; i++) p->moe.w2[i] = (uint8_t)(rand() % 0x7F | (rand() & 0x80));
+  p->num_tokens = num_tokens, p->top_k = top_k;
+  size_t pairs = (size_t)num_tokens * top_k;
+  p->x = malloc((size_t)num_tokens * 256 * sizeof *p->x);
+  p->ids = malloc(pairs * sizeof *p->ids);
+  p->weights = malloc(pairs * sizeof *p->weights);
+  cr_assert(p->x && p->ids && p->weights);
+  for (size_t i = 0; i < (size_t)num_tokens * 256; i++) p->x[i] = volt8_half_from_double(rand() / (double)RAND_MAX - 0.5);
+  for (int32_t t = 0; t < num_tokens; t++) {
+    int32_t first = rand() % 32;
+    for (int32_t j = 0; j < top_k; j++) {
+      p->ids[(size_t)t * top_k + j] = (first + 2 * j) % 32; /* distinct for top_k <= 16 */
+      p->weights[(size_t)t * top_k + j] = (float)(0.05 + rand() / (double)RAND_MAX);
+    }
+  }
+}
+
+static void sampled_problem_free(sampled_problem *p) {
+  small_moe_free(&p->moe);
+  free(p->x), free(p->ids), free(p->weights);
+}
+
+static volt8_status rows_of(const sampled_problem *p, const int32_t *rows, int32_t count, double *out) {
+  return volt8_reference_moe_rows(NULL, &p->moe.shape, &p->moe.experts, p->x, p->ids, p->weights, p->num_tokens,
+                                  p->top_k, rows, count, out);
+}
+
+/* Each sampled row is, bit for bit, that row of the forward of all tokens, in any order and repeated. */
+Test(reference, rows_are_the_rows_of_the_whole_forward) {
+  unsigned seed = test_seed();
+  sampled_problem p;
+  sampled_problem_make(&p, 300, 16, seed);
+  double *whole = malloc(300 * 256 * sizeof *whole), *sampled = malloc(6 * 256 * sizeof *sampled);
+  cr_assert(whole && sampled);
+  cr_assert_eq(volt8_reference_moe_forward(NULL, &p.moe.shape, &p.moe.experts, p.x, p.ids, p.weights, 300, 16, whole),
+               VOLT8_OK, "%s", volt8_last_error(NULL));
+  const int32_t rows[6] = {299, 0, 150, 7, 150, 298};
+  cr_assert_eq(rows_of(&p, rows, 6, sampled), VOLT8_OK, "%s", volt8_last_error(NULL));
+  for (int32_t r = 0; r < 6; r++)
+    for (int32_t c = 0; c < 256; c++)
+      cr_assert(sampled[r * 256 + c] == whole[rows[r] * 256 + c], "seed %u: row %d (token %d), column %d: %.17g vs %.17g",
+                seed, r, rows[r], c, sampled[r * 256 + c], whole[rows[r] * 256 + c]);
+  free(whole), free(sampled);
+  sampled_problem_free(&p);
+}
+
+/* 16384 tokens of top-16: 64 rows cost 64 tokens' work (the whole forward would be 256 times more),
+ * and each equals the forward of its token alone. */
+Test(reference, rows_of_a_prefill_of_16384_tokens) {
+  unsigned seed = test_seed();
+  sampled_problem p;
+  sampled_problem_make(&p, 16384, 16, seed);
+  int32_t rows[64];
+  for (int32_t r = 0; r < 64; r++) rows[r] = (int32_t)((int64_t)r * 16383 / 63);
+  double *sampled = malloc(64 * 256 * sizeof *sampled), alone[256];
+  cr_assert_not_null(sampled);
+  cr_assert_eq(rows_of(&p, rows, 64, sampled), VOLT8_OK, "%s", volt8_last_error(NULL));
+  for (int32_t r = 0; r < 64; r += 9) {
+    size_t token = (size_t)rows[r];
+    cr_assert_eq(volt8_reference_moe_forward(NULL, &p.moe.shape, &p.moe.experts, p.x + token * 256, p.ids + token * 16,
+                                             p.weights + token * 16, 1, 16, alone),
+                 VOLT8_OK);
+    cr_assert_eq(memcmp(alone, sampled + r * 256, sizeof alone), 0, "seed %u: token %zu differs from its own forward",
+                 seed, token);
+  }
+  free(sampled);
+  sampled_problem_free(&p);
+}
+
+Test(reference, rows_outside_the_tokens_are_refused) {
+  sampled_problem p;
+  sampled_problem_make(&p, 8, 2, 1);
+  double out[2 * 256];
+  const int32_t outside[][2] = {{0, 8}, {-1, 0}};
+  const char *named[] = {"rows[1] = 8 is outside the 8 tokens", "rows[0] = -1 is outside the 8 tokens"};
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(rows_of(&p, outside[i], 2, out), VOLT8_ERR_INVALID_ARGUMENT);
+    const char *expected = named[i];
+    cr_assert(strstr(volt8_last_error(NULL), expected), "\"%s\" lacks \"%s\"", volt8_last_error(NULL), expected);
+  }
+  cr_assert_eq(rows_of(&p, NULL, 1, out), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(rows_of(&p, outside[0], -1, out), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(rows_of(&p, outside[0], 0, NULL), VOLT8_ERR_INVALID_ARGUMENT, "out is checked as for the whole forward");
+  sampled_problem_free(&p);
+}

@@ -249,6 +249,44 @@ volt8_status volt8_reference_moe_forward(volt8_ctx *ctx, const volt8_moe_shape *
   return status;
 }
 
+#define ROWS_NAME "volt8_reference_moe_rows"
+
+volt8_status volt8_reference_moe_rows(volt8_ctx *ctx, const volt8_moe_shape *shape, const volt8_host_experts *experts,
+                                      const uint16_t *x, const int32_t *topk_ids, const float *topk_weights,
+                                      int32_t num_tokens, int32_t top_k, const int32_t *rows, int32_t row_count,
+                                      double *out) {
+  if (!shape) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, ROWS_NAME ": shape is NULL");
+  volt8_status status = check_pointers(ctx, experts, x, topk_ids, topk_weights, num_tokens, top_k, out);
+  if (status != VOLT8_OK) return status;
+  if (row_count < 0 || (row_count > 0 && !rows))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, ROWS_NAME ": %d rows at %p", row_count, (const void *)rows);
+  for (int32_t r = 0; r < row_count; r++)
+    if (rows[r] < 0 || rows[r] >= num_tokens)
+      return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, ROWS_NAME ": rows[%d] = %d is outside the %d tokens", r,
+                        rows[r], num_tokens);
+  if (shape->hidden <= 0 || row_count == 0)
+    return volt8_reference_moe_forward(ctx, shape, experts, x, topk_ids, topk_weights, row_count, top_k, out);
+  size_t hidden = (size_t)shape->hidden, pairs = (size_t)row_count * (size_t)top_k;
+  uint16_t *row_x = malloc((size_t)row_count * hidden * sizeof *row_x);
+  int32_t *row_ids = malloc(pairs * sizeof *row_ids);
+  float *row_weights = malloc(pairs * sizeof *row_weights);
+  if (!row_x || !row_ids || !row_weights) {
+    status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, ROWS_NAME ": out of memory for %d rows", row_count);
+  } else {
+    for (int32_t r = 0; r < row_count; r++) {
+      size_t token = (size_t)rows[r];
+      memcpy(row_x + (size_t)r * hidden, x + token * hidden, hidden * sizeof *row_x);
+      memcpy(row_ids + (size_t)r * top_k, topk_ids + token * top_k, (size_t)top_k * sizeof *row_ids);
+      memcpy(row_weights + (size_t)r * top_k, topk_weights + token * top_k, (size_t)top_k * sizeof *row_weights);
+    }
+    status = volt8_reference_moe_forward(ctx, shape, experts, row_x, row_ids, row_weights, row_count, top_k, out);
+  }
+  free(row_x);
+  free(row_ids);
+  free(row_weights);
+  return status;
+}
+
 static volt8_status relative_l2(volt8_ctx *ctx, const char *name, const double *reference, const double *result_double,
                                 const uint16_t *result_half, size_t count, double *out_error) {
   if (!out_error) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "%s: out_error is NULL", name);

@@ -26,6 +26,7 @@
 #include "jit/nvrtc_loader.h"       /* the NVRTC version a tuning run records */
 #include "moe/moe_layout.h"         /* device layout sizes of synthetic problems; the token count's bound */
 #include "tools/token_counts.h"     /* token-count lists of the tools' arguments (list --choice) */
+#include "reference/reference.h"    /* the reference on a sample of rows (bench at prefill sizes) */
 
 /* The facts of a context the tools print and pass on. */
 typedef struct volt8_tools_ctx_info {

@@ -17,6 +17,7 @@
 /* Needs bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("bench_run.h")
 #include "bench_options.h"
+#include "bench_problem.h"
 #include "bench_run.h"
 #include "tune_run.h"
 
@@ -109,6 +110,63 @@ Test(bench, chained_forwards_agree_with_the_reference) {
   }
   cr_assert(bench_report_passed(report));
   bench_report_print(report, stderr);
+  free(report);
+  volt8_ctx_destroy(ctx);
+}
+
+/* Past BENCH_REFERENCE_ROWS tokens the reference covers that many rows, from the first token to the
+ * last, each equal to its token's row of the whole forward. No GPU needed. */
+Test(bench, the_reference_of_a_prefill_covers_a_sample_of_rows) {
+  volt8_ctx_options ctx_options = VOLT8_CTX_OPTIONS_INIT;
+  ctx_options.device = -1;
+  volt8_ctx *ctx = NULL;
+  cr_assert_eq(volt8_ctx_create(&ctx_options, &ctx), VOLT8_OK, "%s", volt8_last_error(NULL));
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.hidden = 256, shape.intermediate = 128, shape.num_experts = 16, shape.intermediate_offset = 0;
+  bench_experts_host host;
+  cr_assert_eq(bench_experts_generate(ctx, &shape, 3, &host), VOLT8_OK, "%s", volt8_last_error(ctx));
+  bench_inputs inputs;
+  int32_t tokens = 3 * BENCH_REFERENCE_ROWS + 5;
+  cr_assert_eq(bench_inputs_create(ctx, &host, tokens, 4, 1, 3, 0, 1, 2, &inputs), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(inputs.reference_row_count, BENCH_REFERENCE_ROWS);
+  cr_assert(inputs.reference_rows[0] == 0 && inputs.reference_rows[BENCH_REFERENCE_ROWS - 1] == tokens - 1);
+  for (int32_t r = 1; r < BENCH_REFERENCE_ROWS; r++)
+    cr_assert_gt(inputs.reference_rows[r], inputs.reference_rows[r - 1], "rows %d and %d", r - 1, r);
+  double row[256];
+  volt8_host_experts view = bench_experts_view(&host);
+  for (int32_t r = 0; r < BENCH_REFERENCE_ROWS; r += 101) {
+    size_t token = (size_t)inputs.reference_rows[r];
+    cr_assert_eq(volt8_reference_moe_forward(ctx, &shape, &view, inputs.sets[0].x + token * 256,
+                                             inputs.sets[0].ids + token * 4, inputs.sets[0].weights + token * 4, 1, 4,
+                                             row),
+                 VOLT8_OK);
+    cr_assert_eq(memcmp(row, inputs.reference + (size_t)r * 256, sizeof row), 0, "row %d (token %zu)", r, token);
+  }
+  bench_inputs_destroy(ctx, &inputs);
+  cr_assert_eq(bench_inputs_create(ctx, &host, 7, 4, 1, 3, 0, 1, 2, &inputs), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(inputs.reference_row_count, 7, "few tokens: every row");
+  bench_inputs_destroy(ctx, &inputs);
+  bench_experts_free(&host);
+  volt8_ctx_destroy(ctx);
+}
+
+/* A prefill past one launch's grid (20000 tokens of top-10: 200000 pairs), checked on its sampled
+ * rows with every row written. */
+Test(bench, a_prefill_past_one_grid_agrees_with_the_reference) {
+  volt8_ctx *ctx = gpu_open();
+  bench_options options;
+  char error[256];
+  char *argv[] = {"bench", "--m", "20000", "--batches", "2", "--warmup", "1", "--sets", "1", "--no-baselines"};
+  cr_assert_eq(bench_options_parse(10, argv, &options, error, sizeof error), 0, "%s", error);
+  options.shape.num_experts = SMALL_EXPERTS;
+  options.copy_mib = 64;
+  bench_report *report = calloc(1, sizeof *report);
+  cr_assert_not_null(report);
+  volt8_status status = bench_run(ctx, &options, "volt8 bench --m 20000 (gpu test)", NULL, report);
+  cr_assert_eq(status, VOLT8_OK, "%s", volt8_last_error(ctx));
+  const bench_method_result *volt8 = &report->results[0].methods[BENCH_METHOD_VOLT8];
+  cr_assert(volt8->ran, "volt8 did not run: %s", volt8->reason);
+  cr_assert_leq(volt8->relative_l2, BENCH_TOLERANCE, "relative L2 %g", volt8->relative_l2);
   free(report);
   volt8_ctx_destroy(ctx);
 }
