@@ -20,14 +20,16 @@ carry="$root/.carry"
 mode="${1:-}"
 
 # Shapes of the GPU suites: the seed shape (E=512 and E=64) at offsets 0/32/64/96,
-# H=2048/I=128, H=4096/I=256, online (1,128) scales, E=2048 (the route over several id tiles), and the
-# TP8 rank (I=80 at offset 80), and the online FP16-max expert (H=I=128, E=2, 128- and 1-row blocks).
+# H=2048/I=128 (also the large_m suite's, with its EP rank of experts 16..31 of 64), H=4096/I=256,
+# online (1,128) scales, E=2048 (the route over several id tiles), and the TP8 rank (I=80 at offset
+# 80), and the online FP16-max expert (H=I=128, E=2, 128- and 1-row blocks).
 gpu_test_shapes=(
   "num_experts=512,intermediate_offset=0" "num_experts=512" "num_experts=512,intermediate_offset=64"
   "num_experts=512,intermediate_offset=96"
   "num_experts=64,intermediate_offset=0" "num_experts=64,intermediate_offset=32"
   "num_experts=64,intermediate_offset=64" "num_experts=64,intermediate_offset=96"
   "hidden=2048,intermediate=128,num_experts=64,intermediate_offset=0"
+  "hidden=2048,intermediate=128,num_experts=16,global_experts=64,expert_start=16,intermediate_offset=0"
   "hidden=4096,intermediate=256,num_experts=64,intermediate_offset=0"
   "num_experts=64,block_n=1,intermediate_offset=0"
   "num_experts=2,intermediate_offset=32" "num_experts=2,intermediate_offset=96"

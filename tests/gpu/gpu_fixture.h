@@ -9,6 +9,8 @@
 #include "moe/moe_layout.h"
 
 #define GPU_TOLERANCE 1e-3
+/* Up to this many tokens a batch's reference covers every row; past it, a sample (gpu_make_batch). */
+#define GPU_REFERENCE_ROWS 256
 
 typedef enum routing { ROUTING_UNIFORM, ROUTING_ONE_EXPERT, ROUTING_FEW_EXPERTS } routing;
 
@@ -24,7 +26,9 @@ typedef struct device_batch {
   uint16_t *x;
   int32_t *ids;
   float *weights;
-  double *reference;
+  int32_t *rows;       /* the tokens the reference covers, ascending: all, or a sample past GPU_REFERENCE_ROWS */
+  int32_t row_count;
+  double *reference;   /* [row_count][H] */
   CUdeviceptr d_x, d_ids, d_weights, d_out;
 } device_batch;
 
@@ -42,7 +46,10 @@ void gpu_remove_folder(const char *dir);
 void gpu_make_problem(volt8_ctx *ctx, const volt8_moe_shape *shape, host_problem *problem);
 void gpu_free_problem(host_problem *problem);
 volt8_experts *gpu_upload(volt8_ctx *ctx, const host_problem *problem, int32_t max_tokens, int32_t max_top_k);
-/* Fresh inputs on host and device, and their reference output. */
+/* Fresh inputs on host and device, and their reference output: of every token up to
+ * GPU_REFERENCE_ROWS tokens, else of 128 tokens spread from the first to the last and those on each
+ * side of where the launcher cuts a grid (moe_layout.h). Ids are drawn from the model's experts (with
+ * expert parallelism, other ranks' too). */
 void gpu_make_batch(volt8_ctx *ctx, const host_problem *problem, int32_t num_tokens, int32_t top_k, routing mode,
                     device_batch *batch);
 /* New routing (ids and weights) for the same batch, uploaded into the same device buffers. */
@@ -55,7 +62,8 @@ volt8_moe_args gpu_batch_args(const device_batch *batch);
  * against the reference. */
 void gpu_check_forward(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, const device_batch *batch,
                        const char *gate_up, const char *down, const char *label);
-/* Copies out back and checks it against the reference (after a forward or a graph launch). */
+/* Copies out back, checks that every value was written (no NaN, no poison), and the reference's rows
+ * against the reference (after a forward or a graph launch); copy_out (may be NULL) gets all of out. */
 void gpu_check_output(volt8_ctx *ctx, int32_t hidden, const device_batch *batch, const char *label, uint16_t *copy_out);
 
 #endif

@@ -1,0 +1,284 @@
+/* GPU suite for prefill-size forwards: M = 1..8192 through the dispatch at top-k 1 and 16, skewed
+ * routing (every token to one expert, then to two; the other experts get none), expert parallelism,
+ * CUDA graph replay against eager, 70000 tokens past one launch's grid through every kind of cut
+ * (routed, block_m 1, the token down, the fused downs, the reduce's loop) with bad ids counted across
+ * the launches, and the workspace limits: a load too large for the GPU fails naming its bytes and
+ * leaves nothing allocated. Outputs are poisoned first; the reference covers a sample of the rows
+ * past GPU_REFERENCE_ROWS tokens. The shapes' compute_70 kernels are in scripts/gpu_check.sh
+ * (gpu_test_shapes). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_fixture.h"
+#include "dispatch/dispatch.h"
+#include "jit/codegen.h"
+#include "moe/experts_internal.h"
+
+TestSuite(gpu_large_m, .timeout = 1800);
+
+#define MAX_TOKENS 8192
+#define PAST_ONE_GRID 70000
+
+/* hidden 2048, intermediate 128, 64 experts: big enough for many work items, small enough that the
+ * compute_70 code on an H200 runs M = 8192 at top-16 in well under a second. */
+static volt8_moe_shape test_shape(void) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.hidden = 2048;
+  shape.intermediate = 128;
+  shape.num_experts = 64;
+  shape.intermediate_offset = 0;
+  return shape;
+}
+
+static const int32_t token_counts[] = {1, 7, 64, 300, 2048, MAX_TOKENS};
+#define TOKEN_COUNTS ((int32_t)(sizeof token_counts / sizeof token_counts[0]))
+
+static void check_dispatch(volt8_ctx *ctx, volt8_experts *experts, const host_problem *problem, int32_t top_k,
+                           routing mode, const char *what) {
+  for (int32_t m = 0; m < TOKEN_COUNTS; m++) {
+    device_batch batch;
+    gpu_make_batch(ctx, problem, token_counts[m], top_k, mode, &batch);
+    char label[128];
+    snprintf(label, sizeof label, "%s M=%d top-%d", what, token_counts[m], top_k);
+    gpu_check_forward(ctx, experts, problem->shape.hidden, &batch, NULL, NULL, label);
+    gpu_free_batch(ctx, &batch);
+  }
+}
+
+Test(gpu_large_m, dispatch_from_1_to_8192_tokens_at_top_k_1_and_16) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(41);
+  volt8_moe_shape shape = test_shape();
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 16);
+  cr_assert_eq(volt8_experts_prepare(experts, token_counts, TOKEN_COUNTS), VOLT8_OK, "%s", volt8_last_error(ctx));
+  check_dispatch(ctx, experts, &problem, 1, ROUTING_UNIFORM, "uniform");
+  check_dispatch(ctx, experts, &problem, 16, ROUTING_UNIFORM, "uniform");
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* Every token's ids set to `ids` (top_k of them): one expert gets every pair (or two get all of
+ * them), the other 62 or 63 none. */
+static void route_all_to(volt8_ctx *ctx, const host_problem *problem, device_batch *batch, const int32_t *ids) {
+  for (int32_t t = 0; t < batch->num_tokens; t++)
+    for (int32_t j = 0; j < batch->top_k; j++) batch->ids[(size_t)t * batch->top_k + j] = ids[j];
+  gpu_update_ids(ctx, problem, batch);
+}
+
+Test(gpu_large_m, skewed_routing_leaves_experts_without_tokens) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(42);
+  volt8_moe_shape shape = test_shape();
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, MAX_TOKENS, 2);
+  const int32_t one[] = {7}, two[] = {3, 60};
+  for (int32_t m = 0; m < TOKEN_COUNTS; m++) {
+    for (int32_t top_k = 1; top_k <= 2; top_k++) {
+      device_batch batch;
+      gpu_make_batch(ctx, &problem, token_counts[m], top_k, ROUTING_UNIFORM, &batch);
+      route_all_to(ctx, &problem, &batch, top_k == 1 ? one : two);
+      char label[128];
+      snprintf(label, sizeof label, "every token to expert%s %s, M=%d", top_k == 1 ? "" : "s",
+               top_k == 1 ? "7" : "3 and 60", token_counts[m]);
+      gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, label);
+      gpu_free_batch(ctx, &batch);
+    }
+  }
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* A rank holding experts 16..31 of 64: the ids of the other 48 are other ranks' pairs, skipped and not
+ * counted as bad; ids past 63 are counted. */
+Test(gpu_large_m, expert_parallel_rank_skips_other_ranks_pairs) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(43);
+  volt8_moe_shape shape = test_shape();
+  shape.num_experts = 16;
+  shape.global_experts = 64;
+  shape.expert_start = 16;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, MAX_TOKENS, 16);
+  check_dispatch(ctx, experts, &problem, 16, ROUTING_UNIFORM, "EP rank 16..31 of 64");
+  device_batch batch;
+  gpu_make_batch(ctx, &problem, MAX_TOKENS, 16, ROUTING_UNIFORM, &batch);
+  batch.ids[5] = 64, batch.ids[16 * 4000 + 3] = -1, batch.ids[16 * 8191 + 15] = 1 << 20;
+  gpu_update_ids(ctx, &problem, &batch);
+  gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, "EP with 3 bad ids");
+  int32_t bad = -1;
+  cr_assert_eq(volt8_experts_bad_id_count(experts, &bad), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(bad, 3, "bad ids counted: %d", bad);
+  gpu_free_batch(ctx, &batch);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* M = 8192 at top-16 (131072 pairs, three launches of each GEMM) captured once: every replay, with
+ * out and the workspace poisoned before, equals the eager forward bit for bit, also on new routing. */
+Test(gpu_large_m, graph_replay_equals_eager_past_one_grid) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(44);
+  const volt8_cuda_driver *cuda = ctx->cuda;
+  volt8_moe_shape shape = test_shape();
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 16);
+  const int32_t m = MAX_TOKENS;
+  cr_assert_eq(volt8_experts_prepare(experts, &m, 1), VOLT8_OK, "%s", volt8_last_error(ctx));
+  CUstream stream;
+  cr_assert_eq(cuda->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  device_batch batch;
+  gpu_make_batch(ctx, &problem, m, 16, ROUTING_UNIFORM, &batch);
+  size_t elements = (size_t)m * shape.hidden;
+  uint16_t *eager = malloc(elements * 2), *replayed = malloc(elements * 2);
+  cr_assert(eager && replayed);
+  volt8_moe_args args = gpu_batch_args(&batch);
+  volt8_graph *graph = NULL;
+  cr_assert_eq(volt8_graph_capture(experts, &args, stream, &graph), VOLT8_OK, "%s", volt8_last_error(ctx));
+  for (int round = 0; round < 2; round++) {
+    if (round == 1) gpu_reroute_batch(ctx, &problem, &batch);
+    cr_assert_eq(cuda->cuMemsetD8Async(batch.d_out, 0xFF, elements * 2, stream), CUDA_SUCCESS);
+    cr_assert_eq(volt8_moe_forward(experts, &args, stream), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_eq(cuda->cuStreamSynchronize(stream), CUDA_SUCCESS);
+    gpu_check_output(ctx, shape.hidden, &batch, round ? "eager, new routing" : "eager", eager);
+    for (int replay = 0; replay < 3; replay++) {
+      cr_assert_eq(cuda->cuMemsetD8Async(batch.d_out, 0xFF, elements * 2, stream), CUDA_SUCCESS);
+      cr_assert_eq(volt8_experts_fill_workspace(experts, 0xFF, stream), VOLT8_OK, "%s", volt8_last_error(ctx));
+      cr_assert_eq(volt8_graph_launch(graph, stream), VOLT8_OK, "%s", volt8_last_error(ctx));
+      cr_assert_eq(cuda->cuStreamSynchronize(stream), CUDA_SUCCESS);
+      cr_assert_eq(cuda->cuMemcpyDtoH(replayed, batch.d_out, elements * 2), CUDA_SUCCESS);
+      for (size_t i = 0; i < elements; i++)
+        cr_assert_eq(replayed[i], eager[i], "round %d replay %d: out[%zu] (token %zu) = 0x%04x, eager 0x%04x", round,
+                     replay, i, i / shape.hidden, replayed[i], eager[i]);
+    }
+  }
+  volt8_graph_destroy(graph);
+  free(eager);
+  free(replayed);
+  gpu_free_batch(ctx, &batch);
+  cuda->cuStreamDestroy(stream);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* The first variant of the shape (for ctx's target) whose name starts with `prefix` and ends with
+ * `suffix` ("" for any), into out; 0 when there is none. */
+static int find_variant(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *prefix, const char *suffix,
+                        char *out) {
+  char **names = NULL;
+  int32_t count = 0, found = 0;
+  cr_assert_eq(volt8_codegen_list(ctx, shape, &names, &count), VOLT8_OK, "%s", volt8_last_error(ctx));
+  size_t prefix_length = strlen(prefix), suffix_length = strlen(suffix);
+  for (int32_t i = 0; i < count && !found; i++) {
+    size_t length = strlen(names[i]);
+    if (strncmp(names[i], prefix, prefix_length) == 0 && length >= suffix_length &&
+        strcmp(names[i] + length - suffix_length, suffix) == 0) {
+      snprintf(out, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
+      found = 1;
+    }
+  }
+  volt8_codegen_names_free(names, count);
+  return found;
+}
+
+/* 70000 tokens: more than a grid's 65535 rows of tokens, and of pairs at top-1 and top-2. Each pinned
+ * pair of variants is one way of cutting: routed work items (per-launch item counts), block_m 1
+ * pairs and the reduce's token loop, the token down, and on sm_80 and newer the fused downs (a
+ * block_m 1 one stores its bad-id counts aside and the route counts them). Bad ids near the cuts
+ * are counted once each. */
+Test(gpu_large_m, tokens_past_one_grid_through_every_cut) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(45);
+  volt8_moe_shape shape = test_shape();
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, PAST_ONE_GRID, 2);
+  const char *pairs[][4] = {
+      /* gate_up prefix, suffix, down prefix, suffix */
+      {"gate_up.cc.bm1.", "", "down.cc.bm1.", ""},     {"gate_up.cc.bm1.", "", "down.tok.", ""},
+      {"gate_up.cc.bm4.", "", "down.cc.bm4.", ""},     {"gate_up.mma.bm32.", "", "down.mma.bm32.", ""},
+      {"gate_up.hmma.bm8.", "", "down.hmma.bm8.", ".r1"}, {"gate_up.hmma.bm1.", "", "down.hmma.bm1.", ".r1"},
+      {"gate_up.hmma.bm1.", "", "down.hmma.bm1.", "sk1"}};
+  for (int32_t top_k = 1; top_k <= 2; top_k++) {
+    device_batch batch;
+    gpu_make_batch(ctx, &problem, PAST_ONE_GRID, top_k, ROUTING_UNIFORM, &batch);
+    /* on both sides of the token grid's cut and of the block_m 1 cut at top-2 (32767 tokens) */
+    const int32_t bad_tokens[] = {0, 32766, 32767, 65534, 65535, PAST_ONE_GRID - 1};
+    for (int i = 0; i < 6; i++) batch.ids[(size_t)bad_tokens[i] * top_k] = i % 2 ? -7 : 64 + i;
+    gpu_update_ids(ctx, &problem, &batch);
+    int ran = 0;
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+      char gate_up[VOLT8_VARIANT_NAME_BYTES], down[VOLT8_VARIANT_NAME_BYTES];
+      if (!find_variant(ctx, &shape, pairs[p][0], pairs[p][1], gate_up) ||
+          !find_variant(ctx, &shape, pairs[p][2], pairs[p][3], down)) {
+        cr_log_info("sm_%d lists no %s*%s with %s*%s", ctx->target_arch, pairs[p][0], pairs[p][1], pairs[p][2],
+                    pairs[p][3]);
+        continue;
+      }
+      char label[64];
+      snprintf(label, sizeof label, "M=%d top-%d", PAST_ONE_GRID, top_k);
+      gpu_check_forward(ctx, experts, shape.hidden, &batch, gate_up, down, label);
+      int32_t bad = -1;
+      cr_assert_eq(volt8_experts_bad_id_count(experts, &bad), VOLT8_OK, "%s", volt8_last_error(ctx));
+      cr_assert_eq(bad, 6, "%s with %s, top-%d: %d bad ids counted, 6 given", gate_up, down, top_k, bad);
+      ran++;
+    }
+    cr_assert_geq(ran, 4, "only %d pairs of variants ran", ran);
+    gpu_free_batch(ctx, &batch);
+  }
+  cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* A workspace the GPU cannot hold: the load fails with VOLT8_ERR_OUT_OF_MEMORY naming max_tokens and
+ * the bytes and leaves nothing allocated; prepare() growing past the memory or past the limit fails
+ * the same way and leaves the handle working at its old size. */
+Test(gpu_large_m, workspaces_too_large_fail_cleanly) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(46);
+  const volt8_cuda_driver *cuda = ctx->cuda;
+  volt8_moe_shape shape = test_shape();
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  size_t free_before = 0, free_after = 0, total = 0;
+  cr_assert_eq(cuda->cuCtxSynchronize(), CUDA_SUCCESS);
+  cr_assert_eq(cuda->cuMemGetInfo(&free_before, &total), CUDA_SUCCESS);
+  volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
+  volt8_experts *experts = (volt8_experts *)1;
+  /* 2^26 tokens of top-16: 2^30 pairs, the limit, whose z alone is 8 TiB */
+  volt8_status status = volt8_experts_create_from_host(ctx, &shape, &host, 1 << 26, 16, &experts);
+  cr_assert_eq(status, VOLT8_ERR_OUT_OF_MEMORY, "%s: %s", volt8_status_string(status), volt8_last_error(ctx));
+  cr_assert_null(experts);
+  const char *message = volt8_last_error(ctx);
+  cr_assert(strstr(message, "max_tokens 67108864 x max_top_k 16") && strstr(message, " bytes"), "%s", message);
+  cr_assert_eq(cuda->cuMemGetInfo(&free_after, &total), CUDA_SUCCESS);
+  cr_assert_geq(free_after + (2u << 20), free_before, "%zu bytes free before, %zu after", free_before, free_after);
+
+  experts = gpu_upload(ctx, &problem, 64, 16);
+  size_t workspace = volt8_experts_workspace_bytes(experts);
+  const int32_t too_many = 1 << 26, past_the_limit = (1 << 26) + 1;
+  cr_assert_eq(volt8_experts_prepare(experts, &too_many, 1), VOLT8_ERR_OUT_OF_MEMORY, "%s", volt8_last_error(ctx));
+  cr_assert(strstr(volt8_last_error(ctx), "max_tokens 67108864"), "%s", volt8_last_error(ctx));
+  cr_assert_eq(volt8_experts_prepare(experts, &past_the_limit, 1), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(volt8_last_error(ctx), "limit of 1073741824"), "%s", volt8_last_error(ctx));
+  cr_assert_eq(volt8_experts_workspace_bytes(experts), workspace);
+  device_batch batch;
+  gpu_make_batch(ctx, &problem, 64, 16, ROUTING_UNIFORM, &batch);
+  gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, "after the failed prepare");
+  gpu_free_batch(ctx, &batch);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
