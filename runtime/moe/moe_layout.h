@@ -24,8 +24,9 @@
  * counters[L + 1][4], h[P][I] FP16, z[P][H] FP32, arrivals[max_tokens][ceil(H/32)] and flags[1 + P]
  * int32, where L = ceil(P / VOLT8_LAUNCH_ROWS) is the most launches a routed GEMM is cut into.
  * counters[l] (l < L): gate_up items and down items left for launch l (item count - l * rows, at
- * least 0), then for l = 0 the bad ids, else 0, then 0. counters[L]: where block_m 1 downs cut into
- * several launches store their bad-id count, which the route of such a forward stores in counters[0].
+ * least 0), then for l = 0 the bad ids, else 0, then 0. counters[L]: where a down that counts bad
+ * ids itself (a fused block_m 1 down, the token down) stores them when it is cut into several
+ * launches; the launcher then runs the route, which counts them all.
  *
  * Kernels (threads per CTA from codegen; their parameters, in order, in moe/kernel_params.h):
  *   route                 grid (1 + the CTAs that warm L2 with gate_up weights)
@@ -41,11 +42,12 @@
  * pairs into work items of at most bm pairs. A GEMM CTA with bm > 1 whose blockIdx.y is not below
  * its item count returns. A GEMM CTA with bm == 1 ignores sorted_pairs, items and counters: it
  * serves pair p = blockIdx.y with expert topk_ids[p] and writes nothing when that id is outside
- * [0, E). The launcher skips route when both GEMMs have bm == 1 (counters[0..1] are then stale and
- * unread). z[p] = topk_weights[p] * (h[p] . W2[e]^T);
+ * [0, E). The launcher skips route when both GEMMs have bm == 1 and no such down is cut
+ * (counters[0..1] are then stale and unread). z[p] = topk_weights[p] * (h[p] . W2[e]^T);
  * out[t] = sum over j = 0..top_k-1, in that order, of z[t*top_k+j] for valid ids, in FP32.
- * counters[2]: CTA (0, 0) of reduce stores (does not add) the number of ids outside [0, E) of this
- * forward, so it needs no reset between forwards or graph replays, with or without route.
+ * counters[2]: CTA (0, 0) of reduce (or of a down that counts them, uncut) stores (does not add) the
+ * number of ids outside [0, E) of this forward, as the route does, so it needs no reset between
+ * forwards or graph replays, with or without route.
  */
 #ifndef VOLT8_MOE_LAYOUT_H
 #define VOLT8_MOE_LAYOUT_H
