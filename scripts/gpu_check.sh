@@ -541,9 +541,16 @@ run() {
   rm -rf "$work"
 }
 
+# Every shape the GPU suites compile for, one a line (scripts/kernel_snapshot.py reads them).
+shapes() {
+  printf '%s\n' "${gpu_test_shapes[@]}" "${ep_test_shapes[@]}"
+  model_test_shapes "$1"
+}
+
 case "$mode" in
   prepare) prepare ;;
   probes) set -e; build_probes ;;
   run) shift; run "$@" ;;
-  *) echo "usage: scripts/gpu_check.sh prepare|probes|run" >&2; exit 2 ;;
+  shapes) shapes "${2:-$root/build/volt8}" ;;
+  *) echo "usage: scripts/gpu_check.sh prepare|probes|run|shapes [VOLT8]" >&2; exit 2 ;;
 esac
