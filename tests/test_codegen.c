@@ -12,6 +12,7 @@
 #include "core/ctx_internal.h"
 #include "dispatch/dispatch.h"
 #include "moe/experts_internal.h"
+#include "moe/forward_plan.h"
 #include "core/embedded_files.h"
 
 #ifndef VOLT8_SOURCE_DIR

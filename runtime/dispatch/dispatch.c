@@ -2,11 +2,13 @@
  * come first; for an op without a table, or whose table names a variant the code generator does
  * not offer for the shape, the nearest tabled shape's table (tuning_nearest.h), else a
  * deterministic heuristic (and a warning recorded by tuning.c). Neither fallback picks a family
- * the target arch emulates. */
+ * the target arch emulates. A plan reads the variant list and the tables once; its choices are
+ * table look-ups. */
 #include "dispatch/dispatch.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "jit/codegen.h"
@@ -14,50 +16,48 @@
 #include "dispatch/tuning.h"
 #include "dispatch/tuning_nearest.h"
 
+/* The heuristic's classes of the expected busiest expert's routed pairs: up to `busiest`, the family
+ * and block_m. sm_70: CUDA cores, then m8n8k4 tensor cores. sm_80 and later emulate m8n8k4, so there
+ * m16n8k16 at every size, with the block_m the sm_90 tables pick at the same load. */
+typedef struct heuristic_class {
+  double busiest;
+  const char *family;
+  int32_t block_m;
+} heuristic_class;
+
+#define MAX_CLASSES 4
+static const heuristic_class SM70_CLASSES[] = {{4.0, "cc", 4}, {24.0, "mma", 16}, {INFINITY, "mma", 32}};
+static const heuristic_class SM80_CLASSES[] = {{3.0, "hmma", 1}, {4.0, "hmma", 2}, {8.0, "hmma", 4}, {INFINITY, "hmma", 8}};
+
+typedef struct plan_op {
+  volt8_tuning_loaded own;     /* the shape's own table (source NONE: none) */
+  uint8_t *listed;             /* per entry of own: the code generator offers it for the shape */
+  volt8_nearest_tables nearest; /* read where own does not serve every token count */
+} plan_op;
+
+struct volt8_dispatch_plan {
+  char **names;                         /* the variant list */
+  int32_t count;
+  int32_t experts;                      /* the model's: with expert parallelism a rank's experts are as busy */
+  const heuristic_class *classes;
+  int32_t class_count;
+  int32_t picks[MAX_CLASSES][2];        /* the heuristic's variant of each class, gate_up and down */
+  plan_op ops[2];                       /* gate_up, down */
+};
+
 /* The first listed variant of `op` in `family` with block_m `block_m`, else with the next smaller
- * block_m the family lists for the shape, else the first variant of the op. */
-static int pick(char **names, int32_t count, const char *op, const char *family, int32_t block_m, char *out) {
+ * block_m the family lists for the shape, else the first variant of the op; -1 when there is none. */
+static int32_t pick(char **names, int32_t count, const char *op, const char *family, int32_t block_m) {
   for (int32_t bm = block_m; bm >= 1; bm /= 2) {
     char prefix[64];
     int length = snprintf(prefix, sizeof prefix, "%s.%s.bm%d.", op, family, bm);
     for (int32_t i = 0; i < count; i++)
-      if (strncmp(names[i], prefix, (size_t)length) == 0) {
-        snprintf(out, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
-        return 1;
-      }
+      if (strncmp(names[i], prefix, (size_t)length) == 0) return i;
   }
   size_t op_len = strlen(op);
   for (int32_t i = 0; i < count; i++)
-    if (strncmp(names[i], op, op_len) == 0 && names[i][op_len] == '.') {
-      snprintf(out, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
-      return 1;
-    }
-  return 0;
-}
-
-/* The family and block_m for the expected busiest expert's routed pairs. sm_70: CUDA cores, then
- * m8n8k4 tensor cores. sm_80 and later emulate m8n8k4, so there m16n8k16 at every size, with the
- * block_m the sm_90 tables pick at the same load. */
-static const char *heuristic_family(int32_t target_arch, double busiest, int32_t *out_block_m) {
-  if (target_arch < 80) {
-    *out_block_m = busiest <= 4.0 ? 4 : busiest <= 24.0 ? 16 : 32;
-    return busiest <= 4.0 ? "cc" : "mma";
-  }
-  *out_block_m = busiest <= 3.0 ? 1 : busiest <= 4.0 ? 2 : busiest <= 8.0 ? 4 : 8;
-  return "hmma";
-}
-
-/* The heuristic: the family and block_m from the expected busiest expert under uniform routing
- * (mean plus two standard deviations), the first listed tile of that family. */
-static int heuristic_choice(char **names, int32_t count, const volt8_moe_shape *shape, int32_t num_tokens,
-                            int32_t top_k, int32_t target_arch, volt8_variant_choice *out_choice) {
-  /* pairs per expert: with expert parallelism a rank's experts are as busy as the model's */
-  double mean = (double)num_tokens * top_k / (shape->global_experts > 0 ? shape->global_experts : shape->num_experts);
-  double busiest = mean + 2.0 * sqrt(mean) + 1.0;
-  int32_t block_m = 1;
-  const char *family = heuristic_family(target_arch, busiest, &block_m);
-  return pick(names, count, "gate_up", family, block_m, out_choice->gate_up) &&
-         pick(names, count, "down", family, block_m, out_choice->down);
+    if (strncmp(names[i], op, op_len) == 0 && names[i][op_len] == '.') return i;
+  return -1;
 }
 
 static int listed(char **names, int32_t count, const char *variant) {
@@ -66,43 +66,117 @@ static int listed(char **names, int32_t count, const char *variant) {
   return 0;
 }
 
-/* Replaces the heuristic's pick for `op` with the tuning table's, when there is one that fits, else
- * with the nearest tabled shape's. */
-static volt8_status apply_table(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
-                                int32_t top_k, char **names, int32_t count, char *chosen) {
-  volt8_tuning_match match;
-  volt8_status status = volt8_tuning_lookup(ctx, shape, op, num_tokens, top_k, &match);
+/* The heuristic's class: the expected busiest expert under uniform routing (mean plus two standard
+ * deviations). */
+static int32_t heuristic_class_of(const volt8_dispatch_plan *plan, int32_t num_tokens, int32_t top_k) {
+  double mean = (double)num_tokens * top_k / plan->experts;
+  double busiest = mean + 2.0 * sqrt(mean) + 1.0;
+  int32_t i = 0;
+  while (i + 1 < plan->class_count && !(busiest <= plan->classes[i].busiest)) i++;
+  return i;
+}
+
+static volt8_status plan_op_read(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, volt8_dispatch_plan *plan) {
+  plan_op *target = &plan->ops[op];
+  volt8_status status = volt8_tuning_load(ctx, shape, op, &target->own);
   if (status != VOLT8_OK) return status;
-  if (match.source != VOLT8_TUNING_SOURCE_NONE && listed(names, count, match.variant)) {
-    snprintf(chosen, VOLT8_VARIANT_NAME_BYTES, "%s", match.variant);
-    return VOLT8_OK;
+  int32_t entries = target->own.source != VOLT8_TUNING_SOURCE_NONE ? target->own.table.count : 0;
+  target->listed = calloc(entries > 0 ? (size_t)entries : 1, 1);
+  if (!target->listed) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the dispatch plan");
+  int all_listed = entries > 0;
+  for (int32_t i = 0; i < entries; i++) {
+    target->listed[i] = (uint8_t)listed(plan->names, plan->count, target->own.table.entries[i].variant);
+    all_listed &= target->listed[i];
   }
-  volt8_tuning_match nearest;
-  status = volt8_tuning_nearest(ctx, shape, op, num_tokens, top_k, names, count, &nearest);
-  if (status != VOLT8_OK) return status;
-  if (nearest.source != VOLT8_TUNING_SOURCE_NONE) snprintf(chosen, VOLT8_VARIANT_NAME_BYTES, "%s", nearest.variant);
-  if (match.source != VOLT8_TUNING_SOURCE_NONE) {
+  if (all_listed) return VOLT8_OK; /* the own table serves every token count */
+  return volt8_tuning_nearest_load(ctx, shape, op, plan->names, plan->count, &target->nearest);
+}
+
+void volt8_dispatch_plan_destroy(volt8_dispatch_plan *plan) {
+  if (!plan) return;
+  for (int i = 0; i < 2; i++) {
+    volt8_tuning_loaded_free(&plan->ops[i].own);
+    free(plan->ops[i].listed);
+    volt8_tuning_nearest_free(&plan->ops[i].nearest);
+  }
+  volt8_codegen_names_free(plan->names, plan->count);
+  free(plan);
+}
+
+volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_dispatch_plan **out_plan) {
+  if (!shape || !out_plan)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_dispatch_plan_create: shape or out_plan is NULL");
+  *out_plan = NULL;
+  volt8_dispatch_plan *plan = calloc(1, sizeof *plan);
+  if (!plan) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the dispatch plan");
+  volt8_status status = volt8_codegen_list(ctx, shape, &plan->names, &plan->count);
+  int32_t arch = ctx ? ctx->target_arch : 70;
+  plan->classes = arch < 80 ? SM70_CLASSES : SM80_CLASSES;
+  plan->class_count = arch < 80 ? 3 : 4;
+  plan->experts = shape->global_experts > 0 ? shape->global_experts : shape->num_experts;
+  static const char *const op_names[2] = {"gate_up", "down"};
+  for (int32_t c = 0; c < plan->class_count && status == VOLT8_OK; c++) {
+    for (int op = 0; op < 2; op++) {
+      plan->picks[c][op] = pick(plan->names, plan->count, op_names[op], plan->classes[c].family, plan->classes[c].block_m);
+      if (plan->picks[c][op] < 0)
+        status = volt8_fail(ctx, VOLT8_ERR_INTERNAL, "the code generator lists no gate_up or down variant");
+    }
+  }
+  if (status == VOLT8_OK) status = plan_op_read(ctx, shape, VOLT8_OP_GATE_UP, plan);
+  if (status == VOLT8_OK) status = plan_op_read(ctx, shape, VOLT8_OP_DOWN, plan);
+  if (status != VOLT8_OK) {
+    volt8_dispatch_plan_destroy(plan);
+    return status;
+  }
+  *out_plan = plan;
+  return VOLT8_OK;
+}
+
+/* Replaces the heuristic's pick for `op` with the shape's tuning table's, when it names a listed
+ * variant, else with the nearest tabled shape's. */
+static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k, char *chosen,
+                         volt8_choice_origin *origin) {
+  const plan_op *tables = &plan->ops[op];
+  const volt8_tuning_entry *entry = NULL;
+  if (tables->own.source != VOLT8_TUNING_SOURCE_NONE) {
+    entry = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
+    if (tables->listed[entry - tables->own.table.entries]) {
+      snprintf(chosen, VOLT8_VARIANT_NAME_BYTES, "%s", entry->variant);
+      *origin = (volt8_choice_origin){tables->own.source, entry->m, tables->own.origin};
+      return;
+    }
+  }
+  const char *nearest_origin = NULL;
+  const volt8_tuning_entry *nearest = volt8_tuning_nearest_pick(&tables->nearest, num_tokens, top_k, &nearest_origin);
+  if (nearest) {
+    snprintf(chosen, VOLT8_VARIANT_NAME_BYTES, "%s", nearest->variant);
+    *origin = (volt8_choice_origin){VOLT8_TUNING_SOURCE_NEAREST, nearest->m, nearest_origin};
+  }
+  if (entry) {
     char key[VOLT8_TUNING_ORIGIN_BYTES + VOLT8_VARIANT_NAME_BYTES + 2];
-    snprintf(key, sizeof key, "%s#%s", match.origin, match.variant);
+    snprintf(key, sizeof key, "%s#%s", tables->own.origin, entry->variant);
     volt8_tuning_warn(key, "tuning table %s names %s (M=%d), which the code generator does not offer for this shape: "
-                      "the fallback's %s serves instead", match.origin, match.variant, match.table_m, chosen);
+                      "the fallback's %s serves instead", tables->own.origin, entry->variant, entry->m, chosen);
   }
+}
+
+volt8_status volt8_dispatch_plan_choose(const volt8_dispatch_plan *plan, int32_t num_tokens, int32_t top_k,
+                                        volt8_variant_choice *out_choice, volt8_choice_origin *origins) {
+  int32_t c = heuristic_class_of(plan, num_tokens, top_k);
+  snprintf(out_choice->gate_up, sizeof out_choice->gate_up, "%s", plan->names[plan->picks[c][0]]);
+  snprintf(out_choice->down, sizeof out_choice->down, "%s", plan->names[plan->picks[c][1]]);
+  volt8_choice_origin chosen_from[2] = {{VOLT8_TUNING_SOURCE_NONE, 0, NULL}, {VOLT8_TUNING_SOURCE_NONE, 0, NULL}};
+  apply_tables(plan, VOLT8_OP_GATE_UP, num_tokens, top_k, out_choice->gate_up, &chosen_from[0]);
+  apply_tables(plan, VOLT8_OP_DOWN, num_tokens, top_k, out_choice->down, &chosen_from[1]);
+  if (origins) memcpy(origins, chosen_from, sizeof chosen_from);
   return VOLT8_OK;
 }
 
 volt8_status volt8_dispatch_choose(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t num_tokens, int32_t top_k,
                                    volt8_variant_choice *out_choice) {
-  char **names = NULL;
-  int32_t count = 0;
-  volt8_status status = volt8_codegen_list(ctx, shape, &names, &count);
-  if (status != VOLT8_OK) return status;
-  if (!heuristic_choice(names, count, shape, num_tokens, top_k, ctx ? ctx->target_arch : 70, out_choice)) {
-    volt8_codegen_names_free(names, count);
-    return volt8_fail(ctx, VOLT8_ERR_INTERNAL, "the code generator lists no gate_up or down variant");
-  }
-  status = apply_table(ctx, shape, VOLT8_OP_GATE_UP, num_tokens, top_k, names, count, out_choice->gate_up);
-  if (status == VOLT8_OK)
-    status = apply_table(ctx, shape, VOLT8_OP_DOWN, num_tokens, top_k, names, count, out_choice->down);
-  volt8_codegen_names_free(names, count);
+  volt8_dispatch_plan *plan = NULL;
+  volt8_status status = volt8_dispatch_plan_create(ctx, shape, &plan);
+  if (status == VOLT8_OK) status = volt8_dispatch_plan_choose(plan, num_tokens, top_k, out_choice, NULL);
+  volt8_dispatch_plan_destroy(plan);
   return status;
 }

@@ -102,10 +102,24 @@ void volt8_tuning_table_free(volt8_tuning_table *table);
  * top_k and it differs), ties to the smaller M. NULL for an empty table. */
 const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *table, int32_t num_tokens,
                                                      int32_t top_k);
+/* The same among the entries i with usable[i] != 0 (usable NULL: all); NULL when none is. */
+const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_table *table, const uint8_t *usable,
+                                                           int32_t num_tokens, int32_t top_k);
 
-/* The variant the tables name for `op` at num_tokens (lookup order above) for ctx's target arch
- * and device. No table: out->source = NONE and one warning recorded. Errors only for bad
- * arguments or memory. */
+/* A table read and parsed once, with where it came from. */
+typedef struct volt8_tuning_loaded {
+  int32_t source;                         /* volt8_tuning_source; NONE: there is no table */
+  char origin[VOLT8_TUNING_ORIGIN_BYTES]; /* the file path, or "built-in:<name>" */
+  volt8_tuning_table table;
+} volt8_tuning_loaded;
+
+/* The table serving `op` for the shape (lookup order above) for ctx's target arch and device, read
+ * and parsed. No table: out->source = NONE and one warning recorded. Errors only for bad arguments. */
+volt8_status volt8_tuning_load(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, volt8_tuning_loaded *out);
+void volt8_tuning_loaded_free(volt8_tuning_loaded *loaded);
+
+/* The variant the tables name for `op` at num_tokens: volt8_tuning_load, then the nearest entry.
+ * No table: out->source = NONE and one warning recorded. Errors only for bad arguments or memory. */
 volt8_status volt8_tuning_lookup(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
                                  int32_t top_k, volt8_tuning_match *out_match);
 

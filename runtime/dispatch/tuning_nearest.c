@@ -9,6 +9,7 @@
 
 #include "core/ctx_internal.h"
 #include "core/embedded_files.h"
+#include "core/work_counts.h"
 
 #define EMULATED_MMA_MIN_ARCH 80
 
@@ -86,6 +87,7 @@ static int add_candidate(candidate_list *list, const char *name, const volt8_emb
 static int gather(const wanted_table *wanted, const char *dir, candidate_list *out) {
   int grown = 1;
   DIR *folder = dir && *dir ? opendir(dir) : NULL;
+  if (folder) volt8_count_tuning_read();
   for (struct dirent *entry; grown && folder && (entry = readdir(folder));)
     grown = add_candidate(out, entry->d_name, NULL, wanted);
   if (folder) closedir(folder);
@@ -112,60 +114,115 @@ static int listed(char **names, int32_t count, const char *variant) {
   return 0;
 }
 
-/* 1 when `variant` is one of `names` and of a family ctx's target arch does not emulate. */
-static int usable(const volt8_ctx *ctx, const char *variant, char **names, int32_t count) {
-  return !volt8_dispatch_family_emulated(ctx->target_arch, variant) && listed(names, count, variant);
-}
-
-/* Reads one candidate; 1 when it served. `scratch` takes the messages of a table that is skipped. */
-static int try_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *table_file, const char *dir,
-                         const char *op_name, int32_t num_tokens, int32_t top_k, const volt8_moe_shape *shape,
-                         char **names, int32_t count, volt8_tuning_match *out_match) {
-  char origin[VOLT8_TUNING_ORIGIN_BYTES];
+/* Reads one candidate into out (source NEAREST) and marks the entries ctx's target arch may serve:
+ * listed in `names` and of a family it does not emulate. 0 when the table is missing or skipped
+ * (with a warning); -1 when out of memory. `scratch` takes the messages of a table that is skipped. */
+static int read_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *table_file, const char *dir,
+                          const char *op_name, char **names, int32_t count, volt8_nearest_table *out) {
+  char *origin = out->loaded.origin;
   char *owned = NULL;
   const char *text = NULL;
   size_t length = 0;
-  int missing = 0, served = 0;
+  int missing = 0, read = 0;
   if (table_file->built_in) {
-    snprintf(origin, sizeof origin, "built-in:%s", table_file->built_in->path);
+    snprintf(origin, VOLT8_TUNING_ORIGIN_BYTES, "built-in:%s", table_file->built_in->path);
     text = table_file->built_in->data;
     length = table_file->built_in->size;
   } else {
-    snprintf(origin, sizeof origin, "%s/%s", dir, table_file->name);
+    snprintf(origin, VOLT8_TUNING_ORIGIN_BYTES, "%s/%s", dir, table_file->name);
     if (volt8_tuning_read_file(scratch, origin, &owned, &length, &missing) != VOLT8_OK)
       volt8_tuning_warn(origin, "%s; it was skipped", scratch->last_error);
     text = owned;
   }
-  volt8_tuning_table table;
   if (text && !missing) {
-    if (volt8_tuning_table_parse(scratch, text, length, origin, op_name, &table) != VOLT8_OK) {
+    if (volt8_tuning_table_parse(scratch, text, length, origin, op_name, &out->loaded.table) != VOLT8_OK) {
       volt8_tuning_warn(origin, "%s; it was skipped", scratch->last_error);
+    } else if (!(out->usable = calloc((size_t)out->loaded.table.count, 1))) {
+      volt8_tuning_table_free(&out->loaded.table);
+      read = -1;
     } else {
-      int32_t table_top_k = table.top_k > 0 ? table.top_k : top_k;
-      /* routing density: the model's experts, also on a rank of expert parallelism */
-      int32_t experts = shape->global_experts > 0 ? shape->global_experts : shape->num_experts;
-      int32_t tokens = scaled_tokens(num_tokens, top_k, experts, table_top_k, table.num_experts);
-      const volt8_tuning_entry *entry = volt8_tuning_table_nearest(&table, tokens, table_top_k);
-      if (!usable(ctx, entry->variant, names, count)) {
-        /* A tile that does not fit here (its shared memory at this K, say) gives way to the same
-         * table's entry at the nearest M whose tile fits, within a factor of two of the scaled
-         * count; otherwise the next table serves. */
-        int32_t kept = 0;
-        for (int32_t i = 0; i < table.count; i++)
-          if (usable(ctx, table.entries[i].variant, names, count)) table.entries[kept++] = table.entries[i];
-        table.count = kept;
-        entry = volt8_tuning_table_nearest(&table, tokens, table_top_k);
-        if (entry && ((int64_t)entry->m > 2 * (int64_t)tokens || 2 * (int64_t)entry->m < tokens)) entry = NULL;
+      out->loaded.source = VOLT8_TUNING_SOURCE_NEAREST;
+      for (int32_t i = 0; i < out->loaded.table.count; i++) {
+        const char *variant = out->loaded.table.entries[i].variant;
+        out->usable[i] = !volt8_dispatch_family_emulated(ctx->target_arch, variant) && listed(names, count, variant);
       }
-      if (entry) {
-        volt8_tuning_match_set(out_match, VOLT8_TUNING_SOURCE_NEAREST, entry, origin);
-        served = 1;
-      }
-      volt8_tuning_table_free(&table);
+      read = 1;
     }
   }
   free(owned);
-  return served;
+  return read;
+}
+
+static int all_usable(const volt8_nearest_table *table) {
+  for (int32_t i = 0; i < table->loaded.table.count; i++)
+    if (!table->usable[i]) return 0;
+  return 1;
+}
+
+void volt8_tuning_nearest_free(volt8_nearest_tables *tables) {
+  if (!tables) return;
+  for (int32_t i = 0; i < tables->count; i++) {
+    volt8_tuning_loaded_free(&tables->tables[i].loaded);
+    free(tables->tables[i].usable);
+  }
+  free(tables->tables);
+  memset(tables, 0, sizeof *tables);
+}
+
+volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, char **names,
+                                       int32_t count, volt8_nearest_tables *out) {
+  if (!ctx || !shape || !out || (!names && count > 0))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_tuning_nearest_load: NULL argument");
+  memset(out, 0, sizeof *out);
+  /* routing density: the model's experts, also on a rank of expert parallelism */
+  out->experts = shape->global_experts > 0 ? shape->global_experts : shape->num_experts;
+  wanted_table wanted = {volt8_tuning_op_name(op), NULL, 0, 0, shape->block_n, shape->block_k, ctx->target_arch};
+  volt8_status status = volt8_tuning_op_dims(ctx, shape, op, &wanted.n, &wanted.k);
+  if (status != VOLT8_OK) return status;
+  if (shape->num_experts <= 0 || wanted.n <= 0 || wanted.k <= 0) return VOLT8_OK;
+  char device_token[128];
+  volt8_tuning_device_token(ctx->device_name, device_token, sizeof device_token);
+  wanted.device_token = device_token;
+  candidate_list candidates = {NULL, 0, 0};
+  volt8_ctx *scratch = calloc(1, sizeof *scratch);
+  const char *dir = getenv(VOLT8_TUNING_DIR_ENV);
+  int gathered = scratch && gather(&wanted, dir, &candidates);
+  out->tables = gathered ? calloc(candidates.count > 0 ? (size_t)candidates.count : 1, sizeof *out->tables) : NULL;
+  if (!out->tables) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table's candidates");
+  /* In the candidates' order, up to the first whose every entry may serve: no later one is ever read. */
+  for (int32_t i = 0; i < candidates.count && status == VOLT8_OK; i++) {
+    int read = read_candidate(ctx, scratch, &candidates.items[i], dir, wanted.op_name, names, count, &out->tables[out->count]);
+    if (read < 0) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table");
+    if (read > 0 && all_usable(&out->tables[out->count++])) break;
+  }
+  free(candidates.items);
+  free(scratch);
+  if (status != VOLT8_OK) volt8_tuning_nearest_free(out);
+  return status;
+}
+
+const volt8_tuning_entry *volt8_tuning_nearest_pick(const volt8_nearest_tables *tables, int32_t num_tokens,
+                                                   int32_t top_k, const char **out_origin) {
+  if (num_tokens <= 0 || top_k <= 0) return NULL;
+  for (int32_t i = 0; i < tables->count; i++) {
+    const volt8_nearest_table *candidate = &tables->tables[i];
+    const volt8_tuning_table *table = &candidate->loaded.table;
+    int32_t table_top_k = table->top_k > 0 ? table->top_k : top_k;
+    int32_t tokens = scaled_tokens(num_tokens, top_k, tables->experts, table_top_k, table->num_experts);
+    const volt8_tuning_entry *entry = volt8_tuning_table_nearest(table, tokens, table_top_k);
+    if (!candidate->usable[entry - table->entries]) {
+      /* A tile that does not fit here (its shared memory at this K, say) gives way to the same
+       * table's entry at the nearest M whose tile fits, within a factor of two of the scaled
+       * count; otherwise the next table serves. */
+      entry = volt8_tuning_table_nearest_among(table, candidate->usable, tokens, table_top_k);
+      if (entry && ((int64_t)entry->m > 2 * (int64_t)tokens || 2 * (int64_t)entry->m < tokens)) entry = NULL;
+    }
+    if (entry) {
+      if (out_origin) *out_origin = candidate->loaded.origin;
+      return entry;
+    }
+  }
+  return NULL;
 }
 
 volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
@@ -173,26 +230,12 @@ volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, 
   if (!ctx || !shape || !out_match || (!names && count > 0))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_tuning_nearest: NULL argument");
   memset(out_match, 0, sizeof *out_match);
-  wanted_table wanted = {volt8_tuning_op_name(op), NULL, 0, 0, shape->block_n, shape->block_k, ctx->target_arch};
-  volt8_status status = volt8_tuning_op_dims(ctx, shape, op, &wanted.n, &wanted.k);
+  volt8_nearest_tables tables;
+  volt8_status status = volt8_tuning_nearest_load(ctx, shape, op, names, count, &tables);
   if (status != VOLT8_OK) return status;
-  if (num_tokens <= 0 || top_k <= 0 || shape->num_experts <= 0 || wanted.n <= 0 || wanted.k <= 0) return VOLT8_OK;
-  char device_token[128];
-  volt8_tuning_device_token(ctx->device_name, device_token, sizeof device_token);
-  wanted.device_token = device_token;
-  candidate_list candidates = {NULL, 0, 0};
-  volt8_ctx *scratch = calloc(1, sizeof *scratch);
-  const char *dir = getenv(VOLT8_TUNING_DIR_ENV);
-  if (!scratch || !gather(&wanted, dir, &candidates)) {
-    free(candidates.items);
-    free(scratch);
-    return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table's candidates");
-  }
-  for (int32_t i = 0; i < candidates.count; i++)
-    if (try_candidate(ctx, scratch, &candidates.items[i], dir, wanted.op_name, num_tokens, top_k, shape, names, count,
-                      out_match))
-      break;
-  free(candidates.items);
-  free(scratch);
+  const char *origin = NULL;
+  const volt8_tuning_entry *entry = volt8_tuning_nearest_pick(&tables, num_tokens, top_k, &origin);
+  if (entry) volt8_tuning_match_set(out_match, VOLT8_TUNING_SOURCE_NEAREST, entry, origin);
+  volt8_tuning_nearest_free(&tables);
   return VOLT8_OK;
 }

@@ -22,4 +22,26 @@ int volt8_dispatch_family_emulated(int32_t target_arch, const char *variant);
 volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
                                   int32_t top_k, char **names, int32_t count, volt8_tuning_match *out_match);
 
+/* The same in two steps, so that the tables are read once and any token count is then served without
+ * reading a file: the candidates read in their order, up to the first whose every entry may serve
+ * (no later one could ever serve), each with the entries ctx's target arch may serve marked. */
+typedef struct volt8_nearest_table {
+  volt8_tuning_loaded loaded; /* source NEAREST */
+  uint8_t *usable;            /* per entry: one of `names`, of a family the arch does not emulate */
+} volt8_nearest_table;
+
+typedef struct volt8_nearest_tables {
+  int32_t count;
+  volt8_nearest_table *tables; /* nearest first */
+  int32_t experts;             /* the model's experts, which routing density is measured in */
+} volt8_nearest_tables;
+
+volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, char **names,
+                                       int32_t count, volt8_nearest_tables *out);
+/* The entry that serves num_tokens at top_k, and its table in *out_origin (may be NULL); NULL when no
+ * table serves. Reads no file. */
+const volt8_tuning_entry *volt8_tuning_nearest_pick(const volt8_nearest_tables *tables, int32_t num_tokens,
+                                                   int32_t top_k, const char **out_origin);
+void volt8_tuning_nearest_free(volt8_nearest_tables *tables);
+
 #endif

@@ -12,6 +12,7 @@
 
 #include "core/ctx_internal.h"
 #include "core/embedded_files.h"
+#include "core/work_counts.h"
 
 #define GEN_SCRIPT_PATH "codegen/gen.lua"
 
@@ -215,6 +216,7 @@ static volt8_status status_for_message(const char *message) {
 static int32_t codegen_arch(const volt8_ctx *ctx) { return ctx && ctx->target_arch ? ctx->target_arch : 70; }
 
 static volt8_status run(volt8_ctx *ctx, codegen_job *job) {
+  volt8_count_codegen_run();
   lua_State *L = luaL_newstate();
   if (!L) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "code generator: cannot create a Lua state");
   lua_pushcfunction(L, run_job);

@@ -4,6 +4,7 @@
 #include "core/ctx_internal.h"
 #include "dispatch/dispatch.h"
 #include "moe/experts_internal.h"
+#include "moe/forward_plan.h"
 #include "jit/kernel_load.h"
 #include "moe/moe_args.h"
 #include "moe/kernel_params.h"
@@ -13,7 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHOICE_CACHE_ENTRIES 16
 
 typedef struct loaded_kernel {
   char variant[VOLT8_VARIANT_NAME_BYTES];
@@ -44,10 +44,9 @@ struct volt8_experts {
   size_t workspace_bytes;
   loaded_kernel kernels[VOLT8_MAX_LOADED_KERNELS];
   int32_t kernel_count;
-  char forced_gate_up[VOLT8_VARIANT_NAME_BYTES], forced_down[VOLT8_VARIANT_NAME_BYTES];
-  /* dispatch decisions by (num_tokens, top_k), so a forward runs no code generator */
-  struct { int32_t num_tokens, top_k; volt8_variant_choice choice; } choices[CHOICE_CACHE_ENTRIES];
-  int32_t choice_count;
+  /* what a forward runs: read by prepare (or the first forward), so that no later forward runs the
+   * code generator or reads a tuning table to decide */
+  volt8_forward_plan plan;
 };
 
 static volt8_status cuda_check(volt8_ctx *ctx, CUresult result, const char *what) {
@@ -154,6 +153,7 @@ volt8_status volt8_experts_alloc(volt8_ctx *ctx, const volt8_moe_shape *shape, i
   experts->dims = dims;
   experts->max_tokens = plan.max_tokens;
   experts->max_top_k = plan.max_top_k;
+  volt8_forward_plan_init(&experts->plan, ctx, shape);
   status = allocate_weights(experts);
   if (status == VOLT8_OK) status = allocate_workspace(experts, &plan);
   if (status != VOLT8_OK) {
@@ -198,20 +198,13 @@ void volt8_experts_destroy(volt8_experts *experts) {
   for (int32_t i = 0; i < experts->kernel_count; i++) cuda->cuModuleUnload(experts->kernels[i].module);
   if (experts->weights) cuda->cuMemFree(experts->weights);
   if (experts->workspace) cuda->cuMemFree(experts->workspace);
+  volt8_forward_plan_release(&experts->plan);
   free(experts);
 }
 
 volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant, const char *down_variant) {
   if (!experts) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_set_variants: experts is NULL");
-  const char *names[2] = {gate_up_variant, down_variant};
-  char *targets[2] = {experts->forced_gate_up, experts->forced_down};
-  for (int i = 0; i < 2; i++) {
-    if (names[i] && strlen(names[i]) >= VOLT8_VARIANT_NAME_BYTES)
-      return volt8_fail(experts->ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_set_variants: name \"%s\" is too long",
-                        names[i]);
-  }
-  for (int i = 0; i < 2; i++) snprintf(targets[i], VOLT8_VARIANT_NAME_BYTES, "%s", names[i] ? names[i] : "");
-  return VOLT8_OK;
+  return volt8_forward_plan_pin(&experts->plan, gate_up_variant, down_variant);
 }
 
 static const loaded_kernel *find_kernel(const volt8_experts *experts, const char *variant) {
@@ -305,40 +298,10 @@ static volt8_status launch(volt8_ctx *ctx, const loaded_kernel *kernel, unsigned
                     kernel->variant);
 }
 
-static volt8_status choose_variants(volt8_experts *experts, int32_t num_tokens, int32_t top_k,
-                                    volt8_variant_choice *out_choice) {
-  for (int32_t i = 0; i < experts->choice_count; i++) {
-    if (experts->choices[i].num_tokens == num_tokens && experts->choices[i].top_k == top_k) {
-      *out_choice = experts->choices[i].choice;
-      return VOLT8_OK;
-    }
-  }
-  volt8_status status = volt8_dispatch_choose(experts->ctx, &experts->shape, num_tokens, top_k, out_choice);
-  if (status != VOLT8_OK) return status;
-  int32_t slot = experts->choice_count < CHOICE_CACHE_ENTRIES ? experts->choice_count++ : num_tokens % CHOICE_CACHE_ENTRIES;
-  experts->choices[slot].num_tokens = num_tokens;
-  experts->choices[slot].top_k = top_k;
-  experts->choices[slot].choice = *out_choice;
-  return VOLT8_OK;
-}
-
-/* The one-launch forward (templates/moe_single.cu) serves the forward of a few tokens whose
- * dispatched kernels are block_m 1 cc work items (gate_up.cc.bm1 and down.cc.bm1 or tok), on a
- * target without early launch; variants forced by name run as named. It indexes experts by the
- * routed id, so a rank holding part of the experts (expert parallelism) uses the separate kernels,
- * which map global ids to the rank's own. */
-int volt8_single_launch_serves(const volt8_ctx *ctx, const volt8_moe_shape *shape, int forced, int64_t num_pairs,
-                               const volt8_variant_choice *choice) {
-  return ctx->single_launch && !forced && volt8_moe_global_experts(shape) == shape->num_experts &&
-         num_pairs <= VOLT8_SINGLE_MAX_PAIRS && volt8_codegen_single_fits(shape) &&
-         strncmp(choice->gate_up, "gate_up.cc.bm1.", 15) == 0 &&
-         (strncmp(choice->down, "down.cc.bm1.", 12) == 0 || strncmp(choice->down, "down.tok.", 9) == 0);
-}
-
 int volt8_experts_single_launch(const volt8_experts *experts, int32_t num_tokens, int32_t top_k,
                                 const volt8_variant_choice *choice) {
-  int forced = experts->forced_gate_up[0] || experts->forced_down[0];
-  return volt8_single_launch_serves(experts->ctx, &experts->shape, forced, (int64_t)num_tokens * top_k, choice);
+  int pinned = experts->plan.pinned_gate_up[0] || experts->plan.pinned_down[0];
+  return volt8_single_launch_serves(experts->ctx, &experts->shape, pinned, (int64_t)num_tokens * top_k, choice);
 }
 
 /* gate_up items (VOLT8_SINGLE_GATE_COLUMNS columns of h) then down items (VOLT8_SINGLE_DOWN_COLUMNS
@@ -476,17 +439,14 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
     if ((status = check_ids_on_host(experts, args, cu_stream)) != VOLT8_OK) return status;
   }
 
-  volt8_variant_choice choice;
-  status = choose_variants(experts, args->num_tokens, args->top_k, &choice);
+  volt8_forward_kernels runs;
+  status = volt8_forward_plan_choose(&experts->plan, args->num_tokens, args->top_k, &runs);
   if (status != VOLT8_OK) return status;
-  if (experts->forced_gate_up[0]) snprintf(choice.gate_up, sizeof choice.gate_up, "%s", experts->forced_gate_up);
-  if (experts->forced_down[0]) snprintf(choice.down, sizeof choice.down, "%s", experts->forced_down);
-  if (volt8_experts_single_launch(experts, args->num_tokens, args->top_k, &choice))
-    return launch_single(experts, args, capturing, cu_stream);
+  if (runs.single) return launch_single(experts, args, capturing, cu_stream);
   const loaded_kernel *route, *gate_up, *down, *reduce;
   if ((status = get_kernel(experts, "route", capturing, VOLT8_OP_ROUTE, &route)) != VOLT8_OK ||
-      (status = get_kernel(experts, choice.gate_up, capturing, VOLT8_OP_GATE_UP, &gate_up)) != VOLT8_OK ||
-      (status = get_kernel(experts, choice.down, capturing, VOLT8_OP_DOWN, &down)) != VOLT8_OK ||
+      (status = get_kernel(experts, runs.choice.gate_up, capturing, VOLT8_OP_GATE_UP, &gate_up)) != VOLT8_OK ||
+      (status = get_kernel(experts, runs.choice.down, capturing, VOLT8_OP_DOWN, &down)) != VOLT8_OK ||
       (status = get_kernel(experts, "reduce", capturing, VOLT8_OP_REDUCE, &reduce)) != VOLT8_OK)
     return status;
 
@@ -602,20 +562,18 @@ volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_valu
     experts->max_tokens = largest;
   }
   const loaded_kernel *kernel;
-  if ((status = get_kernel(experts, "route", 0, VOLT8_OP_ROUTE, &kernel)) != VOLT8_OK ||
+  if ((status = volt8_forward_plan_read(&experts->plan)) != VOLT8_OK ||
+      (status = get_kernel(experts, "route", 0, VOLT8_OP_ROUTE, &kernel)) != VOLT8_OK ||
       (status = get_kernel(experts, "reduce", 0, VOLT8_OP_REDUCE, &kernel)) != VOLT8_OK)
     return status;
   for (int32_t i = 0; i < count; i++) {
     for (int32_t top_k = 1; top_k <= experts->max_top_k; top_k++) {
-      volt8_variant_choice choice;
-      if ((status = choose_variants(experts, m_values[i], top_k, &choice)) != VOLT8_OK) return status;
-      if (experts->forced_gate_up[0]) snprintf(choice.gate_up, sizeof choice.gate_up, "%s", experts->forced_gate_up);
-      if (experts->forced_down[0]) snprintf(choice.down, sizeof choice.down, "%s", experts->forced_down);
-      if ((status = get_kernel(experts, choice.gate_up, 0, VOLT8_OP_GATE_UP, &kernel)) != VOLT8_OK ||
-          (status = get_kernel(experts, choice.down, 0, VOLT8_OP_DOWN, &kernel)) != VOLT8_OK)
+      volt8_forward_kernels runs;
+      if ((status = volt8_forward_plan_choose(&experts->plan, m_values[i], top_k, &runs)) != VOLT8_OK) return status;
+      if ((status = get_kernel(experts, runs.choice.gate_up, 0, VOLT8_OP_GATE_UP, &kernel)) != VOLT8_OK ||
+          (status = get_kernel(experts, runs.choice.down, 0, VOLT8_OP_DOWN, &kernel)) != VOLT8_OK)
         return status;
-      if (volt8_experts_single_launch(experts, m_values[i], top_k, &choice) &&
-          (status = get_kernel(experts, "single", 0, VOLT8_OP_SINGLE, &kernel)) != VOLT8_OK)
+      if (runs.single && (status = get_kernel(experts, "single", 0, VOLT8_OP_SINGLE, &kernel)) != VOLT8_OK)
         return status;
     }
   }

@@ -22,13 +22,11 @@ size_t volt8_experts_workspace_bytes(const volt8_experts *experts);
  * a fused-reduce down are set back to zero, as every forward leaves them. */
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream);
 /* 1 when a forward of num_tokens x top_k routed pairs with the dispatched `choice` runs as the one
- * launch of templates/moe_single.cu (experts.c says when); volt8_single_launch_serves is the same
- * rule for a shape, with `forced` 1 when variants were asked for by name. */
+ * launch of templates/moe_single.cu (volt8_single_launch_serves, forward_plan.h, with the handle's
+ * pinned variants). */
 struct volt8_variant_choice;
 int volt8_experts_single_launch(const volt8_experts *experts, int32_t num_tokens, int32_t top_k,
                                 const struct volt8_variant_choice *choice);
-int volt8_single_launch_serves(const volt8_ctx *ctx, const volt8_moe_shape *shape, int forced, int64_t num_pairs,
-                               const struct volt8_variant_choice *choice);
 /* The context the handle was created on. */
 volt8_ctx *volt8_experts_ctx(const volt8_experts *experts);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "checkpoint/models.h"
+#include "core/work_counts.h"
 #include "dispatch/dispatch.h"
 #include "moe/experts_internal.h"
 #include "gpu_fixture.h"
@@ -132,6 +133,45 @@ Test(gpu_forward, unprepared_variant_during_capture_is_refused) {
   volt8_graph_destroy(graph);
   gpu_free_batch(ctx, &batch);
   free_small_problem(experts, &problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* Once prepared, forwards of those token counts at every top-k up to the handle's maximum, eager and
+ * captured, run no code generator and read no tuning table (prepare([1, 2, 4, 8]) at top-k up to 16
+ * makes 64 choices, more than the 16 a cache of choices once held). */
+Test(gpu_forward, prepared_forwards_run_no_generator_and_read_no_table) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(15);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 64;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  const int32_t ms[] = {1, 2, 4, 8};
+  volt8_experts *experts = gpu_upload(ctx, &problem, 8, 16);
+  cr_assert_eq(volt8_experts_prepare(experts, ms, 4), VOLT8_OK, "%s", volt8_last_error(ctx));
+  volt8_work_counts prepared = volt8_work_counts_now();
+  for (int32_t top_k = 16; top_k >= 1; top_k--) {
+    for (int i = 0; i < 4; i++) {
+      device_batch batch;
+      gpu_make_batch(ctx, &problem, ms[i], top_k, ROUTING_UNIFORM, &batch);
+      volt8_moe_args args = gpu_batch_args(&batch);
+      cr_assert_eq(volt8_moe_forward(experts, &args, NULL), VOLT8_OK, "%s", volt8_last_error(ctx));
+      volt8_graph *graph = NULL;
+      cr_assert_eq(volt8_graph_capture(experts, &args, NULL, &graph), VOLT8_OK, "M=%d top_k=%d: %s", ms[i], top_k,
+                   volt8_last_error(ctx));
+      cr_assert_eq(volt8_graph_launch(graph, NULL), VOLT8_OK, "%s", volt8_last_error(ctx));
+      char label[64];
+      snprintf(label, sizeof label, "prepared M=%d top_k=%d", ms[i], top_k);
+      gpu_check_output(ctx, shape.hidden, &batch, label, NULL);
+      volt8_graph_destroy(graph);
+      gpu_free_batch(ctx, &batch);
+      volt8_work_counts now = volt8_work_counts_now();
+      cr_assert_eq(now.codegen_runs, prepared.codegen_runs, "%s: the code generator ran", label);
+      cr_assert_eq(now.tuning_reads, prepared.tuning_reads, "%s: a tuning table was read", label);
+    }
+  }
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);
 }
 
