@@ -105,8 +105,8 @@ void bench_report_print(const bench_report *report, FILE *stream) {
   if (report->chain > 0) print_chained(report, stream);
   for (int32_t i = 0; i < report->count; i++) {
     const bench_m_result *result = &report->results[i];
-    fprintf(stream, "M=%-4d %s [%s]  %s [%s]\n", result->m, result->gate_up, result->gate_up_origin, result->down,
-            result->down_origin);
+    fprintf(stream, "M=%-4d %s%s [%s]  %s [%s]\n", result->m, result->single_launch ? "one launch for " : "",
+            result->gate_up, result->gate_up_origin, result->down, result->down_origin);
   }
   for (int method = 1; method < BENCH_METHOD_COUNT; method++) {
     for (int32_t i = 0; i < report->count; i++) {
@@ -174,6 +174,7 @@ static cJSON *result_json(const bench_m_result *result, int32_t chain) {
   cJSON_AddStringToObject(variants, "gate_up_origin", result->gate_up_origin);
   cJSON_AddStringToObject(variants, "down", result->down);
   cJSON_AddStringToObject(variants, "down_origin", result->down_origin);
+  cJSON_AddBoolToObject(variants, "single_launch", result->single_launch);
   for (int method = 0; method < BENCH_METHOD_COUNT; method++)
     cJSON_AddItemToObject(object, bench_method_key(method), method_json(&result->methods[method], method));
   if (chain > 0) cJSON_AddItemToObject(object, "volt8_chained", method_json(&result->chained, BENCH_METHOD_VOLT8));

@@ -38,7 +38,8 @@ typedef struct bench_m_result {
   double bytes_fp8;        /* the byte floor's bytes: active FP8 weights and scales plus activations */
   double floor_us;         /* bytes_fp8 / copy bandwidth */
   char gate_up[96], down[96];           /* volt8's variants */
-  char gate_up_origin[256], down_origin[256]; /* tuning table (path or built-in:...) or "heuristic" or "pinned" */
+  char gate_up_origin[256], down_origin[256]; /* volt8_forward_info's: a tuning table, "heuristic", "pinned" */
+  int32_t single_launch;                /* 1: one launch did the work of gate_up and down (and the reduce) */
   bench_method_result methods[BENCH_METHOD_COUNT];
   bench_method_result chained; /* --chain: volt8's time per forward of report->chain forwards in one graph */
 } bench_m_result;

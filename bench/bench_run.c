@@ -143,29 +143,15 @@ static void record_failure(bench_method_result *result, volt8_ctx *ctx, volt8_st
   snprintf(result->reason, sizeof result->reason, "%s: %.490s", volt8_status_string(status), volt8_last_error(ctx));
 }
 
+/* What the forward at m runs, as the library says (pinned variants, the dispatch, the one launch). */
 static void describe_variants(bench_state *state, int32_t m, bench_m_result *result) {
-  const bench_options *options = state->options;
-  if (options->gate_up) {
-    snprintf(result->gate_up, sizeof result->gate_up, "%s", options->gate_up);
-    snprintf(result->down, sizeof result->down, "%s", options->down);
-    snprintf(result->gate_up_origin, sizeof result->gate_up_origin, "pinned");
-    snprintf(result->down_origin, sizeof result->down_origin, "pinned");
-    return;
-  }
-  volt8_variant_choice choice;
-  if (volt8_dispatch_choose(state->ctx, &options->shape, m, options->top_k, &choice) != VOLT8_OK) return;
-  snprintf(result->gate_up, sizeof result->gate_up, "%s", choice.gate_up);
-  snprintf(result->down, sizeof result->down, "%s", choice.down);
-  volt8_op ops[2] = {VOLT8_OP_GATE_UP, VOLT8_OP_DOWN};
-  char *origins[2] = {result->gate_up_origin, result->down_origin};
-  const char *chosen[2] = {choice.gate_up, choice.down};
-  for (int i = 0; i < 2; i++) {
-    volt8_tuning_match match;
-    int tuned = volt8_tuning_lookup(state->ctx, &options->shape, ops[i], m, options->top_k, &match) == VOLT8_OK &&
-                match.source != VOLT8_TUNING_SOURCE_NONE && strcmp(match.variant, chosen[i]) == 0;
-    if (tuned) snprintf(origins[i], sizeof result->gate_up_origin, "%.200s (M=%d)", match.origin, match.table_m);
-    else snprintf(origins[i], sizeof result->gate_up_origin, "heuristic");
-  }
+  volt8_forward_info info = VOLT8_FORWARD_INFO_INIT;
+  if (volt8_forward_describe(NULL, NULL, state->experts, m, state->options->top_k, &info) != VOLT8_OK) return;
+  result->single_launch = info.single_launch;
+  snprintf(result->gate_up, sizeof result->gate_up, "%s", info.gate_up);
+  snprintf(result->down, sizeof result->down, "%s", info.down);
+  snprintf(result->gate_up_origin, sizeof result->gate_up_origin, "%s", info.gate_up_origin);
+  snprintf(result->down_origin, sizeof result->down_origin, "%s", info.down_origin);
 }
 
 static volt8_status time_volt8(bench_state *state, const bench_inputs *inputs, const bench_timing_plan *plan,

@@ -68,10 +68,10 @@ static int parse_choice(const char *text, int32_t top_k, int32_t **out_values) {
 static volt8_status print_choices(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
                                   int32_t top_k) {
   for (int i = 0; i < count; i++) {
-    volt8_variant_choice choice;
-    volt8_status status = volt8_dispatch_choose(ctx, shape, m_values[i], top_k, &choice);
+    volt8_forward_info info = VOLT8_FORWARD_INFO_INIT;
+    volt8_status status = volt8_forward_describe(ctx, shape, NULL, m_values[i], top_k, &info);
     if (status != VOLT8_OK) return status;
-    printf("%d %s %s\n", m_values[i], choice.gate_up, choice.down);
+    printf("%d %s %s\n", m_values[i], info.gate_up, info.down);
   }
   return VOLT8_OK;
 }

@@ -11,10 +11,11 @@
  *    volt8_tuning_warnings, volt8_ctx_create, volt8_rejection_sample_host,
  *    volt8_reference_moe_forward and volt8_relative_l2*.
  *  - One volt8_ctx may serve several threads at once for: volt8_last_error, volt8_ctx_target_arch,
- *    volt8_ctx_require_device, volt8_variant_count, volt8_variant_name, volt8_variant_compile,
- *    volt8_plan, volt8_plan_rank, volt8_checkpoint_load_host, volt8_experts_load,
- *    volt8_experts_create_from_host, volt8_rejection_prepare and volt8_rejection_sample (and, in
- *    the experimental block, volt8_shard_rank_shape and volt8_expert_shard_host).
+ *    volt8_ctx_require_device, volt8_plan, volt8_plan_rank, volt8_checkpoint_load_host,
+ *    volt8_experts_load, volt8_experts_create_from_host, volt8_rejection_prepare and
+ *    volt8_rejection_sample (and, of the experimental calls, volt8_shard_rank_shape,
+ *    volt8_expert_shard_host, volt8_variant_count, volt8_variant_name, volt8_variant_compile
+ *    and volt8_forward_describe without an experts handle).
  *    Threads asking for the same kernel at once share one compile; the disk cache is safe across
  *    processes.
  *  - A volt8_experts or volt8_graph handle is used by one thread at a time; distinct handles
@@ -40,7 +41,7 @@ extern "C" {
 #endif
 
 #define VOLT8_VERSION_MAJOR 0
-#define VOLT8_VERSION_MINOR 3
+#define VOLT8_VERSION_MINOR 4
 #define VOLT8_VERSION_PATCH 0
 #define VOLT8_VERSION_NUMBER (VOLT8_VERSION_MAJOR * 10000 + VOLT8_VERSION_MINOR * 100 + VOLT8_VERSION_PATCH)
 
@@ -112,7 +113,7 @@ VOLT8_API int32_t volt8_ctx_early_launch(const volt8_ctx *ctx);
 /* VOLT8_OK when ctx holds a usable GPU, VOLT8_ERR_NO_DEVICE (with a message) otherwise. */
 VOLT8_API volt8_status volt8_ctx_require_device(volt8_ctx *ctx);
 
-/* ---- kernel variants (code generation and JIT) ---- */
+/* ---- the shape of one rank's experts ---- */
 
 /* Shape constants baked into every generated kernel. */
 typedef struct volt8_moe_shape {
@@ -130,16 +131,6 @@ typedef struct volt8_moe_shape {
   int32_t global_experts;
 } volt8_moe_shape;
 #define VOLT8_MOE_SHAPE_INIT {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, 32, 0, 0}
-
-/* Number of kernel variants the code generator offers for `shape`. */
-VOLT8_API volt8_status volt8_variant_count(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t *out_count);
-/* Name of variant `index` (see `lua5.4 codegen/gen.lua --list`). */
-VOLT8_API volt8_status volt8_variant_name(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t index,
-                                          char *buf, size_t buf_size);
-/* Generates, compiles (or loads from the disk cache) variant `name` for ctx's target arch.
- * `out_from_cache` (may be NULL) is set to 1 when the image came from the cache. */
-VOLT8_API volt8_status volt8_variant_compile(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *name,
-                                             int32_t *out_from_cache);
 
 
 /* ---- resident experts and the MoE forward ---- */
@@ -164,6 +155,10 @@ VOLT8_API volt8_status volt8_experts_create_from_host(volt8_ctx *ctx, const volt
                                                       const volt8_host_experts *host, int32_t max_tokens,
                                                       int32_t max_top_k, volt8_experts **out_experts);
 VOLT8_API void volt8_experts_destroy(volt8_experts *experts);
+/* Since 0.4: the shape of the handle's experts, as loaded or created (with expert parallelism: the
+ * rank's num_experts, expert_start and global_experts). Written up to out_shape->size, which the
+ * caller sets (VOLT8_MOE_SHAPE_INIT). */
+VOLT8_API volt8_status volt8_experts_shape(const volt8_experts *experts, volt8_moe_shape *out_shape);
 
 typedef struct volt8_moe_args {
   size_t size;                /* sizeof(volt8_moe_args) */
@@ -412,10 +407,40 @@ VOLT8_API volt8_status volt8_rejection_sample(volt8_ctx *ctx, const volt8_reject
 extern "C" {
 #endif
 
+/* Kernel variants by name. A name ("gate_up.cc.bm1.bn8.w4.sk1.l16") is printed from the variant's
+ * parameters for logs, tuning tables and `volt8 list`; its format may change with the variant space. */
+/* Number of kernel variants the code generator offers for `shape` on ctx's target arch. */
+VOLT8_API volt8_status volt8_variant_count(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t *out_count);
+/* Name of variant `index` (`volt8 list --shape S` lists them). */
+VOLT8_API volt8_status volt8_variant_name(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t index,
+                                          char *buf, size_t buf_size);
+/* Generates, compiles (or loads from the disk cache) variant `name` for ctx's target arch.
+ * `out_from_cache` (may be NULL) is set to 1 when the image came from the cache. */
+VOLT8_API volt8_status volt8_variant_compile(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *name,
+                                             int32_t *out_from_cache);
+
 /* Pins the gate_up and down variants by name (tests, bench, tuner); NULL restores the dispatch
  * policy. */
 VOLT8_API volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant,
                                                   const char *down_variant);
+
+/* What a forward of (num_tokens, top_k) runs. */
+typedef struct volt8_forward_info {
+  size_t size;              /* sizeof(volt8_forward_info), set by the caller */
+  int32_t single_launch;    /* 1: one kernel runs the whole forward (templates/moe_single.cu), doing the
+                             * work of gate_up and down below */
+  int32_t pinned;           /* 1: the variants were pinned by name (volt8_experts_set_variants) */
+  char gate_up[96], down[96]; /* the variants */
+  char gate_up_origin[256], down_origin[256]; /* "pinned", "heuristic", the tuning table that named it
+                             * and the M it serves ("built-in:tuning/tables/op=...json (M=8)"), or a
+                             * nearest tabled shape's ("nearest: ... (M=8)") */
+} volt8_forward_info;
+#define VOLT8_FORWARD_INFO_INIT {sizeof(volt8_forward_info), 0, 0, "", "", "", ""}
+
+/* Either experts (its context, shape and pinned variants; ctx and shape NULL), or ctx and shape (the
+ * dispatch on ctx's target arch, no device needed). The forward decides the same way. */
+VOLT8_API volt8_status volt8_forward_describe(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_experts *experts,
+                                              int32_t num_tokens, int32_t top_k, volt8_forward_info *out_info);
 
 /* One expert's gate, up and down matrices as an engine's weight loader holds them: the whole
  * checkpoint tensors (not sharded), row-major, in host memory. */

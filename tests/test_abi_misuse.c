@@ -8,6 +8,7 @@
 #include "test_support.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,41 @@ Test(abi_misuse, ctx_queries) {
   cr_assert_eq(arch[3], 'x', "wrote past buf_size");
   expect_error(NULL, volt8_ctx_require_device(NULL), VOLT8_ERR_INVALID_ARGUMENT);
   expect_error(ctx, volt8_ctx_require_device(ctx), VOLT8_ERR_NO_DEVICE);
+  volt8_ctx_destroy(ctx);
+}
+
+/* volt8_experts_shape needs a handle and a sized output; volt8_forward_describe either a handle or a
+ * context and a shape, positive counts, and writes no more than the caller's size. */
+Test(abi_misuse, experts_shape_and_forward_describe) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  expect_error(NULL, volt8_experts_shape(NULL, &shape), VOLT8_ERR_INVALID_ARGUMENT);
+  expect_error(NULL, volt8_experts_shape(NULL, NULL), VOLT8_ERR_INVALID_ARGUMENT);
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  volt8_forward_info info = VOLT8_FORWARD_INFO_INIT;
+  expect_error(ctx, volt8_forward_describe(ctx, &shape, NULL, 8, 10, NULL), VOLT8_ERR_INVALID_ARGUMENT);
+  info.size = 0;
+  expect_error(ctx, volt8_forward_describe(ctx, &shape, NULL, 8, 10, &info), VOLT8_ERR_INVALID_ARGUMENT);
+  info.size = sizeof info;
+  expect_error(NULL, volt8_forward_describe(NULL, &shape, NULL, 8, 10, &info), VOLT8_ERR_INVALID_ARGUMENT);
+  expect_error(ctx, volt8_forward_describe(ctx, NULL, NULL, 8, 10, &info), VOLT8_ERR_INVALID_ARGUMENT);
+  const int32_t bad_counts[][2] = {{0, 10}, {-1, 10}, {8, 0}, {8, -3}, {1 << 21, 1}, {1 << 19, 4}, {INT32_MAX, INT32_MAX}};
+  for (size_t i = 0; i < sizeof bad_counts / sizeof bad_counts[0]; i++)
+    expect_error(ctx, volt8_forward_describe(ctx, &shape, NULL, bad_counts[i][0], bad_counts[i][1], &info),
+                 VOLT8_ERR_INVALID_ARGUMENT);
+  const size_t sizes[] = BAD_SIZES(sizeof shape);
+  for (int i = 0; i < BAD_SIZE_COUNT; i++) {
+    shape.size = sizes[i];
+    expect_error(ctx, volt8_forward_describe(ctx, &shape, NULL, 8, 10, &info), VOLT8_ERR_INVALID_ARGUMENT);
+  }
+  shape = (volt8_moe_shape)VOLT8_MOE_SHAPE_INIT;
+  /* An older caller's shorter struct: its fields filled, nothing past them. */
+  unsigned char room[sizeof info + 16];
+  memset(room, 'x', sizeof room);
+  volt8_forward_info *short_info = (volt8_forward_info *)room;
+  short_info->size = offsetof(volt8_forward_info, down);
+  cr_assert_eq(volt8_forward_describe(ctx, &shape, NULL, 8, 10, short_info), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(strncmp(short_info->gate_up, "gate_up.", 8) == 0, "%s", short_info->gate_up);
+  cr_assert_eq(room[offsetof(volt8_forward_info, down)], 'x', "wrote past out_info->size");
   volt8_ctx_destroy(ctx);
 }
 

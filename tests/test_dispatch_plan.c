@@ -126,3 +126,43 @@ Test(dispatch_plan, pinned_variants) {
   volt8_forward_plan_release(&plan);
   volt8_ctx_destroy(ctx);
 }
+
+/* volt8_forward_describe on a context and a shape: the plan's choice, each op's origin, and the one
+ * launch where VOLT8_SINGLE_LAUNCH=1 asks for it. */
+Test(dispatch_plan, forward_describe_names_what_runs_and_where_it_came_from) {
+  setenv("VOLT8_SINGLE_LAUNCH", "1", 1);
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  unsetenv("VOLT8_SINGLE_LAUNCH");
+  struct {
+    volt8_moe_shape shape;
+    const char *origin_start;
+  } cases[] = {{model_shape("reference", 4, 1), "built-in:tuning/tables/op=gate_up,N=320,K=2560,"},
+               {model_shape("glm-4.5-air", 8, 1), "nearest: built-in:tuning/tables/op=gate_up,"},
+               {model_shape("qwen3-next", 4, 0), "heuristic"}};
+  cases[1].shape.hidden = 2560;
+  cases[2].shape.block_n = 1;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    volt8_forward_plan plan;
+    volt8_forward_plan_init(&plan, ctx, &cases[i].shape);
+    const int32_t ms[] = {1, 8, 100};
+    for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+      volt8_forward_info info = VOLT8_FORWARD_INFO_INIT;
+      volt8_forward_kernels runs;
+      cr_assert_eq(volt8_forward_describe(ctx, &cases[i].shape, NULL, ms[j], 8, &info), VOLT8_OK, "%s",
+                   volt8_last_error(ctx));
+      cr_assert_eq(volt8_forward_plan_choose(&plan, ms[j], 8, &runs), VOLT8_OK, "%s", volt8_last_error(ctx));
+      cr_assert_str_eq(info.gate_up, runs.choice.gate_up, "case %zu M=%d", i, ms[j]);
+      cr_assert_str_eq(info.down, runs.choice.down, "case %zu M=%d", i, ms[j]);
+      cr_assert_eq(info.single_launch, runs.single, "case %zu M=%d", i, ms[j]);
+      cr_assert_eq(info.pinned, 0);
+      cr_assert(strncmp(info.gate_up_origin, cases[i].origin_start, strlen(cases[i].origin_start)) == 0,
+                "case %zu M=%d: %s", i, ms[j], info.gate_up_origin);
+    }
+    volt8_forward_plan_release(&plan);
+  }
+  volt8_forward_info info = VOLT8_FORWARD_INFO_INIT;
+  cr_assert_eq(volt8_forward_describe(ctx, &cases[0].shape, NULL, 1, 10, &info), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(info.single_launch, "reference TP4 M=1 top-10 on sm_70 runs as one launch: %s, %s", info.gate_up, info.down);
+  cr_assert_str_eq(info.gate_up_origin + strlen(info.gate_up_origin) - 5, "(M=1)", "%s", info.gate_up_origin);
+  volt8_ctx_destroy(ctx);
+}

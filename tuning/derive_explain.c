@@ -54,8 +54,8 @@ volt8_status derive_explain_markdown(volt8_ctx *ctx, const derive_device *device
   fprintf(out, "| M | gate_up | us | limited by | down | us | limited by | route + reduce (us) | forward (us) | "
                "of it launches (us) | byte floor (us) | floor / forward |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int32_t i = 0; i < m_count; i++) {
-    volt8_variant_choice choice;
-    volt8_status status = volt8_dispatch_choose(ctx, shape, m_values[i], top_k, &choice);
+    volt8_forward_info choice = VOLT8_FORWARD_INFO_INIT;
+    volt8_status status = volt8_forward_describe(ctx, shape, NULL, m_values[i], top_k, &choice);
     if (status != VOLT8_OK) return status;
     derive_forward forward;
     if (!derive_forward_explain(device, shape, top_k, m_values[i], choice.gate_up, choice.down, occupancy, &forward))

@@ -151,7 +151,7 @@ static void log_shape(const tuner_settings *settings, int32_t measured) {
   log_line(settings, line);
 }
 
-static void log_dispatch(const tuner_settings *settings, int32_t m, const volt8_variant_choice *choice) {
+static void log_dispatch(const tuner_settings *settings, int32_t m, const volt8_forward_info *choice) {
   if (!settings->log) return;
   cJSON *line = log_object("m", m);
   cJSON_AddStringToObject(line, "dispatch_gate_up", choice->gate_up);
@@ -314,8 +314,8 @@ static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const
                            op_phase phases[2], progress *state, tuner_summary *summary, tuning_result_entry *gate_up,
                            tuning_result_entry *down, int *out_done) {
   *out_done = 0;
-  volt8_variant_choice start;
-  volt8_status status = volt8_dispatch_choose(ctx, &settings->shape, m, settings->top_k, &start);
+  volt8_forward_info start = VOLT8_FORWARD_INFO_INIT;
+  volt8_status status = volt8_forward_describe(ctx, &settings->shape, NULL, m, settings->top_k, &start);
   if (status == VOLT8_OK) status = backend->begin_m(backend->state, m);
   if (status != VOLT8_OK) return status;
   log_dispatch(settings, m, &start);

@@ -62,7 +62,7 @@ volt8_status volt8_experts_memory(const volt8_experts *experts, volt8_memory_rep
     return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT,
                       "volt8_experts_memory: experts or report is NULL, or report->size unset (VOLT8_MEMORY_REPORT_INIT)");
   volt8_memory_report filled;
-  volt8_status status = memory_for_shape(NULL, volt8_experts_shape(experts), &filled);
+  volt8_status status = memory_for_shape(NULL, volt8_experts_resident_shape(experts), &filled);
   if (status != VOLT8_OK) return status;
   filled.resident_bytes = (int64_t)volt8_experts_resident_bytes(experts);
   filled.workspace_bytes = (int64_t)volt8_experts_workspace_bytes(experts);

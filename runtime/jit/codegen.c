@@ -2,6 +2,7 @@
  * embedded files, so calls are independent and safe from any thread. Every Lua API call happens
  * inside one protected C function; results are copied to malloc'ed C strings before the state
  * is closed. */
+#define VOLT8_EXPERIMENTAL_API 1 /* defines volt8_variant_count and volt8_variant_name */
 #include "jit/codegen.h"
 
 #include <lauxlib.h>

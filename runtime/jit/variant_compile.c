@@ -1,4 +1,5 @@
 /* volt8_variant_compile: codegen + JIT for one named variant, no device needed. */
+#define VOLT8_EXPERIMENTAL_API 1 /* defines volt8_variant_compile */
 #include "jit/codegen.h"
 #include "core/ctx_internal.h"
 #include "jit/kernel_load.h"

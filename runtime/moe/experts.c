@@ -298,12 +298,6 @@ static volt8_status launch(volt8_ctx *ctx, const loaded_kernel *kernel, unsigned
                     kernel->variant);
 }
 
-int volt8_experts_single_launch(const volt8_experts *experts, int32_t num_tokens, int32_t top_k,
-                                const volt8_variant_choice *choice) {
-  int pinned = experts->plan.pinned_gate_up[0] || experts->plan.pinned_down[0];
-  return volt8_single_launch_serves(experts->ctx, &experts->shape, pinned, (int64_t)num_tokens * top_k, choice);
-}
-
 /* gate_up items (VOLT8_SINGLE_GATE_COLUMNS columns of h) then down items (VOLT8_SINGLE_DOWN_COLUMNS
  * of z) of every pair, taken in turn by as many CTAs as fit the SMs (or one CTA an item). */
 static volt8_status launch_single(volt8_experts *experts, const volt8_moe_args *args, int capturing, CUstream stream) {
@@ -525,7 +519,16 @@ volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char 
 }
 
 volt8_ctx *volt8_experts_ctx(const volt8_experts *experts) { return experts->ctx; }
-const volt8_moe_shape *volt8_experts_shape(const volt8_experts *experts) { return &experts->shape; }
+const volt8_moe_shape *volt8_experts_resident_shape(const volt8_experts *experts) { return &experts->shape; }
+volt8_forward_plan *volt8_experts_plan(volt8_experts *experts) { return &experts->plan; }
+
+volt8_status volt8_experts_shape(const volt8_experts *experts, volt8_moe_shape *out_shape) {
+  if (!experts || !out_shape || out_shape->size < sizeof(size_t))
+    return volt8_fail(experts ? experts->ctx : NULL, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_experts_shape: experts or out_shape is NULL, or out_shape->size unset (VOLT8_MOE_SHAPE_INIT)");
+  volt8_copy_sized_output(out_shape, &experts->shape, sizeof experts->shape);
+  return VOLT8_OK;
+}
 size_t volt8_experts_workspace_bytes(const volt8_experts *experts) { return experts->workspace_bytes; }
 
 volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_values, int32_t count) {

@@ -14,19 +14,16 @@ volt8_status volt8_experts_upload_expert(volt8_experts *experts, int32_t expert,
 /* Bytes of the resident weight allocation (weights and scales, alignment included). */
 size_t volt8_experts_resident_bytes(const volt8_experts *experts);
 /* The shape the handle was created for. */
-const volt8_moe_shape *volt8_experts_shape(const volt8_experts *experts);
+const volt8_moe_shape *volt8_experts_resident_shape(const volt8_experts *experts);
+/* What the handle's forwards run (forward_plan.h). */
+struct volt8_forward_plan;
+struct volt8_forward_plan *volt8_experts_plan(volt8_experts *experts);
 /* Bytes of the workspace allocation (sized for the prepared maximum of routed pairs). */
 size_t volt8_experts_workspace_bytes(const volt8_experts *experts);
 /* Fills the workspace (route output, h, z) with `byte` in stream order: a test then sees any kernel
  * that reads workspace data before the kernel that writes it has finished. The arrival counters of
  * a fused-reduce down are set back to zero, as every forward leaves them. */
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream);
-/* 1 when a forward of num_tokens x top_k routed pairs with the dispatched `choice` runs as the one
- * launch of templates/moe_single.cu (volt8_single_launch_serves, forward_plan.h, with the handle's
- * pinned variants). */
-struct volt8_variant_choice;
-int volt8_experts_single_launch(const volt8_experts *experts, int32_t num_tokens, int32_t top_k,
-                                const struct volt8_variant_choice *choice);
 /* The context the handle was created on. */
 volt8_ctx *volt8_experts_ctx(const volt8_experts *experts);
 

@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "core/ctx_internal.h"
+#include "dispatch/tuning.h"
 #include "jit/codegen.h"
+#include "moe/experts_internal.h"
 #include "moe/moe_layout.h"
 
 void volt8_forward_plan_init(volt8_forward_plan *plan, volt8_ctx *ctx, const volt8_moe_shape *shape) {
@@ -61,9 +63,52 @@ volt8_status volt8_forward_plan_choose(volt8_forward_plan *plan, int32_t num_tok
   for (int i = 0; i < 2; i++) {
     if (!pinned[i][0]) continue;
     snprintf(chosen[i], VOLT8_VARIANT_NAME_BYTES, "%s", pinned[i]);
-    out->origins[i] = (volt8_choice_origin){0, 0, NULL};
+    out->origins[i] = (volt8_choice_origin){VOLT8_ORIGIN_PINNED, 0, NULL};
   }
   out->single = volt8_single_launch_serves(plan->ctx, &plan->shape, out->pinned, (int64_t)num_tokens * top_k,
                                            &out->choice);
   return VOLT8_OK;
+}
+
+/* "pinned", "heuristic", "<table> (M=8)" or "nearest: <table> (M=8)". */
+static void origin_text(const volt8_choice_origin *origin, char *buf, size_t size) {
+  if (origin->source == VOLT8_ORIGIN_PINNED) snprintf(buf, size, "pinned");
+  else if (origin->source == VOLT8_TUNING_SOURCE_NONE) snprintf(buf, size, "heuristic");
+  else
+    snprintf(buf, size, "%s%.200s (M=%d)", origin->source == VOLT8_TUNING_SOURCE_NEAREST ? "nearest: " : "",
+             origin->origin, origin->table_m);
+}
+
+void volt8_forward_info_fill(const volt8_forward_kernels *runs, volt8_forward_info *out_info) {
+  volt8_forward_info info = VOLT8_FORWARD_INFO_INIT;
+  info.single_launch = runs->single;
+  info.pinned = runs->pinned;
+  snprintf(info.gate_up, sizeof info.gate_up, "%s", runs->choice.gate_up);
+  snprintf(info.down, sizeof info.down, "%s", runs->choice.down);
+  origin_text(&runs->origins[0], info.gate_up_origin, sizeof info.gate_up_origin);
+  origin_text(&runs->origins[1], info.down_origin, sizeof info.down_origin);
+  volt8_copy_sized_output(out_info, &info, sizeof info);
+}
+
+volt8_status volt8_forward_describe(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_experts *experts,
+                                    int32_t num_tokens, int32_t top_k, volt8_forward_info *out_info) {
+  volt8_ctx *reporting = experts ? volt8_experts_ctx(experts) : ctx;
+  if (!out_info || out_info->size < sizeof(size_t))
+    return volt8_fail(reporting, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_forward_describe: out_info is NULL or its size unset (VOLT8_FORWARD_INFO_INIT)");
+  if (experts ? ctx || shape : !ctx || !shape)
+    return volt8_fail(reporting, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_forward_describe: give experts (ctx and shape NULL), or ctx and shape (experts NULL)");
+  if (num_tokens < 1 || num_tokens > VOLT8_TUNING_MAX_M || top_k < 1 || top_k > VOLT8_TUNING_MAX_M / num_tokens)
+    return volt8_fail(reporting, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_forward_describe: num_tokens %d and top_k %d must be positive and give at most %d routed "
+                      "pairs", num_tokens, top_k, VOLT8_TUNING_MAX_M);
+  volt8_forward_plan one_call;
+  if (!experts) volt8_forward_plan_init(&one_call, ctx, shape);
+  volt8_forward_plan *plan = experts ? volt8_experts_plan(experts) : &one_call;
+  volt8_forward_kernels runs;
+  volt8_status status = volt8_forward_plan_choose(plan, num_tokens, top_k, &runs);
+  if (status == VOLT8_OK) volt8_forward_info_fill(&runs, out_info); /* the origins' texts live in the plan */
+  if (!experts) volt8_forward_plan_release(&one_call);
+  return status;
 }

@@ -6,6 +6,9 @@
 #ifndef VOLT8_FORWARD_PLAN_H
 #define VOLT8_FORWARD_PLAN_H
 
+#ifndef VOLT8_EXPERIMENTAL_API
+#define VOLT8_EXPERIMENTAL_API 1 /* volt8_forward_info */
+#endif
 #include "volt8.h"
 #include "dispatch/dispatch.h"
 
@@ -17,9 +20,12 @@ typedef struct volt8_forward_plan {
   char pinned_down[VOLT8_VARIANT_NAME_BYTES];
 } volt8_forward_plan;
 
+/* The origin source of an op pinned by name. */
+#define VOLT8_ORIGIN_PINNED (-1)
+
 typedef struct volt8_forward_kernels {
   volt8_variant_choice choice;     /* the gate_up and down that run, or whose work the one launch does */
-  volt8_choice_origin origins[2];  /* where the dispatch took them from (a pinned op: source NONE) */
+  volt8_choice_origin origins[2];  /* where the dispatch took them from (a pinned op: VOLT8_ORIGIN_PINNED) */
   int32_t pinned;                  /* 1: variants were pinned by name; they run as named */
   int32_t single;                  /* 1: the one launch runs instead of route, gate_up, down and reduce */
 } volt8_forward_kernels;
@@ -34,6 +40,9 @@ volt8_status volt8_forward_plan_read(volt8_forward_plan *plan);
 /* What the forward runs (reading the plan first if it was not read). */
 volt8_status volt8_forward_plan_choose(volt8_forward_plan *plan, int32_t num_tokens, int32_t top_k,
                                        volt8_forward_kernels *out);
+
+/* volt8_forward_describe of volt8.h: out_info from a plan's choice. */
+void volt8_forward_info_fill(const volt8_forward_kernels *runs, volt8_forward_info *out_info);
 
 /* The one-launch rule for a shape: 1 when a forward of num_pairs routed pairs with `choice` runs as
  * one launch on ctx, `pinned` 1 when the variants were asked for by name. */

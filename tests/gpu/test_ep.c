@@ -44,6 +44,14 @@ static void run_rank(volt8_ctx *ctx, const volt8_load_options *options, const de
   cr_assert_eq(volt8_checkpoint_load_host(ctx, options, &host), VOLT8_OK, "%s: host load: %s", label, volt8_last_error(ctx));
   volt8_experts *experts = NULL;
   cr_assert_eq(volt8_experts_load(ctx, options, &experts), VOLT8_OK, "%s: load: %s", label, volt8_last_error(ctx));
+  /* The loaded handle says its own shape, the rank's experts and their place among the model's. */
+  volt8_moe_shape loaded = VOLT8_MOE_SHAPE_INIT;
+  cr_assert_eq(volt8_experts_shape(experts, &loaded), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(memcmp(&loaded, &host->shape, sizeof loaded) == 0,
+            "%s: volt8_experts_shape gives E=%d start=%d of %d, I=%d at %d; the host load E=%d start=%d of %d, I=%d at %d",
+            label, loaded.num_experts, loaded.expert_start, loaded.global_experts, loaded.intermediate,
+            loaded.intermediate_offset, host->shape.num_experts, host->shape.expert_start, host->shape.global_experts,
+            host->shape.intermediate, host->shape.intermediate_offset);
   int32_t hidden = host->shape.hidden;
   size_t elements = (size_t)batch->num_tokens * hidden;
   device_batch own = *batch;

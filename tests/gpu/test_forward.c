@@ -239,6 +239,12 @@ static void forward_and_copy(volt8_ctx *ctx, volt8_experts *experts, const devic
                              const char *gate_up, const char *down, int poison_workspace, const char *label,
                              uint16_t *copy) {
   cr_assert_eq(volt8_experts_set_variants(experts, gate_up, down), VOLT8_OK);
+  volt8_forward_info info = VOLT8_FORWARD_INFO_INIT;
+  cr_assert_eq(volt8_forward_describe(NULL, NULL, experts, batch->num_tokens, batch->top_k, &info), VOLT8_OK, "%s",
+               volt8_last_error(ctx));
+  cr_assert_eq(info.pinned, gate_up != NULL, "%s", label);
+  if (gate_up) cr_assert(strcmp(info.gate_up, gate_up) == 0 && strcmp(info.gate_up_origin, "pinned") == 0 &&
+                         !info.single_launch, "%s: described as %s (%s)", label, info.gate_up, info.gate_up_origin);
   volt8_moe_args args = gpu_batch_args(batch);
   cr_assert_eq(ctx->cuda->cuMemsetD8Async(batch->d_out, 0xFF, (size_t)batch->num_tokens * hidden * 2, NULL), CUDA_SUCCESS);
   if (poison_workspace)
@@ -261,9 +267,9 @@ static int check_single_launch(volt8_ctx *ctx, const host_problem *problem, int3
   int ran = 0;
   for (int32_t i = 0; i < m_count; i++) {
     int32_t m = ms[i];
-    volt8_variant_choice choice;
-    cr_assert_eq(volt8_dispatch_choose(ctx, shape, m, top_k, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
-    if (!volt8_experts_single_launch(experts, m, top_k, &choice)) {
+    volt8_forward_info choice = VOLT8_FORWARD_INFO_INIT;
+    cr_assert_eq(volt8_forward_describe(NULL, NULL, experts, m, top_k, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+    if (!choice.single_launch) {
       printf("%s M=%d top_k=%d: not one launch (dispatch: %s, %s)\n", name, m, top_k, choice.gate_up, choice.down);
       continue;
     }

@@ -197,10 +197,9 @@ Test(gpu_kernels, one_launch_forward_under_skewed_routing) {
   const char *mode_names[2] = {"one expert gets every token", "most experts get none"};
   for (int mode = 0; mode < 2; mode++) {
     for (int i = 0; i < 2; i++) {
-      volt8_variant_choice choice;
-      cr_assert_eq(volt8_dispatch_choose(ctx, &shape, ms[i], 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
-      cr_assert(volt8_experts_single_launch(experts, ms[i], 10, &choice), "M=%d is not one launch (dispatch: %s, %s)", ms[i],
-                choice.gate_up, choice.down);
+      volt8_forward_info choice = VOLT8_FORWARD_INFO_INIT;
+      cr_assert_eq(volt8_forward_describe(NULL, NULL, experts, ms[i], 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+      cr_assert(choice.single_launch, "M=%d is not one launch (dispatch: %s, %s)", ms[i], choice.gate_up, choice.down);
       device_batch batch;
       gpu_make_batch(ctx, &problem, ms[i], 10, modes[mode], &batch);
       char label[128];

@@ -15,11 +15,11 @@ from .reports import LoadReport, MemoryReport, PlanReport, RankPlan
 from .sampler import RejectionResult, rejection_sample
 from .shape import MoeShape
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 
 def library_version():
-    """The loaded library's version as a string ("0.3.0")."""
+    """The loaded library's version as a string ("0.4.0")."""
     from ._library import load
     return load().volt8_version_string().decode()
 

@@ -4,7 +4,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int
                     c_uint8, c_uint16, c_uint64, c_void_p)
 
 # The version of volt8.h this module mirrors.
-HEADER_VERSION = (0, 3, 0)
+HEADER_VERSION = (0, 4, 0)
 
 
 class _Sized(Structure):
@@ -80,6 +80,11 @@ class ExpertTensors(_Sized):
                 ("scale_dtype", c_char_p), ("weights", c_void_p * 3), ("scales", c_void_p * 3), ("names", c_char_p * 3)]
 
 
+class ForwardInfo(_Sized):
+    _fields_ = [("size", c_size_t), ("single_launch", c_int32), ("pinned", c_int32), ("gate_up", c_char * 96),
+                ("down", c_char * 96), ("gate_up_origin", c_char * 256), ("down_origin", c_char * 256)]
+
+
 class RejectionArgs(_Sized):
     _fields_ = [("size", c_size_t), ("batch", c_int32), ("max_draft", c_int32), ("num_draft", c_void_p),
                 ("draft_ids", c_void_p), ("draft_probs", c_void_p), ("target_probs", c_void_p), ("vocab", c_int32),
@@ -98,12 +103,10 @@ PROTOTYPES = {
     "volt8_ctx_target_arch": (c_int, [c_void_p, c_char_p, c_size_t]),
     "volt8_ctx_require_device": (c_int, [c_void_p]),
     "volt8_ctx_early_launch": (c_int32, [c_void_p]),
-    "volt8_variant_count": (c_int, [c_void_p, POINTER(MoeShape), POINTER(c_int32)]),
-    "volt8_variant_name": (c_int, [c_void_p, POINTER(MoeShape), c_int32, c_char_p, c_size_t]),
-    "volt8_variant_compile": (c_int, [c_void_p, POINTER(MoeShape), c_char_p, POINTER(c_int32)]),
     "volt8_experts_create_from_host": (c_int, [c_void_p, POINTER(MoeShape), POINTER(HostExperts), c_int32, c_int32,
                                                POINTER(c_void_p)]),
     "volt8_experts_destroy": (None, [c_void_p]),
+    "volt8_experts_shape": (c_int, [c_void_p, POINTER(MoeShape)]),
     "volt8_moe_forward": (c_int, [c_void_p, POINTER(MoeArgs), c_void_p]),
     "volt8_experts_bad_id_count": (c_int, [c_void_p, POINTER(c_int32)]),
     "volt8_experts_prepare": (c_int, [c_void_p, POINTER(c_int32), c_int32]),
@@ -117,10 +120,15 @@ PROTOTYPES = {
     "volt8_tuning_warnings": (c_int, [c_char_p, c_size_t, POINTER(c_int32)]),
     "volt8_cache_store_failures": (c_int, [c_void_p, POINTER(c_int32), c_char_p, c_size_t]),
     # the experimental section of volt8.h (VOLT8_EXPERIMENTAL_API): exported, outside the stable ABI
+    "volt8_variant_count": (c_int, [c_void_p, POINTER(MoeShape), POINTER(c_int32)]),
+    "volt8_variant_name": (c_int, [c_void_p, POINTER(MoeShape), c_int32, c_char_p, c_size_t]),
+    "volt8_variant_compile": (c_int, [c_void_p, POINTER(MoeShape), c_char_p, POINTER(c_int32)]),
     "volt8_experts_set_variants": (c_int, [c_void_p, c_char_p, c_char_p]),
     "volt8_shard_rank_shape": (c_int, [c_void_p, c_int32, c_int32, c_int32, c_int32, c_int32, POINTER(MoeShape)]),
     "volt8_expert_shard_host": (c_int, [c_void_p, POINTER(ExpertTensors), c_int32, c_int32, c_int32,
                                         POINTER(HostExperts)]),
+    "volt8_forward_describe": (c_int, [c_void_p, POINTER(MoeShape), c_void_p, c_int32, c_int32,
+                                       POINTER(ForwardInfo)]),
     "volt8_route_name": (c_char_p, [c_int32]),
     "volt8_experts_load": (c_int, [c_void_p, POINTER(LoadOptions), POINTER(c_void_p)]),
     "volt8_checkpoint_load_host": (c_int, [c_void_p, POINTER(LoadOptions), POINTER(POINTER(HostCheckpoint))]),

@@ -151,7 +151,7 @@ class Context:
         """Raises NoDeviceError (with the reason) unless the context holds a usable GPU."""
         self.call("volt8_ctx_require_device", self.handle)
 
-    # ---- kernel variants ----
+    # ---- kernel variants (the experimental section of volt8.h: names may change with the variant space) ----
 
     def variant_names(self, shape=None):
         """The kernel variants the code generator offers for `shape` (a MoeShape; default: the reference shape)."""

@@ -1,6 +1,5 @@
 """Experts: one rank's MoE experts resident on the GPU in E4M3, and their forward."""
 import ctypes
-import dataclasses
 import operator
 import weakref
 
@@ -9,10 +8,11 @@ from ._arrays import allocator_for, parse, require_alignment, require_device, re
 from ._integers import is_integer
 from ._library import load
 from ._strings import c_string
-from .checkpoint import experts_arrays, host_experts, int32_argument, load_options, plan
+from .checkpoint import experts_arrays, host_experts, int32_argument, load_options
 from .context import Context
 from .errors import InvalidArgumentError
 from .reports import LoadReport, MemoryReport
+from .shape import MoeShape
 
 MAX_ROUTED_PAIRS = 1 << 30  # max_tokens x max_top_k: the kernels index pairs in 32 bits (VOLT8_MAX_ROUTED_PAIRS)
 
@@ -40,11 +40,11 @@ class Experts:
              max_top_k=16, mtp_expert_quantization=None, online_block_n=128, mtp_layer=0, expert_start=0,
              expert_count=0):
         """Reads, validates and shards a checkpoint's MTP experts (safetensors, ModelOpt or block-FP8
-        metadata) and uploads rank `tp_rank`'s share. All-or-nothing. The checkpoint is planned first
-        on the host, which is where the binding learns the rank's shape for its argument checks.
-        max_tokens x max_top_k (max_top_k at most the experts) sizes the workspace, at most
-        MAX_ROUTED_PAIRS; load_report.workspace_bytes says what it took, and a workspace the GPU has no
-        room for raises OutOfMemoryError naming its bytes.
+        metadata) and uploads rank `tp_rank`'s share, reading the checkpoint once; the rank's shape
+        comes from the loaded handle. All-or-nothing. max_tokens x max_top_k (max_top_k at most the
+        experts) sizes the workspace, at most MAX_ROUTED_PAIRS, checked before anything is uploaded;
+        load_report.workspace_bytes says what it took, and a workspace the GPU has no room for raises
+        OutOfMemoryError naming its bytes.
         Expert parallelism: expert_start, expert_count (0: all) name the experts this rank holds
         (expert_range() splits them); forwards then take global ids and skip other ranks' pairs."""
         report = _abi.LoadReport()
@@ -56,16 +56,15 @@ class Experts:
         if tp_rank >= tp_size:
             raise InvalidArgumentError(f"tp_rank: {tp_rank} is not below tp_size {tp_size}")
         ctx.require_device()
-        planned = plan(checkpoint_dir, tp_size, draft_checkpoint_dir=draft_checkpoint_dir,
-                       mtp_expert_quantization=mtp_expert_quantization, online_block_n=online_block_n,
-                       mtp_layer=mtp_layer, max_tokens=max_tokens, max_top_k=max_top_k, ctx=ctx)
         handle = ctypes.c_void_p()
         ctx.call("volt8_experts_load", ctx.handle, ctypes.byref(options), ctypes.byref(handle))
-        shape = planned.ranks[tp_rank].shape
-        if expert_count and expert_count != shape.num_experts:
-            shape = dataclasses.replace(shape, num_experts=expert_count, expert_start=expert_start,
-                                        global_experts=shape.num_experts)
-        return cls(ctx, handle.value, shape, max_tokens, max_top_k, LoadReport.from_c(report))
+        c_shape = _abi.MoeShape()
+        try:
+            ctx.call("volt8_experts_shape", handle, ctypes.byref(c_shape))
+        except BaseException:
+            load().volt8_experts_destroy(handle)
+            raise
+        return cls(ctx, handle.value, MoeShape.from_c(c_shape), max_tokens, max_top_k, LoadReport.from_c(report))
 
     @classmethod
     def from_host(cls, ctx, experts, *, max_tokens=64, max_top_k=16):
