@@ -36,7 +36,7 @@ extern "C" __global__ void bench_copy(const uint4 *src, uint4 *dst, long long co
 }
 
 // FP16 weights of one tensor of every expert from its E4M3 codes and FP16 scales (layout of
-// runtime/moe/moe_layout.h): row r of an expert is half r / rows_per_half, row n = r % rows_per_half of
+// runtime/moe/kernels/moe_layout.h): row r of an expert is half r / rows_per_half, row n = r % rows_per_half of
 // it, and column k uses scale [half * half_stride + ((row_offset + n) / block_n) * row_stride +
 // (col_offset + k) / block_k]. grid (ceil(cols / blockDim.x), rows, experts).
 extern "C" __global__ void bench_dequant(const unsigned char *codes, const unsigned short *scales, unsigned short *out,

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "tools/tools.h"
 
 typedef struct cli_command {
   const char *name;
@@ -70,10 +71,14 @@ static void print_command(FILE *stream, const cli_command *command) {
 static void usage(FILE *stream) {
   fprintf(stream, "usage: volt8 <command> [options]\n");
   for (size_t c = 0; c < COMMAND_COUNT; c++) print_command(stream, &COMMANDS[c]);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  char text[256];
+  volt8_tools_format_shape(&shape, text, sizeof text);
   fprintf(stream,
-          "S is hidden=2560,intermediate=160,num_experts=512,block_n=128,block_k=128,intermediate_offset=32\n"
+          "S is %s\n"
           "  (an expert-parallel rank adds expert_start=F,global_experts=E: experts [F, F+num_experts) of E)\n"
-          "(keys left out keep these defaults: the reference model's TP4 rank 1).\n");
+          "(keys left out keep these defaults: the reference model's TP4 rank 1).\n",
+          text);
 }
 
 static int is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }

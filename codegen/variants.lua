@@ -1,5 +1,5 @@
 -- The variant space: which kernels exist for a shape, their names, and the literal values each
--- template is expanded with. Shapes follow runtime/moe/moe_layout.h.
+-- template is expanded with. Shapes follow runtime/moe/kernels/moe_layout.h.
 local variants = {}
 
 local SHARED_MEMORY_LIMIT_BYTES = 48 * 1024  -- static shared memory per CTA

@@ -9,7 +9,7 @@
  * Thread safety:
  *  - From any thread at any time: volt8_version_*, volt8_status_string, volt8_route_name,
  *    volt8_tuning_warnings, volt8_ctx_create, volt8_rejection_sample_host,
- *    volt8_reference_moe_forward and volt8_relative_l2*.
+ *    volt8_reference_moe_forward, volt8_relative_l2*, volt8_expert_split and volt8_shape_layout.
  *  - One volt8_ctx may serve several threads at once for: volt8_last_error, volt8_ctx_target_arch,
  *    volt8_ctx_require_device, volt8_plan, volt8_plan_rank, volt8_checkpoint_load_host,
  *    volt8_experts_load, volt8_experts_create_from_host, volt8_rejection_prepare and
@@ -132,13 +132,35 @@ typedef struct volt8_moe_shape {
 } volt8_moe_shape;
 #define VOLT8_MOE_SHAPE_INIT {sizeof(volt8_moe_shape), 2560, 160, 512, 128, 128, 32, 0, 0}
 
+/* Since 0.4: what a shape implies, so that a binding asks instead of copying the rules. The host and
+ * device arrays of a rank's experts are w13 [E][2*I][H] (gate rows, then up rows), w2 [E][H][I] and
+ * the scale grids below (runtime/moe/kernels/moe_layout.h). */
+typedef struct volt8_moe_layout {
+  size_t size;               /* sizeof(volt8_moe_layout), set by the caller */
+  int32_t model_experts;     /* the model's E: global_experts, or num_experts without expert parallelism */
+  int32_t s13_row_blocks;    /* s13 is [E][2][s13_row_blocks][s13_k_blocks]: ceil((off + I) / block_n) */
+  int32_t s13_k_blocks;      /* ceil(H / block_k) */
+  int32_t s2_row_blocks;     /* s2 is [E][s2_row_blocks][s2_k_blocks]: ceil(H / block_n) */
+  int32_t s2_k_blocks;       /* ceil((off + I) / block_k) */
+} volt8_moe_layout;
+#define VOLT8_MOE_LAYOUT_INIT {sizeof(volt8_moe_layout), 0, 0, 0, 0, 0}
+
+/* The layout of `shape` (ctx may be NULL); VOLT8_ERR_INVALID_ARGUMENT naming the field for a shape
+ * the library does not take. Written up to out_layout->size. */
+VOLT8_API volt8_status volt8_shape_layout(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_moe_layout *out_layout);
+/* Since 0.4: the expert-parallel split: EP rank ep_rank of ep_size over num_experts holds experts
+ * [*out_start, *out_start + *out_count), contiguous ranges, the first num_experts % ep_size ranks one
+ * expert more (what `volt8 plan --ep` reports). Needs 0 <= ep_rank < ep_size <= num_experts. */
+VOLT8_API volt8_status volt8_expert_split(int32_t num_experts, int32_t ep_size, int32_t ep_rank, int32_t *out_start,
+                                          int32_t *out_count);
+
 
 /* ---- resident experts and the MoE forward ---- */
 
 typedef struct volt8_experts volt8_experts;
 
 /* Host copies of one rank's experts in the device layout (E4M3 bytes, FP16 scales holding
- * scale * 2^8); see runtime/moe/moe_layout.h for the exact layout. */
+ * scale * 2^8); see runtime/moe/kernels/moe_layout.h for the exact layout. */
 typedef struct volt8_host_experts {
   size_t size;           /* sizeof(volt8_host_experts) */
   const uint8_t *w13;    /* [E][2*I][H] gate rows then up rows */
@@ -280,7 +302,7 @@ typedef struct volt8_load_options {
 VOLT8_API volt8_status volt8_experts_load(volt8_ctx *ctx, const volt8_load_options *options,
                                           volt8_experts **out_experts);
 
-/* This rank's experts in host memory, in the device layout (runtime/moe/moe_layout.h). CPU only. */
+/* This rank's experts in host memory, in the device layout (runtime/moe/kernels/moe_layout.h). CPU only. */
 typedef struct volt8_host_checkpoint {
   size_t size;                /* sizeof(volt8_host_checkpoint) */
   volt8_moe_shape shape;

@@ -110,7 +110,7 @@ Test(abi_misuse, experts_shape_and_forward_describe) {
   info.size = sizeof info;
   expect_error(NULL, volt8_forward_describe(NULL, &shape, NULL, 8, 10, &info), VOLT8_ERR_INVALID_ARGUMENT);
   expect_error(ctx, volt8_forward_describe(ctx, NULL, NULL, 8, 10, &info), VOLT8_ERR_INVALID_ARGUMENT);
-  const int32_t bad_counts[][2] = {{0, 10}, {-1, 10}, {8, 0}, {8, -3}, {1 << 21, 1}, {1 << 19, 4}, {INT32_MAX, INT32_MAX}};
+  const int32_t bad_counts[][2] = {{0, 10}, {-1, 10}, {8, 0}, {8, -3}, {1 << 21, 1 << 10}, {1 << 29, 4}, {INT32_MAX, INT32_MAX}};
   for (size_t i = 0; i < sizeof bad_counts / sizeof bad_counts[0]; i++)
     expect_error(ctx, volt8_forward_describe(ctx, &shape, NULL, bad_counts[i][0], bad_counts[i][1], &info),
                  VOLT8_ERR_INVALID_ARGUMENT);
@@ -129,6 +129,42 @@ Test(abi_misuse, experts_shape_and_forward_describe) {
   cr_assert(strncmp(short_info->gate_up, "gate_up.", 8) == 0, "%s", short_info->gate_up);
   cr_assert_eq(room[offsetof(volt8_forward_info, down)], 'x', "wrote past out_info->size");
   volt8_ctx_destroy(ctx);
+}
+
+/* volt8_shape_layout and volt8_expert_split: what a shape implies and the expert-parallel split,
+ * refused for NULLs, unset sizes and values outside their ranges, and written up to the caller's size. */
+Test(abi_misuse, shape_layout_and_expert_split) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  volt8_moe_layout layout = VOLT8_MOE_LAYOUT_INIT;
+  expect_error(NULL, volt8_shape_layout(NULL, NULL, &layout), VOLT8_ERR_INVALID_ARGUMENT);
+  expect_error(NULL, volt8_shape_layout(NULL, &shape, NULL), VOLT8_ERR_INVALID_ARGUMENT);
+  layout.size = 0;
+  expect_error(NULL, volt8_shape_layout(NULL, &shape, &layout), VOLT8_ERR_INVALID_ARGUMENT);
+  layout.size = sizeof layout;
+  volt8_moe_shape bad = shape;
+  bad.intermediate_offset = 128;
+  expect_error(NULL, volt8_shape_layout(NULL, &bad, &layout), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(volt8_last_error(NULL), "intermediate_offset") != NULL, "%s", volt8_last_error(NULL));
+  cr_assert_eq(volt8_shape_layout(NULL, &shape, &layout), VOLT8_OK, "%s", volt8_last_error(NULL));
+  cr_assert(layout.model_experts == 512 && layout.s13_row_blocks == 2 && layout.s13_k_blocks == 20 &&
+            layout.s2_row_blocks == 20 && layout.s2_k_blocks == 2);
+  unsigned char room[sizeof layout + 8];
+  memset(room, 'x', sizeof room);
+  volt8_moe_layout *short_layout = (volt8_moe_layout *)room;
+  short_layout->size = offsetof(volt8_moe_layout, s13_k_blocks);
+  cr_assert_eq(volt8_shape_layout(NULL, &shape, short_layout), VOLT8_OK, "%s", volt8_last_error(NULL));
+  cr_assert_eq(room[offsetof(volt8_moe_layout, s13_k_blocks)], 'x', "wrote past out_layout->size");
+
+  int32_t start = -1, count = -1;
+  expect_error(NULL, volt8_expert_split(6, 2, 0, NULL, &count), VOLT8_ERR_INVALID_ARGUMENT);
+  expect_error(NULL, volt8_expert_split(6, 2, 0, &start, NULL), VOLT8_ERR_INVALID_ARGUMENT);
+  const int32_t bad_splits[][3] = {{0, 1, 0}, {6, 0, 0}, {6, 7, 0}, {6, 2, 2}, {6, 2, -1}, {INT32_MIN, 1, 0}};
+  for (size_t i = 0; i < sizeof bad_splits / sizeof bad_splits[0]; i++)
+    expect_error(NULL, volt8_expert_split(bad_splits[i][0], bad_splits[i][1], bad_splits[i][2], &start, &count),
+                 VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(start, -1, "an error left an output written");
+  cr_assert_eq(volt8_expert_split(6, 4, 1, &start, &count), VOLT8_OK);
+  cr_assert(start == 2 && count == 2, "rank 1 of 4 over 6: %d, %d", start, count);
 }
 
 Test(abi_misuse, variants) {

@@ -16,7 +16,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/ctx_internal.h"
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 #include "core/numeric.h"
 #include "reference/reference.h"
 

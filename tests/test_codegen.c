@@ -13,6 +13,7 @@
 #include "dispatch/dispatch.h"
 #include "moe/experts_internal.h"
 #include "moe/forward_plan.h"
+#include "moe/kernels/single.h"
 #include "core/embedded_files.h"
 
 #ifndef VOLT8_SOURCE_DIR
@@ -158,7 +159,7 @@ Test(codegen, single_launch_tiles_match_the_launcher) {
   int offered = 0, refused = 0;
   for (shape.hidden = 10240; shape.hidden <= 12288; shape.hidden += 16) {
     name_list list = list_ok(ctx, &shape);
-    int fits = volt8_codegen_single_fits(&shape);
+    int fits = volt8_single_fits(&shape);
     cr_expect_eq(contains(&list, "single"), fits, "hidden %d: listed %d, fits %d", shape.hidden, contains(&list, "single"), fits);
     offered += fits;
     refused += !fits;

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 
 #include "checkpoint_fixture.h"
 #include "test_support.h"

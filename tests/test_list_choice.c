@@ -11,7 +11,7 @@
 
 #include "test_support.h"
 #include "tools/token_counts.h"
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 
 #define REFERENCE_TP4 "hidden=2560,intermediate=160,num_experts=512,intermediate_offset=32"
 #define TABLE_PREFIX VOLT8_SOURCE_DIR "/tuning/tables/"

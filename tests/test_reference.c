@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 #include "core/numeric.h"
 #include "reference/reference.h"
 

@@ -8,7 +8,7 @@
 #include "core/ctx_internal.h"
 #include "jit/codegen.h"
 #include "moe/experts_internal.h"
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 #include "test_support.h"
 
 TestSuite(workspace, .timeout = 30);

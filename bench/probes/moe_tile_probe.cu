@@ -1,7 +1,7 @@
 // MoE tile probe (not part of the library or its build): a prototype of issue 36's compute-bound
 // path for sm_80 and later, timed as a grouped GEMM over every expert of a rank.
 //
-// The layout is the library's (runtime/moe/moe_layout.h): E4M3 weights w13[E][2I][H] (gate_up, N =
+// The layout is the library's (runtime/moe/kernels/moe_layout.h): E4M3 weights w13[E][2I][H] (gate_up, N =
 // 2I, K = H) and w2[E][H][I] (down, N = H, K = I), one FP16 scale (scale * 2^8) per 128 x 128 block
 // of the model's grid, the rank's I columns starting `off` into it. Routed pairs p = t * top_k + j.
 //   route:  sorts the pairs by expert and pads each expert's run to a multiple of BM (three kernels:

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/shard.h"
 #include "volt8.h"

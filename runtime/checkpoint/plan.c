@@ -3,7 +3,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/ctx_internal.h"
 #include "moe/experts_internal.h"
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 #include "checkpoint/shard.h"
 
 #include <stddef.h>

@@ -42,6 +42,18 @@ void volt8_shard_experts(int32_t num_experts, int32_t ep_size, int32_t ep_rank, 
   *out_start = ep_rank * base + (ep_rank < extra ? ep_rank : extra);
 }
 
+volt8_status volt8_expert_split(int32_t num_experts, int32_t ep_size, int32_t ep_rank, int32_t *out_start,
+                                int32_t *out_count) {
+  if (!out_start || !out_count)
+    return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_expert_split: out_start or out_count is NULL");
+  if (num_experts < 1 || ep_size < 1 || ep_size > num_experts || ep_rank < 0 || ep_rank >= ep_size)
+    return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_expert_split: ep_rank %d of ep_size %d over %d experts: needs 0 <= ep_rank < ep_size <= "
+                      "num_experts", ep_rank, ep_size, num_experts);
+  volt8_shard_experts(num_experts, ep_size, ep_rank, out_start, out_count);
+  return VOLT8_OK;
+}
+
 void volt8_shard_shape(const volt8_shard *shard, int32_t hidden, int32_t num_experts, volt8_moe_shape *out) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   shape.hidden = hidden;

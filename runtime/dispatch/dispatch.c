@@ -15,6 +15,7 @@
 #include "core/ctx_internal.h"
 #include "dispatch/tuning.h"
 #include "dispatch/tuning_nearest.h"
+#include "moe/kernels/moe_layout.h"
 
 /* The heuristic's classes of the expected busiest expert's routed pairs: up to `busiest`, the family
  * and block_m. sm_70: CUDA cores, then m8n8k4 tensor cores. sm_80 and later emulate m8n8k4, so there
@@ -113,7 +114,7 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
   int32_t arch = ctx ? ctx->target_arch : 70;
   plan->classes = arch < 80 ? SM70_CLASSES : SM80_CLASSES;
   plan->class_count = arch < 80 ? 3 : 4;
-  plan->experts = shape->global_experts > 0 ? shape->global_experts : shape->num_experts;
+  plan->experts = volt8_moe_global_experts(shape);
   static const char *const op_names[2] = {"gate_up", "down"};
   for (int32_t c = 0; c < plan->class_count && status == VOLT8_OK; c++) {
     for (int op = 0; op < 2; op++) {

@@ -10,6 +10,7 @@
 #include "core/ctx_internal.h"
 #include "core/embedded_files.h"
 #include "core/work_counts.h"
+#include "moe/kernels/moe_layout.h"
 
 #define EMULATED_MMA_MIN_ARCH 80
 
@@ -175,7 +176,7 @@ volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *sh
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_tuning_nearest_load: NULL argument");
   memset(out, 0, sizeof *out);
   /* routing density: the model's experts, also on a rank of expert parallelism */
-  out->experts = shape->global_experts > 0 ? shape->global_experts : shape->num_experts;
+  out->experts = volt8_moe_global_experts(shape);
   wanted_table wanted = {volt8_tuning_op_name(op), NULL, 0, 0, shape->block_n, shape->block_k, ctx->target_arch};
   volt8_status status = volt8_tuning_op_dims(ctx, shape, op, &wanted.n, &wanted.k);
   if (status != VOLT8_OK) return status;

@@ -345,12 +345,3 @@ volt8_status volt8_variant_name(volt8_ctx *ctx, const volt8_moe_shape *shape, in
   volt8_codegen_names_free(names, count);
   return status;
 }
-
-int volt8_codegen_single_fits(const volt8_moe_shape *shape) {
-  int64_t widest = shape->hidden > shape->intermediate ? shape->hidden : shape->intermediate;
-  int64_t gate_scales = 2LL * VOLT8_SINGLE_GATE_COLUMNS * ((shape->hidden + shape->block_k - 1) / shape->block_k);
-  int64_t down_scales = (int64_t)VOLT8_SINGLE_DOWN_COLUMNS *
-                        ((shape->intermediate_offset + shape->intermediate - 1) / shape->block_k + 1);
-  int64_t scales = gate_scales > down_scales ? gate_scales : down_scales;
-  return 4 * (widest + scales) + 8 <= 48 * 1024;
-}

@@ -25,15 +25,6 @@ typedef enum volt8_family {
 /* The narrowest block_n of a down that fuses the reduce (ARRIVAL_MIN_BLOCK_N in codegen/variants.lua):
  * the workspace keeps ceil(hidden / this) arrival counters per token. */
 #define VOLT8_ARRIVAL_MIN_BLOCK_N 32
-/* The most rows (blockIdx.y values) one launch's grid holds, CUDA's limit on gridDim.y; the route
- * kernel writes its item counters per launch of that many rows (LAUNCH_ROWS in codegen/variants.lua). */
-#define VOLT8_LAUNCH_ROWS 65535
-/* The one-launch forward's tiles (templates/moe_single.cu; SINGLE_* in codegen/variants.lua): columns
- * of h per gate_up item and of z per down item. */
-#define VOLT8_SINGLE_GATE_COLUMNS 8
-#define VOLT8_SINGLE_DOWN_COLUMNS 128
-/* Routed pairs up to which a forward of block_m 1 cc kernels runs as one launch (runtime/moe/experts.c). */
-#define VOLT8_SINGLE_MAX_PAIRS 256
 /* Kernels one experts handle keeps loaded (runtime/moe/experts.c): more than the variant space of any
  * shape at any arch, so a handle can run every variant in turn (test_codegen checks the lists). */
 #define VOLT8_MAX_LOADED_KERNELS 512
@@ -72,8 +63,5 @@ volt8_status volt8_codegen_expand_text(volt8_ctx *ctx, const char *template_path
                                        const char *const *keys, const char *const *values, int32_t count,
                                        char **out_source);
 void volt8_codegen_names_free(char **names, int32_t count);
-/* 1 when the one-launch forward ("single") is offered for a valid shape: its row and scale tiles fit
- * the 48 KiB of static shared memory (the rule of single_description in codegen/variants.lua). */
-int volt8_codegen_single_fits(const volt8_moe_shape *shape);
 
 #endif

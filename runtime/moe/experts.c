@@ -8,7 +8,8 @@
 #include "jit/kernel_load.h"
 #include "moe/moe_args.h"
 #include "moe/kernel_params.h"
-#include "moe/moe_layout.h"
+#include "moe/kernels/single.h"
+#include "moe/kernels/moe_layout.h"
 
 #include <stdlib.h>
 #include <stdio.h>

@@ -8,7 +8,8 @@
 #include "dispatch/tuning.h"
 #include "jit/codegen.h"
 #include "moe/experts_internal.h"
-#include "moe/moe_layout.h"
+#include "moe/kernels/single.h"
+#include "moe/kernels/moe_layout.h"
 
 void volt8_forward_plan_init(volt8_forward_plan *plan, volt8_ctx *ctx, const volt8_moe_shape *shape) {
   memset(plan, 0, sizeof *plan);
@@ -46,7 +47,7 @@ volt8_status volt8_forward_plan_read(volt8_forward_plan *plan) {
 int volt8_single_launch_serves(const volt8_ctx *ctx, const volt8_moe_shape *shape, int pinned, int64_t num_pairs,
                                const volt8_variant_choice *choice) {
   return ctx->single_launch && !pinned && volt8_moe_global_experts(shape) == shape->num_experts &&
-         num_pairs <= VOLT8_SINGLE_MAX_PAIRS && volt8_codegen_single_fits(shape) &&
+         num_pairs <= VOLT8_SINGLE_MAX_PAIRS && volt8_single_fits(shape) &&
          strncmp(choice->gate_up, "gate_up.cc.bm1.", 15) == 0 &&
          (strncmp(choice->down, "down.cc.bm1.", 12) == 0 || strncmp(choice->down, "down.tok.", 9) == 0);
 }
@@ -99,10 +100,10 @@ volt8_status volt8_forward_describe(volt8_ctx *ctx, const volt8_moe_shape *shape
   if (experts ? ctx || shape : !ctx || !shape)
     return volt8_fail(reporting, VOLT8_ERR_INVALID_ARGUMENT,
                       "volt8_forward_describe: give experts (ctx and shape NULL), or ctx and shape (experts NULL)");
-  if (num_tokens < 1 || num_tokens > VOLT8_TUNING_MAX_M || top_k < 1 || top_k > VOLT8_TUNING_MAX_M / num_tokens)
+  if (num_tokens < 1 || top_k < 1 || top_k > VOLT8_MAX_ROUTED_PAIRS / num_tokens)
     return volt8_fail(reporting, VOLT8_ERR_INVALID_ARGUMENT,
                       "volt8_forward_describe: num_tokens %d and top_k %d must be positive and give at most %d routed "
-                      "pairs", num_tokens, top_k, VOLT8_TUNING_MAX_M);
+                      "pairs", num_tokens, top_k, VOLT8_MAX_ROUTED_PAIRS);
   volt8_forward_plan one_call;
   if (!experts) volt8_forward_plan_init(&one_call, ctx, shape);
   volt8_forward_plan *plan = experts ? volt8_experts_plan(experts) : &one_call;

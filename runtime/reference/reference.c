@@ -4,7 +4,7 @@
 #include "reference/reference.h"
 
 #include "core/ctx_internal.h"
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 #include "core/numeric.h"
 
 #include <math.h>

@@ -24,7 +24,7 @@
 #include "jit/kernel_load.h"        /* the bench support kernels load like volt8's own */
 #include "jit/kernel_resources.h"   /* registers, spills and occupancy of a variant's CUBIN (list --resources) */
 #include "jit/nvrtc_loader.h"       /* the NVRTC version a tuning run records */
-#include "moe/moe_layout.h"         /* device layout sizes of synthetic problems; the token count's bound */
+#include "moe/kernels/moe_layout.h" /* device layout sizes of synthetic problems; the token count's bound */
 #include "tools/token_counts.h"     /* token-count lists of the tools' arguments (list --choice) */
 #include "reference/reference.h"    /* the reference on a sample of rows (bench at prefill sizes) */
 

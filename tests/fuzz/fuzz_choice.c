@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 #include "tools/token_counts.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

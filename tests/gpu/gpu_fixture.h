@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "core/ctx_internal.h"
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 
 #define GPU_TOLERANCE 1e-3
 /* Up to this many tokens a batch's reference covers every row; past it, a sample (gpu_make_batch). */

@@ -12,7 +12,7 @@ from volt8.errors import ERROR_CLASSES
 
 
 def workspace_bytes(shape, max_tokens, max_top_k):
-    """The forward workspace of runtime/moe/moe_layout.h: regions at 256-byte boundaries."""
+    """The forward workspace of runtime/moe/kernels/moe_layout.h: regions at 256-byte boundaries."""
     pairs = max_tokens * min(max_top_k, shape.num_experts)
     launches = -(-pairs // 65535)
     regions = (pairs * 4, pairs * 16, pairs * 16, (launches + 1) * 16, pairs * shape.intermediate * 2,

@@ -116,20 +116,25 @@ STRUCTS = {"volt8_ctx_options": _abi.CtxOptions, "volt8_moe_shape": _abi.MoeShap
            "volt8_host_experts": _abi.HostExperts, "volt8_moe_args": _abi.MoeArgs,
            "volt8_load_report": _abi.LoadReport, "volt8_load_options": _abi.LoadOptions,
            "volt8_host_checkpoint": _abi.HostCheckpoint, "volt8_memory_report": _abi.MemoryReport,
-           "volt8_plan_report": _abi.PlanReport, "volt8_rejection_args": _abi.RejectionArgs}
+           "volt8_plan_report": _abi.PlanReport, "volt8_rejection_args": _abi.RejectionArgs,
+           "volt8_moe_layout": _abi.MoeLayout, "volt8_forward_info": _abi.ForwardInfo}
 
 
 def test_structs_match_the_header(tmp_path):
-    """sizeof and every offsetof of the ctypes mirrors against the C compiler's view of volt8.h."""
+    """sizeof and every offsetof of the ctypes mirrors against the C compiler's view of volt8.h, and the
+    default shape (VOLT8_MOE_SHAPE_INIT) against the binding's."""
     header_dir = os.path.join(REPO_ROOT, "include")
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if not os.path.exists(os.path.join(header_dir, "volt8.h")) or not compiler:
         pytest.skip("needs include/volt8.h and a C compiler")
-    lines = ["#include <stddef.h>", "#include <stdio.h>", "#include \"volt8.h\"", "int main(void) {"]
+    lines = ["#include <stddef.h>", "#include <stdio.h>", "#define VOLT8_EXPERIMENTAL_API 1", "#include \"volt8.h\"",
+             "int main(void) {", "  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;"]
     for c_name, struct in STRUCTS.items():
         lines.append(f'  printf("{c_name} sizeof %zu\\n", sizeof({c_name}));')
         for field, _ in struct._fields_:
             lines.append(f'  printf("{c_name} {field} %zu\\n", offsetof({c_name}, {field}));')
+    for field in _abi.DEFAULT_SHAPE:
+        lines.append(f'  printf("default {field} %d\\n", (int)shape.{field});')
     lines.append("  return 0;\n}")
     source = tmp_path / "layout.c"
     source.write_text("\n".join(lines))
@@ -144,6 +149,9 @@ def test_structs_match_the_header(tmp_path):
         assert seen[c_name, "sizeof"] == ctypes.sizeof(struct), c_name
         for field, _ in struct._fields_:
             assert seen[c_name, field] == getattr(struct, field).offset, f"{c_name}.{field}"
+    assert {field: seen["default", field] for field in _abi.DEFAULT_SHAPE} == _abi.DEFAULT_SHAPE
+    assert {name: getattr(volt8.MoeShape(), name) for name in _abi.DEFAULT_SHAPE} == _abi.DEFAULT_SHAPE
+    assert {name: getattr(_abi.MoeShape(), name) for name in _abi.DEFAULT_SHAPE} == _abi.DEFAULT_SHAPE
 
 
 def test_init_macros_defaults():

@@ -27,12 +27,21 @@ class CtxOptions(_Sized):
 NVRTC_DIR_LIST_MAX = 64  # VOLT8_NVRTC_DIR_LIST_MAX
 
 
+# VOLT8_MOE_SHAPE_INIT (tests/test_library.py holds the two equal): the reference model's TP4 rank 1.
+DEFAULT_SHAPE = {"hidden": 2560, "intermediate": 160, "num_experts": 512, "block_n": 128, "block_k": 128,
+                 "intermediate_offset": 32, "expert_start": 0, "global_experts": 0}
+
+
 class MoeShape(_Sized):
     _fields_ = [("size", c_size_t), ("hidden", c_int32), ("intermediate", c_int32), ("num_experts", c_int32),
                 ("block_n", c_int32), ("block_k", c_int32), ("intermediate_offset", c_int32),
                 ("expert_start", c_int32), ("global_experts", c_int32)]
-    _defaults = {"hidden": 2560, "intermediate": 160, "num_experts": 512, "block_n": 128, "block_k": 128,
-                 "intermediate_offset": 32}
+    _defaults = DEFAULT_SHAPE
+
+
+class MoeLayout(_Sized):
+    _fields_ = [("size", c_size_t), ("model_experts", c_int32), ("s13_row_blocks", c_int32),
+                ("s13_k_blocks", c_int32), ("s2_row_blocks", c_int32), ("s2_k_blocks", c_int32)]
 
 
 class HostExperts(_Sized):
@@ -107,6 +116,8 @@ PROTOTYPES = {
                                                POINTER(c_void_p)]),
     "volt8_experts_destroy": (None, [c_void_p]),
     "volt8_experts_shape": (c_int, [c_void_p, POINTER(MoeShape)]),
+    "volt8_shape_layout": (c_int, [c_void_p, POINTER(MoeShape), POINTER(MoeLayout)]),
+    "volt8_expert_split": (c_int, [c_int32, c_int32, c_int32, POINTER(c_int32), POINTER(c_int32)]),
     "volt8_moe_forward": (c_int, [c_void_p, POINTER(MoeArgs), c_void_p]),
     "volt8_experts_bad_id_count": (c_int, [c_void_p, POINTER(c_int32)]),
     "volt8_experts_prepare": (c_int, [c_void_p, POINTER(c_int32), c_int32]),

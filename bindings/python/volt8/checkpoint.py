@@ -6,7 +6,7 @@ import weakref
 from . import _abi
 from ._arrays import parse, require_shape
 from ._integers import integer
-from ._library import load
+from ._library import check, load
 from ._strings import c_path, c_string
 from .context import Context
 from .errors import InvalidArgumentError
@@ -19,15 +19,15 @@ def int32_argument(value, name, low=-2**31, high=2**31 - 1):
 
 
 def expert_range(num_experts, ep_size, ep_rank):
-    """(expert_start, expert_count) of expert-parallel rank ep_rank of ep_size over num_experts experts:
-    contiguous ranges, the first num_experts % ep_size ranks one expert more (as `volt8 plan --ep` splits)."""
-    num_experts, ep_size, ep_rank = (int32_argument(value, name, low) for value, name, low in (
-        (num_experts, "num_experts", 1), (ep_size, "ep_size", 1), (ep_rank, "ep_rank", 0)))
-    if ep_rank >= ep_size or ep_size > num_experts:
-        raise InvalidArgumentError(f"ep_rank {ep_rank} of ep_size {ep_size} over {num_experts} experts: need "
-                                   "ep_rank < ep_size <= num_experts")
-    base, extra = divmod(num_experts, ep_size)
-    return ep_rank * base + min(ep_rank, extra), base + (ep_rank < extra)
+    """(expert_start, expert_count) of expert-parallel rank ep_rank of ep_size over num_experts experts, as the
+    library splits them (volt8_expert_split): contiguous ranges, the first num_experts % ep_size ranks one
+    expert more (as `volt8 plan --ep` splits)."""
+    for value, name, low in ((num_experts, "num_experts", 1), (ep_size, "ep_size", 1), (ep_rank, "ep_rank", 0)):
+        int32_argument(value, name, low)
+    start, count = ctypes.c_int32(), ctypes.c_int32()
+    check(load().volt8_expert_split(num_experts, ep_size, ep_rank, ctypes.byref(start), ctypes.byref(count)),
+          "volt8_expert_split")
+    return start.value, count.value
 
 
 def load_options(checkpoint_dir, *, tp_size=1, tp_rank=0, draft_checkpoint_dir=None, max_tokens=64, max_top_k=16,
@@ -105,7 +105,7 @@ class _OwnedArray:
 
 
 class HostCheckpoint:
-    """One rank's experts in host memory, in the device layout of runtime/moe/moe_layout.h:
+    """One rank's experts in host memory, in the device layout of runtime/moe/kernels/moe_layout.h:
     w13 uint8 [E, 2I, H] (gate rows, then up rows), s13 uint16 [E, 2, G13, ceil(H/bk)], w2 uint8 [E, H, I],
     s2 uint16 [E, ceil(H/bn), G2]; weights are E4M3 bytes, scales FP16 bits of scale * 2^8.
     The arrays are read-only views of the library's memory, freed when the last of them is gone."""

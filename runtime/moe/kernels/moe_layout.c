@@ -1,5 +1,5 @@
 /* Sizes of one rank's expert tensors and scale grids, from the shape (moe_layout.h). */
-#include "moe/moe_layout.h"
+#include "moe/kernels/moe_layout.h"
 
 #include "core/ctx_internal.h"
 #include "jit/codegen.h"
@@ -119,5 +119,18 @@ volt8_status volt8_moe_workspace_plan(volt8_ctx *ctx, const volt8_moe_shape *sha
   bytes[VOLT8_WORKSPACE_FLAGS] = (1 + p) * 4;
   for (int i = 0; i < VOLT8_WORKSPACE_REGIONS; i++) plan.total_bytes += volt8_device_align(bytes[i]);
   *out = plan;
+  return VOLT8_OK;
+}
+
+volt8_status volt8_shape_layout(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_moe_layout *out_layout) {
+  if (!shape || !out_layout || out_layout->size < sizeof(size_t))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_shape_layout: shape or out_layout is NULL, or out_layout->size unset (VOLT8_MOE_LAYOUT_INIT)");
+  volt8_moe_dims dims;
+  volt8_status status = volt8_moe_dims_compute(ctx, shape, &dims);
+  if (status != VOLT8_OK) return status;
+  volt8_moe_layout layout = {sizeof layout, volt8_moe_global_experts(shape), dims.g13, dims.k13_blocks, dims.n2_blocks,
+                             dims.g2};
+  volt8_copy_sized_output(out_layout, &layout, sizeof layout);
   return VOLT8_OK;
 }

@@ -62,6 +62,9 @@
  * rows below INT32_MAX (grids past 65535 rows are cut into launches). The one bound of the token
  * count; the tools take theirs from it. */
 #define VOLT8_MAX_ROUTED_PAIRS (1 << 30)
+/* The most rows (blockIdx.y values) one launch's grid holds, CUDA's limit on gridDim.y; the route
+ * kernel writes its item counters per launch of that many rows (its LAUNCH_ROWS value). */
+#define VOLT8_LAUNCH_ROWS 65535
 
 typedef struct volt8_moe_dims {
   int64_t w13_bytes_per_expert, w2_bytes_per_expert;
