@@ -36,7 +36,7 @@ volt8_status bench_support_source(volt8_ctx *ctx, char **out_source) {
   const volt8_embedded_file *file = volt8_bench_embedded_files;
   while (file->path && strcmp(file->path, SUPPORT_TEMPLATE) != 0) file++;
   if (!file->path) return volt8_fail(ctx, VOLT8_ERR_INTERNAL, "bench: %s is not built into the bench", SUPPORT_TEMPLATE);
-  return volt8_codegen_expand_text(ctx, SUPPORT_TEMPLATE, file->data, NULL, NULL, 0, out_source);
+  return volt8_template_expand_text(ctx, SUPPORT_TEMPLATE, file->data, NULL, NULL, 0, out_source);
 }
 
 /* The support kernels as native code for the device (they are harness, not volt8 kernels, so the

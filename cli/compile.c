@@ -115,6 +115,28 @@ static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape
 }
 #endif
 
+/* Each of the shape's variants' generated source into DIR/ENTRY.cu, its name on a line. */
+static volt8_status write_sources(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *dir) {
+  char **names = NULL;
+  int32_t count = 0;
+  volt8_status status = volt8_codegen_list(ctx, shape, &names, &count);
+  for (int32_t i = 0; status == VOLT8_OK && i < count; i++) {
+    volt8_kernel_source source = {0};
+    status = volt8_codegen_emit(ctx, shape, names[i], &source);
+    char path[4096];
+    FILE *file = NULL;
+    if (status == VOLT8_OK && (snprintf(path, sizeof path, "%s/%s.cu", dir, source.entry) >= (int)sizeof path ||
+                               !(file = fopen(path, "wb"))))
+      status = volt8_fail(ctx, VOLT8_ERR_IO, "--sources %s: cannot write %s.cu there", dir, source.entry);
+    if (file && (fputs(source.source, file) < 0) + (fclose(file) != 0))
+      status = volt8_fail(ctx, VOLT8_ERR_IO, "--sources %s: writing %s failed", dir, path);
+    if (status == VOLT8_OK) printf("%s\n", names[i]);
+    volt8_kernel_source_free(&source);
+  }
+  volt8_codegen_names_free(names, count);
+  return status;
+}
+
 /* The shape's variant names, one a line. */
 static volt8_status print_variants(volt8_ctx *ctx, const volt8_moe_shape *shape) {
   int32_t count = 0;
@@ -130,7 +152,7 @@ static volt8_status print_variants(volt8_ctx *ctx, const volt8_moe_shape *shape)
 int cli_list(int argc, char **argv) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   const char *arch = NULL, *model = NULL, *tp = NULL, *rank = NULL, *tables = NULL, *jobs_text = NULL;
-  const char *choice = NULL;
+  const char *choice = NULL, *sources = NULL;
   int shape_given = 0, resources = 0, json = 0, explain = 0;
   int32_t top_k = 0;
   for (int i = 1; i < argc; i++) {
@@ -139,7 +161,7 @@ int cli_list(int argc, char **argv) {
       *(flag[2] == 'r' ? &resources : flag[2] == 'j' ? &json : &explain) = 1;
       continue;
     }
-    if (!cli_is_one_of(flag, "--shape --arch --model --tp --rank --choice --top-k --tables --jobs"))
+    if (!cli_is_one_of(flag, "--shape --arch --model --tp --rank --choice --top-k --tables --jobs --sources"))
       return cli_unknown_argument("list", flag);
     const char *value = cli_flag_value("list", argc, argv, &i);
     if (!value) return 2;
@@ -166,6 +188,11 @@ int cli_list(int argc, char **argv) {
       tp = value;
     } else if (strcmp(flag, "--jobs") == 0) {
       jobs_text = value;
+    } else if (strcmp(flag, "--sources") == 0) {
+      if (cli_parse_path("list", flag, value, "folder") != 0 ||
+          cli_check_path("list", flag, value, CLI_FOLDER_TO_READ) != 0)
+        return 2;
+      sources = value;
     } else {
       rank = value;
     }
@@ -192,6 +219,10 @@ int cli_list(int argc, char **argv) {
   }
   if (explain && (!choice || (arch && strcmp(arch, "sm_70") != 0))) {
     fprintf(stderr, "volt8 list: --explain needs --choice and sm_70 (the model is of a V100)\n");
+    return 2;
+  }
+  if (sources && (resources || choice)) {
+    fprintf(stderr, "volt8 list: --sources excludes --resources and --choice\n");
     return 2;
   }
   if (resources && choice) {
@@ -242,6 +273,7 @@ int cli_list(int argc, char **argv) {
   } else if (rc == 0) {
     status = explain        ? print_explained(ctx, &shape, choice_m, choice_count, top_k, jobs)
              : choice_count ? print_choices(ctx, &shape, choice_m, choice_count, top_k)
+             : sources      ? write_sources(ctx, &shape, sources)
                             : print_variants(ctx, &shape);
     rc = status == VOLT8_OK ? 0 : cli_report(ctx, "list", status);
   }

@@ -59,7 +59,7 @@ static void print_json(const volt8_sm_limits *limits, const volt8_moe_shape *sha
   printf(" \"variants\":[");
   for (int32_t i = 0; i < count; i++) {
     const volt8_variant_resources *r = &reports[i];
-    /* variant names are [a-z0-9_.] (codegen/variants.lua): no JSON escapes needed */
+    /* variant names are [a-z0-9_.] (moe/kernels/catalogue.c): no JSON escapes needed */
     printf("%s\n  {\"variant\":\"%s\",\"registers\":%d,\"spill_store_bytes\":%d,\"spill_load_bytes\":%d,"
            "\"stack_frame_bytes\":%d,\"static_smem_bytes\":%d,\"dynamic_smem_bytes\":%d,\"threads\":%d,"
            "\"ctas_per_sm\":%d,\"warps_per_sm\":%d,\"limited_by\":\"%s\"}",

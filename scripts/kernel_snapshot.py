@@ -15,7 +15,8 @@ model's TP4 and TP8 ranks with all their experts (`volt8 models --tp N`).
   built-in tables and with a folder of the reference model's tables alone (`volt8 list --choice`,
   `--tables`), per arch (DIR/choices/); a top-k above the shape's experts is left out.
 - ptx: the default shape's kernels compiled by `volt8 compile` for sm_70 and sm_90 (NVRTC 12 through
-  VOLT8_NVRTC_DIRS), listed by cache entry with each entry's SHA-256 (DIR/ptx/)."""
+  VOLT8_NVRTC_DIRS), listed by kernel with the SHA-256 of its compiled image (DIR/ptx/): a change of
+  the sources' comments alone leaves it equal."""
 import argparse
 import concurrent.futures
 import hashlib
@@ -97,16 +98,24 @@ def reference_tables(into):
             shutil.copy(os.path.join(folder, name), into)
 
 
+ENTRY_HEADER_BYTES = 144  # docs/design.md, "Kernel cache": the entry's header, then its kernel name, then the image
+
+
 def ptx(volt8, arch, out):
+    """"KERNEL SHA-256" of each compiled image (the PTX itself, whatever the source's comments)."""
     cache = os.path.join(out, "cache_" + arch)
     run([volt8, "compile", "--arch", arch, "--cache", cache])
     listing = []
     for folder, _, files in os.walk(cache):
         for name in files:
             if name.endswith(".entry"):
-                path = os.path.join(folder, name)
-                with open(path, "rb") as entry:
-                    listing.append("%s %s" % (os.path.relpath(path, cache), hashlib.sha256(entry.read()).hexdigest()))
+                with open(os.path.join(folder, name), "rb") as entry:
+                    data = entry.read()
+                name_bytes = int.from_bytes(data[20:24], "little")
+                image_bytes = int.from_bytes(data[24:32], "little")
+                kernel = data[ENTRY_HEADER_BYTES:ENTRY_HEADER_BYTES + name_bytes].decode()
+                image = data[ENTRY_HEADER_BYTES + name_bytes:ENTRY_HEADER_BYTES + name_bytes + image_bytes]
+                listing.append("%s %s" % (kernel, hashlib.sha256(image).hexdigest()))
     shutil.rmtree(cache)
     return sorted(listing)
 

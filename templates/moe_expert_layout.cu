@@ -1,4 +1,4 @@
-// Where an expert's weights and scales lie (runtime/moe/moe_layout.h), as the GEMM templates of one
+// Where an expert's weights and scales lie (moe/kernels/moe_layout.h), as the GEMM templates of one
 // op read them: included inside the anonymous namespace of moe_gemm_cc.cu, moe_gemm_hmma.cu and
 // moe_gemm_mma.cu, at the same place in each (NVRTC writes every namespace-scope constant into the
 // PTX in declaration order, so the place is part of the kernels' PTX).

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jit/codegen.h"
+#include "moe/kernels/catalogue.h"
 #include "core/ctx_internal.h"
 #include "jit/jit.h"
 #include "jit/nvrtc_loader.h"

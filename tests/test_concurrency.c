@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "jit/codegen.h"
+#include "moe/kernels/catalogue.h"
 #include "core/ctx_internal.h"
 #include "jit/jit.h"
 #include "jit/nvrtc_loader.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jit/codegen.h"
+#include "moe/kernels/catalogue.h"
 #include "core/ctx_internal.h"
 #include "dispatch/dispatch.h"
 #include "core/embedded_files.h"
@@ -50,15 +50,40 @@ static volt8_moe_shape model_shape(const char *name, int32_t tp) {
   return shape;
 }
 
-static int is_mma(const char *variant) { return strstr(variant, ".mma.") != NULL; }
+static int is_mma(const volt8_variant *variant) { return variant->kind == VOLT8_KIND_GEMM_MMA; }
+
+/* A choice's variants by name. */
+typedef struct choice_names {
+  char gate_up[VOLT8_VARIANT_NAME_BYTES], down[VOLT8_VARIANT_NAME_BYTES];
+} choice_names;
+
+static choice_names names_of(const volt8_variant_choice *choice) {
+  choice_names names;
+  volt8_variant_format(&choice->gate_up, names.gate_up, sizeof names.gate_up);
+  volt8_variant_format(&choice->down, names.down, sizeof names.down);
+  return names;
+}
+
+static int emulated(int32_t arch, const char *name) {
+  volt8_variant variant;
+  cr_assert(volt8_variant_parse(name, &variant), "%s", name);
+  return volt8_variant_emulated(&variant, arch);
+}
+
+/* The shape's variants for ctx's target arch. */
+static volt8_variant *variants_of(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t *count) {
+  volt8_variant *variants = NULL;
+  cr_assert_eq(volt8_catalogue_list(ctx, shape, ctx->target_arch, &variants, count), VOLT8_OK, "%s",
+               volt8_last_error(ctx));
+  return variants;
+}
 
 Test(dispatch_fallback, emulated_families_are_named) {
-  cr_assert(volt8_dispatch_family_emulated(90, "gate_up.mma.bm16.bn16.w2.sk1"));
-  cr_assert(volt8_dispatch_family_emulated(80, "down.mma.bm32.bn32.w4.sk2"));
-  cr_assert_not(volt8_dispatch_family_emulated(70, "gate_up.mma.bm16.bn16.w2.sk1"), "sm_70 runs m8n8k4 natively");
-  cr_assert_not(volt8_dispatch_family_emulated(90, "gate_up.hmma.bm1.bn8.w8.sk8"));
-  cr_assert_not(volt8_dispatch_family_emulated(90, "down.cc.bm4.bn32.w4.sk1.l4"));
-  cr_assert_not(volt8_dispatch_family_emulated(90, NULL));
+  cr_assert(emulated(90, "gate_up.mma.bm16.bn16.w2.sk1"));
+  cr_assert(emulated(80, "down.mma.bm32.bn32.w4.sk2"));
+  cr_assert_not(emulated(70, "gate_up.mma.bm16.bn16.w2.sk1"), "sm_70 runs m8n8k4 natively");
+  cr_assert_not(emulated(90, "gate_up.hmma.bm1.bn8.w8.sk8"));
+  cr_assert_not(emulated(90, "down.cc.bm4.bn32.w4.sk1.l4"));
 }
 
 /* Every model at TP 1/2/4/8, M = 1..128, with and without the sm_90 tables' device: never mma. The
@@ -75,8 +100,8 @@ Test(dispatch_fallback, never_an_emulated_family_on_sm_90) {
           volt8_variant_choice choice;
           cr_assert_eq(volt8_dispatch_choose(ctx, &shape, tokens, model->top_k, &choice), VOLT8_OK, "%s",
                        volt8_last_error(ctx));
-          cr_assert(!is_mma(choice.gate_up) && !is_mma(choice.down), "%s on %s, %s TP%d M=%d: %s / %s", "sm_90",
-                    devices[d], model->name, tp, tokens, choice.gate_up, choice.down);
+          cr_assert(!is_mma(&choice.gate_up) && !is_mma(&choice.down), "%s on %s, %s TP%d M=%d: %s / %s", "sm_90",
+                    devices[d], model->name, tp, tokens, names_of(&choice).gate_up, names_of(&choice).down);
         }
       }
     }
@@ -97,10 +122,10 @@ Test(dispatch_fallback, heuristic_alone_uses_hmma_on_sm_90_and_mma_on_sm_70) {
     cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NONE, "no table has 1x128 blocks");
     volt8_variant_choice choice;
     cr_assert_eq(volt8_dispatch_choose(sm90, &shape, tokens, 8, &choice), VOLT8_OK, "%s", volt8_last_error(sm90));
-    cr_assert(strncmp(choice.gate_up, "gate_up.hmma.", 13) == 0 && strncmp(choice.down, "down.hmma.", 10) == 0,
-              "sm_90 M=%d: %s / %s", tokens, choice.gate_up, choice.down);
+    cr_assert(choice.gate_up.kind == VOLT8_KIND_GEMM_HMMA && choice.down.kind == VOLT8_KIND_GEMM_HMMA,
+              "sm_90 M=%d: %s / %s", tokens, names_of(&choice).gate_up, names_of(&choice).down);
     cr_assert_eq(volt8_dispatch_choose(sm70, &shape, tokens, 8, &choice), VOLT8_OK, "%s", volt8_last_error(sm70));
-    sm70_used_mma |= is_mma(choice.gate_up) && is_mma(choice.down);
+    sm70_used_mma |= is_mma(&choice.gate_up) && is_mma(&choice.down);
   }
   cr_assert(sm70_used_mma, "the sm_70 heuristic never chose m8n8k4 up to M = 128");
   volt8_ctx_destroy(sm90);
@@ -135,17 +160,16 @@ Test(dispatch_fallback, nearest_tabled_shape_at_the_same_pairs_per_expert) {
     const char *gate_up = scaled_entry(H200_TABLE("gate_up", 320, 2560), "gate_up", tokens, 8, 128, &gate_up_table);
     const char *down = scaled_entry(H200_TABLE("down", 2560, 160), "down", tokens, 8, 128, &down_table);
     volt8_tuning_match match;
-    char **names = NULL;
     int32_t count = 0;
-    cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK);
-    cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, tokens, 8, names, count, &match), VOLT8_OK);
+    volt8_variant *variants = variants_of(ctx, &shape, &count);
+    cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, tokens, 8, variants, count, &match), VOLT8_OK);
     cr_assert(match.source == VOLT8_TUNING_SOURCE_NEAREST && strstr(match.origin, "N=320,K=2560"),
               "M=%d: source %d origin %s", tokens, match.source, match.origin);
-    volt8_codegen_names_free(names, count);
+    free(variants);
     volt8_variant_choice choice;
     cr_assert_eq(volt8_dispatch_choose(ctx, &shape, tokens, 8, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
-    cr_assert_str_eq(choice.gate_up, gate_up, "M=%d", tokens);
-    cr_assert_str_eq(choice.down, down, "M=%d", tokens);
+    cr_assert_str_eq(names_of(&choice).gate_up, gate_up, "M=%d", tokens);
+    cr_assert_str_eq(names_of(&choice).down, down, "M=%d", tokens);
     volt8_tuning_table_free(&gate_up_table);
     volt8_tuning_table_free(&down_table);
   }
@@ -157,15 +181,15 @@ Test(dispatch_fallback, nearest_tabled_shape_at_the_same_pairs_per_expert) {
 Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) {
   volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
   volt8_moe_shape shape = model_shape("glm-4.5-air", 8); /* gate_up N = 352, K = 4096 */
-  char **names = NULL;
   int32_t count = 0;
-  cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK);
-  const char *mma = NULL, *hmma = NULL;
+  volt8_variant *variants = variants_of(ctx, &shape, &count);
+  char mma[VOLT8_VARIANT_NAME_BYTES] = "", hmma[VOLT8_VARIANT_NAME_BYTES] = "";
   for (int32_t i = 0; i < count; i++) {
-    if (!mma && strncmp(names[i], "gate_up.mma.", 12) == 0) mma = names[i];
-    if (strncmp(names[i], "gate_up.hmma.", 13) == 0) hmma = names[i];
+    if (variants[i].op != VOLT8_OP_GATE_UP) continue;
+    if (!mma[0] && variants[i].kind == VOLT8_KIND_GEMM_MMA) volt8_variant_format(&variants[i], mma, sizeof mma);
+    if (variants[i].kind == VOLT8_KIND_GEMM_HMMA) volt8_variant_format(&variants[i], hmma, sizeof hmma);
   }
-  cr_assert(mma && hmma, "sm_90 lists both gate_up families for this shape");
+  cr_assert(mma[0] && hmma[0], "sm_90 lists both gate_up families for this shape");
   char text[512];
   snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"64\": \"%s\"}", mma);
   test_write_text(temp_dir, "op=gate_up,N=352,K=4000,block=128x128,arch=sm_90,device=Test_GPU.json", text);
@@ -174,21 +198,15 @@ Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) 
   test_write_text(temp_dir, "op=gate_up,N=340,K=4096,block=128x128,arch=sm_70,device=Test_GPU.json", text);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   volt8_tuning_match match;
-  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 64, 8, names, count, &match), VOLT8_OK);
+  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 64, 8, variants, count, &match), VOLT8_OK);
   cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NEAREST);
   cr_assert_str_eq(match.variant, hmma, "the mma table is nearer but emulated; the sm_70 table is another arch");
   cr_assert_not_null(strstr(match.origin, "N=704,K=4096"), "%s", match.origin);
   volt8_variant_choice choice;
   cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 64, 8, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
-  cr_assert_str_eq(choice.gate_up, hmma);
-  volt8_codegen_names_free(names, count);
+  cr_assert_str_eq(names_of(&choice).gate_up, hmma);
+  free(variants);
   volt8_ctx_destroy(ctx);
-}
-
-static int is_listed(char **names, int32_t count, const char *variant) {
-  for (int32_t i = 0; i < count; i++)
-    if (strcmp(names[i], variant) == 0) return 1;
-  return 0;
 }
 
 /* GLM-4.5 TP1's gate_up (N 3072, K 5120): where the nearest table's entry at the scaled count is a
@@ -197,13 +215,12 @@ static int is_listed(char **names, int32_t count, const char *variant) {
 Test(dispatch_fallback, nearest_table_gives_its_nearest_fitting_entry) {
   volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
   volt8_moe_shape shape = model_shape("glm-4.5", 1);
-  char **names = NULL;
   int32_t count = 0;
-  cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK);
+  volt8_variant *variants = variants_of(ctx, &shape, &count);
   const char *too_large = "gate_up.hmma.bm4.bn32.w4.sk1.f128", *fits = "gate_up.hmma.bm4.bn16.w4.sk4.o4.f128",
              *farther = "gate_up.hmma.bm2.bn16.w4.sk4.f128";
-  cr_assert(!is_listed(names, count, too_large), "%s fits K = 5120", too_large);
-  cr_assert(is_listed(names, count, fits) && is_listed(names, count, farther));
+  cr_assert(volt8_variant_find(variants, count, too_large) < 0, "%s fits K = 5120", too_large);
+  cr_assert(volt8_variant_find(variants, count, fits) >= 0 && volt8_variant_find(variants, count, farther) >= 0);
   char text[512];
   snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"32\": \"%s\", \"64\": \"%s\"}",
            fits, too_large);
@@ -220,13 +237,13 @@ Test(dispatch_fallback, nearest_table_gives_its_nearest_fitting_entry) {
                {128, farther, "N=4096,K=7168"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     volt8_tuning_match match;
-    cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, cases[i].tokens, 8, names, count, &match),
+    cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, cases[i].tokens, 8, variants, count, &match),
                  VOLT8_OK);
     cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NEAREST, "M=%d", cases[i].tokens);
     cr_assert_str_eq(match.variant, cases[i].variant, "M=%d", cases[i].tokens);
     cr_assert_not_null(strstr(match.origin, cases[i].table), "M=%d: %s", cases[i].tokens, match.origin);
   }
-  volt8_codegen_names_free(names, count);
+  free(variants);
   volt8_ctx_destroy(ctx);
 }
 
@@ -239,7 +256,7 @@ Test(dispatch_fallback, invalid_candidate_is_a_warning) {
   volt8_tuning_warnings_reset();
   volt8_variant_choice choice;
   cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 8, 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
-  cr_assert(!is_mma(choice.down), "%s", choice.down);
+  cr_assert(!is_mma(&choice.down), "%s", names_of(&choice).down);
   char text[8192];
   int32_t count = 0;
   cr_assert_eq(volt8_tuning_warnings(text, sizeof text, &count), VOLT8_OK);
@@ -258,17 +275,19 @@ Test(dispatch_fallback, every_candidate_is_ranked_however_many) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   shape.intermediate = 96;
   shape.intermediate_offset = 0;
-  char **names = NULL;
   int32_t count = 0;
-  cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK);
+  volt8_variant *variants = variants_of(ctx, &shape, &count);
   volt8_tuning_match built_in, match;
-  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, names, count, &built_in), VOLT8_OK);
+  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, variants, count, &built_in), VOLT8_OK);
   cr_assert_eq(built_in.source, VOLT8_TUNING_SOURCE_NEAREST);
   cr_assert_not_null(strstr(built_in.origin, "built-in:tuning/tables/op=gate_up,N=160,K=2560,"), "%s", built_in.origin);
-  const char *others[2] = {NULL, NULL};
-  for (int32_t i = 0, found = 0; i < count && found < 2; i++)
-    if (strncmp(names[i], "gate_up.", 8) == 0 && strcmp(names[i], built_in.variant) != 0) others[found++] = names[i];
-  cr_assert(others[0] && others[1]);
+  char others[2][VOLT8_VARIANT_NAME_BYTES] = {"", ""};
+  for (int32_t i = 0, found = 0; i < count && found < 2; i++) {
+    if (variants[i].op != VOLT8_OP_GATE_UP) continue;
+    volt8_variant_format(&variants[i], others[found], sizeof others[found]);
+    if (strcmp(others[found], built_in.variant) != 0) found++;
+  }
+  cr_assert(others[0][0] && others[1][0]);
 
   char text[512], name[256];
   snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 10}, \"8\": \"%s\"}", others[0]);
@@ -277,18 +296,18 @@ Test(dispatch_fallback, every_candidate_is_ranked_however_many) {
     test_write_text(temp_dir, name, text);
   }
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
-  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, names, count, &match), VOLT8_OK);
+  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, variants, count, &match), VOLT8_OK);
   cr_assert_str_eq(match.origin, built_in.origin, "300 farther tables hid the nearest one");
   cr_assert_str_eq(match.variant, built_in.variant);
 
   snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 10}, \"8\": \"%s\"}", others[1]);
   test_write_text(temp_dir, "op=gate_up,N=192,K=2600,block=128x128,arch=sm_70,device=any.json", text);
-  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, names, count, &match), VOLT8_OK);
+  cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 8, 10, variants, count, &match), VOLT8_OK);
   cr_assert_not_null(strstr(match.origin, "/op=gate_up,N=192,K=2600,"), "%s", match.origin);
   cr_assert_str_eq(match.variant, others[1]);
   volt8_variant_choice choice;
   cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 8, 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
-  cr_assert_str_eq(choice.gate_up, others[1]);
-  volt8_codegen_names_free(names, count);
+  cr_assert_str_eq(names_of(&choice).gate_up, others[1]);
+  free(variants);
   volt8_ctx_destroy(ctx);
 }

@@ -72,8 +72,9 @@ static void check_plan(const char *arch, const volt8_moe_shape *shape, int has_t
       volt8_variant_choice fresh;
       const volt8_forward_kernels *planned = &runs[ms[i]][top_ks[j]];
       cr_assert_eq(volt8_dispatch_choose(ctx, shape, ms[i], top_ks[j], &fresh), VOLT8_OK, "%s", volt8_last_error(ctx));
-      cr_assert_str_eq(planned->choice.gate_up, fresh.gate_up, "%s M=%d top_k=%d", label, ms[i], top_ks[j]);
-      cr_assert_str_eq(planned->choice.down, fresh.down, "%s M=%d top_k=%d", label, ms[i], top_ks[j]);
+      cr_assert(volt8_variant_equal(&planned->choice.gate_up, &fresh.gate_up), "%s M=%d top_k=%d", label, ms[i],
+                top_ks[j]);
+      cr_assert(volt8_variant_equal(&planned->choice.down, &fresh.down), "%s M=%d top_k=%d", label, ms[i], top_ks[j]);
       cr_assert_eq(planned->single, volt8_single_launch_serves(ctx, shape, 0, (int64_t)ms[i] * top_ks[j], &fresh),
                    "%s M=%d top_k=%d", label, ms[i], top_ks[j]);
     }
@@ -117,12 +118,24 @@ Test(dispatch_plan, pinned_variants) {
   volt8_forward_plan_init(&plan, ctx, &shape);
   volt8_forward_kernels runs;
   cr_assert_eq(volt8_forward_plan_choose(&plan, 1, 10, &runs), VOLT8_OK, "%s", volt8_last_error(ctx));
-  cr_assert(runs.single && !runs.pinned, "M=1 at top-10 runs as one launch: %s, %s", runs.choice.gate_up, runs.choice.down);
-  cr_assert_eq(volt8_forward_plan_pin(&plan, runs.choice.gate_up, "down.mma.bm16.bn32.w4.sk1"), VOLT8_OK);
+  char gate_up[VOLT8_VARIANT_NAME_BYTES], down[VOLT8_VARIANT_NAME_BYTES];
+  volt8_variant_format(&runs.choice.gate_up, gate_up, sizeof gate_up);
+  volt8_variant_format(&runs.choice.down, down, sizeof down);
+  cr_assert(runs.single && !runs.pinned, "M=1 at top-10 runs as one launch: %s, %s", gate_up, down);
+  cr_assert_eq(volt8_forward_plan_pin(&plan, gate_up, "down.mma.bm16.bn32.w4.sk1"), VOLT8_OK);
   cr_assert_eq(volt8_forward_plan_choose(&plan, 1, 10, &runs), VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert(runs.pinned && !runs.single);
-  cr_assert_str_eq(runs.choice.down, "down.mma.bm16.bn32.w4.sk1");
+  volt8_variant_format(&runs.choice.down, down, sizeof down);
+  cr_assert_str_eq(down, "down.mma.bm16.bn32.w4.sk1");
+  cr_assert_eq(runs.origins[1].source, VOLT8_ORIGIN_PINNED);
   cr_assert_null(runs.origins[1].origin);
+  /* A name outside the catalogue, or of the other op, is refused naming it, and the pins stay. */
+  cr_assert_eq(volt8_forward_plan_pin(&plan, "gate_up.cc.bm3.bn8.w4.sk1.l16", NULL), VOLT8_ERR_NOT_FOUND);
+  cr_assert(strstr(volt8_last_error(ctx), "gate_up.cc.bm3.bn8.w4.sk1.l16") != NULL, "%s", volt8_last_error(ctx));
+  cr_assert_eq(volt8_forward_plan_pin(&plan, "down.mma.bm16.bn32.w4.sk1", NULL), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(volt8_last_error(ctx), "is not a gate_up variant") != NULL, "%s", volt8_last_error(ctx));
+  cr_assert_eq(volt8_forward_plan_choose(&plan, 1, 10, &runs), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(runs.pinned && runs.origins[0].source == VOLT8_ORIGIN_PINNED);
   volt8_forward_plan_release(&plan);
   volt8_ctx_destroy(ctx);
 }
@@ -151,8 +164,11 @@ Test(dispatch_plan, forward_describe_names_what_runs_and_where_it_came_from) {
       cr_assert_eq(volt8_forward_describe(ctx, &cases[i].shape, NULL, ms[j], 8, &info), VOLT8_OK, "%s",
                    volt8_last_error(ctx));
       cr_assert_eq(volt8_forward_plan_choose(&plan, ms[j], 8, &runs), VOLT8_OK, "%s", volt8_last_error(ctx));
-      cr_assert_str_eq(info.gate_up, runs.choice.gate_up, "case %zu M=%d", i, ms[j]);
-      cr_assert_str_eq(info.down, runs.choice.down, "case %zu M=%d", i, ms[j]);
+      char gate_up[VOLT8_VARIANT_NAME_BYTES], down[VOLT8_VARIANT_NAME_BYTES];
+      volt8_variant_format(&runs.choice.gate_up, gate_up, sizeof gate_up);
+      volt8_variant_format(&runs.choice.down, down, sizeof down);
+      cr_assert_str_eq(info.gate_up, gate_up, "case %zu M=%d", i, ms[j]);
+      cr_assert_str_eq(info.down, down, "case %zu M=%d", i, ms[j]);
       cr_assert_eq(info.single_launch, runs.single, "case %zu M=%d", i, ms[j]);
       cr_assert_eq(info.pinned, 0);
       cr_assert(strncmp(info.gate_up_origin, cases[i].origin_start, strlen(cases[i].origin_start)) == 0,

@@ -1,4 +1,4 @@
-/* The parameter lists of runtime/moe/kernel_params.h and runtime/sampler/sampler_params.h, from
+/* The parameter lists of runtime/moe/kernels/kernel_params.h and runtime/sampler/sampler_params.h, from
  * which the launchers build every argument array, against the parameters each generated kernel
  * declares: for every variant of a few shapes at sm_70 and sm_90 and for the sampler's three
  * kernels, the types (const and __restrict__ aside), names and order, and the bytes the launcher
@@ -11,8 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "jit/codegen.h"
-#include "moe/kernel_params.h"
+#include "jit/template.h"
+#include "moe/kernels/catalogue.h"
+#include "moe/kernels/kernel_params.h"
 #include "sampler/sampler_params.h"
 #include "test_support.h"
 
@@ -138,19 +139,6 @@ static void compare(const volt8_kernel_signature *signature, const declared_para
   }
 }
 
-static const volt8_kernel_signature *signature_of(const volt8_kernel_source *source) {
-  switch (source->op) {
-    case VOLT8_OP_ROUTE: return &volt8_route_signature;
-    case VOLT8_OP_GATE_UP: return &volt8_gate_up_signature;
-    case VOLT8_OP_REDUCE: return &volt8_reduce_signature;
-    case VOLT8_OP_SINGLE: return &volt8_single_signature;
-    case VOLT8_OP_DOWN:
-      if (source->family == VOLT8_FAMILY_TOKEN) return &volt8_down_token_signature;
-      return source->fused_reduce ? &volt8_down_fused_signature : &volt8_down_signature;
-  }
-  return NULL;
-}
-
 static void check_variant(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *variant, const char *arch) {
   volt8_kernel_source source = {0};
   cr_assert_eq(volt8_codegen_emit(ctx, shape, variant, &source), VOLT8_OK, "%s at %s: %s", variant, arch,
@@ -159,7 +147,7 @@ static void check_variant(volt8_ctx *ctx, const volt8_moe_shape *shape, const ch
   declared_params params;
   declared(text, source.entry, &params);
   char why[512];
-  compare(signature_of(&source), &params, why, sizeof why);
+  compare(volt8_variant_signature(&source.variant), &params, why, sizeof why);
   cr_expect_str_empty(why, "%s at %s (hidden %d, intermediate %d, block_n %d): %s", variant, arch, shape->hidden,
                       shape->intermediate, shape->block_n, why);
   free(text);
@@ -201,7 +189,7 @@ Test(kernel_params, the_rejection_sampler_kernels) {
   const char *const keys[2] = {"ROW_THREADS", "FINISH_THREADS"};
   const char *const values[2] = {"512", "1024"};
   char *source = NULL;
-  cr_assert_eq(volt8_codegen_expand_template(ctx, "templates/rejection_sample.cu", keys, values, 2, &source), VOLT8_OK,
+  cr_assert_eq(volt8_template_expand_text(ctx, "templates/rejection_sample.cu", NULL, keys, values, 2, &source), VOLT8_OK,
                "%s", volt8_last_error(ctx));
   char *text = preprocess(source);
   const volt8_kernel_signature *signatures[3] = {&volt8_rejection_rows_signature, &volt8_rejection_walk_signature,
@@ -227,11 +215,11 @@ Test(kernel_params, a_list_that_differs_from_the_template_is_reported) {
   int32_t count = 0;
   cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK, "%s", volt8_last_error(ctx));
   volt8_kernel_source fused = {0};
-  for (int32_t i = 0; i < count && !fused.fused_reduce; i++) {
+  for (int32_t i = 0; i < count && !fused.variant.fused_reduce; i++) {
     volt8_kernel_source_free(&fused);
     cr_assert_eq(volt8_codegen_emit(ctx, &shape, names[i], &fused), VOLT8_OK, "%s", volt8_last_error(ctx));
   }
-  cr_assert(fused.fused_reduce, "no fused-reduce down at sm_90 for the reference shape");
+  cr_assert(fused.variant.fused_reduce, "no fused-reduce down at sm_90 for the reference shape");
   char *text = preprocess(fused.source);
   declared_params params;
   declared(text, fused.entry, &params);

@@ -316,7 +316,7 @@ Test(reference, arguments_are_checked) {
   bad_shape.intermediate_offset = 16; /* fine for block_n 128, but... */
   bad_shape.block_n = 1;              /* ...not with block_n 1 */
   const char *expected[8] = {"shape is NULL", "experts is NULL", "experts->w2 is NULL", "experts->size is 8",
-                             "x is NULL", "top_k = 0", "num_tokens = -1", "must be 0 when block_n = 1"};
+                             "x is NULL", "top_k = 0", "num_tokens = -1", "must be 0 when block_n=1"};
   int n = 0;
 #define CALL(...)                                                     \
   (results[n].status = volt8_reference_moe_forward(ctx, __VA_ARGS__), \

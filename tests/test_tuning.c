@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "jit/codegen.h"
+#include "moe/kernels/catalogue.h"
 #include "core/ctx_internal.h"
 #include "dispatch/dispatch.h"
 #include "core/embedded_files.h"
@@ -82,22 +82,26 @@ static int32_t warning_count(char *buf, size_t size) {
   return count;
 }
 
-/* The first variant of `op` the code generator lists for the reference shape, and the last. */
-/* The first and last of the op's variants that the context's arch does not emulate (the tuner's). */
+/* The first and last of the op's variants for the reference shape that the context's arch does not
+ * emulate (the tuner's). */
 static void listed_variants(volt8_ctx *ctx, volt8_op op, char *first, char *last) {
-  const char *prefix = op == VOLT8_OP_GATE_UP ? "gate_up." : "down.";
-  char **names = NULL;
+  volt8_variant *variants = NULL;
   int32_t count = 0, matched = 0;
-  cr_assert_eq(volt8_codegen_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, &names, &count), VOLT8_OK, "%s",
-               volt8_last_error(ctx));
+  cr_assert_eq(volt8_catalogue_list(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, ctx->target_arch, &variants, &count),
+               VOLT8_OK, "%s", volt8_last_error(ctx));
   for (int32_t i = 0; i < count; i++) {
-    if (strncmp(names[i], prefix, strlen(prefix)) != 0 || volt8_dispatch_family_emulated(ctx->target_arch, names[i]))
-      continue;
-    if (matched++ == 0) snprintf(first, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
-    snprintf(last, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
+    if (variants[i].op != op || volt8_variant_emulated(&variants[i], ctx->target_arch)) continue;
+    if (matched++ == 0) volt8_variant_format(&variants[i], first, VOLT8_VARIANT_NAME_BYTES);
+    volt8_variant_format(&variants[i], last, VOLT8_VARIANT_NAME_BYTES);
   }
-  cr_assert_gt(matched, 1, "the code generator lists fewer than two %s variants", prefix);
-  volt8_codegen_names_free(names, count);
+  cr_assert_gt(matched, 1, "the code generator lists fewer than two %s variants", volt8_tuning_op_name(op));
+  free(variants);
+}
+
+/* A choice's gate_up or down by name. */
+static const char *name_of(const volt8_variant *variant, char buf[VOLT8_VARIANT_NAME_BYTES]) {
+  volt8_variant_format(variant, buf, VOLT8_VARIANT_NAME_BYTES);
+  return buf;
 }
 
 static volt8_tuning_table parse_written(const char *path, const char *op) {
@@ -398,8 +402,8 @@ Test(tuning_lookup, dispatch_follows_the_table) {
   listed_variants(ctx, VOLT8_OP_DOWN, first_down, last_down);
   volt8_variant_choice heuristic, tuned;
   cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 8, 10, &heuristic), VOLT8_OK, "%s", volt8_last_error(ctx));
-  char text[512];
-  const char *pick = strcmp(heuristic.gate_up, last_gate_up) != 0 ? last_gate_up : first_gate_up;
+  char text[512], name[VOLT8_VARIANT_NAME_BYTES], other[VOLT8_VARIANT_NAME_BYTES];
+  const char *pick = strcmp(name_of(&heuristic.gate_up, name), last_gate_up) != 0 ? last_gate_up : first_gate_up;
   snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1}, \"8\": \"%s\"}", pick);
   test_write_text(temp_dir, REFERENCE_GATE_UP_NAME, text);
   test_write_text(temp_dir, REFERENCE_DOWN_NAME,
@@ -407,8 +411,9 @@ Test(tuning_lookup, dispatch_follows_the_table) {
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   volt8_tuning_warnings_reset();
   cr_assert_eq(volt8_dispatch_choose(ctx, &shape, 8, 10, &tuned), VOLT8_OK, "%s", volt8_last_error(ctx));
-  cr_assert_str_eq(tuned.gate_up, pick, "the table's gate_up serves");
-  cr_assert_str_eq(tuned.down, heuristic.down, "a variant the generator does not offer falls back to the heuristic");
+  cr_assert_str_eq(name_of(&tuned.gate_up, name), pick, "the table's gate_up serves");
+  cr_assert_str_eq(name_of(&tuned.down, name), name_of(&heuristic.down, other),
+                   "a variant the generator does not offer falls back to the heuristic");
   char warnings[4096];
   cr_assert_eq(warning_count(warnings, sizeof warnings), 1, "%s", warnings);
   cr_assert_not_null(strstr(warnings, "down.not.offered"), "%s", warnings);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/ctx_internal.h"
-#include "jit/codegen.h"
+#include "moe/kernels/catalogue.h"
 #include "moe/experts_internal.h"
 #include "moe/kernels/moe_layout.h"
 #include "test_support.h"

@@ -57,38 +57,21 @@ const derive_device DERIVE_H200 = {
     .max_ctas_per_sm = 32,
 };
 
-static int read_field(const char **cursor, const char *key, int32_t *out) {
-  size_t length = strlen(key);
-  if (strncmp(*cursor, key, length) != 0) return 0;
-  char *end = NULL;
-  long value = strtol(*cursor + length, &end, 10);
-  if (end == *cursor + length || value <= 0 || value > 4096) return 0;
-  *out = (int32_t)value;
-  *cursor = *end == '.' ? end + 1 : end;
-  return 1;
-}
-
 int derive_parse_variant(const char *name, derive_variant *out) {
   memset(out, 0, sizeof *out);
-  const char *cursor = name;
-  if (strncmp(cursor, "gate_up.", 8) == 0) {
-    out->op = VOLT8_OP_GATE_UP;
-    cursor += 8;
-  } else if (strncmp(cursor, "down.", 5) == 0) {
-    out->op = VOLT8_OP_DOWN;
-    cursor += 5;
-  } else {
+  volt8_variant variant;
+  /* the model knows the sm_70 families: CUDA cores (cc, and tok, which also does the reduce's work)
+   * and m8n8k4 (mma) */
+  if (!volt8_variant_parse(name, &variant) || variant.op > VOLT8_OP_DOWN || variant.kind == VOLT8_KIND_GEMM_HMMA)
     return 0;
-  }
-  if (strncmp(cursor, "cc.", 3) == 0 || strncmp(cursor, "tok.", 4) == 0) out->cuda_core = 1;
-  else if (strncmp(cursor, "mma.", 4) != 0) return 0;
-  out->fused_reduce = strncmp(cursor, "tok.", 4) == 0;
-  if (out->fused_reduce && out->op != VOLT8_OP_DOWN) return 0;
-  cursor += out->cuda_core && !out->fused_reduce ? 3 : 4;
-  if (!(read_field(&cursor, "bm", &out->block_m) && read_field(&cursor, "bn", &out->block_n) &&
-        read_field(&cursor, "w", &out->warps) && read_field(&cursor, "sk", &out->split_k)))
-    return 0;
-  if (out->cuda_core && !read_field(&cursor, "l", &out->lanes)) return 0;
+  out->op = variant.op;
+  out->cuda_core = variant.kind == VOLT8_KIND_GEMM_CC || variant.kind == VOLT8_KIND_DOWN_TOK;
+  out->fused_reduce = variant.kind == VOLT8_KIND_DOWN_TOK;
+  out->block_m = variant.block_m;
+  out->block_n = variant.block_n;
+  out->warps = variant.warps;
+  out->split_k = variant.split_k;
+  out->lanes = variant.lanes;
   return 1;
 }
 
@@ -125,7 +108,7 @@ static int in_domain(const volt8_moe_shape *shape, int32_t top_k, int32_t num_to
   return shape && !outside_domain(shape, top_k, num_tokens, why, sizeof why);
 }
 
-/* Of a tok CTA's lanes, the share with a pair to walk: codegen/variants.lua lays them out as slots
+/* Of a tok CTA's lanes, the share with a pair to walk: moe/kernels/down_tok.c lays them out as slots
  * (lane groups per column) each walking P / slots pairs of a pass of P pairs, P as many as 48 KiB of
  * shared memory stages (h in FP32, partials, weight, flag), at most 16, a multiple of the slots. */
 static double tok_live_share(const derive_variant *variant, double k, int32_t top_k) {

@@ -13,7 +13,7 @@
  *                 warps / warps that saturate DRAM), resident warps = min(C * w, SMs * R * w), R the
  *                 resident CTAs per SM: from the variant's CUBIN when known, else min(32, 64 / w)
  *   (tok: C = M * ceil(N_out / bn), each CTA reading its token's top_k h rows; its lanes are laid
- *   out for a pass of P pairs (as codegen/variants.lua stages them), so with top_k not a multiple of
+ *   out for a pass of P pairs (as moe/kernels/down_tok.c stages them), so with top_k not a multiple of
  *   P the lanes of the missing pairs idle: resident warps count top_k / (P ceil(top_k / P)) of theirs)
  *   math time   = math / (rate * fill), stretched by the last partial wave, ceil(waves) / waves,
  *                 whenever there is more than one wave

@@ -63,10 +63,11 @@ volt8_status derive_occupancy_compile(volt8_ctx *ctx, const volt8_moe_shape *sha
 volt8_status derive_occupancy_record(volt8_ctx *ctx, const derive_occupancy_set *set, const char *path,
                                      const char *op_name) {
   cJSON *figures = cJSON_CreateObject();
-  size_t prefix = strlen(op_name);
-  for (int32_t i = 0; figures && i < set->view.count; i++)
-    if (strncmp(set->names[i], op_name, prefix) == 0 && set->names[i][prefix] == '.')
+  for (int32_t i = 0; figures && i < set->view.count; i++) {
+    volt8_op op;
+    if (volt8_variant_name_op(set->names[i], &op) && strcmp(volt8_tuning_op_name(op), op_name) == 0)
       cJSON_AddNumberToObject(figures, set->names[i], set->ctas_per_sm[i]);
+  }
   volt8_status status = tuning_table_set_metadata(ctx, path, op_name, DERIVE_OCCUPANCY_FROM_KEY, cJSON_CreateString(set->from));
   if (status == VOLT8_OK) status = tuning_table_set_metadata(ctx, path, op_name, DERIVE_OCCUPANCY_KEY, figures);
   else cJSON_Delete(figures);

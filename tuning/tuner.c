@@ -84,21 +84,27 @@ volt8_status tuner_candidates(volt8_ctx *ctx, const volt8_moe_shape *shape, volt
   *out_count = 0;
   const char *op_name = volt8_tuning_op_name(op);
   if (!op_name) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "tuner: op %d has no candidates", (int)op);
-  char **names = NULL;
+  volt8_variant *variants = NULL;
   int32_t count = 0;
-  volt8_status status = volt8_codegen_list(ctx, shape, &names, &count);
+  int32_t arch = volt8_tools_ctx(ctx).target_arch;
+  volt8_status status = volt8_catalogue_list(ctx, shape, arch, &variants, &count);
   if (status != VOLT8_OK) return status;
-  size_t prefix = strlen(op_name);
+  char **names = calloc(count > 0 ? (size_t)count : 1, sizeof *names);
   int32_t kept = 0;
+  int out_of_memory = !names;
   /* A family the target arch runs as a software routine is never served (the dispatch's rule), so
    * timing it would only cost time. */
-  int32_t arch = volt8_tools_ctx(ctx).target_arch;
-  for (int32_t i = 0; i < count; i++) {
-    if (strncmp(names[i], op_name, prefix) == 0 && names[i][prefix] == '.' &&
-        !volt8_dispatch_family_emulated(arch, names[i]))
-      names[kept++] = names[i];
-    else
-      free(names[i]);
+  for (int32_t i = 0; !out_of_memory && i < count; i++) {
+    if (variants[i].op != op || volt8_variant_emulated(&variants[i], arch)) continue;
+    char name[VOLT8_VARIANT_NAME_BYTES];
+    volt8_variant_format(&variants[i], name, sizeof name);
+    out_of_memory = !(names[kept] = strdup(name));
+    kept += !out_of_memory;
+  }
+  free(variants);
+  if (out_of_memory) {
+    volt8_codegen_names_free(names, kept);
+    return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "tuner: out of memory for the candidates");
   }
   if (kept == 0) {
     free(names);

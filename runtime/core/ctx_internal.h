@@ -10,9 +10,6 @@
 #include <stdatomic.h>
 
 #define VOLT8_ERROR_MESSAGE_BYTES 8192
-/* The one-launch forward's default grid, CTAs an SM: as many as its registers are capped for
- * (SINGLE_MIN_BLOCKS in codegen/variants.lua). */
-#define VOLT8_SINGLE_CTAS_PER_SM 3
 #define VOLT8_ARCH_NAME_BYTES 16
 
 struct volt8_ctx {
@@ -24,7 +21,8 @@ struct volt8_ctx {
                                       * a routed hmma down, get programmatic dependent launch */
   int32_t single_launch;             /* 1: forwards of block_m 1 cc kernels run as one launch
                                       * (templates/moe_single.cu): targets without early launch */
-  int32_t single_ctas_per_sm;        /* its grid: CTAs an SM (0: one CTA a work item) */
+  int32_t single_ctas_per_sm;        /* its grid: CTAs an SM (0: one CTA a work item; -1: as many as its
+                                      * launch bounds ask, VOLT8_SINGLE_LAUNCH_CTAS unset) */
   int32_t sm_count;                  /* multiprocessors of the device; 0 without a device */
   int64_t l2_warm_bytes;             /* gate_up weights the route pass asks L2 for (0: none) */
   char device_name[128];

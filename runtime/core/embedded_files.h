@@ -5,7 +5,7 @@
 #include <stddef.h>
 
 typedef struct volt8_embedded_file {
-  const char *path; /* relative to the source root: "codegen/gen.lua", "templates/moe_gemm_cc.cu" */
+  const char *path; /* relative to the source root: "templates/moe_gemm_cc.cu", "tuning/tables/..." */
   const char *data; /* NUL-terminated */
   size_t size;      /* bytes, terminator excluded */
 } volt8_embedded_file;

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jit/codegen.h"
 #include "core/ctx_internal.h"
 #include "dispatch/tuning.h"
 #include "dispatch/tuning_nearest.h"
@@ -22,22 +21,24 @@
  * m16n8k16 at every size, with the block_m the sm_90 tables pick at the same load. */
 typedef struct heuristic_class {
   double busiest;
-  const char *family;
+  volt8_kind kind;
   int32_t block_m;
 } heuristic_class;
 
 #define MAX_CLASSES 4
-static const heuristic_class SM70_CLASSES[] = {{4.0, "cc", 4}, {24.0, "mma", 16}, {INFINITY, "mma", 32}};
-static const heuristic_class SM80_CLASSES[] = {{3.0, "hmma", 1}, {4.0, "hmma", 2}, {8.0, "hmma", 4}, {INFINITY, "hmma", 8}};
+static const heuristic_class SM70_CLASSES[] = {
+    {4.0, VOLT8_KIND_GEMM_CC, 4}, {24.0, VOLT8_KIND_GEMM_MMA, 16}, {INFINITY, VOLT8_KIND_GEMM_MMA, 32}};
+static const heuristic_class SM80_CLASSES[] = {{3.0, VOLT8_KIND_GEMM_HMMA, 1}, {4.0, VOLT8_KIND_GEMM_HMMA, 2},
+                                               {8.0, VOLT8_KIND_GEMM_HMMA, 4}, {INFINITY, VOLT8_KIND_GEMM_HMMA, 8}};
 
 typedef struct plan_op {
-  volt8_tuning_loaded own;     /* the shape's own table (source NONE: none) */
-  uint8_t *listed;             /* per entry of own: the code generator offers it for the shape */
+  volt8_tuning_loaded own;      /* the shape's own table (source NONE: none) */
+  int32_t *own_index;           /* per entry of own: the variant's index in the plan's list, -1 when not offered */
   volt8_nearest_tables nearest; /* read where own does not serve every token count */
 } plan_op;
 
 struct volt8_dispatch_plan {
-  char **names;                         /* the variant list */
+  volt8_variant *variants;              /* the shape's, in name order */
   int32_t count;
   int32_t experts;                      /* the model's: with expert parallelism a rank's experts are as busy */
   const heuristic_class *classes;
@@ -46,25 +47,16 @@ struct volt8_dispatch_plan {
   plan_op ops[2];                       /* gate_up, down */
 };
 
-/* The first listed variant of `op` in `family` with block_m `block_m`, else with the next smaller
- * block_m the family lists for the shape, else the first variant of the op; -1 when there is none. */
-static int32_t pick(char **names, int32_t count, const char *op, const char *family, int32_t block_m) {
-  for (int32_t bm = block_m; bm >= 1; bm /= 2) {
-    char prefix[64];
-    int length = snprintf(prefix, sizeof prefix, "%s.%s.bm%d.", op, family, bm);
+/* The first listed variant of `op` in the family of `kind` with block_m `block_m`, else with the next
+ * smaller block_m the family lists for the shape, else the first variant of the op; -1 when there is
+ * none. */
+static int32_t pick(const volt8_variant *variants, int32_t count, volt8_op op, volt8_kind kind, int32_t block_m) {
+  for (int32_t bm = block_m; bm >= 1; bm /= 2)
     for (int32_t i = 0; i < count; i++)
-      if (strncmp(names[i], prefix, (size_t)length) == 0) return i;
-  }
-  size_t op_len = strlen(op);
+      if (variants[i].op == op && variants[i].kind == kind && variants[i].block_m == bm) return i;
   for (int32_t i = 0; i < count; i++)
-    if (strncmp(names[i], op, op_len) == 0 && names[i][op_len] == '.') return i;
+    if (variants[i].op == op) return i;
   return -1;
-}
-
-static int listed(char **names, int32_t count, const char *variant) {
-  for (int32_t i = 0; i < count; i++)
-    if (strcmp(names[i], variant) == 0) return 1;
-  return 0;
 }
 
 /* The heuristic's class: the expected busiest expert under uniform routing (mean plus two standard
@@ -82,25 +74,25 @@ static volt8_status plan_op_read(volt8_ctx *ctx, const volt8_moe_shape *shape, v
   volt8_status status = volt8_tuning_load(ctx, shape, op, &target->own);
   if (status != VOLT8_OK) return status;
   int32_t entries = target->own.source != VOLT8_TUNING_SOURCE_NONE ? target->own.table.count : 0;
-  target->listed = calloc(entries > 0 ? (size_t)entries : 1, 1);
-  if (!target->listed) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the dispatch plan");
-  int all_listed = entries > 0;
+  target->own_index = calloc(entries > 0 ? (size_t)entries : 1, sizeof *target->own_index);
+  if (!target->own_index) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the dispatch plan");
+  int all_offered = entries > 0;
   for (int32_t i = 0; i < entries; i++) {
-    target->listed[i] = (uint8_t)listed(plan->names, plan->count, target->own.table.entries[i].variant);
-    all_listed &= target->listed[i];
+    target->own_index[i] = volt8_variant_find(plan->variants, plan->count, target->own.table.entries[i].variant);
+    all_offered &= target->own_index[i] >= 0;
   }
-  if (all_listed) return VOLT8_OK; /* the own table serves every token count */
-  return volt8_tuning_nearest_load(ctx, shape, op, plan->names, plan->count, &target->nearest);
+  if (all_offered) return VOLT8_OK; /* the own table serves every token count */
+  return volt8_tuning_nearest_load(ctx, shape, op, plan->variants, plan->count, &target->nearest);
 }
 
 void volt8_dispatch_plan_destroy(volt8_dispatch_plan *plan) {
   if (!plan) return;
   for (int i = 0; i < 2; i++) {
     volt8_tuning_loaded_free(&plan->ops[i].own);
-    free(plan->ops[i].listed);
+    free(plan->ops[i].own_index);
     volt8_tuning_nearest_free(&plan->ops[i].nearest);
   }
-  volt8_codegen_names_free(plan->names, plan->count);
+  free(plan->variants);
   free(plan);
 }
 
@@ -110,15 +102,15 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
   *out_plan = NULL;
   volt8_dispatch_plan *plan = calloc(1, sizeof *plan);
   if (!plan) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the dispatch plan");
-  volt8_status status = volt8_codegen_list(ctx, shape, &plan->names, &plan->count);
-  int32_t arch = ctx ? ctx->target_arch : 70;
+  int32_t arch = volt8_codegen_arch(ctx);
+  volt8_status status = volt8_catalogue_list(ctx, shape, arch, &plan->variants, &plan->count);
   plan->classes = arch < 80 ? SM70_CLASSES : SM80_CLASSES;
   plan->class_count = arch < 80 ? 3 : 4;
   plan->experts = volt8_moe_global_experts(shape);
-  static const char *const op_names[2] = {"gate_up", "down"};
   for (int32_t c = 0; c < plan->class_count && status == VOLT8_OK; c++) {
     for (int op = 0; op < 2; op++) {
-      plan->picks[c][op] = pick(plan->names, plan->count, op_names[op], plan->classes[c].family, plan->classes[c].block_m);
+      plan->picks[c][op] =
+          pick(plan->variants, plan->count, (volt8_op)op, plan->classes[c].kind, plan->classes[c].block_m);
       if (plan->picks[c][op] < 0)
         status = volt8_fail(ctx, VOLT8_ERR_INTERNAL, "the code generator lists no gate_up or down variant");
     }
@@ -135,40 +127,44 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
 
 /* Replaces the heuristic's pick for `op` with the shape's tuning table's, when it names a listed
  * variant, else with the nearest tabled shape's. */
-static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k, char *chosen,
-                         volt8_choice_origin *origin) {
+static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k,
+                         volt8_variant *chosen, volt8_choice_origin *origin) {
   const plan_op *tables = &plan->ops[op];
   const volt8_tuning_entry *entry = NULL;
   if (tables->own.source != VOLT8_TUNING_SOURCE_NONE) {
     entry = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
-    if (tables->listed[entry - tables->own.table.entries]) {
-      snprintf(chosen, VOLT8_VARIANT_NAME_BYTES, "%s", entry->variant);
+    int32_t index = tables->own_index[entry - tables->own.table.entries];
+    if (index >= 0) {
+      *chosen = plan->variants[index];
       *origin = (volt8_choice_origin){tables->own.source, entry->m, tables->own.origin};
       return;
     }
   }
   const char *nearest_origin = NULL;
-  const volt8_tuning_entry *nearest = volt8_tuning_nearest_pick(&tables->nearest, num_tokens, top_k, &nearest_origin);
+  int32_t index = -1;
+  const volt8_tuning_entry *nearest =
+      volt8_tuning_nearest_pick(&tables->nearest, num_tokens, top_k, &index, &nearest_origin);
   if (nearest) {
-    snprintf(chosen, VOLT8_VARIANT_NAME_BYTES, "%s", nearest->variant);
+    *chosen = plan->variants[index];
     *origin = (volt8_choice_origin){VOLT8_TUNING_SOURCE_NEAREST, nearest->m, nearest_origin};
   }
   if (entry) {
-    char key[VOLT8_TUNING_ORIGIN_BYTES + VOLT8_VARIANT_NAME_BYTES + 2];
+    char key[VOLT8_TUNING_ORIGIN_BYTES + VOLT8_VARIANT_NAME_BYTES + 2], serving[VOLT8_VARIANT_NAME_BYTES];
     snprintf(key, sizeof key, "%s#%s", tables->own.origin, entry->variant);
+    volt8_variant_format(chosen, serving, sizeof serving);
     volt8_tuning_warn(key, "tuning table %s names %s (M=%d), which the code generator does not offer for this shape: "
-                      "the fallback's %s serves instead", tables->own.origin, entry->variant, entry->m, chosen);
+                      "the fallback's %s serves instead", tables->own.origin, entry->variant, entry->m, serving);
   }
 }
 
 volt8_status volt8_dispatch_plan_choose(const volt8_dispatch_plan *plan, int32_t num_tokens, int32_t top_k,
                                         volt8_variant_choice *out_choice, volt8_choice_origin *origins) {
   int32_t c = heuristic_class_of(plan, num_tokens, top_k);
-  snprintf(out_choice->gate_up, sizeof out_choice->gate_up, "%s", plan->names[plan->picks[c][0]]);
-  snprintf(out_choice->down, sizeof out_choice->down, "%s", plan->names[plan->picks[c][1]]);
+  out_choice->gate_up = plan->variants[plan->picks[c][0]];
+  out_choice->down = plan->variants[plan->picks[c][1]];
   volt8_choice_origin chosen_from[2] = {{VOLT8_TUNING_SOURCE_NONE, 0, NULL}, {VOLT8_TUNING_SOURCE_NONE, 0, NULL}};
-  apply_tables(plan, VOLT8_OP_GATE_UP, num_tokens, top_k, out_choice->gate_up, &chosen_from[0]);
-  apply_tables(plan, VOLT8_OP_DOWN, num_tokens, top_k, out_choice->down, &chosen_from[1]);
+  apply_tables(plan, VOLT8_OP_GATE_UP, num_tokens, top_k, &out_choice->gate_up, &chosen_from[0]);
+  apply_tables(plan, VOLT8_OP_DOWN, num_tokens, top_k, &out_choice->down, &chosen_from[1]);
   if (origins) memcpy(origins, chosen_from, sizeof chosen_from);
   return VOLT8_OK;
 }

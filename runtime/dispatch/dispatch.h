@@ -2,13 +2,12 @@
 #ifndef VOLT8_DISPATCH_H
 #define VOLT8_DISPATCH_H
 
+#include "moe/kernels/catalogue.h"
 #include "volt8.h"
 
-#define VOLT8_VARIANT_NAME_BYTES 96
-
 typedef struct volt8_variant_choice {
-  char gate_up[VOLT8_VARIANT_NAME_BYTES];
-  char down[VOLT8_VARIANT_NAME_BYTES];
+  volt8_variant gate_up;
+  volt8_variant down;
 } volt8_variant_choice;
 
 /* Where one op's pick came from. */

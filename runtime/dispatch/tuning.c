@@ -212,11 +212,11 @@ static volt8_status parse_entry(volt8_ctx *ctx, const cJSON *item, const char *o
                       "tuning table %s: M=%s must be a variant name or an object with a \"variant\" string", origin,
                       item->string);
   const char *variant = name->valuestring;
-  size_t op_length = strlen(op_name);
+  volt8_op named_op;
   if (strlen(variant) >= VOLT8_VARIANT_NAME_BYTES || !is_variant_text(variant))
     return volt8_fail(ctx, VOLT8_ERR_FORMAT, "tuning table %s: M=%s names \"%.120s\", which is not a variant name",
                       origin, item->string, variant);
-  if (strncmp(variant, op_name, op_length) != 0 || variant[op_length] != '.')
+  if (!volt8_variant_name_op(variant, &named_op) || strcmp(volt8_tuning_op_name(named_op), op_name) != 0)
     return volt8_fail(ctx, VOLT8_ERR_FORMAT, "tuning table %s: M=%s names %s, which is not a %s variant", origin,
                       item->string, variant, op_name);
   snprintf(entry->variant, sizeof entry->variant, "%s", variant);
@@ -260,7 +260,7 @@ volt8_status volt8_tuning_table_parse(volt8_ctx *ctx, const char *text, size_t l
   return status;
 }
 
-const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_table *table, const uint8_t *usable,
+const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_table *table, const int32_t *usable,
                                                            int32_t num_tokens, int32_t top_k) {
   if (!table || table->count == 0) return NULL;
   /* Distances in routed pairs when the table was measured at another top_k, in tokens otherwise. */
@@ -269,7 +269,7 @@ const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_ta
   const volt8_tuning_entry *best = NULL;
   int64_t best_distance = 0;
   for (int32_t i = 0; i < table->count; i++) {
-    if (usable && !usable[i]) continue;
+    if (usable && usable[i] < 0) continue;
     int64_t key = by_pairs ? (int64_t)table->entries[i].m * table->top_k : table->entries[i].m;
     int64_t distance = key > wanted ? key - wanted : wanted - key;
     if (!best || distance < best_distance) { /* ascending M: a tie keeps the smaller */

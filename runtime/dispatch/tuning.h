@@ -31,7 +31,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "jit/codegen.h"
 #include "dispatch/dispatch.h"
 #include "volt8.h"
 
@@ -102,8 +101,8 @@ void volt8_tuning_table_free(volt8_tuning_table *table);
  * top_k and it differs), ties to the smaller M. NULL for an empty table. */
 const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *table, int32_t num_tokens,
                                                      int32_t top_k);
-/* The same among the entries i with usable[i] != 0 (usable NULL: all); NULL when none is. */
-const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_table *table, const uint8_t *usable,
+/* The same among the entries i with usable[i] >= 0 (usable NULL: all); NULL when none is. */
+const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_table *table, const int32_t *usable,
                                                            int32_t num_tokens, int32_t top_k);
 
 /* A table read and parsed once, with where it came from. */

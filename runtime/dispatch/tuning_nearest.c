@@ -12,7 +12,6 @@
 #include "core/work_counts.h"
 #include "moe/kernels/moe_layout.h"
 
-#define EMULATED_MMA_MIN_ARCH 80
 
 typedef struct candidate {
   char name[VOLT8_TUNING_NAME_BYTES];
@@ -25,11 +24,6 @@ typedef struct wanted_table {
   const char *op_name, *device_token;
   int32_t n, k, block_n, block_k, arch;
 } wanted_table;
-
-int volt8_dispatch_family_emulated(int32_t target_arch, const char *variant) {
-  const char *family = variant ? strchr(variant, '.') : NULL;
-  return family && strncmp(family, ".mma.", 5) == 0 && target_arch >= EMULATED_MMA_MIN_ARCH;
-}
 
 /* Fills `out` from a table name that matches `wanted` except in N, K and device; 0 otherwise. */
 static int consider(const char *name, const wanted_table *wanted, candidate *out) {
@@ -109,17 +103,11 @@ static int32_t scaled_tokens(int32_t num_tokens, int32_t top_k, int32_t experts,
   return tokens < 1.0 ? 1 : tokens > VOLT8_TUNING_MAX_M ? VOLT8_TUNING_MAX_M : (int32_t)lround(tokens);
 }
 
-static int listed(char **names, int32_t count, const char *variant) {
-  for (int32_t i = 0; i < count; i++)
-    if (strcmp(names[i], variant) == 0) return 1;
-  return 0;
-}
-
 /* Reads one candidate into out (source NEAREST) and marks the entries ctx's target arch may serve:
- * listed in `names` and of a family it does not emulate. 0 when the table is missing or skipped
- * (with a warning); -1 when out of memory. `scratch` takes the messages of a table that is skipped. */
+ * one of `variants`, of a family it does not emulate. 0 when the table is missing or skipped (with a
+ * warning); -1 when out of memory. `scratch` takes the messages of a table that is skipped. */
 static int read_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *table_file, const char *dir,
-                          const char *op_name, char **names, int32_t count, volt8_nearest_table *out) {
+                          const char *op_name, const volt8_variant *variants, int32_t count, volt8_nearest_table *out) {
   char *origin = out->loaded.origin;
   char *owned = NULL;
   const char *text = NULL;
@@ -138,14 +126,14 @@ static int read_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *t
   if (text && !missing) {
     if (volt8_tuning_table_parse(scratch, text, length, origin, op_name, &out->loaded.table) != VOLT8_OK) {
       volt8_tuning_warn(origin, "%s; it was skipped", scratch->last_error);
-    } else if (!(out->usable = calloc((size_t)out->loaded.table.count, 1))) {
+    } else if (!(out->usable = calloc((size_t)out->loaded.table.count, sizeof *out->usable))) {
       volt8_tuning_table_free(&out->loaded.table);
       read = -1;
     } else {
       out->loaded.source = VOLT8_TUNING_SOURCE_NEAREST;
       for (int32_t i = 0; i < out->loaded.table.count; i++) {
-        const char *variant = out->loaded.table.entries[i].variant;
-        out->usable[i] = !volt8_dispatch_family_emulated(ctx->target_arch, variant) && listed(names, count, variant);
+        int32_t index = volt8_variant_find(variants, count, out->loaded.table.entries[i].variant);
+        out->usable[i] = index >= 0 && !volt8_variant_emulated(&variants[index], ctx->target_arch) ? index : -1;
       }
       read = 1;
     }
@@ -156,7 +144,7 @@ static int read_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *t
 
 static int all_usable(const volt8_nearest_table *table) {
   for (int32_t i = 0; i < table->loaded.table.count; i++)
-    if (!table->usable[i]) return 0;
+    if (table->usable[i] < 0) return 0;
   return 1;
 }
 
@@ -170,9 +158,9 @@ void volt8_tuning_nearest_free(volt8_nearest_tables *tables) {
   memset(tables, 0, sizeof *tables);
 }
 
-volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, char **names,
-                                       int32_t count, volt8_nearest_tables *out) {
-  if (!ctx || !shape || !out || (!names && count > 0))
+volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op,
+                                       const volt8_variant *variants, int32_t count, volt8_nearest_tables *out) {
+  if (!ctx || !shape || !out || (!variants && count > 0))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_tuning_nearest_load: NULL argument");
   memset(out, 0, sizeof *out);
   /* routing density: the model's experts, also on a rank of expert parallelism */
@@ -192,7 +180,8 @@ volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *sh
   if (!out->tables) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table's candidates");
   /* In the candidates' order, up to the first whose every entry may serve: no later one is ever read. */
   for (int32_t i = 0; i < candidates.count && status == VOLT8_OK; i++) {
-    int read = read_candidate(ctx, scratch, &candidates.items[i], dir, wanted.op_name, names, count, &out->tables[out->count]);
+    int read =
+        read_candidate(ctx, scratch, &candidates.items[i], dir, wanted.op_name, variants, count, &out->tables[out->count]);
     if (read < 0) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table");
     if (read > 0 && all_usable(&out->tables[out->count++])) break;
   }
@@ -203,7 +192,7 @@ volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *sh
 }
 
 const volt8_tuning_entry *volt8_tuning_nearest_pick(const volt8_nearest_tables *tables, int32_t num_tokens,
-                                                   int32_t top_k, const char **out_origin) {
+                                                   int32_t top_k, int32_t *out_index, const char **out_origin) {
   if (num_tokens <= 0 || top_k <= 0) return NULL;
   for (int32_t i = 0; i < tables->count; i++) {
     const volt8_nearest_table *candidate = &tables->tables[i];
@@ -211,7 +200,7 @@ const volt8_tuning_entry *volt8_tuning_nearest_pick(const volt8_nearest_tables *
     int32_t table_top_k = table->top_k > 0 ? table->top_k : top_k;
     int32_t tokens = scaled_tokens(num_tokens, top_k, tables->experts, table_top_k, table->num_experts);
     const volt8_tuning_entry *entry = volt8_tuning_table_nearest(table, tokens, table_top_k);
-    if (!candidate->usable[entry - table->entries]) {
+    if (candidate->usable[entry - table->entries] < 0) {
       /* A tile that does not fit here (its shared memory at this K, say) gives way to the same
        * table's entry at the nearest M whose tile fits, within a factor of two of the scaled
        * count; otherwise the next table serves. */
@@ -219,6 +208,7 @@ const volt8_tuning_entry *volt8_tuning_nearest_pick(const volt8_nearest_tables *
       if (entry && ((int64_t)entry->m > 2 * (int64_t)tokens || 2 * (int64_t)entry->m < tokens)) entry = NULL;
     }
     if (entry) {
+      if (out_index) *out_index = candidate->usable[entry - table->entries];
       if (out_origin) *out_origin = candidate->loaded.origin;
       return entry;
     }
@@ -227,15 +217,16 @@ const volt8_tuning_entry *volt8_tuning_nearest_pick(const volt8_nearest_tables *
 }
 
 volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
-                                  int32_t top_k, char **names, int32_t count, volt8_tuning_match *out_match) {
-  if (!ctx || !shape || !out_match || (!names && count > 0))
+                                  int32_t top_k, const volt8_variant *variants, int32_t count,
+                                  volt8_tuning_match *out_match) {
+  if (!ctx || !shape || !out_match || (!variants && count > 0))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_tuning_nearest: NULL argument");
   memset(out_match, 0, sizeof *out_match);
   volt8_nearest_tables tables;
-  volt8_status status = volt8_tuning_nearest_load(ctx, shape, op, names, count, &tables);
+  volt8_status status = volt8_tuning_nearest_load(ctx, shape, op, variants, count, &tables);
   if (status != VOLT8_OK) return status;
   const char *origin = NULL;
-  const volt8_tuning_entry *entry = volt8_tuning_nearest_pick(&tables, num_tokens, top_k, &origin);
+  const volt8_tuning_entry *entry = volt8_tuning_nearest_pick(&tables, num_tokens, top_k, NULL, &origin);
   if (entry) volt8_tuning_match_set(out_match, VOLT8_TUNING_SOURCE_NEAREST, entry, origin);
   volt8_tuning_nearest_free(&tables);
   return VOLT8_OK;

@@ -4,30 +4,27 @@
 #ifndef VOLT8_TUNING_NEAREST_H
 #define VOLT8_TUNING_NEAREST_H
 
-#include "jit/codegen.h"
 #include "dispatch/tuning.h"
 
-/* 1 when ctx's target arch runs `variant`'s family as a software routine (mma.sync.m8n8k4 compiled
- * for sm_80 and later): such a family is never a fallback's choice. */
-int volt8_dispatch_family_emulated(int32_t target_arch, const char *variant);
-
 /* Candidates: every table in $VOLT8_TUNING_DIR and built in whose name has the op, ctx's target
- * arch and the shape's block, however many there are; this device's first, then device=any, then other devices', each
- * group by the distance |ln(N/N')| + |ln(K/K')|. A candidate's entry nearest the scaled token
- * count (num_tokens * top_k / E, in the table's top_k and E from its __metadata__) serves when it is
- * one of `names` and of a family the arch does not emulate; when it is not, the candidate's nearest
- * such entry serves if its M is within a factor of two of the scaled count; else the next candidate
- * is tried. out_match->source = NEAREST when one served, else NONE.
+ * arch and the shape's block, however many there are; this device's first, then device=any, then
+ * other devices', each group by the distance |ln(N/N')| + |ln(K/K')|. A candidate's entry nearest
+ * the scaled token count (num_tokens * top_k / E, in the table's top_k and E from its __metadata__)
+ * serves when it is one of `variants` (the shape's) and of a family the arch does not emulate; when
+ * it is not, the candidate's nearest such entry serves if its M is within a factor of two of the
+ * scaled count; else the next candidate is tried. out_match->source = NEAREST when one served, else NONE.
  * Unreadable or invalid candidates are skipped with a warning. Errors only for memory. */
 volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
-                                  int32_t top_k, char **names, int32_t count, volt8_tuning_match *out_match);
+                                  int32_t top_k, const volt8_variant *variants, int32_t count,
+                                  volt8_tuning_match *out_match);
 
 /* The same in two steps, so that the tables are read once and any token count is then served without
  * reading a file: the candidates read in their order, up to the first whose every entry may serve
  * (no later one could ever serve), each with the entries ctx's target arch may serve marked. */
 typedef struct volt8_nearest_table {
   volt8_tuning_loaded loaded; /* source NEAREST */
-  uint8_t *usable;            /* per entry: one of `names`, of a family the arch does not emulate */
+  int32_t *usable;            /* per entry: its index in `variants`, -1 when it is none of them or of a
+                               * family the arch emulates */
 } volt8_nearest_table;
 
 typedef struct volt8_nearest_tables {
@@ -36,12 +33,12 @@ typedef struct volt8_nearest_tables {
   int32_t experts;             /* the model's experts, which routing density is measured in */
 } volt8_nearest_tables;
 
-volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, char **names,
-                                       int32_t count, volt8_nearest_tables *out);
-/* The entry that serves num_tokens at top_k, and its table in *out_origin (may be NULL); NULL when no
- * table serves. Reads no file. */
+volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op,
+                                       const volt8_variant *variants, int32_t count, volt8_nearest_tables *out);
+/* The entry that serves num_tokens at top_k, its index in the variants (may be NULL) and its table in
+ * *out_origin (may be NULL); NULL when no table serves. Reads no file. */
 const volt8_tuning_entry *volt8_tuning_nearest_pick(const volt8_nearest_tables *tables, int32_t num_tokens,
-                                                   int32_t top_k, const char **out_origin);
+                                                   int32_t top_k, int32_t *out_index, const char **out_origin);
 void volt8_tuning_nearest_free(volt8_nearest_tables *tables);
 
 #endif

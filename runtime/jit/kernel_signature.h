@@ -1,6 +1,6 @@
 /* A generated kernel's parameter list as its launcher declares it: each kernel's list is written
  * once, as P(launcher's C type, template type, name) entries, from which both the launcher's argument
- * struct and the table a test compares with the template are made (moe/kernel_params.h,
+ * struct and the table a test compares with the template are made (moe/kernels/kernel_params.h,
  * sampler/sampler_params.h; tests/test_kernel_params.c). */
 #ifndef VOLT8_KERNEL_SIGNATURE_H
 #define VOLT8_KERNEL_SIGNATURE_H

@@ -1,14 +1,13 @@
 /* Resident experts: one device allocation per rank, the workspace, and the forward launches. */
 #define VOLT8_EXPERIMENTAL_API 1 /* defines volt8_experts_set_variants */
-#include "jit/codegen.h"
 #include "core/ctx_internal.h"
 #include "dispatch/dispatch.h"
 #include "moe/experts_internal.h"
 #include "moe/forward_plan.h"
 #include "jit/kernel_load.h"
 #include "moe/moe_args.h"
-#include "moe/kernel_params.h"
-#include "moe/kernels/single.h"
+#include "moe/kernels/catalogue.h"
+#include "moe/kernels/kernel_params.h"
 #include "moe/kernels/moe_layout.h"
 
 #include <stdlib.h>
@@ -17,12 +16,10 @@
 
 
 typedef struct loaded_kernel {
-  char variant[VOLT8_VARIANT_NAME_BYTES];
+  volt8_variant variant;
+  char name[VOLT8_VARIANT_NAME_BYTES]; /* what a failed launch's message names */
   CUmodule module;
   CUfunction function;
-  int32_t block_m, block_n, threads;
-  volt8_family family;
-  int32_t fused_reduce; /* a down that forms out itself (no reduce launch) */
 } loaded_kernel;
 
 struct volt8_experts {
@@ -208,14 +205,19 @@ volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate
   return volt8_forward_plan_pin(&experts->plan, gate_up_variant, down_variant);
 }
 
-static const loaded_kernel *find_kernel(const volt8_experts *experts, const char *variant) {
+static const loaded_kernel *find_kernel(const volt8_experts *experts, const volt8_variant *variant) {
   for (int32_t i = 0; i < experts->kernel_count; i++)
-    if (strcmp(experts->kernels[i].variant, variant) == 0) return &experts->kernels[i];
+    if (volt8_variant_equal(&experts->kernels[i].variant, variant)) return &experts->kernels[i];
   return NULL;
 }
 
+/* The support kernels as variants. */
+static const volt8_variant ROUTE = {.kind = VOLT8_KIND_ROUTE, .op = VOLT8_OP_ROUTE};
+static const volt8_variant REDUCE = {.kind = VOLT8_KIND_REDUCE, .op = VOLT8_OP_REDUCE};
+static const volt8_variant SINGLE = {.kind = VOLT8_KIND_SINGLE, .op = VOLT8_OP_SINGLE};
+
 /* Generates one variant and loads it (volt8_kernel_load); refuses while capturing. */
-static volt8_status get_kernel(volt8_experts *experts, const char *variant, int capturing, volt8_op expected_op,
+static volt8_status get_kernel(volt8_experts *experts, const volt8_variant *variant, int capturing,
                                const loaded_kernel **out_kernel) {
   volt8_ctx *ctx = experts->ctx;
   const loaded_kernel *found = find_kernel(experts, variant);
@@ -223,30 +225,23 @@ static volt8_status get_kernel(volt8_experts *experts, const char *variant, int 
     *out_kernel = found;
     return VOLT8_OK;
   }
-  volt8_status allowed = volt8_capture_allows_load(ctx, capturing, 0, variant);
+  char name[VOLT8_VARIANT_NAME_BYTES];
+  volt8_variant_format(variant, name, sizeof name);
+  volt8_status allowed = volt8_capture_allows_load(ctx, capturing, 0, name);
   if (allowed != VOLT8_OK) return allowed;
   if (experts->kernel_count == VOLT8_MAX_LOADED_KERNELS)
     return volt8_fail(ctx, VOLT8_ERR_INTERNAL, "more than %d kernel variants loaded for one experts handle",
                       VOLT8_MAX_LOADED_KERNELS);
   volt8_kernel_source source = {0};
-  volt8_status status = volt8_codegen_emit(ctx, &experts->shape, variant, &source);
+  volt8_status status = volt8_catalogue_emit(ctx, &experts->shape, ctx->target_arch, variant, &source);
   if (status != VOLT8_OK) return status;
-  if (source.op != expected_op) {
-    volt8_kernel_source_free(&source);
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "variant %s is not a %s kernel", variant,
-                      expected_op == VOLT8_OP_GATE_UP ? "gate_up" : expected_op == VOLT8_OP_DOWN ? "down" : "support");
-  }
   loaded_kernel *slot = &experts->kernels[experts->kernel_count];
   const char *const entries[1] = {source.entry};
   volt8_kernel_load_request request = {source.entry, source.source, ctx->target_arch, VOLT8_IMAGE_PTX, 0, entries, 1, NULL};
   status = volt8_kernel_load(ctx, &request, &slot->module, &slot->function, NULL);
   if (status == VOLT8_OK) {
-    snprintf(slot->variant, sizeof slot->variant, "%s", variant);
-    slot->block_m = source.block_m;
-    slot->block_n = source.block_n;
-    slot->threads = source.threads;
-    slot->family = source.family;
-    slot->fused_reduce = source.fused_reduce;
+    slot->variant = *variant;
+    snprintf(slot->name, sizeof slot->name, "%s", name);
     experts->kernel_count++;
     *out_kernel = slot;
   }
@@ -286,24 +281,26 @@ volt8_status volt8_experts_bad_id_count(volt8_experts *experts, int32_t *out_cou
 }
 
 /* early: the kernel follows another of the same forward and may start before that one ends
- * (programmatic dependent launch, where ctx->early_launch); it waits for it itself. */
-static volt8_status launch(volt8_ctx *ctx, const loaded_kernel *kernel, unsigned grid_x, unsigned grid_y, CUstream stream,
-                           void **params, int early) {
+ * (programmatic dependent launch, where ctx->early_launch); it waits for it itself. Its grid and block
+ * are its kind's (moe/kernels/). */
+static volt8_status launch(volt8_experts *experts, const loaded_kernel *kernel, const volt8_launch_counts *counts,
+                           CUstream stream, void **params, int early) {
+  volt8_ctx *ctx = experts->ctx;
+  volt8_launch_size size = volt8_variant_launch_size(&kernel->variant, &experts->shape, counts);
   if (early && ctx->early_launch)
     return cuda_check(ctx,
-                      volt8_cuda_launch_early(ctx->cuda, kernel->function, grid_x, grid_y, (unsigned)kernel->threads,
-                                              stream, params),
-                      kernel->variant);
-  return cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernel->function, grid_x, grid_y, 1, (unsigned)kernel->threads, 1, 1,
-                                                   0, stream, params, NULL),
-                    kernel->variant);
+                      volt8_cuda_launch_early(ctx->cuda, kernel->function, size.grid_x, size.grid_y, size.threads, stream,
+                                              params),
+                      kernel->name);
+  return cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernel->function, size.grid_x, size.grid_y, 1, size.threads, 1, 1, 0,
+                                                   stream, params, NULL),
+                    kernel->name);
 }
 
-/* gate_up items (VOLT8_SINGLE_GATE_COLUMNS columns of h) then down items (VOLT8_SINGLE_DOWN_COLUMNS
- * of z) of every pair, taken in turn by as many CTAs as fit the SMs (or one CTA an item). */
-static volt8_status launch_single(volt8_experts *experts, const volt8_moe_args *args, int capturing, CUstream stream) {
+static volt8_status launch_single(volt8_experts *experts, const volt8_moe_args *args, const volt8_launch_counts *counts,
+                                  int capturing, CUstream stream) {
   const loaded_kernel *single;
-  volt8_status status = get_kernel(experts, "single", capturing, VOLT8_OP_SINGLE, &single);
+  volt8_status status = get_kernel(experts, &SINGLE, capturing, &single);
   if (status != VOLT8_OK) return status;
   volt8_single_args single_args = {
       .x = (CUdeviceptr)args->x, .w13 = experts->w13, .s13 = experts->s13, .w2 = experts->w2, .s2 = experts->s2,
@@ -312,37 +309,32 @@ static volt8_status launch_single(volt8_experts *experts, const volt8_moe_args *
       .out = (CUdeviceptr)args->out, .counters = experts->counters, .arrivals = experts->arrivals,
       .flags = experts->flags};
   void *params[VOLT8_MAX_KERNEL_PARAMS];
-  volt8_kernel_params_fill(&volt8_single_signature, &single_args, params);
-  unsigned gate_tiles = (unsigned)(experts->shape.intermediate + VOLT8_SINGLE_GATE_COLUMNS - 1) / VOLT8_SINGLE_GATE_COLUMNS;
-  unsigned down_tiles = (unsigned)(experts->shape.hidden + VOLT8_SINGLE_DOWN_COLUMNS - 1) / VOLT8_SINGLE_DOWN_COLUMNS;
-  unsigned items = (unsigned)(args->num_tokens * args->top_k) * (gate_tiles + down_tiles);
-  unsigned ctas = (unsigned)experts->ctx->single_ctas_per_sm * (unsigned)experts->ctx->sm_count;
-  return launch(experts->ctx, single, ctas > 0 && ctas < items ? ctas : items, 1, stream, params, 0);
+  volt8_kernel_params_fill(volt8_variant_signature(&single->variant), &single_args, params);
+  return launch(experts, single, counts, stream, params, 0);
 }
 
 /* Rows (blockIdx.y values) each launch of `kernel` takes: block_m 1 GEMMs take whole tokens' pairs,
  * so that a launch's pointers can start at its first token; the token down takes tokens. */
 static int rows_per_launch(const loaded_kernel *kernel, int top_k) {
-  if (kernel->family == VOLT8_FAMILY_TOKEN || kernel->block_m != 1) return VOLT8_LAUNCH_ROWS;
+  if (kernel->variant.kind == VOLT8_KIND_DOWN_TOK || kernel->variant.block_m != 1) return VOLT8_LAUNCH_ROWS;
   return VOLT8_LAUNCH_ROWS / top_k * top_k;
 }
 
 static int down_launches(const loaded_kernel *down, int num_tokens, int top_k) {
   int rows = rows_per_launch(down, top_k);
-  int total = down->family == VOLT8_FAMILY_TOKEN ? num_tokens : num_tokens * top_k;
+  int total = down->variant.kind == VOLT8_KIND_DOWN_TOK ? num_tokens : num_tokens * top_k;
   return (total + rows - 1) / rows;
 }
 
 /* gate_up over num_pairs pairs, in launches of rows_per_launch rows (moe_layout.h). */
 static volt8_status launch_gate_up(volt8_experts *experts, const loaded_kernel *kernel, const volt8_gate_up_args *args,
-                                   CUstream stream) {
-  unsigned columns = (unsigned)((experts->shape.intermediate + kernel->block_n - 1) / kernel->block_n);
+                                   const volt8_launch_counts *counts, CUstream stream) {
   int top_k = args->top_k, rows = rows_per_launch(kernel, top_k);
   volt8_status status = VOLT8_OK;
   for (int first = 0, index = 0; first < args->num_pairs && status == VOLT8_OK; first += rows, index++) {
     volt8_gate_up_args part = *args;
     int count = args->num_pairs - first < rows ? args->num_pairs - first : rows;
-    if (kernel->block_m == 1) {
+    if (kernel->variant.block_m == 1) {
       part.activations += (CUdeviceptr)(first / top_k) * (CUdeviceptr)experts->shape.hidden * 2;
       part.topk_ids += (CUdeviceptr)first * 4;
       part.out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.intermediate * 2;
@@ -351,9 +343,11 @@ static volt8_status launch_gate_up(volt8_experts *experts, const loaded_kernel *
       part.items += (CUdeviceptr)first * 16;
       part.counters += (CUdeviceptr)index * 16;
     }
+    volt8_launch_counts part_counts = *counts;
+    part_counts.num_pairs = count;
     void *params[VOLT8_MAX_KERNEL_PARAMS];
-    volt8_kernel_params_fill(&volt8_gate_up_signature, &part, params);
-    status = launch(experts->ctx, kernel, columns, (unsigned)count, stream, params, 0);
+    volt8_kernel_params_fill(volt8_variant_signature(&kernel->variant), &part, params);
+    status = launch(experts, kernel, &part_counts, stream, params, 0);
   }
   return status;
 }
@@ -362,15 +356,15 @@ static volt8_status launch_gate_up(volt8_experts *experts, const loaded_kernel *
  * down that fuses the reduce and takes several launches stores its bad-id counts in the spare
  * counters (the route counts them). */
 static volt8_status launch_down(volt8_experts *experts, const loaded_kernel *kernel, const volt8_down_args *args,
-                                int early, CUstream stream) {
-  unsigned columns = (unsigned)((experts->shape.hidden + kernel->block_n - 1) / kernel->block_n);
+                                const volt8_launch_counts *counts, int early, CUstream stream) {
+  unsigned columns = (unsigned)((experts->shape.hidden + kernel->variant.block_n - 1) / kernel->variant.block_n);
   int top_k = args->top_k, rows = rows_per_launch(kernel, top_k);
   int parts = (args->num_pairs + rows - 1) / rows;
   volt8_status status = VOLT8_OK;
   for (int first = 0, index = 0; first < args->num_pairs && status == VOLT8_OK; first += rows, index++) {
     volt8_down_args part = *args;
     int count = args->num_pairs - first < rows ? args->num_pairs - first : rows;
-    if (kernel->block_m == 1) {
+    if (kernel->variant.block_m == 1) {
       CUdeviceptr token = (CUdeviceptr)(first / top_k);
       part.activations += (CUdeviceptr)first * (CUdeviceptr)experts->shape.intermediate * 2;
       part.topk_weights += (CUdeviceptr)first * 4;
@@ -379,14 +373,16 @@ static volt8_status launch_down(volt8_experts *experts, const loaded_kernel *ker
       part.num_pairs = count;
       part.reduced += token * (CUdeviceptr)experts->shape.hidden * 2;
       part.arrivals += token * columns * 4;
-      if (parts > 1 && kernel->fused_reduce) part.counters = experts->spare_counters;
+      if (parts > 1 && kernel->variant.fused_reduce) part.counters = experts->spare_counters;
     } else {
       part.items += (CUdeviceptr)first * 16;
       part.counters += (CUdeviceptr)index * 16;
     }
+    volt8_launch_counts part_counts = *counts;
+    part_counts.num_pairs = count;
     void *params[VOLT8_MAX_KERNEL_PARAMS];
-    volt8_kernel_params_fill(kernel->fused_reduce ? &volt8_down_fused_signature : &volt8_down_signature, &part, params);
-    status = launch(experts->ctx, kernel, columns, (unsigned)count, stream, params, early);
+    volt8_kernel_params_fill(volt8_variant_signature(&kernel->variant), &part, params);
+    status = launch(experts, kernel, &part_counts, stream, params, early);
   }
   return status;
 }
@@ -394,8 +390,8 @@ static volt8_status launch_down(volt8_experts *experts, const loaded_kernel *ker
 /* The token down over num_tokens tokens, in launches of rows_per_launch tokens; with several, its
  * bad-id counts go to the spare counters (the route counts them). */
 static volt8_status launch_down_token(volt8_experts *experts, const loaded_kernel *kernel,
-                                      const volt8_down_token_args *args, int early, CUstream stream) {
-  unsigned columns = (unsigned)((experts->shape.hidden + kernel->block_n - 1) / kernel->block_n);
+                                      const volt8_down_token_args *args, const volt8_launch_counts *counts, int early,
+                                      CUstream stream) {
   int top_k = args->top_k, rows = rows_per_launch(kernel, top_k);
   int parts = (args->num_tokens + rows - 1) / rows;
   volt8_status status = VOLT8_OK;
@@ -409,11 +405,75 @@ static volt8_status launch_down_token(volt8_experts *experts, const loaded_kerne
     part.out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.hidden * 2;
     part.num_tokens = count;
     if (parts > 1) part.counters = experts->spare_counters;
+    volt8_launch_counts part_counts = *counts;
+    part_counts.num_tokens = count;
     void *params[VOLT8_MAX_KERNEL_PARAMS];
-    volt8_kernel_params_fill(&volt8_down_token_signature, &part, params);
-    status = launch(experts->ctx, kernel, columns, (unsigned)count, stream, params, early);
+    volt8_kernel_params_fill(volt8_variant_signature(&kernel->variant), &part, params);
+    status = launch(experts, kernel, &part_counts, stream, params, early);
   }
   return status;
+}
+
+/* The kernels of a forward that is not one launch: route (when a GEMM is routed, or a down that
+ * counts bad ids is cut into launches), gate_up, down, and the reduce (unless the down forms out
+ * itself). */
+static volt8_status launch_kernels(volt8_experts *experts, const volt8_moe_args *args, const volt8_forward_kernels *runs,
+                                   const volt8_launch_counts *counts, int capturing, CUstream stream) {
+  const loaded_kernel *route, *gate_up, *down, *reduce;
+  volt8_status status;
+  if ((status = get_kernel(experts, &ROUTE, capturing, &route)) != VOLT8_OK ||
+      (status = get_kernel(experts, &runs->choice.gate_up, capturing, &gate_up)) != VOLT8_OK ||
+      (status = get_kernel(experts, &runs->choice.down, capturing, &down)) != VOLT8_OK ||
+      (status = get_kernel(experts, &REDUCE, capturing, &reduce)) != VOLT8_OK)
+    return status;
+  int num_pairs = counts->num_pairs, num_tokens = args->num_tokens, top_k = args->top_k;
+  /* A token-fused down reads its pairs from topk_ids and does the reduce's work itself. */
+  int token_down = down->variant.kind == VOLT8_KIND_DOWN_TOK;
+  CUdeviceptr x = (CUdeviceptr)args->x, ids = (CUdeviceptr)args->topk_ids;
+  CUdeviceptr weights = (CUdeviceptr)args->topk_weights, out = (CUdeviceptr)args->out;
+  /* The route writes the zeros of tokens with no live id only for a down that fuses the reduce. */
+  CUdeviceptr route_out = down->variant.fused_reduce ? out : 0;
+  volt8_route_args route_args = {
+      .topk_ids = ids, .num_pairs = num_pairs, .bm_gate_up = gate_up->variant.block_m,
+      .bm_down = down->variant.block_m, .sorted_pairs = experts->sorted_pairs, .items_gate_up = experts->items_gate_up,
+      .items_down = experts->items_down, .counters = experts->counters, .gate_up_weights = experts->w13,
+      .warm_bytes = experts->ctx->l2_warm_bytes, .top_k = top_k, .out = route_out};
+  volt8_gate_up_args gate_up_args = {
+      .activations = x, .weights = experts->w13, .scales = experts->s13, .sorted_pairs = experts->sorted_pairs,
+      .items = experts->items_gate_up, .counters = experts->counters, .top_k = top_k, .out = experts->h,
+      .topk_ids = ids, .num_pairs = num_pairs};
+  volt8_down_args down_args = {
+      .activations = experts->h, .weights = experts->w2, .scales = experts->s2, .sorted_pairs = experts->sorted_pairs,
+      .items = experts->items_down, .counters = experts->counters, .topk_weights = weights, .out = experts->z,
+      .topk_ids = ids, .num_pairs = num_pairs, .top_k = top_k, .reduced = out, .arrivals = experts->arrivals};
+  volt8_down_token_args down_token_args = {
+      .h = experts->h, .weights = experts->w2, .scales = experts->s2, .topk_weights = weights, .topk_ids = ids,
+      .num_tokens = num_tokens, .top_k = top_k, .out = out, .counters = experts->counters};
+  volt8_reduce_args reduce_args = {.z = experts->z, .topk_ids = ids, .num_tokens = num_tokens, .top_k = top_k,
+                                   .out = out, .counters = experts->counters};
+  void *route_params[VOLT8_MAX_KERNEL_PARAMS], *reduce_params[VOLT8_MAX_KERNEL_PARAMS];
+  volt8_kernel_params_fill(volt8_variant_signature(&route->variant), &route_args, route_params);
+  volt8_kernel_params_fill(volt8_variant_signature(&reduce->variant), &reduce_args, reduce_params);
+  /* block_m == 1 kernels take their pair from topk_ids directly; the reduce (or the down that forms
+   * out) counts bad ids. A fused down cut into several launches cannot count them all, so the route
+   * does (moe_layout.h). */
+  int down_counts_in_parts = (token_down || (down->variant.fused_reduce && down->variant.block_m == 1)) &&
+                             down_launches(down, num_tokens, top_k) > 1;
+  int needs_route = gate_up->variant.block_m != 1 || down->variant.block_m != 1 || down_counts_in_parts;
+  /* The forward's first kernel waits for the caller's work as usual. Without a route pass (few
+   * tokens, where launch latency is most of the time) down and the reduce may start early; in a
+   * routed forward only an hmma down does (templates/moe_gemm_hmma.cu: it reads the route's items,
+   * written before its gate_up started, and requests its first weights while gate_up finishes), and
+   * the other routed kernels run one after the other and carry no waits (templates/moe_common.cu). */
+  int early = !needs_route;
+  int early_down = early || down->variant.kind == VOLT8_KIND_GEMM_HMMA;
+  if ((needs_route && (status = launch(experts, route, counts, stream, route_params, 0)) != VOLT8_OK) ||
+      (status = launch_gate_up(experts, gate_up, &gate_up_args, counts, stream)) != VOLT8_OK)
+    return status;
+  if (token_down) return launch_down_token(experts, down, &down_token_args, counts, early, stream);
+  if ((status = launch_down(experts, down, &down_args, counts, early_down, stream)) != VOLT8_OK) return status;
+  if (down->variant.fused_reduce) return VOLT8_OK; /* its CTAs formed out themselves */
+  return launch(experts, reduce, counts, stream, reduce_params, early);
 }
 
 volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *args, void *stream) {
@@ -433,75 +493,15 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
       return volt8_fail(ctx, VOLT8_ERR_CAPTURE, "volt8_moe_forward: check_ids synchronises and cannot run while capturing");
     if ((status = check_ids_on_host(experts, args, cu_stream)) != VOLT8_OK) return status;
   }
-
   volt8_forward_kernels runs;
   status = volt8_forward_plan_choose(&experts->plan, args->num_tokens, args->top_k, &runs);
   if (status != VOLT8_OK) return status;
-  if (runs.single) return launch_single(experts, args, capturing, cu_stream);
-  const loaded_kernel *route, *gate_up, *down, *reduce;
-  if ((status = get_kernel(experts, "route", capturing, VOLT8_OP_ROUTE, &route)) != VOLT8_OK ||
-      (status = get_kernel(experts, runs.choice.gate_up, capturing, VOLT8_OP_GATE_UP, &gate_up)) != VOLT8_OK ||
-      (status = get_kernel(experts, runs.choice.down, capturing, VOLT8_OP_DOWN, &down)) != VOLT8_OK ||
-      (status = get_kernel(experts, "reduce", capturing, VOLT8_OP_REDUCE, &reduce)) != VOLT8_OK)
-    return status;
-
-  int num_pairs = args->num_tokens * args->top_k;
-  int num_tokens = args->num_tokens, top_k = args->top_k;
-  /* A token-fused down reads its pairs from topk_ids and does the reduce's work itself. */
-  int fused_down = down->family == VOLT8_FAMILY_TOKEN;
-  int bm_gate_up = gate_up->block_m, bm_down = fused_down ? 1 : down->block_m;
-  CUdeviceptr x = (CUdeviceptr)args->x, ids = (CUdeviceptr)args->topk_ids;
-  CUdeviceptr weights = (CUdeviceptr)args->topk_weights, out = (CUdeviceptr)args->out;
   /* CTAs past the route's first warm L2 with the first experts' gate_up weights (moe_route.cu). */
-  long long warm_bytes = ctx->l2_warm_bytes;
-  unsigned warm_ctas = warm_bytes > 0 && ctx->sm_count > 1 ? (unsigned)ctx->sm_count / 2 : 0;
-  /* The route writes the zeros of tokens with no live id only for a down that fuses the reduce. */
-  CUdeviceptr route_out = down->fused_reduce ? out : 0;
-  volt8_route_args route_args = {
-      .topk_ids = ids, .num_pairs = num_pairs, .bm_gate_up = bm_gate_up, .bm_down = bm_down,
-      .sorted_pairs = experts->sorted_pairs, .items_gate_up = experts->items_gate_up,
-      .items_down = experts->items_down, .counters = experts->counters, .gate_up_weights = experts->w13,
-      .warm_bytes = warm_bytes, .top_k = top_k, .out = route_out};
-  volt8_gate_up_args gate_up_args = {
-      .activations = x, .weights = experts->w13, .scales = experts->s13, .sorted_pairs = experts->sorted_pairs,
-      .items = experts->items_gate_up, .counters = experts->counters, .top_k = top_k, .out = experts->h,
-      .topk_ids = ids, .num_pairs = num_pairs};
-  volt8_down_args down_args = {
-      .activations = experts->h, .weights = experts->w2, .scales = experts->s2, .sorted_pairs = experts->sorted_pairs,
-      .items = experts->items_down, .counters = experts->counters, .topk_weights = weights, .out = experts->z,
-      .topk_ids = ids, .num_pairs = num_pairs, .top_k = top_k, .reduced = out, .arrivals = experts->arrivals};
-  volt8_down_token_args down_token_args = {
-      .h = experts->h, .weights = experts->w2, .scales = experts->s2, .topk_weights = weights, .topk_ids = ids,
-      .num_tokens = num_tokens, .top_k = top_k, .out = out, .counters = experts->counters};
-  volt8_reduce_args reduce_args = {.z = experts->z, .topk_ids = ids, .num_tokens = num_tokens, .top_k = top_k,
-                                   .out = out, .counters = experts->counters};
-  void *route_params[VOLT8_MAX_KERNEL_PARAMS], *reduce_params[VOLT8_MAX_KERNEL_PARAMS];
-  volt8_kernel_params_fill(&volt8_route_signature, &route_args, route_params);
-  volt8_kernel_params_fill(&volt8_reduce_signature, &reduce_args, reduce_params);
-  unsigned hidden = (unsigned)experts->shape.hidden;
-  unsigned reduce_columns = (unsigned)reduce->threads * 4;
-  /* block_m == 1 kernels take their pair from topk_ids directly; the reduce (or the fused down)
-   * counts bad ids. A fused down cut into several launches cannot count them all, so the route
-   * does (moe_layout.h). */
-  int down_counts_in_parts =
-      (fused_down || (down->fused_reduce && down->block_m == 1)) && down_launches(down, num_tokens, top_k) > 1;
-  int needs_route = bm_gate_up != 1 || bm_down != 1 || down_counts_in_parts;
-  /* The forward's first kernel waits for the caller's work as usual. Without a route pass (few
-   * tokens, where launch latency is most of the time) down and the reduce may start early; in a
-   * routed forward only an hmma down does, and the other routed kernels run one after the other
-   * and carry no waits (templates/moe_common.cu). */
-  int early = !needs_route;
-  if ((needs_route && (status = launch(ctx, route, 1 + warm_ctas, 1, cu_stream, route_params, 0)) != VOLT8_OK) ||
-      (status = launch_gate_up(experts, gate_up, &gate_up_args, cu_stream)) != VOLT8_OK)
-    return status;
-  if (fused_down) return launch_down_token(experts, down, &down_token_args, early, cu_stream);
-  /* A routed hmma down may start early too (templates/moe_gemm_hmma.cu): it reads the route's items,
-   * written before its gate_up started, and requests its first weights while gate_up finishes. */
-  int early_down = early || down->family == VOLT8_FAMILY_HMMA16816;
-  if ((status = launch_down(experts, down, &down_args, early_down, cu_stream)) != VOLT8_OK) return status;
-  if (down->fused_reduce) return VOLT8_OK; /* its CTAs formed out themselves */
-  unsigned reduce_rows = num_tokens < VOLT8_LAUNCH_ROWS ? (unsigned)num_tokens : VOLT8_LAUNCH_ROWS;
-  return launch(ctx, reduce, (hidden + reduce_columns - 1) / reduce_columns, reduce_rows, cu_stream, reduce_params, early);
+  int32_t warm_ctas = ctx->l2_warm_bytes > 0 && ctx->sm_count > 1 ? ctx->sm_count / 2 : 0;
+  volt8_launch_counts counts = {args->num_tokens, args->num_tokens * args->top_k, warm_ctas, ctx->sm_count,
+                                ctx->single_ctas_per_sm};
+  if (runs.single) return launch_single(experts, args, &counts, capturing, cu_stream);
+  return launch_kernels(experts, args, &runs, &counts, capturing, cu_stream);
 }
 
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream) {
@@ -567,18 +567,17 @@ volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_valu
   }
   const loaded_kernel *kernel;
   if ((status = volt8_forward_plan_read(&experts->plan)) != VOLT8_OK ||
-      (status = get_kernel(experts, "route", 0, VOLT8_OP_ROUTE, &kernel)) != VOLT8_OK ||
-      (status = get_kernel(experts, "reduce", 0, VOLT8_OP_REDUCE, &kernel)) != VOLT8_OK)
+      (status = get_kernel(experts, &ROUTE, 0, &kernel)) != VOLT8_OK ||
+      (status = get_kernel(experts, &REDUCE, 0, &kernel)) != VOLT8_OK)
     return status;
   for (int32_t i = 0; i < count; i++) {
     for (int32_t top_k = 1; top_k <= experts->max_top_k; top_k++) {
       volt8_forward_kernels runs;
       if ((status = volt8_forward_plan_choose(&experts->plan, m_values[i], top_k, &runs)) != VOLT8_OK) return status;
-      if ((status = get_kernel(experts, runs.choice.gate_up, 0, VOLT8_OP_GATE_UP, &kernel)) != VOLT8_OK ||
-          (status = get_kernel(experts, runs.choice.down, 0, VOLT8_OP_DOWN, &kernel)) != VOLT8_OK)
+      if ((status = get_kernel(experts, &runs.choice.gate_up, 0, &kernel)) != VOLT8_OK ||
+          (status = get_kernel(experts, &runs.choice.down, 0, &kernel)) != VOLT8_OK)
         return status;
-      if (runs.single && (status = get_kernel(experts, "single", 0, VOLT8_OP_SINGLE, &kernel)) != VOLT8_OK)
-        return status;
+      if (runs.single && (status = get_kernel(experts, &SINGLE, 0, &kernel)) != VOLT8_OK) return status;
     }
   }
   return VOLT8_OK;

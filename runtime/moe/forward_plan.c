@@ -6,7 +6,6 @@
 
 #include "core/ctx_internal.h"
 #include "dispatch/tuning.h"
-#include "jit/codegen.h"
 #include "moe/experts_internal.h"
 #include "moe/kernels/single.h"
 #include "moe/kernels/moe_layout.h"
@@ -24,13 +23,19 @@ void volt8_forward_plan_release(volt8_forward_plan *plan) {
 
 volt8_status volt8_forward_plan_pin(volt8_forward_plan *plan, const char *gate_up, const char *down) {
   const char *names[2] = {gate_up, down};
-  char *targets[2] = {plan->pinned_gate_up, plan->pinned_down};
-  for (int i = 0; i < 2; i++) {
-    if (names[i] && strlen(names[i]) >= VOLT8_VARIANT_NAME_BYTES)
-      return volt8_fail(plan->ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_set_variants: name \"%s\" is too long",
-                        names[i]);
+  volt8_variant variants[2];
+  for (int op = 0; op < 2; op++) {
+    if (!names[op]) continue;
+    if (!volt8_variant_parse(names[op], &variants[op]))
+      return volt8_fail(plan->ctx, VOLT8_ERR_NOT_FOUND, "volt8_experts_set_variants: unknown variant '%.120s'", names[op]);
+    if (variants[op].op != (volt8_op)op)
+      return volt8_fail(plan->ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_set_variants: %s is not a %s variant",
+                        names[op], op == VOLT8_OP_GATE_UP ? "gate_up" : "down");
   }
-  for (int i = 0; i < 2; i++) snprintf(targets[i], VOLT8_VARIANT_NAME_BYTES, "%s", names[i] ? names[i] : "");
+  for (int op = 0; op < 2; op++) {
+    plan->pinned[op] = names[op] != NULL;
+    if (names[op]) plan->pinned_variants[op] = variants[op];
+  }
   return VOLT8_OK;
 }
 
@@ -46,10 +51,11 @@ volt8_status volt8_forward_plan_read(volt8_forward_plan *plan) {
  * which map global ids to the rank's own. */
 int volt8_single_launch_serves(const volt8_ctx *ctx, const volt8_moe_shape *shape, int pinned, int64_t num_pairs,
                                const volt8_variant_choice *choice) {
+  const volt8_variant *gate_up = &choice->gate_up, *down = &choice->down;
+  int cc_items = gate_up->kind == VOLT8_KIND_GEMM_CC && gate_up->block_m == 1 &&
+                 ((down->kind == VOLT8_KIND_GEMM_CC && down->block_m == 1) || down->kind == VOLT8_KIND_DOWN_TOK);
   return ctx->single_launch && !pinned && volt8_moe_global_experts(shape) == shape->num_experts &&
-         num_pairs <= VOLT8_SINGLE_MAX_PAIRS && volt8_single_fits(shape) &&
-         strncmp(choice->gate_up, "gate_up.cc.bm1.", 15) == 0 &&
-         (strncmp(choice->down, "down.cc.bm1.", 12) == 0 || strncmp(choice->down, "down.tok.", 9) == 0);
+         num_pairs <= VOLT8_SINGLE_MAX_PAIRS && volt8_single_fits(shape) && cc_items;
 }
 
 volt8_status volt8_forward_plan_choose(volt8_forward_plan *plan, int32_t num_tokens, int32_t top_k,
@@ -58,13 +64,12 @@ volt8_status volt8_forward_plan_choose(volt8_forward_plan *plan, int32_t num_tok
   if (status != VOLT8_OK) return status;
   status = volt8_dispatch_plan_choose(plan->dispatch, num_tokens, top_k, &out->choice, out->origins);
   if (status != VOLT8_OK) return status;
-  char *chosen[2] = {out->choice.gate_up, out->choice.down};
-  const char *pinned[2] = {plan->pinned_gate_up, plan->pinned_down};
-  out->pinned = pinned[0][0] || pinned[1][0];
-  for (int i = 0; i < 2; i++) {
-    if (!pinned[i][0]) continue;
-    snprintf(chosen[i], VOLT8_VARIANT_NAME_BYTES, "%s", pinned[i]);
-    out->origins[i] = (volt8_choice_origin){VOLT8_ORIGIN_PINNED, 0, NULL};
+  volt8_variant *chosen[2] = {&out->choice.gate_up, &out->choice.down};
+  out->pinned = plan->pinned[0] || plan->pinned[1];
+  for (int op = 0; op < 2; op++) {
+    if (!plan->pinned[op]) continue;
+    *chosen[op] = plan->pinned_variants[op];
+    out->origins[op] = (volt8_choice_origin){VOLT8_ORIGIN_PINNED, 0, NULL};
   }
   out->single = volt8_single_launch_serves(plan->ctx, &plan->shape, out->pinned, (int64_t)num_tokens * top_k,
                                            &out->choice);
@@ -84,8 +89,8 @@ void volt8_forward_info_fill(const volt8_forward_kernels *runs, volt8_forward_in
   volt8_forward_info info = VOLT8_FORWARD_INFO_INIT;
   info.single_launch = runs->single;
   info.pinned = runs->pinned;
-  snprintf(info.gate_up, sizeof info.gate_up, "%s", runs->choice.gate_up);
-  snprintf(info.down, sizeof info.down, "%s", runs->choice.down);
+  volt8_variant_format(&runs->choice.gate_up, info.gate_up, sizeof info.gate_up);
+  volt8_variant_format(&runs->choice.down, info.down, sizeof info.down);
   origin_text(&runs->origins[0], info.gate_up_origin, sizeof info.gate_up_origin);
   origin_text(&runs->origins[1], info.down_origin, sizeof info.down_origin);
   volt8_copy_sized_output(out_info, &info, sizeof info);

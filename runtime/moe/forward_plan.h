@@ -15,9 +15,9 @@
 typedef struct volt8_forward_plan {
   volt8_ctx *ctx;
   volt8_moe_shape shape;
-  volt8_dispatch_plan *dispatch;                /* NULL until read */
-  char pinned_gate_up[VOLT8_VARIANT_NAME_BYTES]; /* "": the dispatch's */
-  char pinned_down[VOLT8_VARIANT_NAME_BYTES];
+  volt8_dispatch_plan *dispatch;  /* NULL until read */
+  int32_t pinned[2];              /* gate_up, down pinned by name */
+  volt8_variant pinned_variants[2];
 } volt8_forward_plan;
 
 /* The origin source of an op pinned by name. */
@@ -33,7 +33,8 @@ typedef struct volt8_forward_kernels {
 /* A plan for shape on ctx; nothing is read yet. */
 void volt8_forward_plan_init(volt8_forward_plan *plan, volt8_ctx *ctx, const volt8_moe_shape *shape);
 void volt8_forward_plan_release(volt8_forward_plan *plan);
-/* Pins gate_up and down by name (NULL: the dispatch's). */
+/* Pins gate_up and down by name (NULL: the dispatch's): VOLT8_ERR_NOT_FOUND naming a name outside
+ * the catalogue, VOLT8_ERR_INVALID_ARGUMENT one of the other op; nothing changes on failure. */
 volt8_status volt8_forward_plan_pin(volt8_forward_plan *plan, const char *gate_up, const char *down);
 /* Reads the variant list and the tables now, unless they were read. */
 volt8_status volt8_forward_plan_read(volt8_forward_plan *plan);

@@ -1,7 +1,7 @@
 /* The speculative-decoding rejection sampler: argument checks, the host sampler, and the GPU
  * launcher with its per-context table of loaded kernels. Both sides follow the shared rules of
  * templates/rejection_rules.cu; the kernels are templates/rejection_sample.cu. */
-#include "jit/codegen.h"
+#include "jit/template.h"
 #include "core/ctx_internal.h"
 #include "jit/kernel_load.h"
 #include "sampler/philox.h"
@@ -224,7 +224,7 @@ static volt8_status generate_source(volt8_ctx *ctx, char **out_source) {
   snprintf(finish_threads, sizeof finish_threads, "%d", FINISH_THREADS);
   const char *const keys[2] = {"ROW_THREADS", "FINISH_THREADS"};
   const char *const values[2] = {row_threads, finish_threads};
-  return volt8_codegen_expand_template(ctx, SAMPLER_TEMPLATE, keys, values, 2, out_source);
+  return volt8_template_expand_text(ctx, SAMPLER_TEMPLATE, NULL, keys, values, 2, out_source);
 }
 
 /* The device facts the launcher needs: its multiprocessor count, and stream-ordered allocation

@@ -20,9 +20,10 @@
 #include "dispatch/dispatch.h"      /* the dispatch policy's choice, which bench reports and the tuner beats */
 #include "dispatch/tuning.h"        /* tuning tables: read, named and written by the tuner */
 #include "dispatch/tuning_nearest.h" /* which families an arch emulates: the tuner never times them */
-#include "jit/codegen.h"            /* variant lists and template expansion */
+#include "jit/template.h"           /* template expansion (the bench support kernels) */
 #include "jit/kernel_load.h"        /* the bench support kernels load like volt8's own */
-#include "jit/kernel_resources.h"   /* registers, spills and occupancy of a variant's CUBIN (list --resources) */
+#include "moe/kernels/catalogue.h"  /* the kernel variants: names, lists, sources, what each launch needs */
+#include "moe/kernels/variant_resources.h" /* registers, spills and occupancy of a variant's CUBIN (list --resources) */
 #include "jit/nvrtc_loader.h"       /* the NVRTC version a tuning run records */
 #include "moe/kernels/moe_layout.h" /* device layout sizes of synthetic problems; the token count's bound */
 #include "tools/token_counts.h"     /* token-count lists of the tools' arguments (list --choice) */

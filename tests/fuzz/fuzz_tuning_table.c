@@ -19,12 +19,12 @@
 
 #include "dispatch/tuning.h"
 #include "dispatch/tuning_nearest.h"
-#include "jit/codegen.h"
+#include "moe/kernels/catalogue.h"
 
 static char tables_dir[1024];
 /* No table is built in for this shape: a lookup is served by the fuzzed file or by nothing. */
 static const volt8_moe_shape shape = {sizeof(volt8_moe_shape), 2560, 48, 64, 128, 128, 0, 0, 0};
-static char **variants;
+static volt8_variant *variants;
 static int32_t variant_count;
 
 #define FAR_TABLES 20
@@ -34,7 +34,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   fuzz_make_dirs("tuning");
   fuzz_path(tables_dir, sizeof tables_dir, "tuning");
   setenv(VOLT8_TUNING_DIR_ENV, tables_dir, 1);
-  fuzz_require(volt8_codegen_list(fuzz_ctx(), &shape, &variants, &variant_count) == VOLT8_OK, "variant list",
+  fuzz_require(volt8_catalogue_list(fuzz_ctx(), &shape, volt8_codegen_arch(fuzz_ctx()), &variants, &variant_count) == VOLT8_OK, "variant list",
                volt8_last_error(fuzz_ctx()));
   const char *ops[2] = {"gate_up", "down"};
   for (int op = 0; op < 2; op++)
@@ -50,18 +50,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-static void check_table(const volt8_tuning_table *table, const char *op_name, int32_t top_k) {
+static void check_table(const volt8_tuning_table *table, volt8_op op, int32_t top_k) {
   fuzz_require(table->count >= 1 && table->count <= 4096, "entry count", NULL);
   fuzz_require(table->schema_version == VOLT8_TUNING_SCHEMA_VERSION, "schema version", NULL);
   fuzz_require(table->top_k >= 0 && (table->measured >= -1 && table->measured <= 1), "metadata fields", NULL);
-  size_t op_length = strlen(op_name);
   for (int32_t i = 0; i < table->count; i++) {
     const volt8_tuning_entry *entry = &table->entries[i];
     fuzz_require(entry->m >= 1 && entry->m <= VOLT8_TUNING_MAX_M, "M out of range", NULL);
     if (i) fuzz_require(entry->m > table->entries[i - 1].m, "M not ascending and distinct", NULL);
     fuzz_require(memchr(entry->variant, 0, sizeof entry->variant) != NULL, "variant not terminated", NULL);
-    fuzz_require(strncmp(entry->variant, op_name, op_length) == 0 && entry->variant[op_length] == '.',
-                 "variant of another op", entry->variant);
+    volt8_op entry_op;
+    fuzz_require(volt8_variant_name_op(entry->variant, &entry_op) && entry_op == op, "variant of another op",
+                 entry->variant);
   }
   const int32_t probes[] = {0, 1, 3, 64, 1000, VOLT8_TUNING_MAX_M, INT32_MAX};
   for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
@@ -71,11 +71,7 @@ static void check_table(const volt8_tuning_table *table, const char *op_name, in
   }
 }
 
-static int offered(const char *variant) {
-  for (int32_t i = 0; i < variant_count; i++)
-    if (strcmp(variants[i], variant) == 0) return 1;
-  return 0;
-}
+static int offered(const char *variant) { return volt8_variant_find(variants, variant_count, variant) >= 0; }
 
 /* The same text as the table of a neighbouring shape (N + 16), through the nearest-table search. */
 static void check_nearest(const uint8_t *text, size_t size, volt8_op op, int32_t top_k, const volt8_tuning_table *table) {
@@ -149,7 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   volt8_tuning_table table;
   volt8_status status = volt8_tuning_table_parse(ctx, text, text_size, "fuzz", op_name, &table);
   if (status == VOLT8_OK) {
-    check_table(&table, op_name, top_k);
+    check_table(&table, op, top_k);
   } else {
     fuzz_require(status == VOLT8_ERR_FORMAT, "unexpected status", volt8_status_string(status));
     fuzz_require(table.entries == NULL && table.count == 0, "a rejected table kept entries", NULL);

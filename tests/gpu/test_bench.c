@@ -198,8 +198,9 @@ Test(bench, tuned_table_is_served) {
   volt8_tuning_match match;
   cr_assert_eq(volt8_tuning_lookup(ctx, &options.shapes[0], VOLT8_OP_GATE_UP, 4, 10, &match), VOLT8_OK);
   cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_ENV_DIR, "the tuned table was not found (%s)", dir);
-  volt8_variant_choice choice;
-  cr_assert_eq(volt8_dispatch_choose(ctx, &options.shapes[0], 4, 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
+  volt8_forward_info choice = VOLT8_FORWARD_INFO_INIT;
+  cr_assert_eq(volt8_forward_describe(ctx, &options.shapes[0], NULL, 4, 10, &choice), VOLT8_OK, "%s",
+               volt8_last_error(ctx));
   cr_assert_str_eq(choice.gate_up, match.variant, "dispatch serves the tuned variant");
   volt8_ctx_destroy(ctx);
   nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);

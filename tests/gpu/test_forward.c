@@ -332,17 +332,17 @@ Test(gpu_forward, single_launch_matches_the_kernels_it_stands_for) {
   if (gpu_quick_mode()) shape.num_experts = 64;
   const int32_t ms[] = {1, 2, 4, 8, 16, 25}, model_ms[] = {1, 8};
   /* The default grid (CTAs that fit), one CTA an item, and one CTA an SM (each takes many items). */
-  const int32_t grids[] = {VOLT8_SINGLE_CTAS_PER_SM, 0, 1};
+  const int32_t grids[] = {-1, 0, 1};
   host_problem problem;
   gpu_make_problem(ctx, &shape, &problem);
   for (int g = 0; g < 3; g++) {
     ctx->single_ctas_per_sm = grids[g];
-    char name[64];
-    snprintf(name, sizeof name, "reference TP4, %d CTAs an SM (0: one an item)", grids[g]);
+    char name[96];
+    snprintf(name, sizeof name, "reference TP4, %d CTAs an SM (0: one an item, -1: the launch bounds')", grids[g]);
     cr_assert_gt(check_single_launch(ctx, &problem, 10, ms, g == 0 ? 6 : 3, name), 0, "%s: no M ran as one launch", name);
   }
   gpu_free_problem(&problem);
-  ctx->single_ctas_per_sm = VOLT8_SINGLE_CTAS_PER_SM;
+  ctx->single_ctas_per_sm = -1;
   for (int32_t index = 0; index < volt8_model_count() && !gpu_quick_mode(); index++) {
     const volt8_model *model = volt8_model_at(index);
     for (int32_t tp = 4; tp <= 8; tp *= 2) {

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "dispatch/dispatch.h"
-#include "jit/codegen.h"
+#include "moe/kernels/catalogue.h"
 #include "gpu_fixture.h"
 #include "moe/experts_internal.h"
 #include "reference/reference.h"

@@ -13,7 +13,7 @@
 
 #include "gpu_fixture.h"
 #include "dispatch/dispatch.h"
-#include "jit/codegen.h"
+#include "moe/kernels/catalogue.h"
 #include "moe/experts_internal.h"
 
 TestSuite(gpu_large_m, .timeout = 1800);
@@ -171,23 +171,32 @@ Test(gpu_large_m, graph_replay_equals_eager_past_one_grid) {
   volt8_ctx_destroy(ctx);
 }
 
-/* The first variant of the shape (for ctx's target) whose name starts with `prefix` and ends with
- * `suffix` ("" for any), into out; 0 when there is none. */
-static int find_variant(volt8_ctx *ctx, const volt8_moe_shape *shape, const char *prefix, const char *suffix,
-                        char *out) {
-  char **names = NULL;
+/* A variant wanted for a cut: its op, kind and block_m, and of its other fields: -1 any, 1 a down
+ * that fuses the reduce, 0 a plain one (split_k 1 and none of the optional fields). */
+typedef struct wanted_variant {
+  volt8_op op;
+  volt8_kind kind;
+  int32_t block_m, fields;
+} wanted_variant;
+
+/* The first variant of the shape (for ctx's target) that is `wanted`, its name into out; 0 when there
+ * is none. */
+static int find_variant(volt8_ctx *ctx, const volt8_moe_shape *shape, wanted_variant wanted, char *out) {
+  volt8_variant *variants = NULL;
   int32_t count = 0, found = 0;
-  cr_assert_eq(volt8_codegen_list(ctx, shape, &names, &count), VOLT8_OK, "%s", volt8_last_error(ctx));
-  size_t prefix_length = strlen(prefix), suffix_length = strlen(suffix);
+  cr_assert_eq(volt8_catalogue_list(ctx, shape, ctx->target_arch, &variants, &count), VOLT8_OK, "%s",
+               volt8_last_error(ctx));
   for (int32_t i = 0; i < count && !found; i++) {
-    size_t length = strlen(names[i]);
-    if (strncmp(names[i], prefix, prefix_length) == 0 && length >= suffix_length &&
-        strcmp(names[i] + length - suffix_length, suffix) == 0) {
-      snprintf(out, VOLT8_VARIANT_NAME_BYTES, "%s", names[i]);
+    const volt8_variant *v = &variants[i];
+    int plain = v->split_k == 1 && !v->lanes && !v->column_groups && !v->min_blocks && !v->fetch_bytes &&
+                !v->fused_reduce;
+    if (v->op == wanted.op && v->kind == wanted.kind && (!wanted.block_m || v->block_m == wanted.block_m) &&
+        (wanted.fields < 0 || (wanted.fields == 1 ? v->fused_reduce : plain))) {
+      volt8_variant_format(v, out, VOLT8_VARIANT_NAME_BYTES);
       found = 1;
     }
   }
-  volt8_codegen_names_free(names, count);
+  free(variants);
   return found;
 }
 
@@ -203,12 +212,15 @@ Test(gpu_large_m, tokens_past_one_grid_through_every_cut) {
   host_problem problem;
   gpu_make_problem(ctx, &shape, &problem);
   volt8_experts *experts = gpu_upload(ctx, &problem, PAST_ONE_GRID, 2);
-  const char *pairs[][4] = {
-      /* gate_up prefix, suffix, down prefix, suffix */
-      {"gate_up.cc.bm1.", "", "down.cc.bm1.", ""},     {"gate_up.cc.bm1.", "", "down.tok.", ""},
-      {"gate_up.cc.bm4.", "", "down.cc.bm4.", ""},     {"gate_up.mma.bm32.", "", "down.mma.bm32.", ""},
-      {"gate_up.hmma.bm8.", "", "down.hmma.bm8.", ".r1"}, {"gate_up.hmma.bm1.", "", "down.hmma.bm1.", ".r1"},
-      {"gate_up.hmma.bm1.", "", "down.hmma.bm1.", "sk1"}};
+  const volt8_op G = VOLT8_OP_GATE_UP, D = VOLT8_OP_DOWN;
+  const wanted_variant pairs[][2] = {
+      {{G, VOLT8_KIND_GEMM_CC, 1, -1}, {D, VOLT8_KIND_GEMM_CC, 1, -1}},
+      {{G, VOLT8_KIND_GEMM_CC, 1, -1}, {D, VOLT8_KIND_DOWN_TOK, 0, -1}},
+      {{G, VOLT8_KIND_GEMM_CC, 4, -1}, {D, VOLT8_KIND_GEMM_CC, 4, -1}},
+      {{G, VOLT8_KIND_GEMM_MMA, 32, -1}, {D, VOLT8_KIND_GEMM_MMA, 32, -1}},
+      {{G, VOLT8_KIND_GEMM_HMMA, 8, -1}, {D, VOLT8_KIND_GEMM_HMMA, 8, 1}},
+      {{G, VOLT8_KIND_GEMM_HMMA, 1, -1}, {D, VOLT8_KIND_GEMM_HMMA, 1, 1}},
+      {{G, VOLT8_KIND_GEMM_HMMA, 1, -1}, {D, VOLT8_KIND_GEMM_HMMA, 1, 0}}};
   for (int32_t top_k = 1; top_k <= 2; top_k++) {
     device_batch batch;
     gpu_make_batch(ctx, &problem, PAST_ONE_GRID, top_k, ROUTING_UNIFORM, &batch);
@@ -219,10 +231,8 @@ Test(gpu_large_m, tokens_past_one_grid_through_every_cut) {
     int ran = 0;
     for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
       char gate_up[VOLT8_VARIANT_NAME_BYTES], down[VOLT8_VARIANT_NAME_BYTES];
-      if (!find_variant(ctx, &shape, pairs[p][0], pairs[p][1], gate_up) ||
-          !find_variant(ctx, &shape, pairs[p][2], pairs[p][3], down)) {
-        cr_log_info("sm_%d lists no %s*%s with %s*%s", ctx->target_arch, pairs[p][0], pairs[p][1], pairs[p][2],
-                    pairs[p][3]);
+      if (!find_variant(ctx, &shape, pairs[p][0], gate_up) || !find_variant(ctx, &shape, pairs[p][1], down)) {
+        cr_log_info("sm_%d lists no variant pair %zu", ctx->target_arch, p);
         continue;
       }
       char label[64];

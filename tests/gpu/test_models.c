@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "jit/codegen.h"
+#include "moe/kernels/catalogue.h"
 #include "gpu_fixture.h"
 #include "checkpoint/models.h"
 

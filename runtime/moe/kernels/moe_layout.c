@@ -2,51 +2,70 @@
 #include "moe/kernels/moe_layout.h"
 
 #include "core/ctx_internal.h"
-#include "jit/codegen.h"
+#include "moe/kernels/catalogue.h"
+
+#include <stdio.h>
 
 /* value >= 0, divisor > 0; no intermediate sum, so values up to INT32_MAX cannot overflow. */
 static int32_t ceil_div(int32_t value, int32_t divisor) { return value / divisor + (value % divisor != 0); }
 
-static volt8_status check_shape(volt8_ctx *ctx, const volt8_moe_shape *shape) {
+#define MAX_DIMENSION 65536
+#define MAX_EXPERTS 2048 /* the route kernel keeps two to nine ints per expert in shared memory */
+
+static volt8_status invalid(volt8_ctx *ctx, const char *field, int64_t value, const char *requirement) {
+  return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "invalid shape: %s=%lld %s", field, (long long)value, requirement);
+}
+
+volt8_status volt8_moe_shape_check(volt8_ctx *ctx, const volt8_moe_shape *shape) {
   if (shape->size != sizeof(volt8_moe_shape))
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "moe shape: size is %zu, expected %zu (use VOLT8_MOE_SHAPE_INIT)", shape->size,
-                      sizeof(volt8_moe_shape));
-  if (shape->hidden <= 0 || shape->hidden % 16 != 0)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: hidden = %d, must be a positive multiple of 16",
-                      shape->hidden);
-  if (shape->intermediate <= 0 || shape->intermediate % 16 != 0)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "moe shape: intermediate = %d, must be a positive multiple of 16", shape->intermediate);
-  if (shape->num_experts <= 0)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: num_experts = %d, must be positive",
-                      shape->num_experts);
-  if (shape->block_k != 128)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: block_k = %d, must be 128", shape->block_k);
-  if (shape->block_n != 1 && shape->block_n != 128)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: block_n = %d, must be 1 or 128", shape->block_n);
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "invalid shape: size=%zu, expected %zu (use VOLT8_MOE_SHAPE_INIT)",
+                      shape->size, sizeof(volt8_moe_shape));
+  const char *dimension = "must be a positive multiple of 16, at most 65536";
+  if (shape->hidden <= 0 || shape->hidden % 16 != 0 || shape->hidden > MAX_DIMENSION)
+    return invalid(ctx, "hidden", shape->hidden, dimension);
+  if (shape->intermediate <= 0 || shape->intermediate % 16 != 0 || shape->intermediate > MAX_DIMENSION)
+    return invalid(ctx, "intermediate", shape->intermediate, dimension);
+  if (shape->num_experts <= 0 || shape->num_experts > MAX_EXPERTS)
+    return invalid(ctx, "num_experts", shape->num_experts, "must be in [1, 2048]");
+  if (shape->block_k != 128) return invalid(ctx, "block_k", shape->block_k, "must be 128");
+  if (shape->block_n != 1 && shape->block_n != 128) return invalid(ctx, "block_n", shape->block_n, "must be 1 or 128");
   int32_t offset = shape->intermediate_offset;
   if (offset < 0 || offset % 16 != 0)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "moe shape: intermediate_offset = %d, must be a non-negative multiple of 16", offset);
-  if (shape->block_n == 1 && offset != 0)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "moe shape: intermediate_offset = %d, must be 0 when block_n = 1", offset);
-  if (offset >= shape->block_n)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "moe shape: intermediate_offset = %d, must be below block_n = %d", offset, shape->block_n);
-  if (shape->expert_start < 0 || (shape->global_experts == 0 && shape->expert_start != 0))
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "moe shape: expert_start = %d, must be 0 without global_experts, else non-negative",
-                      shape->expert_start);
-  if (shape->global_experts != 0 &&
-      (shape->global_experts < 0 || shape->expert_start > shape->global_experts - shape->num_experts))
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "moe shape: global_experts = %d, must hold experts [expert_start = %d, +num_experts = %d)",
-                      shape->global_experts, shape->expert_start, shape->num_experts);
-  if (shape->intermediate > INT32_MAX - offset)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "moe shape: intermediate_offset + intermediate overflows");
+    return invalid(ctx, "intermediate_offset", offset, "must be a non-negative multiple of 16");
+  if (shape->block_n == 128 && offset >= 128) return invalid(ctx, "intermediate_offset", offset, "must be below block_n=128");
+  if (shape->block_n == 1 && offset != 0) return invalid(ctx, "intermediate_offset", offset, "must be 0 when block_n=1");
+  if (shape->global_experts == 0) {
+    if (shape->expert_start != 0) return invalid(ctx, "expert_start", shape->expert_start, "must be 0 when global_experts=0");
+  } else if (shape->expert_start < 0) {
+    return invalid(ctx, "expert_start", shape->expert_start, "must be non-negative");
+  } else if (shape->global_experts < 0 || shape->expert_start > shape->global_experts - shape->num_experts) {
+    char requirement[96];
+    snprintf(requirement, sizeof requirement, "must hold experts [%d, %lld)", shape->expert_start,
+             (long long)shape->expert_start + shape->num_experts);
+    return invalid(ctx, "global_experts", shape->global_experts, requirement);
+  }
   return VOLT8_OK;
+}
+
+volt8_moe_shape volt8_moe_shape_normalized(const volt8_moe_shape *shape) {
+  volt8_moe_shape normalized = *shape;
+  if (normalized.expert_start == 0 && normalized.global_experts == normalized.num_experts) normalized.global_experts = 0;
+  return normalized;
+}
+
+volt8_moe_dims volt8_moe_dims_of(const volt8_moe_shape *shape) {
+  int64_t hidden = shape->hidden, intermediate = shape->intermediate;
+  int32_t offset = shape->intermediate_offset;
+  volt8_moe_dims dims;
+  dims.g13 = ceil_div(offset + shape->intermediate, shape->block_n);
+  dims.k13_blocks = ceil_div(shape->hidden, shape->block_k);
+  dims.n2_blocks = ceil_div(shape->hidden, shape->block_n);
+  dims.g2 = ceil_div(offset + shape->intermediate, shape->block_k);
+  dims.w13_bytes_per_expert = 2 * intermediate * hidden;
+  dims.w2_bytes_per_expert = hidden * intermediate;
+  dims.s13_elems_per_expert = 2 * (int64_t)dims.g13 * dims.k13_blocks;
+  dims.s2_elems_per_expert = (int64_t)dims.n2_blocks * dims.g2;
+  return dims;
 }
 
 int32_t volt8_moe_global_experts(const volt8_moe_shape *shape) {
@@ -56,29 +75,10 @@ int32_t volt8_moe_global_experts(const volt8_moe_shape *shape) {
 volt8_status volt8_moe_dims_compute(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_moe_dims *out) {
   if (!shape || !out)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_moe_dims_compute: %s is NULL", shape ? "out" : "shape");
-  volt8_status status = check_shape(ctx, shape);
+  volt8_status status = volt8_moe_shape_check(ctx, shape);
   if (status != VOLT8_OK) return status;
-
-  int64_t hidden = shape->hidden, intermediate = shape->intermediate, experts = shape->num_experts;
-  int32_t offset = shape->intermediate_offset;
-  volt8_moe_dims dims;
-  dims.g13 = ceil_div(offset + shape->intermediate, shape->block_n);
-  dims.k13_blocks = ceil_div(shape->hidden, shape->block_k);
-  dims.n2_blocks = ceil_div(shape->hidden, shape->block_n);
-  dims.g2 = ceil_div(offset + shape->intermediate, shape->block_k);
-  /* Each factor is below 2^31, so every per-expert product fits in int64; the totals may not. */
-  dims.w13_bytes_per_expert = 2 * intermediate * hidden;
-  dims.w2_bytes_per_expert = hidden * intermediate;
-  dims.s13_elems_per_expert = 2 * (int64_t)dims.g13 * dims.k13_blocks;
-  dims.s2_elems_per_expert = (int64_t)dims.n2_blocks * dims.g2;
-  int64_t total_w13_bytes = 0, total_s13_bytes = 0;
-  if (__builtin_mul_overflow(dims.w13_bytes_per_expert, experts, &total_w13_bytes) ||
-      __builtin_mul_overflow(dims.s13_elems_per_expert * 2, experts, &total_s13_bytes) ||
-      (uint64_t)total_w13_bytes > SIZE_MAX || (uint64_t)total_s13_bytes > SIZE_MAX)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "moe shape: %lld experts of hidden %lld x intermediate %lld do not fit in memory",
-                      (long long)experts, (long long)hidden, (long long)intermediate);
-  *out = dims;
+  /* Each dimension is at most 65536 and the experts 2048: every total fits in int64 and in memory sizes. */
+  *out = volt8_moe_dims_of(shape);
   return VOLT8_OK;
 }
 
@@ -107,7 +107,7 @@ volt8_status volt8_moe_workspace_plan(volt8_ctx *ctx, const volt8_moe_shape *sha
   /* In 64 bits with room to spare: pairs <= 2^30 and hidden, intermediate < 2^31 keep z below 2^63,
    * h below 2^62 and their sum with the rest below 2^64. */
   uint64_t p = (uint64_t)pairs, *bytes = plan.region_bytes;
-  /* A fused-reduce down has block_n >= VOLT8_ARRIVAL_MIN_BLOCK_N (codegen/variants.lua). */
+  /* A fused-reduce down has block_n >= VOLT8_ARRIVAL_MIN_BLOCK_N (moe/kernels/gemm_hmma.c). */
   uint64_t tiles = ((uint64_t)shape->hidden + VOLT8_ARRIVAL_MIN_BLOCK_N - 1) / VOLT8_ARRIVAL_MIN_BLOCK_N;
   bytes[VOLT8_WORKSPACE_SORTED_PAIRS] = p * 4;
   bytes[VOLT8_WORKSPACE_ITEMS_GATE_UP] = p * 16;

@@ -28,7 +28,8 @@
  * ids itself (a fused block_m 1 down, the token down) stores them when it is cut into several
  * launches; the launcher then runs the route, which counts them all.
  *
- * Kernels (threads per CTA from codegen; their parameters, in order, in moe/kernel_params.h):
+ * Kernels (each kind's file in moe/kernels/ sets its grid and threads; their parameters, in order, are
+ * in kernel_params.h):
  *   route                 grid (1 + the CTAs that warm L2 with gate_up weights)
  *   gate_up               grid (ceil(I/BN), P)
  *   down                  grid (ceil(H/BN), P); one that fuses the reduce also forms out
@@ -75,6 +76,16 @@ typedef struct volt8_moe_dims {
 
 /* E of the model: the rank's experts are [expert_start, expert_start + num_experts) of it. */
 int32_t volt8_moe_global_experts(const volt8_moe_shape *shape);
+
+/* VOLT8_OK when the library takes the shape (its layout, and the kernels' limits: H and I multiples of
+ * 16 up to 65536, 1 to 2048 experts a rank); else VOLT8_ERR_INVALID_ARGUMENT naming the field,
+ * "invalid shape: hidden=2568 must be a positive multiple of 16, at most 65536". */
+volt8_status volt8_moe_shape_check(volt8_ctx *ctx, const volt8_moe_shape *shape);
+/* The shape as the kernels see it: all experts of the model, however spelled (expert_start 0 and
+ * global_experts == num_experts), are global_experts 0, the shape without expert parallelism. */
+volt8_moe_shape volt8_moe_shape_normalized(const volt8_moe_shape *shape);
+/* The dims of a shape volt8_moe_shape_check took. */
+volt8_moe_dims volt8_moe_dims_of(const volt8_moe_shape *shape);
 
 /* Fills dims from shape; VOLT8_ERR_INVALID_ARGUMENT with a message naming the field otherwise. */
 volt8_status volt8_moe_dims_compute(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_moe_dims *out);

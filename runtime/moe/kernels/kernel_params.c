@@ -1,5 +1,5 @@
 /* The MoE kernels' parameter tables, made from the lists of kernel_params.h. */
-#include "moe/kernel_params.h"
+#include "moe/kernels/kernel_params.h"
 
 #define ROW VOLT8_KERNEL_PARAM_ROW
 #define ROUTE_ROW(c_type, type, name) ROW(volt8_route_args, c_type, type, name)

@@ -1,4 +1,4 @@
-/* The parameter list of each MoE kernel, declared once: the launcher (experts.c) fills an argument
+/* The parameter list of each MoE kernel, declared once: the launcher (moe/experts.c) fills an argument
  * struct by field name and passes the kernel the fields in this order, and tests/test_kernel_params.c
  * checks each list against the parameters the templates declare (types, names, order). Types are
  * written as the templates spell them, without const and __restrict__. */
