@@ -15,27 +15,18 @@ if(NOT CUDAToolkit_FOUND OR NOT EXISTS "${CUDAToolkit_INCLUDE_DIRS}/cuda.h")
     "nvcc on PATH).")
 endif()
 
-# VOLT8_STATIC_DEPS: a folder of static, position-independent Lua and cJSON (lib/liblua.a,
-# include/lua/, lib/libcjson.a, include/cjson/), which the wheel's build makes for glibc 2.28
-# (scripts/wheel_deps.sh) and links in; else the system's, through pkg-config.
-set(VOLT8_STATIC_DEPS "" CACHE PATH "static Lua and cJSON to link in (scripts/wheel_deps.sh); empty: pkg-config's")
+# VOLT8_STATIC_DEPS: a folder of static, position-independent cJSON (lib/libcjson.a, include/cjson/),
+# which the wheel's build makes for glibc 2.28 (scripts/wheel_deps.sh) and links in; else the
+# system's, through pkg-config.
+set(VOLT8_STATIC_DEPS "" CACHE PATH "static cJSON to link in (scripts/wheel_deps.sh); empty: pkg-config's")
 if(VOLT8_STATIC_DEPS)
-  foreach(dependency IN ITEMS lua cjson)
-    if(NOT EXISTS "${VOLT8_STATIC_DEPS}/lib/lib${dependency}.a")
-      message(FATAL_ERROR "volt8: VOLT8_STATIC_DEPS=${VOLT8_STATIC_DEPS} has no lib/lib${dependency}.a (scripts/wheel_deps.sh makes it)")
-    endif()
-  endforeach()
-  add_library(PkgConfig::LUA STATIC IMPORTED)
-  set_target_properties(PkgConfig::LUA PROPERTIES IMPORTED_LOCATION "${VOLT8_STATIC_DEPS}/lib/liblua.a"
-                        INTERFACE_INCLUDE_DIRECTORIES "${VOLT8_STATIC_DEPS}/include/lua")
+  if(NOT EXISTS "${VOLT8_STATIC_DEPS}/lib/libcjson.a")
+    message(FATAL_ERROR "volt8: VOLT8_STATIC_DEPS=${VOLT8_STATIC_DEPS} has no lib/libcjson.a (scripts/wheel_deps.sh makes it)")
+  endif()
   add_library(PkgConfig::CJSON STATIC IMPORTED)
   set_target_properties(PkgConfig::CJSON PROPERTIES IMPORTED_LOCATION "${VOLT8_STATIC_DEPS}/lib/libcjson.a"
                         INTERFACE_INCLUDE_DIRECTORIES "${VOLT8_STATIC_DEPS}/include")
 else()
-  pkg_check_modules(LUA QUIET IMPORTED_TARGET lua5.4)
-  if(NOT LUA_FOUND)
-    message(FATAL_ERROR "volt8: Lua 5.4 was not found through pkg-config: install liblua5.4-dev")
-  endif()
   pkg_check_modules(CJSON QUIET IMPORTED_TARGET libcjson)
   if(NOT CJSON_FOUND)
     message(FATAL_ERROR "volt8: cJSON was not found through pkg-config: install libcjson-dev")

@@ -2,7 +2,7 @@
 # The wheel as an engine gets it: `pip wheel .`, then, in a fresh venv outside the source tree,
 # `pip install` of that wheel and checks that use nothing of the tree's package or build:
 #   - the wheel is tagged manylinux for glibc 2.28 or older, and no ELF file in it needs a glibc symbol
-#     version newer than 2.28 or a library outside glibc (Lua and cJSON are linked in);
+#     version newer than 2.28 or a library outside glibc (cJSON is linked in);
 #   - no installed file names the source or build folder;
 #   - `import volt8`, library_path/library_version, volt8.plan, with no VOLT8_* variable set;
 #   - `volt8 compile --arch sm_70` through the wheel's NVRTC 12;

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Lua 5.4 and cJSON for the wheel: static, position-independent, compiled by `zig cc` for glibc 2.28,
-# so that libvolt8 and the volt8 command carry them and need nothing newer than glibc 2.28.
-# Their sources are Debian's source packages (lua5.4 and cjson, Debian's patches applied), fetched
+# cJSON for the wheel: static, position-independent, compiled by `zig cc` for glibc 2.28, so that
+# libvolt8 and the volt8 command carry it and need nothing newer than glibc 2.28.
+# Its source is Debian's source package (cjson, Debian's patches applied), fetched
 # with apt-get source through a private apt state made from this machine's own apt sources turned to
 # deb-src: nothing of the system's apt set-up changes. Needs apt-get and dpkg-source (dpkg-dev).
 #
 #   wheel_deps.sh ZIG OUT    (bindings/python/backend runs it; OUT is kept, so later builds reuse it)
 #
-# OUT gets zig-cc (the C compiler the wheel's CMake build uses), lib/liblua.a and include/lua/*.h,
-# lib/libcjson.a and include/cjson/cJSON.h, licenses/ (the packages' copyright files), and stamp,
+# OUT gets zig-cc (the C compiler the wheel's CMake build uses), lib/libcjson.a and
+# include/cjson/cJSON.h, licenses/ (the package's copyright file), and stamp,
 # which names the zig and source versions; a stamp that matches skips the work.
 set -euo pipefail
 zig="$1"
@@ -26,14 +26,14 @@ wanted() {
   version="$(dpkg-query -W -f='${source:Version}' "$2" 2>/dev/null || true)"
   echo "$1${version:+=$version}"
 }
-packages=("$(wanted lua5.4 liblua5.4-dev)" "$(wanted cjson libcjson-dev)")
+packages=("$(wanted cjson libcjson-dev)")
 stamp="zig $("$zig" version) $target ${packages[*]}"
 if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$stamp" ]; then
   exit 0
 fi
 rm -rf "$out/apt" "$out/src" "$out/lib" "$out/include" "$out/licenses" "$out/stamp"
 mkdir -p "$out/apt/lists/partial" "$out/apt/cache/archives/partial" "$out/apt/sources.list.d" "$out/src" \
-  "$out/lib" "$out/include/lua" "$out/include/cjson" "$out/licenses"
+  "$out/lib" "$out/include/cjson" "$out/licenses"
 
 # This machine's sources as deb-src entries, one-line and deb822 files alike.
 for list in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
@@ -64,21 +64,9 @@ compile() {
   printf '%s\n' "$@" | xargs -P "$(nproc)" -I{} sh -c \
     "\"$out/zig-cc\" -O2 -fPIC -fvisibility=hidden $flags -c {} -o \"$objects/\$(basename {} .c).o\""
 }
-lua_sources=()
-for source in "$out"/src/lua5.4/src/*.c; do
-  case "$(basename "$source")" in lua.c|luac.c) ;; *) lua_sources+=("$source") ;; esac
-done
-# Debian's own flags for Lua on Linux (debian/patches/0001-build-system.patch), and the header its
-# luaconf.h includes for the module paths, which debian/rules writes.
-echo "#define DEB_HOST_MULTIARCH \"x86_64-linux-gnu\"" >"$out/src/lua5.4/src/lua5.4-deb-multiarch.h"
-compile "-DLUA_COMPAT_5_3 -DLUA_USE_LINUX" "$out/src/lua-objects" "${lua_sources[@]}" ||
-  { echo "wheel_deps: compiling Lua failed" >&2; exit 1; }
-"$zig" ar rcs "$out/lib/liblua.a" "$out"/src/lua-objects/*.o
-cp "$out"/src/lua5.4/src/{lua.h,luaconf.h,lualib.h,lauxlib.h,lua5.4-deb-multiarch.h} "$out/include/lua/"
 compile "" "$out/src/cjson-objects" "$out/src/cjson/cJSON.c" || { echo "wheel_deps: compiling cJSON failed" >&2; exit 1; }
 "$zig" ar rcs "$out/lib/libcjson.a" "$out"/src/cjson-objects/*.o
 cp "$out/src/cjson/cJSON.h" "$out/include/cjson/"
-cp "$out/src/lua5.4/debian/copyright" "$out/licenses/lua5.4.copyright"
 cp "$out/src/cjson/debian/copyright" "$out/licenses/cjson.copyright"
 echo "$stamp" >"$out/stamp"
-echo "wheel_deps: $out/lib/liblua.a and libcjson.a"
+echo "wheel_deps: $out/lib/libcjson.a"

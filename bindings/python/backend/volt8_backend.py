@@ -3,8 +3,8 @@ is then repaired by auditwheel.
 
 The wheel must install where glibc is as old as 2.28 (RHEL 8, Ubuntu 20.04), so its ELF files may
 bind no glibc symbol version newer than that. A compiler links against the glibc it runs on; `zig cc
--target x86_64-linux-gnu.2.28` (the `ziglang` package) links against 2.28's instead. Lua and cJSON are
-linked in statically, built the same way from Debian's source packages by scripts/wheel_deps.sh
+-target x86_64-linux-gnu.2.28` (the `ziglang` package) links against 2.28's instead. cJSON is linked in
+statically, built the same way from Debian's source package by scripts/wheel_deps.sh
 (docs/design.md, "The wheel"), so the wheel carries no shared library besides libvolt8.
 
 scikit-build-core tags a wheel `linux_x86_64`, which package indexes refuse and which says nothing of
@@ -28,14 +28,14 @@ DEPENDENCIES = os.path.join(ROOT, "build", "wheel-deps")
 
 
 def _glibc_2_28_settings(config_settings):
-    """config_settings with the zig compiler and the static Lua and cJSON (the caller's own defines win)."""
+    """config_settings with the zig compiler and the static cJSON (the caller's own defines win)."""
     import ziglang  # build-system.requires installs it
     zig = os.path.join(os.path.dirname(os.path.abspath(ziglang.__file__)), "zig")
     script = os.path.join(ROOT, "scripts", "wheel_deps.sh")
     result = subprocess.run(["bash", script, zig, DEPENDENCIES], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     if result.returncode != 0:
-        raise RuntimeError("volt8: scripts/wheel_deps.sh could not build Lua and cJSON for glibc 2.28:\n" + result.stdout)
+        raise RuntimeError("volt8: scripts/wheel_deps.sh could not build cJSON for glibc 2.28:\n" + result.stdout)
     settings = dict(config_settings or {})
     settings.setdefault("cmake.define.CMAKE_C_COMPILER", os.path.join(DEPENDENCIES, "zig-cc"))
     settings.setdefault("cmake.define.VOLT8_STATIC_DEPS", DEPENDENCIES)
