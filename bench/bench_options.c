@@ -10,8 +10,7 @@ static const int32_t QUICK_M[] = {1, 8, 64};
 
 void bench_options_default(bench_options *options) {
   memset(options, 0, sizeof *options);
-  bench_reference_shape(BENCH_DEFAULT_TP, bench_default_rank(BENCH_DEFAULT_TP), &options->shape);
-  options->top_k = volt8_model_find(VOLT8_MODEL_REFERENCE)->top_k;
+  volt8_tools_model_rank(NULL, NULL, NULL, &options->shape, &options->top_k, NULL, 0);
   options->m_count = (int32_t)(sizeof DEFAULT_M / sizeof DEFAULT_M[0]);
   memcpy(options->m_values, DEFAULT_M, sizeof DEFAULT_M);
   options->seed = 1;
@@ -22,29 +21,6 @@ void bench_options_default(bench_options *options) {
   options->baselines = 1;
 }
 
-const volt8_model *bench_find_model(const char *name, char *error, size_t error_size) {
-  const volt8_model *model = volt8_model_find(name ? name : VOLT8_MODEL_REFERENCE);
-  if (!model) {
-    char known[256];
-    volt8_model_names(known, sizeof known);
-    snprintf(error, error_size, "unknown model \"%s\" (known: %s)", name, known);
-  }
-  return model;
-}
-
-int32_t bench_default_rank(int32_t tp) { return tp > 1 ? 1 : 0; }
-
-int bench_model_shape(const volt8_model *model, int32_t tp, int32_t rank, volt8_moe_shape *out, char *error,
-                      size_t error_size) {
-  if (volt8_model_rank_shape(NULL, model, tp, rank, 0, out) == VOLT8_OK) return 0;
-  if (error) snprintf(error, error_size, "%s at --tp %d --rank %d: %s", model->name, tp, rank, volt8_last_error(NULL));
-  return -1;
-}
-
-int bench_reference_shape(int32_t tp, int32_t rank, volt8_moe_shape *out) {
-  return bench_model_shape(volt8_model_find(VOLT8_MODEL_REFERENCE), tp, rank, out, NULL, 0);
-}
-
 static int compare_ints(const void *a, const void *b) {
   int32_t left = *(const int32_t *)a, right = *(const int32_t *)b;
   return (left > right) - (left < right);
@@ -53,7 +29,8 @@ static int compare_ints(const void *a, const void *b) {
 const char *bench_usage(void) {
   return "usage: volt8 bench [options]\n"
          "  --model NAME          a model's experts (volt8 models lists them; default reference), with its top-k\n"
-         "  --tp N [--rank R]     the model's TP rank (default: --tp 4 --rank 1; the reference's is I=160 at offset 32)\n"
+         "  --tp N --rank R       the model's TP rank (default: --tp 4 --rank 1, rank 0 at --tp 1; the reference's is\n"
+         "                        I=160 at offset 32)\n"
          "  --shape S             any shape instead (hidden=...,intermediate=...,...; see volt8 --help)\n"
          "  --m 1,2,4,...         token counts (default 1,2,4,8,16,32,64,128)\n"
          "  --top-k K             experts per token (default: the model's, 10 with --shape)\n"
@@ -99,9 +76,9 @@ static int parse_variants(const char *text, char *storage, size_t storage_size, 
 
 int bench_options_parse(int argc, char **argv, bench_options *out, char *error, size_t error_size) {
   bench_options_default(out);
-  int32_t tp = 0, rank = -1, value = 0;
+  int32_t value = 0;
   int shape_given = 0, top_k_given = 0;
-  const char *model_name = NULL;
+  const char *model_name = NULL, *tp_text = NULL, *rank_text = NULL;
   error[0] = '\0';
   for (int i = 1; i < argc; i++) {
     const char *name = argv[i];
@@ -125,9 +102,9 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
       memcpy(out->m_values, QUICK_M, sizeof QUICK_M);
       out->timed_batches = 10;
     } else if (strcmp(name, "--tp") == 0) {
-      bad = volt8_tools_flag_number(name, next, "TP size", 1, 64, &tp, error, error_size);
+      tp_text = next;
     } else if (strcmp(name, "--rank") == 0) {
-      bad = volt8_tools_flag_number(name, next, "rank", 0, 63, &rank, error, error_size);
+      rank_text = next;
     } else if (strcmp(name, "--shape") == 0) {
       if (shape_given) {
         snprintf(error, error_size, "--shape is given twice (bench takes one shape)");
@@ -177,22 +154,14 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
     }
     if (takes_value) i++;
   }
-  if ((tp || model_name) && shape_given) {
-    snprintf(error, error_size, "--%s and --shape exclude each other", model_name ? "model" : "tp");
+  if ((tp_text || rank_text || model_name) && shape_given) {
+    snprintf(error, error_size, "--%s and --shape exclude each other", model_name ? "model" : tp_text ? "tp" : "rank");
     return -1;
   }
-  if (!tp && rank >= 0) {
-    snprintf(error, error_size, "--rank needs --tp");
-    return -1;
-  }
-  const volt8_model *model = bench_find_model(model_name, error, error_size);
-  if (!model) return -1;
-  if (tp || model_name) {
-    int32_t tp_size = tp ? tp : BENCH_DEFAULT_TP;
-    if (bench_model_shape(model, tp_size, rank >= 0 ? rank : bench_default_rank(tp_size), &out->shape, error,
-                          error_size) != 0)
-      return -1;
-    if (!top_k_given) out->top_k = model->top_k;
+  if (tp_text || rank_text || model_name) {
+    int32_t top_k = 0;
+    if (volt8_tools_model_rank(model_name, tp_text, rank_text, &out->shape, &top_k, error, error_size) != 0) return -1;
+    if (!top_k_given) out->top_k = top_k;
   }
   qsort(out->m_values, (size_t)out->m_count, sizeof out->m_values[0], compare_ints);
   for (int32_t i = 1; i < out->m_count; i++)

@@ -1,4 +1,4 @@
-/* Command-line options of `volt8 bench`, and the models' rank shapes that bench and tune share. */
+/* Command-line options of `volt8 bench`. */
 #ifndef VOLT8_BENCH_OPTIONS_H
 #define VOLT8_BENCH_OPTIONS_H
 
@@ -8,8 +8,6 @@
 #include "bench_report.h"
 #include "tools/tools.h"
 #include "volt8.h"
-
-#define BENCH_DEFAULT_TP 4
 
 typedef struct bench_options {
   volt8_moe_shape shape;
@@ -33,18 +31,6 @@ typedef struct bench_options {
 } bench_options;
 
 void bench_options_default(bench_options *options);
-/* The model named `name` (NULL: the reference model); NULL, with `error` listing the known names,
- * for a name the registry (runtime/checkpoint/models.h) does not hold. */
-const volt8_model *bench_find_model(const char *name, char *error, size_t error_size);
-/* The rank a TP size is benchmarked and tuned at when none is named: 1 (0 at TP1). */
-int32_t bench_default_rank(int32_t tp);
-/* Rank `rank` of `tp` of `model` (all its experts, 128x128 blocks; runtime/checkpoint/shard.h slices it).
- * 0 on success, -1 with `error` saying why for a tp that does not split the model's intermediate
- * into multiples of 16 or a rank outside [0, tp). */
-int bench_model_shape(const volt8_model *model, int32_t tp, int32_t rank, volt8_moe_shape *out, char *error,
-                      size_t error_size);
-/* The reference model's rank: bench_model_shape of the "reference" model, without the message. */
-int bench_reference_shape(int32_t tp, int32_t rank, volt8_moe_shape *out);
 /* Parses argv[1..argc) (argv[0] is the command's name). Returns 0 on success, 1 when --help was
  * asked, -1 on a bad argument with `error` naming the flag, the text given and what would be valid. */
 int bench_options_parse(int argc, char **argv, bench_options *out, char *error, size_t error_size);

@@ -26,15 +26,9 @@ int cli_parse_number(const char *command, const char *flag, const char *text, co
 }
 
 int cli_parse_rank(const char *command, const char *text, int32_t tp_size, int32_t *out) {
-  long value = 0;
-  volt8_tools_number verdict = volt8_tools_parse_number(text, 0, tp_size - 1, &value);
-  if (verdict == VOLT8_TOOLS_NUMBER_OK) {
-    *out = (int32_t)value;
-    return 0;
-  }
-  if (verdict == VOLT8_TOOLS_OUT_OF_RANGE) fprintf(stderr, "volt8 %s: --rank %s is outside 0..%d", command, text, tp_size - 1);
-  else fprintf(stderr, "volt8 %s: --rank \"%s\" is not a whole number", command, text);
-  fprintf(stderr, " (the ranks of --tp %d are 0..%d)\n", tp_size, tp_size - 1);
+  char error[512];
+  if (volt8_tools_parse_rank(text, tp_size, out, error, sizeof error) == 0) return 0;
+  fprintf(stderr, "volt8 %s: %s\n", command, error);
   return -1;
 }
 

@@ -44,11 +44,10 @@ const char *cli_usage(const char *command);
 int cli_parse_shape(const char *command, const char *text, volt8_moe_shape *shape);
 double cli_now_seconds(void);
 
-#define CLI_DEFAULT_TP 4
 typedef struct volt8_model volt8_model;
 /* The registry's model (runtime/checkpoint/models.h), or NULL after an error listing the known names. */
 const volt8_model *cli_find_model(const char *command, const char *name);
-/* --model NAME [--tp N] [--rank R] (NULL texts: TP 4, rank 1, rank 0 at TP1) into a rank's shape
+/* --model NAME [--tp N] [--rank R] (NULL texts: the defaults of tools/rank_args.h) into a rank's shape
  * with all the model's experts. 0 on success, 2 after an error on stderr. */
 int cli_model_shape(const char *command, const char *name, const char *tp_text, const char *rank_text,
                     volt8_moe_shape *out);

@@ -940,7 +940,8 @@ Test(bench_args, bad_arguments_say_which) {
       {3, {"bench", "--m", "1,"}, "--m"},
       {3, {"bench", "--m", "4,4"}, "twice"},
       {3, {"bench", "--tp", "3"}, "--tp 3"},
-      {3, {"bench", "--rank", "1"}, "--rank needs --tp"},
+      {3, {"bench", "--rank", "4"}, "--rank 4 is outside 0..3 (the ranks of --tp 4 are 0..3)"},
+      {3, {"bench", "--tp", "65"}, "--tp 65 is not a valid TP size (a TP size is a whole number in 1..64)"},
       {3, {"bench", "--variants", "onlyone"}, "--variants"},
       {2, {"bench", "--json"}, "--json needs a value"},
       {5, {"bench", "--tp", "4", "--shape", "hidden=1024"}, "exclude"},
@@ -1043,7 +1044,7 @@ Test(bench_args, model_errors_say_which) {
       {3, {"bench", "--model", "llama"}, "unknown model \"llama\" (known: deepseek-v3, qwen3-next, glm-4.5, glm-4.5-air, reference)"},
       {5, {"bench", "--model", "qwen3-next", "--tp", "64"}, "qwen3-next at --tp 64"},
       {5, {"bench", "--model", "glm-4.5", "--shape", "hidden=1024"}, "--model and --shape exclude"},
-      {5, {"bench", "--model", "glm-4.5", "--rank", "1"}, "--rank needs --tp"},
+      {5, {"bench", "--model", "glm-4.5", "--rank", "4"}, "--rank 4 is outside 0..3 (the ranks of --tp 4 are 0..3)"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     bench_options options;
@@ -1228,15 +1229,19 @@ Test(bench_report, reference_shapes) {
   volt8_moe_shape shape;
   int32_t intermediate[4] = {640, 320, 160, 80};
   int32_t tps[4] = {1, 2, 4, 8};
+  const volt8_model *reference = volt8_model_find(VOLT8_MODEL_REFERENCE);
+  char error[512] = "";
   for (int i = 0; i < 4; i++) {
     for (int32_t rank = 0; rank < tps[i]; rank++) {
-      cr_assert_eq(bench_reference_shape(tps[i], rank, &shape), 0);
+      cr_assert_eq(volt8_tools_rank_shape(reference, tps[i], rank, &shape, error, sizeof error), 0, "%s", error);
       cr_assert_eq(shape.intermediate, intermediate[i]);
       cr_assert_eq(shape.intermediate_offset, intermediate[i] * rank % 128, "TP%d rank %d", tps[i], rank);
     }
   }
-  cr_assert_eq(bench_reference_shape(16, 0, &shape), -1, "640 / 16 = 40 is not a multiple of 16");
-  cr_assert_eq(bench_reference_shape(4, 4, &shape), -1);
+  cr_assert_eq(volt8_tools_rank_shape(reference, 16, 0, &shape, error, sizeof error), -1,
+               "640 / 16 = 40 is not a multiple of 16");
+  cr_assert_not_null(strstr(error, "reference at --tp 16 --rank 0: "), "%s", error);
+  cr_assert_eq(volt8_tools_rank_shape(reference, 4, 4, &shape, error, sizeof error), -1);
 }
 
 TestSuite(bench_support, .timeout = 120);

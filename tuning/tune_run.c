@@ -50,11 +50,13 @@ const char *tune_usage(void) {
          "                        measurements (needs --out other than tuning/tables: never shipped)\n";
 }
 
-/* One shape per TP size of `text` ("1,2,4,8"), at bench_default_rank of each. */
+/* One shape per TP size of `text` ("1,2,4,8"), each at its default rank; "" for the default TP size. */
 static int add_tp_shapes(const volt8_model *model, const char *text, tune_options *out, char *error,
                          size_t error_size) {
-  int32_t tps[TUNE_MAX_SHAPES];
-  int32_t count = volt8_tools_flag_number_list("--tp", text, "TP size", 1, 64, tps, TUNE_MAX_SHAPES, error, error_size);
+  int32_t tps[TUNE_MAX_SHAPES] = {VOLT8_TOOLS_DEFAULT_TP};
+  int32_t count = *text ? volt8_tools_flag_number_list("--tp", text, "TP size", 1, VOLT8_TOOLS_MAX_TP, tps,
+                                                       TUNE_MAX_SHAPES, error, error_size)
+                        : 1;
   if (count < 0) return -1;
   if (out->shape_count + count > TUNE_MAX_SHAPES) {
     snprintf(error, error_size, "--tp \"%s\" with the --shape options makes more than %d shapes", text,
@@ -62,9 +64,9 @@ static int add_tp_shapes(const volt8_model *model, const char *text, tune_option
     return -1;
   }
   for (int32_t i = 0; i < count; i++) {
-    int32_t rank = bench_default_rank(tps[i]);
+    int32_t rank = volt8_tools_default_rank(tps[i]);
     snprintf(out->labels[out->shape_count], sizeof out->labels[0], "%s tp%d rank %d", model->name, tps[i], rank);
-    if (bench_model_shape(model, tps[i], rank, &out->shapes[out->shape_count++], error, error_size) != 0) return -1;
+    if (volt8_tools_rank_shape(model, tps[i], rank, &out->shapes[out->shape_count++], error, error_size) != 0) return -1;
   }
   return 0;
 }
@@ -99,7 +101,7 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
       model_name = next;
     } else if (strcmp(name, "--shape") == 0) {
       volt8_moe_shape shape;
-      bench_reference_shape(BENCH_DEFAULT_TP, bench_default_rank(BENCH_DEFAULT_TP), &shape);
+      volt8_tools_model_rank(NULL, NULL, NULL, &shape, NULL, NULL, 0);
       char why[512];
       if (out->shape_count == TUNE_MAX_SHAPES) {
         snprintf(error, error_size, "--shape: at most %d shapes", TUNE_MAX_SHAPES);
@@ -164,14 +166,9 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
     snprintf(error, error_size, "--model and --shape exclude each other");
     return -1;
   }
-  const volt8_model *model = bench_find_model(model_name, error, error_size);
+  const volt8_model *model = volt8_tools_find_model(model_name, error, error_size);
   if (!model || (tp_text && add_tp_shapes(model, tp_text, out, error, error_size) != 0)) return -1;
-  if (out->shape_count == 0) {
-    int32_t rank = bench_default_rank(BENCH_DEFAULT_TP);
-    snprintf(out->labels[0], sizeof out->labels[0], "%s tp%d rank %d", model->name, BENCH_DEFAULT_TP, rank);
-    if (bench_model_shape(model, BENCH_DEFAULT_TP, rank, &out->shapes[out->shape_count++], error, error_size) != 0)
-      return -1;
-  }
+  if (out->shape_count == 0 && add_tp_shapes(model, "", out, error, error_size) != 0) return -1;
   if (model_name && !top_k_given) out->top_k = model->top_k;
   /* a token routes to top_k distinct experts of the model */
   for (int32_t s = 0; s < out->shape_count; s++) {

@@ -16,6 +16,7 @@
 #include "core/json_strict.h"       /* volt8_utf8_sequence_length: the plan printer's columns */
 #include "core/numeric.h"           /* FP16 and E4M3 conversions of synthetic problems */
 #include "checkpoint/models.h"      /* the model registry (--model) */
+#include "tools/rank_args.h"        /* --model, --tp, --rank and token counts, read one way */
 #include "checkpoint/shard.h"       /* the expert-parallel split (plan --ep) */
 #include "dispatch/dispatch.h"      /* the dispatch policy's choice, which bench reports and the tuner beats */
 #include "dispatch/tuning.h"        /* tuning tables: read, named and written by the tuner */
