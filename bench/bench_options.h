@@ -30,6 +30,7 @@ typedef struct bench_options {
   char variant_storage[256]; /* --variants' text, split in place */
 } bench_options;
 
+/* The defaults: the reference model's default rank (tools/rank_args.h), M = 1..128. */
 void bench_options_default(bench_options *options);
 /* Parses argv[1..argc) (argv[0] is the command's name). Returns 0 on success, 1 when --help was
  * asked, -1 on a bad argument with `error` naming the flag, the text given and what would be valid. */

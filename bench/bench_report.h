@@ -9,7 +9,7 @@
 #include "bench_gpu.h"
 #include "volt8.h"
 
-#define BENCH_MAX_M 32
+#define BENCH_MAX_M VOLT8_TOOLS_MAX_M_VALUES
 #define BENCH_MAX_CHAIN 256 /* forwards in one graph for --chain */
 #define BENCH_JSON_SCHEMA "volt8-bench/1"
 
@@ -81,8 +81,5 @@ void bench_report_print(const bench_report *report, FILE *stream);
 char *bench_report_json(const bench_report *report);
 char *bench_report_svg(const bench_report *report);
 char *bench_report_markdown(const bench_report *report);
-/* Writes `text` to `path` (a new temporary file, then rename; a failure removes nothing else). 0 on
- * success, else errno. */
-int bench_write_file(const char *path, const char *text);
 
 #endif

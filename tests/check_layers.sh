@@ -5,7 +5,7 @@ set -euo pipefail
 root=$(cd "$1" && pwd)
 rules=$2
 # Where a bare name is looked for, after the including file's own folder: the build's include paths.
-search=(runtime include bench tuning cli)
+search=(runtime include harness bench tuning cli)
 failures=0
 
 # The folder (relative to root) of the file an include names, or "" when it names no file.

@@ -4,7 +4,7 @@
 # left out; exit 1 naming each call or shell name found.
 set -euo pipefail
 root=$(cd "$1" && pwd)
-c_folders=(runtime cli bench tuning)
+c_folders=(runtime cli harness bench tuning)
 python_folders=(bindings/python/volt8)
 
 # Prints "path:line: what: text" for each finding in the files named on stdin (NUL-separated);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "bench_report.h"
+#include "text_buffer.h"
 #include "test_support.h"
 
 static char work_dir[512];

@@ -1246,15 +1246,15 @@ Test(bench_report, reference_shapes) {
 
 TestSuite(bench_support, .timeout = 120);
 
-/* The support kernels live in the bench library (bench/bench_kernels.cu), not in libvolt8: their
+/* The support kernels live in the bench library (harness/bench_kernels.cu), not in libvolt8: their
  * source expands there, with the library's templates/ included, and compiles for compute_70. */
 Test(bench_support, kernels_expand_from_the_bench_library_and_compile) {
   volt8_ctx *ctx = test_cpu_ctx("sm_70");
-  cr_assert_null(volt8_embedded_find("bench/bench_kernels.cu"), "the shipped library embeds the bench kernels");
+  cr_assert_null(volt8_embedded_find("harness/bench_kernels.cu"), "the shipped library embeds the bench kernels");
   cr_assert_null(volt8_embedded_find("templates/bench_kernels.cu"), "the shipped library embeds the bench kernels");
   char *source = NULL;
   cr_assert_eq(bench_support_source(ctx, &source), VOLT8_OK, "%s", volt8_last_error(ctx));
-  cr_expect(strstr(source, "// generated from bench/bench_kernels.cu"), "no generated-from line:\n%.300s", source);
+  cr_expect(strstr(source, "// generated from harness/bench_kernels.cu"), "no generated-from line:\n%.300s", source);
   cr_expect(strstr(source, "#line 1 \"templates/moe_common.cu\""), "moe_common.cu not included");
   cr_expect(strstr(source, "bench_weighted_reduce"), "no bench_weighted_reduce in the expanded source");
   volt8_kernel_load_request request = {"volt8_bench_kernels", source, 70, VOLT8_IMAGE_PTX, 0, NULL, 0, "bench: "};

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_report.h"
 #include "tools/tools.h"
 #include "text_buffer.h"
 

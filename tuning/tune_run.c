@@ -113,7 +113,7 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
       shape_given = 1;
     } else if (strcmp(name, "--m") == 0) {
       out->m_count = volt8_tools_flag_number_list(name, next, "token count", 1, VOLT8_TUNING_MAX_M, out->m_values,
-                                                  BENCH_MAX_M, error, error_size);
+                                                  VOLT8_TOOLS_MAX_M_VALUES, error, error_size);
       bad = out->m_count < 0;
     } else if (strcmp(name, "--top-k") == 0) {
       bad = volt8_tools_flag_number(name, next, "top-k", 1, 64, &out->top_k, error, error_size);

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "bench_options.h"
+#include "tools/tools.h"
 
 #define TUNE_MAX_SHAPES 8
 
@@ -13,7 +13,7 @@ typedef struct tune_options {
   volt8_moe_shape shapes[TUNE_MAX_SHAPES];
   int32_t shape_count;
   int32_t top_k;
-  int32_t m_values[BENCH_MAX_M];
+  int32_t m_values[VOLT8_TOOLS_MAX_M_VALUES];
   int32_t m_count;
   const char *out_dir;
   const char *target_arch;  /* NULL: the device's */

@@ -1,5 +1,5 @@
-/* What volt8's own tools (bench/, tuning/, cli/) use beyond include/volt8.h, in the spirit of a
- * static-linking-only section: none of it is exported from libvolt8.so (tools link the static
+/* What volt8's own tools (harness/, bench/, tuning/, cli/) use beyond include/volt8.h, in the spirit
+ * of a static-linking-only section: none of it is exported from libvolt8.so (tools link the static
  * volt8_internal), none of it is covered by the ABI promise, and it may change in any release.
  * The tools include this header and volt8.h only (tests/runtime_layers.txt), so what they reach of
  * the runtime is listed here and nowhere else. */
@@ -11,7 +11,7 @@
 
 #include "core/cuda_driver.h"       /* the driver table the tools call CUDA through */
 #include "core/elf_check.h"        /* a library named by path is whole before the bench dlopens it */
-#include "core/embedded_files.h"    /* the table type of the files a tool builds in (bench/bench_kernels.cu) */
+#include "core/embedded_files.h"    /* the table type of the files a tool builds in (harness/bench_kernels.cu) */
 #include "core/errors.h"            /* volt8_fail and friends: tools report like the library */
 #include "core/json_strict.h"       /* volt8_utf8_sequence_length: the plan printer's columns */
 #include "core/numeric.h"           /* FP16 and E4M3 conversions of synthetic problems */

@@ -7,7 +7,7 @@
 
 #include "tools/tools.h"
 
-#define SUPPORT_TEMPLATE "bench/bench_kernels.cu"
+#define SUPPORT_TEMPLATE "harness/bench_kernels.cu"
 #define SUPPORT_KERNEL_NAME "volt8_bench_kernels"
 #define COPY_THREADS 256
 

@@ -18,7 +18,7 @@ typedef struct bench_fp16_weights {
   int64_t bytes;
 } bench_fp16_weights;
 
-/* Dequantizes the experts on the device (bench/bench_kernels.cu, bench_dequant). */
+/* Dequantizes the experts on the device (harness/bench_kernels.cu, bench_dequant). */
 volt8_status bench_fp16_weights_create(bench_gpu *gpu, const bench_experts_host *experts, bench_fp16_weights *out);
 void bench_fp16_weights_destroy(bench_gpu *gpu, bench_fp16_weights *weights);
 

@@ -1,4 +1,4 @@
-/* The device side of bench and tuner: the support kernels of bench/bench_kernels.cu, the
+/* The device side of bench and tuner: the support kernels of harness/bench_kernels.cu, the
  * copy bandwidth, and the timing of graph replays. All through ctx's driver table. */
 #ifndef VOLT8_BENCH_GPU_H
 #define VOLT8_BENCH_GPU_H
@@ -18,7 +18,7 @@ typedef struct bench_gpu {
   int64_t l2_bytes;
 } bench_gpu;
 
-/* The support kernels' source (bench/bench_kernels.cu, built into the bench library), malloc'ed. */
+/* The support kernels' source (harness/bench_kernels.cu, built into the bench library), malloc'ed. */
 volt8_status bench_support_source(volt8_ctx *ctx, char **out_source);
 /* Needs a device; compiles (or loads from the cache) the support kernels for the device's own arch. */
 volt8_status bench_gpu_open(volt8_ctx *ctx, bench_gpu *out);
