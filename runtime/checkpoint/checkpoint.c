@@ -19,7 +19,6 @@
 
 #define CONFIG_FILE_LIMIT (64u << 20)
 #define EXPERTS_PART "mlp.experts."
-#define MAX_EXPERTS (1 << 20)
 /* Bounds num_hidden_layers and mtp_layer, so their sum (a runtime layer index) fits an int32. */
 #define MAX_LAYERS (1 << 20)
 /* quantized_layers keys kept for the MTP layer: each is matched against every expert module. */
@@ -483,7 +482,7 @@ static volt8_status discover_experts(volt8_ctx *ctx, volt8_checkpoint *checkpoin
     } else if (tail[0] >= '0' && tail[0] <= '9') {
       char *end = NULL;
       long expert = strtol(tail, &end, 10);
-      if (*end == '.' && expert < MAX_EXPERTS && expert > largest_expert) largest_expert = expert;
+      if (*end == '.' && expert < VOLT8_SHAPE_MAX_GLOBAL_EXPERTS && expert > largest_expert) largest_expert = expert;
     }
   }
   if (!checkpoint->tensor_prefix[0])
@@ -603,7 +602,7 @@ static volt8_status resolve_fused(volt8_ctx *ctx, volt8_checkpoint *checkpoint) 
   snprintf(name, sizeof name, "%sdown_proj", checkpoint->tensor_prefix);
   if ((status = find_tensor(ctx, checkpoint, name, 0, &checkpoint->fused_down)) != VOLT8_OK) return status;
   const volt8_st_tensor *gate_up = checkpoint->fused_gate_up, *down = checkpoint->fused_down;
-  if (gate_up->rank != 3 || gate_up->shape[1] % 2 != 0 || gate_up->shape[0] > MAX_EXPERTS)
+  if (gate_up->rank != 3 || gate_up->shape[1] % 2 != 0 || gate_up->shape[0] > VOLT8_SHAPE_MAX_GLOBAL_EXPERTS)
     return volt8_fail(ctx, VOLT8_ERR_FORMAT, "%s: tensor %s: expected [experts, 2 x intermediate, hidden]", gate_up->file,
                       gate_up->name);
   if ((status = check_int32_dims(ctx, gate_up, 2)) != VOLT8_OK) return status;

@@ -10,12 +10,6 @@
 
 #include "core/ctx_internal.h"
 
-/* The code generator's limits (codegen/variants.lua: MAX_DIMENSION, MAX_EXPERTS) and the
- * checkpoint reader's largest expert count. */
-#define SHAPE_MAX_DIMENSION 65536
-#define SHAPE_MAX_EXPERTS 2048
-#define SHAPE_MAX_GLOBAL_EXPERTS (1 << 20)
-
 volt8_tools_number volt8_tools_parse_number_n(const char *text, size_t length, long low, long high, long *out) {
   size_t first = length > 0 && text[0] == '-';
   if (first == length) return VOLT8_TOOLS_NOT_A_NUMBER;
@@ -111,14 +105,14 @@ int volt8_tools_flag_path(const char *flag, const char *text, const char *what, 
   return -1;
 }
 
-/* 1 when `value` is one the key takes. */
-static int dimension(long value) { return value >= 16 && value <= SHAPE_MAX_DIMENSION && value % 16 == 0; }
-static int expert_count(long value) { return value >= 1 && value <= SHAPE_MAX_EXPERTS; }
+/* 1 when `value` is one the key takes (the kernels' limits, moe/kernels/moe_layout.h). */
+static int dimension(long value) { return value >= 16 && value <= VOLT8_SHAPE_MAX_DIMENSION && value % 16 == 0; }
+static int expert_count(long value) { return value >= 1 && value <= VOLT8_SHAPE_MAX_EXPERTS; }
 static int block_rows(long value) { return value == 1 || value == 128; }
 static int block_columns(long value) { return value == 128; }
 static int grid_offset(long value) { return value >= 0 && value < 128 && value % 16 == 0; }
-static int first_expert(long value) { return value >= 0 && value < SHAPE_MAX_GLOBAL_EXPERTS; }
-static int model_experts(long value) { return value >= 0 && value <= SHAPE_MAX_GLOBAL_EXPERTS; }
+static int first_expert(long value) { return value >= 0 && value < VOLT8_SHAPE_MAX_GLOBAL_EXPERTS; }
+static int model_experts(long value) { return value >= 0 && value <= VOLT8_SHAPE_MAX_GLOBAL_EXPERTS; }
 
 typedef struct shape_key {
   const char *name;

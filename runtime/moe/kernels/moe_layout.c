@@ -9,9 +9,6 @@
 /* value >= 0, divisor > 0; no intermediate sum, so values up to INT32_MAX cannot overflow. */
 static int32_t ceil_div(int32_t value, int32_t divisor) { return value / divisor + (value % divisor != 0); }
 
-#define MAX_DIMENSION 65536
-#define MAX_EXPERTS 2048 /* the route kernel keeps two to nine ints per expert in shared memory */
-
 static volt8_status invalid(volt8_ctx *ctx, const char *field, int64_t value, const char *requirement) {
   return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "invalid shape: %s=%lld %s", field, (long long)value, requirement);
 }
@@ -21,11 +18,11 @@ volt8_status volt8_moe_shape_check(volt8_ctx *ctx, const volt8_moe_shape *shape)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "invalid shape: size=%zu, expected %zu (use VOLT8_MOE_SHAPE_INIT)",
                       shape->size, sizeof(volt8_moe_shape));
   const char *dimension = "must be a positive multiple of 16, at most 65536";
-  if (shape->hidden <= 0 || shape->hidden % 16 != 0 || shape->hidden > MAX_DIMENSION)
+  if (shape->hidden <= 0 || shape->hidden % 16 != 0 || shape->hidden > VOLT8_SHAPE_MAX_DIMENSION)
     return invalid(ctx, "hidden", shape->hidden, dimension);
-  if (shape->intermediate <= 0 || shape->intermediate % 16 != 0 || shape->intermediate > MAX_DIMENSION)
+  if (shape->intermediate <= 0 || shape->intermediate % 16 != 0 || shape->intermediate > VOLT8_SHAPE_MAX_DIMENSION)
     return invalid(ctx, "intermediate", shape->intermediate, dimension);
-  if (shape->num_experts <= 0 || shape->num_experts > MAX_EXPERTS)
+  if (shape->num_experts <= 0 || shape->num_experts > VOLT8_SHAPE_MAX_EXPERTS)
     return invalid(ctx, "num_experts", shape->num_experts, "must be in [1, 2048]");
   if (shape->block_k != 128) return invalid(ctx, "block_k", shape->block_k, "must be 128");
   if (shape->block_n != 1 && shape->block_n != 128) return invalid(ctx, "block_n", shape->block_n, "must be 1 or 128");

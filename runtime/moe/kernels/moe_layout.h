@@ -62,6 +62,14 @@
  * takes: the kernels index pairs in int32, and this keeps every sum of a pair index and a launch's
  * rows below INT32_MAX (grids past 65535 rows are cut into launches). The one bound of the token
  * count; the tools take theirs from it. */
+/* The shapes the kernels take: hidden and intermediate at most VOLT8_SHAPE_MAX_DIMENSION, a rank's
+ * experts at most VOLT8_SHAPE_MAX_EXPERTS (the route kernel keeps two to nine ints per expert in
+ * shared memory), the model's at most VOLT8_SHAPE_MAX_GLOBAL_EXPERTS (what the checkpoint reader
+ * takes). The command line's shape reader (runtime/tools/arguments.c) takes the same. */
+#define VOLT8_SHAPE_MAX_DIMENSION 65536
+#define VOLT8_SHAPE_MAX_EXPERTS 2048
+#define VOLT8_SHAPE_MAX_GLOBAL_EXPERTS (1 << 20)
+
 #define VOLT8_MAX_ROUTED_PAIRS (1 << 30)
 /* The most rows (blockIdx.y values) one launch's grid holds, CUDA's limit on gridDim.y; the route
  * kernel writes its item counters per launch of that many rows (its LAUNCH_ROWS value). */
