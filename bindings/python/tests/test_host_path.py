@@ -125,7 +125,7 @@ def test_what_the_fast_path_does_not_take_fails_as_before(torch, experts):
             experts.forward(args["x"], args["ids"], args["weights"])
     out = torch.empty(4, hidden, dtype=torch.float16, device="cuda")
     with pytest.raises(volt8.InvalidArgumentError, match=r"out: has shape \[4, 8\]"):
-        experts.forward(x, ids, weights, out[:, :8])
+        experts.forward(x, ids, weights, torch.empty(4, 8, dtype=torch.float16, device="cuda"))
     experts.close()
     with pytest.raises(volt8.InvalidArgumentError, match="the volt8.Experts are closed"):
         experts.forward(x, ids, weights)
