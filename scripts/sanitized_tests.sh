@@ -2,10 +2,10 @@
 # The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included),
 # with the fuzz regression inputs replayed, then every fuzz target run briefly (tests/fuzz).
 # Builds in its own folder: build-asan, or $VOLT8_ASAN_BUILD_DIR.
-#   VOLT8_FUZZ_SMOKE_SECONDS  seconds each fuzz target runs (default 5, a smoke test: the regression
+#   VOLT8_FUZZ_SMOKE_SECONDS  seconds each fuzz target runs (default 3, a smoke test: the regression
 #                             inputs are replayed in every run, and tests/fuzz/run_fuzzers.sh fuzzes
 #                             for long; 0 skips the fuzz step)
-#   VOLT8_COMPILE_VARIANT_STRIDE  test_compile_variants compiles every Nth variant (default 16: NVRTC
+#   VOLT8_COMPILE_VARIANT_STRIDE  test_compile_variants compiles every Nth variant (default 48: NVRTC
 #                             itself is not instrumented, and the plain run compiles them all)
 #   JOBS                      parallel builds and tests (default: nproc)
 # install_consumer and example_forward are left out: they link the shared library (with the shared
@@ -15,7 +15,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${VOLT8_ASAN_BUILD_DIR:-$root/build-asan}"
 jobs="${JOBS:-$(nproc)}"
-smoke_seconds="${VOLT8_FUZZ_SMOKE_SECONDS:-5}"
+smoke_seconds="${VOLT8_FUZZ_SMOKE_SECONDS:-3}"
 # shellcheck source=scripts/venv_nvrtc.sh
 . "$root/scripts/venv_nvrtc.sh"
 
@@ -34,7 +34,7 @@ cmake --build "$build" -j "$jobs" >/dev/null
 export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:detect_invalid_pointer_pairs=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$root/tests/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export VOLT8_COMPILE_VARIANT_STRIDE="${VOLT8_COMPILE_VARIANT_STRIDE:-16}"
+export VOLT8_COMPILE_VARIANT_STRIDE="${VOLT8_COMPILE_VARIANT_STRIDE:-48}"
 cd "$build"
 echo "sanitized_tests: CPU suites under ASan + UBSan ($build; every ${VOLT8_COMPILE_VARIANT_STRIDE}th kernel variant compiled)"
 ctest --output-on-failure -L cpu -E '^(install_consumer|example_forward)$' -j "$jobs"

@@ -27,12 +27,12 @@ static void remove_work_dir(void) { test_remove_tree(work_dir); }
 
 TestSuite(cli_writes, .init = make_work_dir, .fini = remove_work_dir, .timeout = 60);
 
+#ifdef HAVE_BENCH
 static char *read_text(const char *path) {
   size_t bytes = 0;
   return test_read_whole(path, &bytes);
 }
 
-#ifdef HAVE_BENCH
 /* A file of someone else's at the writer's old temp name (<path>.tmp.<pid>) is neither followed,
  * truncated nor removed, whether the write succeeds or fails. */
 Test(cli_writes, a_write_leaves_files_of_its_temp_name_alone) {

@@ -206,8 +206,11 @@ Test(codegen, single_launch_serves_the_dispatched_few_token_forwards_of_sm_70) {
     volt8_variant_choice choice;
     cr_assert_eq(volt8_dispatch_choose(ctx, &shape, ms[i], 10, &choice), VOLT8_OK, "%s", volt8_last_error(ctx));
     int64_t pairs = (int64_t)ms[i] * 10;
+    char gate_up[VOLT8_VARIANT_NAME_BYTES], down[VOLT8_VARIANT_NAME_BYTES];
+    volt8_variant_format(&choice.gate_up, gate_up, sizeof gate_up);
+    volt8_variant_format(&choice.down, down, sizeof down);
     cr_expect_eq(volt8_single_launch_serves(ctx, &shape, 0, pairs, &choice), ms[i] <= 25, "M=%d (%s, %s)", ms[i],
-                 choice.gate_up, choice.down);
+                 gate_up, down);
     cr_expect_not(volt8_single_launch_serves(ctx, &shape, 1, pairs, &choice), "M=%d forced", ms[i]);
     cr_expect_not(volt8_single_launch_serves(ctx90, &shape, 0, pairs, &choice), "M=%d on sm_90", ms[i]);
   }
