@@ -307,24 +307,25 @@ static volt8_status enqueue_forward(bench_baseline *baseline, int32_t index, CUs
   const bench_input_set *set = &baseline->inputs->sets[index];
   const set_plan *plan = &baseline->sets[index];
   int hidden = baseline->shape.hidden, intermediate = baseline->shape.intermediate, top_k = baseline->inputs->top_k;
-  unsigned pairs = (unsigned)(baseline->inputs->num_tokens * top_k);
+  int pairs = baseline->inputs->num_tokens * top_k, tokens = baseline->inputs->num_tokens;
+  /* the support kernels' CTA rows loop over their rows past a grid's 65535 */
+  unsigned pair_rows = (unsigned)(pairs < 65535 ? pairs : 65535), token_rows = (unsigned)(tokens < 65535 ? tokens : 65535);
   CUdeviceptr x = set->d_x, weights = set->d_weights, out = set->d_out;
   CUdeviceptr row_token = plan->row_token, pair_row = plan->pair_row;
-  void *gather_params[] = {&x, &row_token, &baseline->xg, &hidden};
-  void *silu_params[] = {&baseline->y, &baseline->h, &intermediate};
-  void *reduce_params[] = {&baseline->z, &pair_row, &weights, &out, &hidden, &top_k};
+  void *gather_params[] = {&x, &row_token, &baseline->xg, &hidden, &pairs};
+  void *silu_params[] = {&baseline->y, &baseline->h, &intermediate, &pairs};
+  void *reduce_params[] = {&baseline->z, &pair_row, &weights, &out, &hidden, &top_k, &tokens};
   unsigned gather_blocks = (unsigned)((hidden / 8 + SUPPORT_THREADS - 1) / SUPPORT_THREADS);
-  volt8_status status = bench_gpu_launch(gpu, gpu->gather, gather_blocks, pairs, 1, SUPPORT_THREADS, stream,
+  volt8_status status = bench_gpu_launch(gpu, gpu->gather, gather_blocks, pair_rows, 1, SUPPORT_THREADS, stream,
                                          gather_params, "bench_gather");
   if (status == VOLT8_OK) status = enqueue_gemms(baseline, plan, OP_GATE_UP, stream);
   if (status == VOLT8_OK)
     status = bench_gpu_launch(gpu, gpu->silu_mul, (unsigned)((intermediate + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
-                              pairs, 1, SUPPORT_THREADS, stream, silu_params, "bench_silu_mul");
+                              pair_rows, 1, SUPPORT_THREADS, stream, silu_params, "bench_silu_mul");
   if (status == VOLT8_OK) status = enqueue_gemms(baseline, plan, OP_DOWN, stream);
   if (status == VOLT8_OK)
     status = bench_gpu_launch(gpu, gpu->weighted_reduce, (unsigned)((hidden + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
-                              (unsigned)baseline->inputs->num_tokens, 1, SUPPORT_THREADS, stream, reduce_params,
-                              "bench_weighted_reduce");
+                              token_rows, 1, SUPPORT_THREADS, stream, reduce_params, "bench_weighted_reduce");
   return status;
 }
 

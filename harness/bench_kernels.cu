@@ -57,35 +57,41 @@ extern "C" __global__ void bench_dequant(const unsigned char *codes, const unsig
 }
 
 // xg[row] = x[row_token[row]]: the tokens of each expert's pairs made contiguous. grid
-// (ceil(hidden / 8 / blockDim.x), rows); hidden is a multiple of 8.
-extern "C" __global__ void bench_gather(const uint4 *x, const int *row_token, uint4 *xg, int hidden) {
+// (ceil(hidden / 8 / blockDim.x), up to 65535), each CTA row looping over the rows; hidden is a
+// multiple of 8.
+extern "C" __global__ void bench_gather(const uint4 *x, const int *row_token, uint4 *xg, int hidden, int rows) {
   const int words = hidden / 8;
   const int column = blockIdx.x * blockDim.x + threadIdx.x;
   if (column >= words) return;
-  xg[(long long)blockIdx.y * words + column] = x[(long long)row_token[blockIdx.y] * words + column];
+  for (int row = blockIdx.y; row < rows; row += gridDim.y)
+    xg[(long long)row * words + column] = x[(long long)row_token[row] * words + column];
 }
 
 // h[row][i] = silu(y[row][i]) * y[row][intermediate + i], rounded to FP16. grid
-// (ceil(intermediate / blockDim.x), rows).
-extern "C" __global__ void bench_silu_mul(const unsigned short *y, unsigned short *h, int intermediate) {
+// (ceil(intermediate / blockDim.x), up to 65535), each CTA row looping over the rows.
+extern "C" __global__ void bench_silu_mul(const unsigned short *y, unsigned short *h, int intermediate, int rows) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= intermediate) return;
-  const unsigned short *row = y + (long long)blockIdx.y * 2 * intermediate;
-  const float gate = half_to_float(row[i]), up = half_to_float(row[intermediate + i]);
-  h[(long long)blockIdx.y * intermediate + i] = float_to_half(silu_times(gate, up));
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+    const unsigned short *row = y + (long long)r * 2 * intermediate;
+    const float gate = half_to_float(row[i]), up = half_to_float(row[intermediate + i]);
+    h[(long long)r * intermediate + i] = float_to_half(silu_times(gate, up));
+  }
 }
 
 // out[t][c] = sum over j = 0..top_k-1, in order, of weights[t][j] * z[pair_row[t][j]][c] in FP32
-// (rows < 0 are skipped). grid (ceil(hidden / blockDim.x), tokens).
+// (rows < 0 are skipped). grid (ceil(hidden / blockDim.x), up to 65535), each CTA row looping over the
+// tokens.
 extern "C" __global__ void bench_weighted_reduce(const unsigned short *z, const int *pair_row, const float *weights,
-                                                 unsigned short *out, int hidden, int top_k) {
+                                                 unsigned short *out, int hidden, int top_k, int tokens) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= hidden) return;
-  const int token = blockIdx.y;
-  float sum = 0.0f;
-  for (int j = 0; j < top_k; ++j) {
-    const int row = pair_row[token * top_k + j];
-    if (row >= 0) sum += weights[token * top_k + j] * half_to_float(z[(long long)row * hidden + c]);
+  for (int token = blockIdx.y; token < tokens; token += gridDim.y) {
+    float sum = 0.0f;
+    for (int j = 0; j < top_k; ++j) {
+      const int row = pair_row[(long long)token * top_k + j];
+      if (row >= 0) sum += weights[(long long)token * top_k + j] * half_to_float(z[(long long)row * hidden + c]);
+    }
+    out[(long long)token * hidden + c] = float_to_half(sum);
   }
-  out[(long long)token * hidden + c] = float_to_half(sum);
 }

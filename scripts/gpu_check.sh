@@ -22,7 +22,8 @@ mode="${1:-}"
 # Shapes of the GPU suites: the seed shape (E=512 and E=64) at offsets 0/32/64/96,
 # H=2048/I=128 (also the large_m suite's, with its EP rank of experts 16..31 of 64), H=4096/I=256,
 # online (1,128) scales, E=2048 (the route over several id tiles), and the TP8 rank (I=80 at offset
-# 80), and the online FP16-max expert (H=I=128, E=2, 128- and 1-row blocks).
+# 80), the online FP16-max expert (H=I=128, E=2, 128- and 1-row blocks), and the large_m suite's tile
+# shape off the grid (I=176 at offset 16).
 gpu_test_shapes=(
   "num_experts=512,intermediate_offset=0" "num_experts=512" "num_experts=512,intermediate_offset=64"
   "num_experts=512,intermediate_offset=96"
@@ -38,6 +39,7 @@ gpu_test_shapes=(
   "intermediate=80,intermediate_offset=80" "num_experts=64,intermediate=80,intermediate_offset=80"
   "hidden=128,intermediate=128,num_experts=2,intermediate_offset=0"
   "hidden=128,intermediate=128,num_experts=2,block_n=1,intermediate_offset=0"
+  "hidden=1024,intermediate=176,num_experts=32,intermediate_offset=16"
 )
 
 # The ep suite's shapes (tests/gpu/test_ep.c; keep the two in step): the fixture checkpoint
@@ -204,7 +206,7 @@ prepare() {
 # model_check (the derivation model with the H200's figures against the compute_70 PTX timed here, for
 # the model_check_shapes: scripts/model_check.py's Spearman and regret into logs/model_check.txt and .md;
 # MODEL_CHECK_M, MODEL_CHECK_SCREEN, MODEL_CHECK_ARGS),
-# models_bench (volt8 bench --model NAME at TP 4 and TP 8 for each model, with the tables just tuned
+# models_bench (volt8 bench --model NAME at TP 4 and TP 8 (BENCH_TPS) for each model, with the tables just tuned
 # when there are any, at BENCH_M if set; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
 # one GPU runs only N = 2, both on it), probe (the floor probe of bench/probes, as is and with the
@@ -387,10 +389,19 @@ run() {
         [ -d "$logs/tables" ] && model_tables=(env VOLT8_TUNING_DIR="$logs/tables")
         [ -n "${BENCH_M:-}" ] && bench_m=(--m "$BENCH_M")
         for model in $(model_names "$carry/bin/volt8"); do
-          for tp in 4 8; do
+          for tp in ${BENCH_TPS:-4 8}; do
             step "bench.$model.tp$tp" "${model_tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench \
               --model "$model" --tp "$tp" "${bench_m[@]}" --json "$logs/bench.$model.tp$tp.json" --markdown "$logs/bench.$model.tp$tp.md"
             cat "$logs/bench.$model.tp$tp.log"
+            # BENCH_VARIANTS="G,D G,D": the same token counts again with each pair pinned (no baselines).
+            local pinned_pair pinned_index=0
+            for pinned_pair in ${BENCH_VARIANTS:-}; do
+              pinned_index=$((pinned_index + 1))
+              step "bench.$model.tp$tp.pinned$pinned_index" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench \
+                --no-baselines --model "$model" --tp "$tp" "${bench_m[@]}" --variants "$pinned_pair" \
+                --json "$logs/bench.$model.tp$tp.pinned$pinned_index.json"
+              cat "$logs/bench.$model.tp$tp.pinned$pinned_index.log"
+            done
           done
         done ;;
       model_check)

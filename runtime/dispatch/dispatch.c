@@ -16,20 +16,32 @@
 #include "dispatch/tuning_nearest.h"
 #include "moe/kernels/moe_layout.h"
 
-/* The heuristic's classes of the expected busiest expert's routed pairs: up to `busiest`, the family
- * and block_m. sm_70: CUDA cores, then m8n8k4 tensor cores. sm_80 and later emulate m8n8k4, so there
- * m16n8k16 at every size, with the block_m the sm_90 tables pick at the same load. */
+/* The heuristic's classes of the expected busiest expert's routed pairs: up to `busiest`, the family,
+ * block_m and warps (0: the first listed). sm_70: CUDA cores, then m8n8k4 tensor cores. sm_80 and later
+ * emulate m8n8k4, so there m16n8k16 at every size, with the block_m the sm_90 tables pick at the same
+ * load. Past those, the tile family's items of 64 pairs, and on sm_80 and later of 128 past that (sm_70's
+ * 128-pair tile of 8 warps spills at two CTAs an SM). */
 typedef struct heuristic_class {
   double busiest;
   volt8_kind kind;
-  int32_t block_m;
+  int32_t block_m, warps;
 } heuristic_class;
 
-#define MAX_CLASSES 4
-static const heuristic_class SM70_CLASSES[] = {
-    {4.0, VOLT8_KIND_GEMM_CC, 4}, {24.0, VOLT8_KIND_GEMM_MMA, 16}, {INFINITY, VOLT8_KIND_GEMM_MMA, 32}};
-static const heuristic_class SM80_CLASSES[] = {{3.0, VOLT8_KIND_GEMM_HMMA, 1}, {4.0, VOLT8_KIND_GEMM_HMMA, 2},
-                                               {8.0, VOLT8_KIND_GEMM_HMMA, 4}, {INFINITY, VOLT8_KIND_GEMM_HMMA, 8}};
+#define MAX_CLASSES 6
+/* The busiest expert's pairs (mean plus two standard deviations) past which items of 64 pairs, and then
+ * of 128, are worth a tile: means of about 32 and 96 pairs an expert. */
+#define VOLT8_TILE_64_FROM_BUSIEST 44.0
+#define VOLT8_TILE_128_FROM_BUSIEST 117.0
+static const heuristic_class SM70_CLASSES[] = {{4.0, VOLT8_KIND_GEMM_CC, 4, 0},
+                                               {24.0, VOLT8_KIND_GEMM_MMA, 16, 0},
+                                               {VOLT8_TILE_64_FROM_BUSIEST, VOLT8_KIND_GEMM_MMA, 32, 0},
+                                               {INFINITY, VOLT8_KIND_GEMM_TILE, 64, 8}};
+static const heuristic_class SM80_CLASSES[] = {{3.0, VOLT8_KIND_GEMM_HMMA, 1, 0},
+                                               {4.0, VOLT8_KIND_GEMM_HMMA, 2, 0},
+                                               {8.0, VOLT8_KIND_GEMM_HMMA, 4, 0},
+                                               {VOLT8_TILE_64_FROM_BUSIEST, VOLT8_KIND_GEMM_HMMA, 8, 0},
+                                               {VOLT8_TILE_128_FROM_BUSIEST, VOLT8_KIND_GEMM_TILE, 64, 8},
+                                               {INFINITY, VOLT8_KIND_GEMM_TILE, 128, 8}};
 
 typedef struct plan_op {
   volt8_tuning_loaded own;      /* the shape's own table (source NONE: none) */
@@ -47,16 +59,28 @@ struct volt8_dispatch_plan {
   plan_op ops[2];                       /* gate_up, down */
 };
 
-/* The first listed variant of `op` in the family of `kind` with block_m `block_m`, else with the next
- * smaller block_m the family lists for the shape, else the first variant of the op; -1 when there is
- * none. */
-static int32_t pick(const volt8_variant *variants, int32_t count, volt8_op op, volt8_kind kind, int32_t block_m) {
+/* The first listed variant of `op` in the family of `kind` with block_m `block_m` (and `warps` warps, or
+ * any), else with the next smaller block_m the family lists for the shape, else the first variant of the
+ * op; -1 when there is none. A class whose family serves no block_m of the shape (the tile family where
+ * the shape is narrower than its tiles) takes the class below it (class_pick). */
+static int32_t pick(const volt8_variant *variants, int32_t count, volt8_op op, volt8_kind kind, int32_t block_m,
+                    int32_t warps) {
   for (int32_t bm = block_m; bm >= 1; bm /= 2)
-    for (int32_t i = 0; i < count; i++)
-      if (variants[i].op == op && variants[i].kind == kind && variants[i].block_m == bm) return i;
+    for (int pass = warps ? 0 : 1; pass < 2; pass++)
+      for (int32_t i = 0; i < count; i++)
+        if (variants[i].op == op && variants[i].kind == kind && variants[i].block_m == bm &&
+            (pass == 1 || variants[i].warps == warps))
+          return i;
   for (int32_t i = 0; i < count; i++)
     if (variants[i].op == op) return i;
   return -1;
+}
+
+/* Whether the shape lists a variant of `op` of `kind`. */
+static int lists_kind(const volt8_variant *variants, int32_t count, volt8_op op, volt8_kind kind) {
+  for (int32_t i = 0; i < count; i++)
+    if (variants[i].op == op && variants[i].kind == kind) return 1;
+  return 0;
 }
 
 /* The heuristic's class: the expected busiest expert under uniform routing (mean plus two standard
@@ -105,12 +129,17 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
   int32_t arch = volt8_codegen_arch(ctx);
   volt8_status status = volt8_catalogue_list(ctx, shape, arch, &plan->variants, &plan->count);
   plan->classes = arch < 80 ? SM70_CLASSES : SM80_CLASSES;
-  plan->class_count = arch < 80 ? 3 : 4;
+  plan->class_count = arch < 80 ? (int32_t)(sizeof SM70_CLASSES / sizeof SM70_CLASSES[0])
+                                : (int32_t)(sizeof SM80_CLASSES / sizeof SM80_CLASSES[0]);
   plan->experts = volt8_moe_global_experts(shape);
   for (int32_t c = 0; c < plan->class_count && status == VOLT8_OK; c++) {
     for (int op = 0; op < 2; op++) {
-      plan->picks[c][op] =
-          pick(plan->variants, plan->count, (volt8_op)op, plan->classes[c].kind, plan->classes[c].block_m);
+      const heuristic_class *class = &plan->classes[c];
+      if (c > 0 && !lists_kind(plan->variants, plan->count, (volt8_op)op, class->kind)) {
+        plan->picks[c][op] = plan->picks[c - 1][op];
+        continue;
+      }
+      plan->picks[c][op] = pick(plan->variants, plan->count, (volt8_op)op, class->kind, class->block_m, class->warps);
       if (plan->picks[c][op] < 0)
         status = volt8_fail(ctx, VOLT8_ERR_INTERNAL, "the code generator lists no gate_up or down variant");
     }
@@ -126,11 +155,23 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
 }
 
 /* Replaces the heuristic's pick for `op` with the shape's tuning table's, when it names a listed
- * variant, else with the nearest tabled shape's. */
-static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k,
+ * variant, else with the nearest tabled shape's. Where the heuristic's class is the tile family's, a
+ * table whose nearest entry was measured at less than half the token count does not speak for it (the
+ * tables' buckets double, so within a table's range the nearest entry is never that far). */
+static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k, int tile_class,
                          volt8_variant *chosen, volt8_choice_origin *origin) {
   const plan_op *tables = &plan->ops[op];
   const volt8_tuning_entry *entry = NULL;
+  if (tile_class) {
+    const volt8_tuning_entry *reach = NULL;
+    int32_t unused = -1;
+    const char *unused_origin = NULL;
+    if (tables->own.source != VOLT8_TUNING_SOURCE_NONE)
+      reach = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
+    else
+      reach = volt8_tuning_nearest_pick(&tables->nearest, num_tokens, top_k, &unused, &unused_origin);
+    if (!reach || reach->m < num_tokens / 2) return;
+  }
   if (tables->own.source != VOLT8_TUNING_SOURCE_NONE) {
     entry = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
     int32_t index = tables->own_index[entry - tables->own.table.entries];
@@ -163,8 +204,9 @@ volt8_status volt8_dispatch_plan_choose(const volt8_dispatch_plan *plan, int32_t
   out_choice->gate_up = plan->variants[plan->picks[c][0]];
   out_choice->down = plan->variants[plan->picks[c][1]];
   volt8_choice_origin chosen_from[2] = {{VOLT8_TUNING_SOURCE_NONE, 0, NULL}, {VOLT8_TUNING_SOURCE_NONE, 0, NULL}};
-  apply_tables(plan, VOLT8_OP_GATE_UP, num_tokens, top_k, &out_choice->gate_up, &chosen_from[0]);
-  apply_tables(plan, VOLT8_OP_DOWN, num_tokens, top_k, &out_choice->down, &chosen_from[1]);
+  int tile_class = plan->classes[c].kind == VOLT8_KIND_GEMM_TILE;
+  apply_tables(plan, VOLT8_OP_GATE_UP, num_tokens, top_k, tile_class, &out_choice->gate_up, &chosen_from[0]);
+  apply_tables(plan, VOLT8_OP_DOWN, num_tokens, top_k, tile_class, &out_choice->down, &chosen_from[1]);
   if (origins) memcpy(origins, chosen_from, sizeof chosen_from);
   return VOLT8_OK;
 }

@@ -326,58 +326,71 @@ static int down_launches(const loaded_kernel *down, int num_tokens, int top_k) {
   return (total + rows - 1) / rows;
 }
 
-/* gate_up over num_pairs pairs, in launches of rows_per_launch rows (moe_layout.h). */
-static volt8_status launch_gate_up(volt8_experts *experts, const loaded_kernel *kernel, const volt8_gate_up_args *args,
-                                   const volt8_launch_counts *counts, CUstream stream) {
-  int top_k = args->top_k, rows = rows_per_launch(kernel, top_k);
-  volt8_status status = VOLT8_OK;
-  for (int first = 0, index = 0; first < args->num_pairs && status == VOLT8_OK; first += rows, index++) {
-    volt8_gate_up_args part = *args;
-    int count = args->num_pairs - first < rows ? args->num_pairs - first : rows;
-    if (kernel->variant.block_m == 1) {
-      part.activations += (CUdeviceptr)(first / top_k) * (CUdeviceptr)experts->shape.hidden * 2;
-      part.topk_ids += (CUdeviceptr)first * 4;
-      part.out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.intermediate * 2;
-      part.num_pairs = count;
-    } else {
-      part.items += (CUdeviceptr)first * 16;
-      part.counters += (CUdeviceptr)index * 16;
-    }
-    volt8_launch_counts part_counts = *counts;
-    part_counts.num_pairs = count;
-    void *params[VOLT8_MAX_KERNEL_PARAMS];
-    volt8_kernel_params_fill(volt8_variant_signature(&kernel->variant), &part, params);
-    status = launch(experts, kernel, &part_counts, stream, params, 0);
-  }
-  return status;
+/* Rows (blockIdx.y values) a GEMM's grid needs over num_pairs pairs: one a pair with block_m 1; for a
+ * routed GEMM its most work items, ceil(num_pairs / block_m) plus one partial item an expert, never more
+ * than the pairs (the route writes an item count for each launch of the pairs' rows; CTAs past the
+ * count return at once). */
+static int gemm_rows(const volt8_experts *experts, const loaded_kernel *kernel, int num_pairs) {
+  int block_m = kernel->variant.block_m;
+  if (block_m == 1) return num_pairs;
+  int64_t items = ((int64_t)num_pairs + block_m - 1) / block_m + experts->shape.num_experts;
+  return items < num_pairs ? (int)items : num_pairs;
 }
 
-/* A routed or block_m 1 down over num_pairs pairs, in launches of rows_per_launch rows. A block_m 1
- * down that fuses the reduce and takes several launches stores its bad-id counts in the spare
- * counters (the route counts them). */
-static volt8_status launch_down(volt8_experts *experts, const loaded_kernel *kernel, const volt8_down_args *args,
-                                const volt8_launch_counts *counts, int early, CUstream stream) {
-  unsigned columns = (unsigned)((experts->shape.hidden + kernel->variant.block_n - 1) / kernel->variant.block_n);
-  int top_k = args->top_k, rows = rows_per_launch(kernel, top_k);
-  int parts = (args->num_pairs + rows - 1) / rows;
+/* What changes from one launch of a GEMM to the next: its part of the pairs (block_m 1) or of the work
+ * items and their counters (routed). */
+typedef void (*gemm_cut)(const volt8_experts *experts, const loaded_kernel *kernel, void *part, int first, int index,
+                         int count, int parts);
+
+static void cut_gate_up(const volt8_experts *experts, const loaded_kernel *kernel, void *part_args, int first, int index,
+                        int count, int parts) {
+  (void)parts;
+  volt8_gate_up_args *part = part_args;
+  if (kernel->variant.block_m == 1) {
+    part->activations += (CUdeviceptr)(first / part->top_k) * (CUdeviceptr)experts->shape.hidden * 2;
+    part->topk_ids += (CUdeviceptr)first * 4;
+    part->out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.intermediate * 2;
+    part->num_pairs = count;
+  } else {
+    part->items += (CUdeviceptr)first * 16;
+    part->counters += (CUdeviceptr)index * 16;
+  }
+}
+
+/* A block_m 1 down that fuses the reduce and takes several launches stores its bad-id counts in the
+ * spare counters (the route counts them). */
+static void cut_down(const volt8_experts *experts, const loaded_kernel *kernel, void *part_args, int first, int index,
+                     int count, int parts) {
+  volt8_down_args *part = part_args;
+  if (kernel->variant.block_m == 1) {
+    unsigned columns = (unsigned)((experts->shape.hidden + kernel->variant.block_n - 1) / kernel->variant.block_n);
+    CUdeviceptr token = (CUdeviceptr)(first / part->top_k);
+    part->activations += (CUdeviceptr)first * (CUdeviceptr)experts->shape.intermediate * 2;
+    part->topk_weights += (CUdeviceptr)first * 4;
+    part->out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.hidden * 4;
+    part->topk_ids += (CUdeviceptr)first * 4;
+    part->num_pairs = count;
+    part->reduced += token * (CUdeviceptr)experts->shape.hidden * 2;
+    part->arrivals += token * columns * 4;
+    if (parts > 1 && kernel->variant.fused_reduce) part->counters = experts->spare_counters;
+  } else {
+    part->items += (CUdeviceptr)first * 16;
+    part->counters += (CUdeviceptr)index * 16;
+  }
+}
+
+/* A GEMM over its rows (gemm_rows), in launches of rows_per_launch rows (moe_layout.h). */
+static volt8_status launch_gemm(volt8_experts *experts, const loaded_kernel *kernel, const void *args, size_t args_size,
+                                gemm_cut cut, const volt8_launch_counts *counts, int top_k, int early, CUstream stream) {
+  int rows = rows_per_launch(kernel, top_k);
+  int total = gemm_rows(experts, kernel, counts->num_pairs);
+  int parts = (total + rows - 1) / rows;
   volt8_status status = VOLT8_OK;
-  for (int first = 0, index = 0; first < args->num_pairs && status == VOLT8_OK; first += rows, index++) {
-    volt8_down_args part = *args;
-    int count = args->num_pairs - first < rows ? args->num_pairs - first : rows;
-    if (kernel->variant.block_m == 1) {
-      CUdeviceptr token = (CUdeviceptr)(first / top_k);
-      part.activations += (CUdeviceptr)first * (CUdeviceptr)experts->shape.intermediate * 2;
-      part.topk_weights += (CUdeviceptr)first * 4;
-      part.out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.hidden * 4;
-      part.topk_ids += (CUdeviceptr)first * 4;
-      part.num_pairs = count;
-      part.reduced += token * (CUdeviceptr)experts->shape.hidden * 2;
-      part.arrivals += token * columns * 4;
-      if (parts > 1 && kernel->variant.fused_reduce) part.counters = experts->spare_counters;
-    } else {
-      part.items += (CUdeviceptr)first * 16;
-      part.counters += (CUdeviceptr)index * 16;
-    }
+  for (int first = 0, index = 0; first < total && status == VOLT8_OK; first += rows, index++) {
+    volt8_down_args part; /* the larger of the two argument structs */
+    memcpy(&part, args, args_size);
+    int count = total - first < rows ? total - first : rows;
+    cut(experts, kernel, &part, first, index, count, parts);
     volt8_launch_counts part_counts = *counts;
     part_counts.num_pairs = count;
     void *params[VOLT8_MAX_KERNEL_PARAMS];
@@ -468,10 +481,13 @@ static volt8_status launch_kernels(volt8_experts *experts, const volt8_moe_args 
   int early = !needs_route;
   int early_down = early || down->variant.kind == VOLT8_KIND_GEMM_HMMA;
   if ((needs_route && (status = launch(experts, route, counts, stream, route_params, 0)) != VOLT8_OK) ||
-      (status = launch_gate_up(experts, gate_up, &gate_up_args, counts, stream)) != VOLT8_OK)
+      (status = launch_gemm(experts, gate_up, &gate_up_args, sizeof gate_up_args, cut_gate_up, counts, top_k, 0, stream)) !=
+          VOLT8_OK)
     return status;
   if (token_down) return launch_down_token(experts, down, &down_token_args, counts, early, stream);
-  if ((status = launch_down(experts, down, &down_args, counts, early_down, stream)) != VOLT8_OK) return status;
+  if ((status = launch_gemm(experts, down, &down_args, sizeof down_args, cut_down, counts, top_k, early_down, stream)) !=
+      VOLT8_OK)
+    return status;
   if (down->variant.fused_reduce) return VOLT8_OK; /* its CTAs formed out themselves */
   return launch(experts, reduce, counts, stream, reduce_params, early);
 }

@@ -123,8 +123,9 @@ Test(gpu_large_m, expert_parallel_rank_skips_other_ranks_pairs) {
 }
 
 /* M = 8192 at top-16 (131072 pairs, three launches of each GEMM) captured once: every replay, with
- * out and the workspace poisoned before, equals the eager forward bit for bit, also on new routing. */
-Test(gpu_large_m, graph_replay_equals_eager_past_one_grid) {
+ * out and the workspace poisoned before, equals the eager forward bit for bit, also on new routing;
+ * through the dispatch's kernels and through the tile family's, pinned. */
+static void check_graph_replay(const char *gate_up, const char *down) {
   volt8_ctx *ctx = gpu_open();
   gpu_seed(44);
   const volt8_cuda_driver *cuda = ctx->cuda;
@@ -132,6 +133,7 @@ Test(gpu_large_m, graph_replay_equals_eager_past_one_grid) {
   host_problem problem;
   gpu_make_problem(ctx, &shape, &problem);
   volt8_experts *experts = gpu_upload(ctx, &problem, 64, 16);
+  cr_assert_eq(volt8_experts_set_variants(experts, gate_up, down), VOLT8_OK, "%s", volt8_last_error(ctx));
   const int32_t m = MAX_TOKENS;
   cr_assert_eq(volt8_experts_prepare(experts, &m, 1), VOLT8_OK, "%s", volt8_last_error(ctx));
   CUstream stream;
@@ -169,6 +171,12 @@ Test(gpu_large_m, graph_replay_equals_eager_past_one_grid) {
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);
+}
+
+Test(gpu_large_m, graph_replay_equals_eager_past_one_grid) { check_graph_replay(NULL, NULL); }
+
+Test(gpu_large_m, graph_replay_equals_eager_past_one_grid_tile_family) {
+  check_graph_replay("gate_up.tile.bm128.bn64.w8.sk1.o2", "down.tile.bm128.bn128.w8.sk1.o2");
 }
 
 /* A variant wanted for a cut: its op, kind and block_m, and of its other fields: -1 any, 1 a down
@@ -288,6 +296,85 @@ Test(gpu_large_m, workspaces_too_large_fail_cleanly) {
   gpu_make_batch(ctx, &problem, 64, 16, ROUTING_UNIFORM, &batch);
   gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, "after the failed prepare");
   gpu_free_batch(ctx, &batch);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* The tile family (templates/moe_gemm_tile.cu), pinned: 64 and 128 pairs an item through both of its
+ * warp layouts, M = 1..8192 at top-k 1 and 16; every token to one expert and then to two (the others
+ * get none); an expert-parallel rank with bad ids; and a shape whose rank starts 16 codes into the
+ * scale grid with K and N off the tile (I = 176: down's K ends half a step in, gate_up's last column
+ * tile is partly past N). */
+static const char *const TILE_PAIRS[][2] = {
+    {"gate_up.tile.bm128.bn64.w8.sk1.o2", "down.tile.bm128.bn128.w8.sk1.o2"},
+    {"gate_up.tile.bm64.bn32.w4.sk1.o2", "down.tile.bm64.bn64.w4.sk1.o2"},
+    {"gate_up.tile.bm128.bn32.w4.sk1.o2", "down.tile.bm64.bn128.w8.sk1.o2"},
+};
+#define TILE_PAIR_COUNT ((int)(sizeof TILE_PAIRS / sizeof TILE_PAIRS[0]))
+
+static void check_tile_pairs(volt8_ctx *ctx, volt8_experts *experts, const host_problem *problem, int32_t num_tokens,
+                             int32_t top_k, routing mode, const int32_t *all_to, const char *what) {
+  device_batch batch;
+  gpu_make_batch(ctx, problem, num_tokens, top_k, mode, &batch);
+  if (all_to) route_all_to(ctx, problem, &batch, all_to);
+  for (int p = 0; p < TILE_PAIR_COUNT; p++) {
+    char label[160];
+    snprintf(label, sizeof label, "%s M=%d top-%d", what, num_tokens, top_k);
+    gpu_check_forward(ctx, experts, problem->shape.hidden, &batch, TILE_PAIRS[p][0], TILE_PAIRS[p][1], label);
+  }
+  gpu_free_batch(ctx, &batch);
+}
+
+Test(gpu_large_m, tile_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(47);
+  volt8_moe_shape shape = test_shape();
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, MAX_TOKENS, 16);
+  for (int32_t m = 0; m < TOKEN_COUNTS; m++) {
+    check_tile_pairs(ctx, experts, &problem, token_counts[m], 1, ROUTING_UNIFORM, NULL, "uniform");
+    check_tile_pairs(ctx, experts, &problem, token_counts[m], 16, ROUTING_UNIFORM, NULL, "uniform");
+  }
+  const int32_t one[] = {7}, two[] = {3, 60};
+  check_tile_pairs(ctx, experts, &problem, 2048, 1, ROUTING_UNIFORM, one, "every token to expert 7");
+  check_tile_pairs(ctx, experts, &problem, 2048, 2, ROUTING_UNIFORM, two, "every token to experts 3 and 60");
+  cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+
+  volt8_moe_shape offset = VOLT8_MOE_SHAPE_INIT;
+  offset.hidden = 1024;
+  offset.intermediate = 176;
+  offset.intermediate_offset = 16;
+  offset.num_experts = 32;
+  gpu_make_problem(ctx, &offset, &problem);
+  experts = gpu_upload(ctx, &problem, 4096, 8);
+  check_tile_pairs(ctx, experts, &problem, 300, 8, ROUTING_UNIFORM, NULL, "I=176 at offset 16");
+  check_tile_pairs(ctx, experts, &problem, 4096, 8, ROUTING_UNIFORM, NULL, "I=176 at offset 16");
+  cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+
+  volt8_moe_shape rank = test_shape();
+  rank.num_experts = 16;
+  rank.global_experts = 64;
+  rank.expert_start = 16;
+  gpu_make_problem(ctx, &rank, &problem);
+  experts = gpu_upload(ctx, &problem, MAX_TOKENS, 16);
+  device_batch batch;
+  gpu_make_batch(ctx, &problem, MAX_TOKENS, 16, ROUTING_UNIFORM, &batch);
+  batch.ids[5] = 64, batch.ids[16 * 4000 + 3] = -1;
+  gpu_update_ids(ctx, &problem, &batch);
+  for (int p = 0; p < TILE_PAIR_COUNT; p++) {
+    gpu_check_forward(ctx, experts, rank.hidden, &batch, TILE_PAIRS[p][0], TILE_PAIRS[p][1], "EP rank 16..31 of 64");
+    int32_t bad = -1;
+    cr_assert_eq(volt8_experts_bad_id_count(experts, &bad), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_eq(bad, 2, "%s: bad ids counted: %d", TILE_PAIRS[p][0], bad);
+  }
+  gpu_free_batch(ctx, &batch);
+  cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);
