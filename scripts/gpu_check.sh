@@ -175,6 +175,14 @@ prepare() {
   fi
   # PROBE=1: the probes of bench/probes (not part of the library; build_probes above).
   if [ "${PROBE:-0}" = 1 ]; then build_probes; fi
+  # The native kernels (compute_90 PTX, the H200's arch) of the kernels suite's two seed shapes, where
+  # that suite compiles most of its variants: NATIVE_SEED=0 leaves them out (the run compiles them).
+  if [ "${NATIVE_SEED:-1}" = 1 ]; then
+    "$root/build/volt8" compile --arch sm_90 --cache "$carry/cache90" --shape "num_experts=512" \
+      --shape "num_experts=64" | tail -n 1
+    tar -C "$carry" -czf "$carry/cache90.tgz" cache90
+    rm -rf "$carry/cache90"
+  fi
   du -sh "$carry" | awk '{print "gpu_check prepare: .carry is " $1}'
 }
 
@@ -234,6 +242,8 @@ run() {
   export VOLT8_SOURCE_ROOT="$root"
   # (absent when only the probes were built)
   [ -f "$carry/cache70.tgz" ] && tar -C "$work" -xzf "$carry/cache70.tgz"
+  # the native cache's seed (prepare's NATIVE_SEED)
+  if [ -f "$carry/cache90.tgz" ]; then tar -C "$work" -xzf "$carry/cache90.tgz" && mv "$work/cache90" "$work/native"; fi
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$logs/device.txt"
   local summary="$out/summary.txt"
   : >"$summary"

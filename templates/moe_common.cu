@@ -52,6 +52,12 @@ static __device__ __forceinline__ float4 load_produced(const float4 *address) {
   VOLT8_LOAD_V4("ld.global.cg.v4.f32", "f", value, address);
   return value;
 }
+
+static __device__ __forceinline__ uint2 load_produced(const uint2 *address) {
+  uint2 value;
+  asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];" : "=r"(value.x), "=r"(value.y) : "l"(address));
+  return value;
+}
 #else
 template <typename T>
 static __device__ __forceinline__ T load_produced(const T *address) {

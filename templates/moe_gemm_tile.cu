@@ -13,9 +13,9 @@
 //            block's scale (FP16 bits of scale * 2^8). Ranks start at any multiple of 16 inside the
 //            scale grid, so no chunk straddles a scale block and every chunk finds its own scale.
 // Step s + 1's weights are turned into FP16 while step s is multiplied, and the loads run ahead of
-// the products: on sm_80 and later by two steps (x by cp.async into three buffers, the weights' bytes
-// into registers two steps before their conversion); on sm_70 by one (x and weights into registers,
-// stored after the products). Rows are 64 bytes, unpadded: chunk c (8 halves) of row r is stored at
+// the products: on sm_80 and later by three steps for 64-pair items and two for 128 (x by cp.async into
+// one buffer more than that, the weights' bytes into registers that many steps before their
+// conversion); on sm_70 by one (x and weights into registers, stored after the products). Rows are 64 bytes, unpadded: chunk c (8 halves) of row r is stored at
 // c ^ swizzle(r), which puts the fragment loads of a quarter warp (sm_70) or of an ldmatrix phase
 // (sm_80) on distinct banks.
 // Products, FP32 accumulators, 2 x kWarpsN warps, each warp a kWarpM x 32 tile of pairs x weight rows:
@@ -25,8 +25,9 @@
 //     16 x 16 block; within it, with r = (lane & 3) + 4 * (lane >= 16), A is row r and B column r, four
 //     k each, and accumulator i lies at row (lane & 1) + (i & 2) + 4 * (lane >= 16), column (i & 4) +
 //     (lane & 2) + (i & 1).
-// gate_up stores h = FP16(silu(gate) * up) for its pairs; down stores z = weight * sum in FP32, which
-// the reduce adds per token. Pad rows of an item are never stored.
+// gate_up stores h = FP16(silu(gate) * up) for its pairs; down stores z = FP16(weight * sum), half the
+// bytes of the other downs' FP32 rows, which reduce_half adds per token in FP32. Pad rows of an item
+// are never stored.
 @{include moe_common.cu}
 @{include moe_expert_range.cu}
 
@@ -50,8 +51,10 @@ constexpr int kWarpN = kWeightRows / kWarpsN;    // weight rows of a warp's tile
 constexpr int kXChunks = kBlockM * (kStepK / 8) / kThreads;  // 16-byte x chunks a thread a step
 constexpr int kRowHalves = kStepK;               // 64-byte rows, chunks swizzled
 #if __CUDA_ARCH__ >= 800
-constexpr int kAhead = 2;                        // steps the loads run ahead of the products
-constexpr int kXBuffers = 3;                     // x by cp.async: the step multiplied and two in flight
+// Steps the loads run ahead of the products: three for 64-pair items, two for 128 (whose x buffers
+// would not fit a third in 48 KiB); x by cp.async into kAhead + 1 buffers.
+constexpr int kAhead = kBlockM == 64 ? 3 : 2;
+constexpr int kXBuffers = kAhead + 1;
 #else
 constexpr int kAhead = 1;
 constexpr int kXBuffers = 2;
@@ -63,6 +66,7 @@ static_assert(kWarpsN * kWarpsM == @{WARPS} && kWarpN == 32 && kWarpM % 16 == 0,
 static_assert(kWeightRows * (kStepK / 16) == kThreads, "one weight chunk a thread a step");
 static_assert(kXChunks >= 1 && kXChunks * kThreads == kBlockM * (kStepK / 8), "x chunks must spread evenly");
 static_assert(kK % 16 == 0 && kScaleKOffset % 16 == 0, "k must split into 16-code chunks");
+static_assert(kAhead >= 1 && kAhead <= 3, "the main loop names at most three register slots");
 }  // namespace
 
 @{include moe_work_item.cu}
@@ -271,6 +275,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   copy_async_commit();
   if (1 < kSteps) load_step(1, Slot<1 % kAhead>());
   copy_async_commit();
+  if (kAhead > 2) {
+    if (2 < kSteps) load_step(2, Slot<2 % kAhead>());
+    copy_async_commit();
+  }
 #endif
   store_step(0, Slot<0>());
 #if __CUDA_ARCH__ >= 800
@@ -336,10 +344,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   };
   for (int s = 0; s < kSteps; s += kAhead) {
     run_step(s, Slot<0>());
-    if (kAhead == 2 && s + 1 < kSteps) run_step(s + 1, Slot<1 % kAhead>());
+    if (kAhead > 1 && s + 1 < kSteps) run_step(s + 1, Slot<1 % kAhead>());
+    if (kAhead > 2 && s + 2 < kSteps) run_step(s + 2, Slot<2 % kAhead>());
   }
 
   // Stores: a thread's accumulators in pairs of adjacent columns.
+#if !VOLT8_GATE_UP
+  unsigned short *z_half = reinterpret_cast<unsigned short *>(out);  // z of FP16 in the workspace's z
+#endif
 #if __CUDA_ARCH__ >= 800
   // m16n8k16: e 0, 1 row lane / 4, columns 2 (lane % 4) + 0, 1; e 2, 3 row lane / 4 + 8.
 #pragma unroll
@@ -364,8 +376,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
       for (int j = 0; j < kNTiles; ++j) {
         const int column = column0 + warp_n * 32 + j * 8 + 2 * (lane & 3);
         if (column >= kN) continue;
-        *reinterpret_cast<float2 *>(out + (long long)pair * kN + column) =
-            make_float2(weight * acc[i][j][2 * half], weight * acc[i][j][2 * half + 1]);
+        *reinterpret_cast<unsigned *>(z_half + (long long)pair * kN + column) =
+            pack_halves(float_to_half(weight * acc[i][j][2 * half]), float_to_half(weight * acc[i][j][2 * half + 1]));
       }
 #endif
     }
@@ -393,8 +405,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
       for (int j = 0; j < kNTiles; ++j) {
         const int column = column0 + warp_n * 32 + j * 16 + within;
         if (column >= kN) continue;
-        *reinterpret_cast<float2 *>(out + (long long)pair * kN + column) =
-            make_float2(weight * acc[i][j][e], weight * acc[i][j][e + 1]);
+        *reinterpret_cast<unsigned *>(z_half + (long long)pair * kN + column) =
+            pack_halves(float_to_half(weight * acc[i][j][e]), float_to_half(weight * acc[i][j][e + 1]));
       }
 #endif
     }

@@ -379,11 +379,12 @@ Test(codegen, entries_are_unique_per_variant_and_shape) {
 
 Test(codegen, unknown_substitution_fails_naming_it) {
   volt8_ctx *ctx = test_cpu_ctx(NULL);
-  const char *keys[] = {"THREADS", "HIDDEN", "NUM_EXPERTS", "EXPERT_START", "GLOBAL_EXPERTS", "EXPERT_PARALLEL", "ENTRY"};
-  const char *values[] = {"128", "2560", "512", "0", "512", "0", "volt8_reduce_test"};
+  const char *keys[] = {"Z_HALF",          "THREADS",         "HIDDEN", "NUM_EXPERTS", "EXPERT_START",
+                        "GLOBAL_EXPERTS",  "EXPERT_PARALLEL", "ENTRY"};
+  const char *values[] = {"0", "128", "2560", "512", "0", "512", "0", "volt8_reduce_test"};
   char *source = NULL;
   /* ENTRY left out: the template uses it, so expansion must stop at it. */
-  cr_assert_eq(volt8_template_expand_text(ctx, "templates/moe_reduce.cu", NULL, keys, values, 6, &source),
+  cr_assert_eq(volt8_template_expand_text(ctx, "templates/moe_reduce.cu", NULL, keys, values, 7, &source),
                VOLT8_ERR_CODEGEN);
   cr_expect_null(source);
   const char *message = volt8_last_error(ctx);
@@ -391,7 +392,7 @@ Test(codegen, unknown_substitution_fails_naming_it) {
   cr_expect(strstr(message, "templates/moe_reduce.cu:") != NULL, "message does not name the template line: %s",
             message);
 
-  cr_assert_eq(volt8_template_expand_text(ctx, "templates/moe_reduce.cu", NULL, keys, values, 7, &source), VOLT8_OK,
+  cr_assert_eq(volt8_template_expand_text(ctx, "templates/moe_reduce.cu", NULL, keys, values, 8, &source), VOLT8_OK,
                "%s", volt8_last_error(ctx));
   cr_expect(strstr(source, "@{") == NULL);
   cr_expect(strstr(source, "volt8_reduce_test") != NULL);

@@ -29,8 +29,10 @@ typedef struct heuristic_class {
 
 #define MAX_CLASSES 6
 /* The busiest expert's pairs (mean plus two standard deviations) past which items of 64 pairs, and then
- * of 128, are worth a tile: means of about 32 and 96 pairs an expert. */
-#define VOLT8_TILE_64_FROM_BUSIEST 44.0
+ * of 128, are worth a tile: means of about 13 and 96 pairs an expert. Measured on the H200 (2026-12-02):
+ * at a mean of 16 (DeepSeek-V3 TP8, M = 512) the 64-pair tile took 1092 us against m16n8k16's 1582; at a
+ * mean of 10 (the reference TP4 and TP8, M = 512) 595 against 388 and 396 against 222. */
+#define VOLT8_TILE_64_FROM_BUSIEST 22.0
 #define VOLT8_TILE_128_FROM_BUSIEST 117.0
 static const heuristic_class SM70_CLASSES[] = {{4.0, VOLT8_KIND_GEMM_CC, 4, 0},
                                                {24.0, VOLT8_KIND_GEMM_MMA, 16, 0},

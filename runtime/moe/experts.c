@@ -214,6 +214,12 @@ static const loaded_kernel *find_kernel(const volt8_experts *experts, const volt
 /* The support kernels as variants. */
 static const volt8_variant ROUTE = {.kind = VOLT8_KIND_ROUTE, .op = VOLT8_OP_ROUTE};
 static const volt8_variant REDUCE = {.kind = VOLT8_KIND_REDUCE, .op = VOLT8_OP_REDUCE};
+static const volt8_variant REDUCE_HALF = {.kind = VOLT8_KIND_REDUCE_HALF, .op = VOLT8_OP_REDUCE_HALF};
+
+/* The reduce after `down`: a tile down stores FP16 z rows. */
+static const volt8_variant *reduce_after(const volt8_variant *down) {
+  return down->kind == VOLT8_KIND_GEMM_TILE ? &REDUCE_HALF : &REDUCE;
+}
 static const volt8_variant SINGLE = {.kind = VOLT8_KIND_SINGLE, .op = VOLT8_OP_SINGLE};
 
 /* Generates one variant and loads it (volt8_kernel_load); refuses while capturing. */
@@ -437,7 +443,7 @@ static volt8_status launch_kernels(volt8_experts *experts, const volt8_moe_args 
   if ((status = get_kernel(experts, &ROUTE, capturing, &route)) != VOLT8_OK ||
       (status = get_kernel(experts, &runs->choice.gate_up, capturing, &gate_up)) != VOLT8_OK ||
       (status = get_kernel(experts, &runs->choice.down, capturing, &down)) != VOLT8_OK ||
-      (status = get_kernel(experts, &REDUCE, capturing, &reduce)) != VOLT8_OK)
+      (status = get_kernel(experts, reduce_after(&runs->choice.down), capturing, &reduce)) != VOLT8_OK)
     return status;
   int num_pairs = counts->num_pairs, num_tokens = args->num_tokens, top_k = args->top_k;
   /* A token-fused down reads its pairs from topk_ids and does the reduce's work itself. */
@@ -591,7 +597,8 @@ volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_valu
       volt8_forward_kernels runs;
       if ((status = volt8_forward_plan_choose(&experts->plan, m_values[i], top_k, &runs)) != VOLT8_OK) return status;
       if ((status = get_kernel(experts, &runs.choice.gate_up, 0, &kernel)) != VOLT8_OK ||
-          (status = get_kernel(experts, &runs.choice.down, 0, &kernel)) != VOLT8_OK)
+          (status = get_kernel(experts, &runs.choice.down, 0, &kernel)) != VOLT8_OK ||
+          (status = get_kernel(experts, reduce_after(&runs.choice.down), 0, &kernel)) != VOLT8_OK)
         return status;
       if (runs.single && (status = get_kernel(experts, &SINGLE, 0, &kernel)) != VOLT8_OK) return status;
     }

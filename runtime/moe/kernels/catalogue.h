@@ -19,7 +19,8 @@ typedef enum volt8_op {
   VOLT8_OP_DOWN = 1,
   VOLT8_OP_ROUTE = 2,
   VOLT8_OP_REDUCE = 3,
-  VOLT8_OP_SINGLE = 4 /* the whole forward of block_m 1 work items in one launch */
+  VOLT8_OP_SINGLE = 4, /* the whole forward of block_m 1 work items in one launch */
+  VOLT8_OP_REDUCE_HALF = 5 /* the reduce of FP16 z rows (after a tile down) */
 } volt8_op;
 
 typedef enum volt8_kind {
@@ -31,7 +32,8 @@ typedef enum volt8_kind {
   VOLT8_KIND_REDUCE = 5,
   VOLT8_KIND_SINGLE = 6,
   VOLT8_KIND_GEMM_TILE = 7, /* 64 or 128 pairs an item, the weight tile in FP16 shared memory (tile) */
-  VOLT8_KIND_COUNT = 8
+  VOLT8_KIND_REDUCE_HALF = 8,
+  VOLT8_KIND_COUNT = 9
 } volt8_kind;
 
 /* One kernel variant. A GEMM tile's optional fields are 0 where the tile does not set them. */

@@ -13,11 +13,12 @@ static const int32_t BLOCK_MS[] = {64, 128};
 static const volt8_tile GATE_UP_TILES[] = {{64, 8, 1, 0, 0, 2, 0, 0}, {32, 4, 1, 0, 0, 2, 0, 0}};
 static const volt8_tile DOWN_TILES[] = {{128, 8, 1, 0, 0, 2, 0, 0}, {64, 4, 1, 0, 0, 2, 0, 0}};
 
-/* The tile's shared memory: two buffers of x rows and of weight rows, 32 codes of K each (rows padded
- * to 40 halves where ldmatrix reads them, sm_80 and later), and the item's pairs. */
+/* The tile's shared memory: buffers of x rows (two on sm_70; on sm_80 and later one more than the steps
+ * its loads run ahead, three for 64-pair items and two for 128) and two of weight rows, 32 FP16 values of
+ * K a row, and the item's pairs and weights. */
 static int64_t shared_bytes(const volt8_variant *v, int64_t rows, int32_t arch) {
-  int64_t row_halves = arch >= 80 ? 40 : 32;
-  return 2 * (v->block_m + rows * v->block_n) * row_halves * 2 + v->block_m * 8;
+  int64_t x_buffers = arch < 80 ? 2 : v->block_m == 64 ? 4 : 3;
+  return (x_buffers * v->block_m + 2 * rows * v->block_n) * 64 + v->block_m * 8;
 }
 
 static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t arch, volt8_kernel_values *out,

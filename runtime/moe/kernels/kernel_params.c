@@ -14,6 +14,7 @@ static const volt8_kernel_param gate_up_params[] = {VOLT8_GATE_UP_PARAMS(GATE_UP
 static const volt8_kernel_param down_params[] = {VOLT8_DOWN_FUSED_PARAMS(DOWN_ROW)};
 static const volt8_kernel_param down_token_params[] = {VOLT8_DOWN_TOKEN_PARAMS(DOWN_TOKEN_ROW)};
 static const volt8_kernel_param reduce_params[] = {VOLT8_REDUCE_PARAMS(REDUCE_ROW)};
+static const volt8_kernel_param reduce_half_params[] = {VOLT8_REDUCE_HALF_PARAMS(REDUCE_ROW)};
 static const volt8_kernel_param single_params[] = {VOLT8_SINGLE_PARAMS(SINGLE_ROW)};
 
 #define COUNT(table) ((int)(sizeof table / sizeof table[0]))
@@ -28,4 +29,5 @@ const volt8_kernel_signature volt8_down_signature = {"down", down_params, 0 VOLT
 const volt8_kernel_signature volt8_down_fused_signature = {"down (fused reduce)", down_params, COUNT(down_params)};
 const volt8_kernel_signature volt8_down_token_signature = {"down (token)", down_token_params, COUNT(down_token_params)};
 const volt8_kernel_signature volt8_reduce_signature = {"reduce", reduce_params, COUNT(reduce_params)};
+const volt8_kernel_signature volt8_reduce_half_signature = {"reduce_half", reduce_half_params, COUNT(reduce_half_params)};
 const volt8_kernel_signature volt8_single_signature = {"single", single_params, COUNT(single_params)};

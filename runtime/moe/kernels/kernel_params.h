@@ -46,6 +46,12 @@
   P(CUdeviceptr, "float *", z) P(CUdeviceptr, "int *", topk_ids) P(int, "int", num_tokens) P(int, "int", top_k) \
   P(CUdeviceptr, "unsigned short *", out) P(CUdeviceptr, "int *", counters)
 
+/* The reduce of FP16 z rows (templates/moe_reduce.cu with Z_HALF, after a tile down): the reduce's list,
+ * z of FP16 (its arguments are the reduce's). */
+#define VOLT8_REDUCE_HALF_PARAMS(P)                                                                             \
+  P(CUdeviceptr, "unsigned short *", z) P(CUdeviceptr, "int *", topk_ids) P(int, "int", num_tokens)           \
+  P(int, "int", top_k) P(CUdeviceptr, "unsigned short *", out) P(CUdeviceptr, "int *", counters)
+
 /* The one-launch forward (templates/moe_single.cu); flags: the ticket and per-pair h counters. */
 #define VOLT8_SINGLE_PARAMS(P)                                                                                  \
   P(CUdeviceptr, "unsigned short *", x) P(CUdeviceptr, "unsigned char *", w13)                                 \
@@ -63,6 +69,7 @@ typedef struct volt8_reduce_args { VOLT8_REDUCE_PARAMS(VOLT8_KERNEL_ARGS_FIELD) 
 typedef struct volt8_single_args { VOLT8_SINGLE_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_single_args;
 
 extern const volt8_kernel_signature volt8_route_signature, volt8_gate_up_signature, volt8_down_signature,
-    volt8_down_fused_signature, volt8_down_token_signature, volt8_reduce_signature, volt8_single_signature;
+    volt8_down_fused_signature, volt8_down_token_signature, volt8_reduce_signature, volt8_reduce_half_signature,
+    volt8_single_signature;
 
 #endif

@@ -31,6 +31,7 @@ int volt8_support_values(const volt8_variant *variant, const volt8_moe_shape *sh
   volt8_values_set(out, "PLACE_WARPS", place_warps(shape->num_experts));
   volt8_values_set(out, "LAUNCH_ROWS", VOLT8_LAUNCH_ROWS);
   volt8_values_set(out, "GATE_UP_EXPERT_BYTES", volt8_gemm_geometry_of(VOLT8_OP_GATE_UP, shape).expert_weight_bytes);
+  volt8_values_set(out, "Z_HALF", variant->kind == VOLT8_KIND_REDUCE_HALF); /* the reduce's z rows are FP16 */
   return 1;
 }
 
