@@ -86,13 +86,13 @@ ParameterizedTest(compile_case *param, compile_variants, every_variant_compiles_
 }
 
 /* Kernels that can start early (block_m 1 GEMMs, every hmma down, the token-fused down, the
- * reduce) wait for the kernel before them in sm_90 code only: the compute_70 PTX is the Volta code
- * and has no such instruction. A routed hmma gate_up lets its down start early but never waits.
+ * reduce and reduce_half) wait for the kernel before them in sm_90 code only: the compute_70 PTX is
+ * the Volta code and has no such instruction. A routed hmma gate_up lets its down start early but never waits.
  * The other routed kernels and route run in order and have none of it at any arch; route alone
  * asks L2 for weights (the first experts' gate_up weights, at every arch). */
 static int may_start_early(const char *name) {
   return strstr(name, ".bm1.") != NULL || strncmp(name, "down.tok.", 9) == 0 || strncmp(name, "down.hmma.", 10) == 0 ||
-         strcmp(name, "reduce") == 0;
+         strcmp(name, "reduce") == 0 || strcmp(name, "reduce_half") == 0;
 }
 
 static int lets_next_start(const char *name) { return may_start_early(name) || strncmp(name, "gate_up.hmma.", 13) == 0; }
