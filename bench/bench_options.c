@@ -32,7 +32,8 @@ const char *bench_usage(void) {
          "  --tp N --rank R       the model's TP rank (default: --tp 4 --rank 1, rank 0 at --tp 1; the reference's is\n"
          "                        I=160 at offset 32)\n"
          "  --shape S             any shape instead (hidden=...,intermediate=...,...; see volt8 --help)\n"
-         "  --m 1,2,4,...         token counts (default 1,2,4,8,16,32,64,128)\n"
+         "  --m 1,2,4,...         token counts (default 1,2,4,8,16,32,64,128), each in 1..2^30 / top-k (the routed\n"
+         "                        pairs a forward takes)\n"
          "  --top-k K             experts per token (default: the model's, 10 with --shape)\n"
          "  --seed N              weights, inputs and routing (default 1)\n"
          "  --sets N              input sets replayed in turn (default: touched weights >= 4x L2)\n"
@@ -79,6 +80,7 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
   int32_t value = 0;
   int shape_given = 0, top_k_given = 0;
   const char *model_name = NULL, *tp_text = NULL, *rank_text = NULL;
+  const char *m_text = NULL; /* read once the top-k is known: it bounds the token counts */
   error[0] = '\0';
   for (int i = 1; i < argc; i++) {
     const char *name = argv[i];
@@ -100,6 +102,7 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
     } else if (strcmp(name, "--quick") == 0) {
       out->m_count = (int32_t)(sizeof QUICK_M / sizeof QUICK_M[0]);
       memcpy(out->m_values, QUICK_M, sizeof QUICK_M);
+      m_text = NULL;
       out->timed_batches = 10;
     } else if (strcmp(name, "--tp") == 0) {
       tp_text = next;
@@ -115,9 +118,7 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
       if (bad) snprintf(error, error_size, "--shape \"%s\": %s", next, why);
       shape_given = 1;
     } else if (strcmp(name, "--m") == 0) {
-      out->m_count = volt8_tools_flag_number_list(name, next, "token count", 1, VOLT8_TUNING_MAX_M, out->m_values,
-                                                  BENCH_MAX_M, error, error_size);
-      bad = out->m_count < 0;
+      m_text = next;
     } else if (strcmp(name, "--top-k") == 0) {
       bad = volt8_tools_flag_number(name, next, "top-k", 1, 64, &out->top_k, error, error_size);
       top_k_given = 1;
@@ -162,6 +163,11 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
     int32_t top_k = 0;
     if (volt8_tools_model_rank(model_name, tp_text, rank_text, &out->shape, &top_k, error, error_size) != 0) return -1;
     if (!top_k_given) out->top_k = top_k;
+  }
+  if (m_text) {
+    out->m_count = volt8_tools_flag_token_counts("--m", m_text, out->top_k, out->m_values, BENCH_MAX_M, error,
+                                                 error_size);
+    if (out->m_count < 0) return -1;
   }
   qsort(out->m_values, (size_t)out->m_count, sizeof out->m_values[0], compare_ints);
   for (int32_t i = 1; i < out->m_count; i++)

@@ -60,7 +60,7 @@ static int check_variants(volt8_ctx *ctx, const bench_options *options) {
 
 int cli_bench(int argc, char **argv) {
   bench_options options;
-  char error[256];
+  char error[512];
   int parsed = bench_options_parse(argc, argv, &options, error, sizeof error);
   if (parsed == 1) {
     fputs(bench_usage(), stdout);

@@ -51,17 +51,23 @@ int cli_cache_store_failures(volt8_ctx *ctx, const char *command, int is_error) 
   return count;
 }
 
-/* --choice's token counts, each in 1..the tokens a forward takes at top_k (malloc'ed into
- * *out_values); the count, or -1 after an error on stderr naming the item. */
+/* --choice's token counts, as many as the text lists, each in 1..the tokens a forward takes at top_k
+ * (malloc'ed into *out_values); the count, or -1 after an error on stderr naming the item. */
 static int parse_choice(const char *text, int32_t top_k, int32_t **out_values) {
-  int32_t max_m = VOLT8_MAX_ROUTED_PAIRS / top_k, count = 0;
-  char error[256];
-  if (volt8_tools_parse_token_counts(text, max_m, out_values, &count, error, sizeof error) == VOLT8_OK) return count;
-  fprintf(stderr,
-          "volt8 list: --choice: %s; token counts are whole numbers in 1..%d separated by single commas (a forward "
-          "takes at most %d routed pairs: %d tokens at top-k %d)\n",
-          error, max_m, VOLT8_MAX_ROUTED_PAIRS, max_m, top_k);
-  return -1;
+  size_t items = volt8_tools_list_length(text);
+  int32_t capacity = items > INT32_MAX ? INT32_MAX : (int32_t)items;
+  int32_t *values = malloc((size_t)capacity * sizeof *values);
+  char error[512];
+  int count = -1;
+  if (values) count = volt8_tools_flag_token_counts("--choice", text, top_k, values, capacity, error, sizeof error);
+  else snprintf(error, sizeof error, "--choice: out of memory for %zu token counts", items);
+  if (count < 0) {
+    fprintf(stderr, "volt8 list: %s\n", error);
+    free(values);
+    return -1;
+  }
+  *out_values = values;
+  return count;
 }
 
 /* The dispatch's pair at each token count, as the library would serve it: "M GATE_UP DOWN". */

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "test_support.h"
-#include "tools/token_counts.h"
+#include "tools/tools.h"
 #include "moe/kernels/moe_layout.h"
 
 #define REFERENCE_TP4 "hidden=2560,intermediate=160,num_experts=512,intermediate_offset=32"
@@ -84,7 +84,7 @@ Test(list_choice, bad_arguments_are_named, .timeout = 60) {
   char *zero[] = {"list", "--choice", "1,0", NULL};
   cr_assert_eq(test_run_volt8(zero, out, sizeof out, err, sizeof err), 2);
   char expected[96];
-  snprintf(expected, sizeof expected, "--choice: item 2, 0, is outside 1..%d", VOLT8_MAX_ROUTED_PAIRS / 10);
+  snprintf(expected, sizeof expected, "volt8 list: --choice: item 2, 0, is outside 1..%d", VOLT8_MAX_ROUTED_PAIRS / 10);
   cr_assert_not_null(strstr(err, expected), "%s", err);
   char *alone[] = {"list", "--tables", "/tmp", NULL};
   cr_assert_eq(test_run_volt8(alone, out, sizeof out, err, sizeof err), 2);
@@ -119,14 +119,14 @@ Test(list_choice, outside_the_models_domain_is_refused, .timeout = 60) {
                                  "experts [512, 1024) of 1024"), "%s", err);
 }
 
-/* The parser: single commas between whole numbers in decimal digits, each in 1..max_m; every other
- * text refused, naming the item and why. */
+/* The reader of every list: single commas between whole numbers in decimal digits, each in
+ * 1..max_m; every other text refused, naming the flag, the item and why. */
 Test(list_choice, token_counts_parse_strictly) {
-  int32_t *values = NULL, count = 0;
-  char error[256];
-  cr_assert_eq(volt8_tools_parse_token_counts("1,8,64", 64, &values, &count, error, sizeof error), VOLT8_OK, "%s", error);
-  cr_assert(count == 3 && values[0] == 1 && values[1] == 8 && values[2] == 64);
-  free(values);
+  int32_t values[8], count = 0;
+  char error[512];
+  cr_assert_eq(volt8_tools_flag_number_list("--choice", "1,8,64", "token count", 1, 64, values, 8, error, sizeof error),
+               3, "%s", error);
+  cr_assert(values[0] == 1 && values[1] == 8 && values[2] == 64);
   const struct {
     const char *text;
     int32_t max_m;
@@ -145,23 +145,40 @@ Test(list_choice, token_counts_parse_strictly) {
                  {"1;2", 64, "item 1, \"1;2\", is not a whole number in decimal digits"},
                  {"08", 64, "item 1, \"08\", has a leading zero"},
                  {"99999999999999999999999", 64, "item 1, 99999999999999999999999, is outside 1..64"},
-                 {"4294967297", 65535, "item 1, 4294967297, is outside 1..65535"}};
+                 {"4294967297", 65535, "item 1, 4294967297, is outside 1..65535"},
+                 {"1,2,3,4,5,6,7,8,9", 64, "lists more than 8 token counts"}};
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-    values = (int32_t *)&count; /* must come back NULL */
-    cr_assert_eq(volt8_tools_parse_token_counts(refused[i].text, refused[i].max_m, &values, &count, error, sizeof error),
-                 VOLT8_ERR_INVALID_ARGUMENT, "\"%s\"", refused[i].text);
-    cr_assert_str_eq(error, refused[i].why, "\"%s\"", refused[i].text);
-    cr_assert(values == NULL && count == 0, "\"%s\"", refused[i].text);
+    char expected[512];
+    snprintf(expected, sizeof expected, "--choice: %s (token counts are whole numbers in 1..%d separated by single commas)",
+             refused[i].why, refused[i].max_m);
+    cr_assert_eq(volt8_tools_flag_number_list("--choice", refused[i].text, "token count", 1, refused[i].max_m, values,
+                                              8, error, sizeof error),
+                 -1, "\"%s\"", refused[i].text);
+    cr_assert_str_eq(error, expected, "\"%s\"", refused[i].text);
   }
+  /* the token counts of a forward: the bound and its reason come from the routed-pair limit */
+  char text[32], expected[512];
+  snprintf(text, sizeof text, "1,%d", VOLT8_MAX_ROUTED_PAIRS / 16 + 1);
+  cr_assert_eq(volt8_tools_flag_token_counts("--m", text, 16, values, 8, error, sizeof error), -1);
+  snprintf(expected, sizeof expected, "--m: item 2, %d, is outside 1..%d (token counts are whole numbers in 1..%d "
+           "separated by single commas; a forward takes at most %d routed pairs: %d tokens at top-k 16)",
+           VOLT8_MAX_ROUTED_PAIRS / 16 + 1, VOLT8_MAX_ROUTED_PAIRS / 16, VOLT8_MAX_ROUTED_PAIRS / 16,
+           VOLT8_MAX_ROUTED_PAIRS, VOLT8_MAX_ROUTED_PAIRS / 16);
+  cr_assert_str_eq(error, expected);
+  snprintf(text, sizeof text, "1,%d", VOLT8_MAX_ROUTED_PAIRS / 16);
+  cr_assert_eq(volt8_tools_flag_token_counts("--m", text, 16, values, 8, error, sizeof error), 2, "%s", error);
+  cr_assert_eq(values[1], VOLT8_MAX_ROUTED_PAIRS / 16);
   /* no limit on the text: 20000 counts, 99999 characters */
   size_t length = 5 * 20000;
-  char *text = malloc(length);
-  for (int i = 0; i < 20000; i++) memcpy(text + 5 * i, i % 2 ? "6553," : "1234,", 5);
-  text[length - 1] = '\0';
-  cr_assert_eq(volt8_tools_parse_token_counts(text, 6553, &values, &count, error, sizeof error), VOLT8_OK, "%s", error);
-  cr_assert(count == 20000 && values[0] == 1234 && values[19999] == 6553);
-  free(values);
-  free(text);
+  char *long_text = malloc(length);
+  for (int i = 0; i < 20000; i++) memcpy(long_text + 5 * i, i % 2 ? "6553," : "1234,", 5);
+  long_text[length - 1] = '\0';
+  cr_assert_eq(volt8_tools_list_length(long_text), 20000);
+  int32_t *many = malloc(20000 * sizeof *many);
+  count = volt8_tools_flag_number_list("--choice", long_text, "token count", 1, 6553, many, 20000, error, sizeof error);
+  cr_assert(count == 20000 && many[0] == 1234 && many[19999] == 6553, "%d: %s", count, error);
+  free(many);
+  free(long_text);
 }
 
 /* `--choice` takes what a forward takes, M x top-k <= the library's routed-pair bound (not 2^20,

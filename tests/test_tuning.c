@@ -961,6 +961,42 @@ Test(bench_args, bad_arguments_say_which) {
   cr_assert_eq(bench_options_parse(2, help, &options, error, sizeof error), 1);
 }
 
+/* --m takes what a forward takes at the run's top-k, M x top-k <= 2^30 routed pairs, whichever flag
+ * sets the top-k and wherever it stands (not 2^20, as before); --quick and --m: the later wins. */
+Test(bench_args, token_counts_within_the_forwards_bound) {
+  struct { int argc; char *argv[6]; int32_t largest; } accepted[] = {
+      {3, {"bench", "--m", "1,70000,1048577"}, 1048577},
+      {3, {"bench", "--m", "107374182"}, VOLT8_MAX_ROUTED_PAIRS / 10},
+      {5, {"bench", "--m", "16777216", "--top-k", "64"}, VOLT8_MAX_ROUTED_PAIRS / 64},
+      {5, {"bench", "--m", "134217728", "--model", "deepseek-v3"}, VOLT8_MAX_ROUTED_PAIRS / 8},
+      {4, {"bench", "--m", "5,6", "--quick"}, 64},
+      {4, {"bench", "--quick", "--m", "5,6"}, 6},
+  };
+  for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {
+    bench_options options;
+    char error[512] = "";
+    cr_assert_eq(bench_options_parse(accepted[i].argc, accepted[i].argv, &options, error, sizeof error), 0,
+                 "case %zu: %s", i, error);
+    cr_assert_eq(options.m_values[options.m_count - 1], accepted[i].largest, "case %zu", i);
+  }
+  struct { int argc; char *argv[6]; const char *message; } refused[] = {
+      {3, {"bench", "--m", "107374183"}, "--m: item 1, 107374183, is outside 1..107374182"},
+      {5, {"bench", "--m", "16777217", "--top-k", "64"}, "16777216 tokens at top-k 64"},
+      {5, {"bench", "--top-k", "64", "--m", "1,16777217"}, "--m: item 2, 16777217, is outside 1..16777216"},
+      {5, {"bench", "--m", "134217729", "--model", "deepseek-v3"}, "134217728 tokens at top-k 8"},
+      {3, {"bench", "--m", "8,08"}, "--m: item 2, \"08\", has a leading zero"},
+      {4, {"bench", "--quick", "--m", "0"}, "--m: item 1, 0, is outside"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    bench_options options;
+    char error[512] = "";
+    cr_assert_eq(bench_options_parse(refused[i].argc, refused[i].argv, &options, error, sizeof error), -1,
+                 "case %zu accepted", i);
+    cr_assert_not_null(strstr(error, refused[i].message), "case %zu: \"%s\" lacks \"%s\"", i, error,
+                       refused[i].message);
+  }
+}
+
 Test(bench_args, chain_parses_and_bad_values_say_which) {
   bench_options options;
   char error[256] = "";

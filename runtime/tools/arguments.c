@@ -59,28 +59,76 @@ int volt8_tools_flag_number(const char *flag, const char *text, const char *what
   return -1;
 }
 
-int volt8_tools_flag_number_list(const char *flag, const char *text, const char *what, long low, long high,
-                                 int32_t *values, int32_t capacity, char *error, size_t error_size) {
+/* Longest part of a bad item a message quotes. */
+#define QUOTED_ITEM_BYTES 40
+
+/* What a list's items are, for its messages. */
+typedef struct number_list_rule {
+  const char *flag, *what; /* "--m", "token count" */
+  long low, high;
+  const char *bound; /* why `high`, or NULL */
+} number_list_rule;
+
+static int refuse_list(const number_list_rule *rule, char *error, size_t error_size, const char *format, ...)
+    __attribute__((format(printf, 4, 5)));
+static int refuse_list(const number_list_rule *rule, char *error, size_t error_size, const char *format, ...) {
+  char what_is_wrong[128];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(what_is_wrong, sizeof what_is_wrong, format, args);
+  va_end(args);
+  say(error, error_size, "%s: %s (%ss are whole numbers in %ld..%ld separated by single commas%s%s)", rule->flag,
+      what_is_wrong, rule->what, rule->low, rule->high, rule->bound ? "; " : "", rule->bound ? rule->bound : "");
+  return -1;
+}
+
+static int read_number_list(const number_list_rule *rule, const char *text, int32_t *values, int32_t capacity,
+                            char *error, size_t error_size) {
+  if (!*text) return refuse_list(rule, error, error_size, "names no %s", rule->what);
   int32_t count = 0;
   for (const char *item = text;; item++) {
-    const char *comma = strchr(item, ',');
-    size_t length = comma ? (size_t)(comma - item) : strlen(item);
+    size_t length = strcspn(item, ",");
+    int shown = length > QUOTED_ITEM_BYTES ? QUOTED_ITEM_BYTES : (int)length;
+    const char *more = length > QUOTED_ITEM_BYTES ? "..." : "";
     long value = 0;
-    volt8_tools_number verdict = volt8_tools_parse_number_n(item, length, low, high, &value);
-    if (verdict != VOLT8_TOOLS_NUMBER_OK || count == capacity) {
-      if (count == capacity)
-        say(error, error_size, "%s \"%s\" lists more than %d values (at most %d %ss)", flag, text, (int)capacity,
-            (int)capacity, what);
-      else
-        say(error, error_size, "%s \"%s\": \"%.*s\" is %s (each %s is a whole number in %ld..%ld, comma-separated)",
-            flag, text, (int)(length > 64 ? 64 : length), item,
-            verdict == VOLT8_TOOLS_OUT_OF_RANGE ? "out of range" : "not a whole number", what, low, high);
-      return -1;
-    }
+    if (count == capacity)
+      return refuse_list(rule, error, error_size, "lists more than %d %ss", (int)capacity, rule->what);
+    if (length == 0) return refuse_list(rule, error, error_size, "item %d is empty", (int)count + 1);
+    if (strspn(item, "0123456789") < length)
+      return refuse_list(rule, error, error_size, "item %d, \"%.*s%s\", is not a whole number in decimal digits",
+                         (int)count + 1, shown, item, more);
+    if (item[0] == '0' && length > 1)
+      return refuse_list(rule, error, error_size, "item %d, \"%.*s%s\", has a leading zero", (int)count + 1, shown,
+                         item, more);
+    if (volt8_tools_parse_number_n(item, length, rule->low, rule->high, &value) != VOLT8_TOOLS_NUMBER_OK)
+      return refuse_list(rule, error, error_size, "item %d, %.*s%s, is outside %ld..%ld", (int)count + 1, shown, item,
+                         more, rule->low, rule->high);
     values[count++] = (int32_t)value;
-    if (!comma) return count;
-    item = comma;
+    item += length;
+    if (!*item) return count;
   }
+}
+
+size_t volt8_tools_list_length(const char *text) {
+  size_t items = 1;
+  for (const char *c = text; *c; c++) items += *c == ',';
+  return items;
+}
+
+int volt8_tools_flag_number_list(const char *flag, const char *text, const char *what, long low, long high,
+                                 int32_t *values, int32_t capacity, char *error, size_t error_size) {
+  const number_list_rule rule = {flag, what, low, high, NULL};
+  return read_number_list(&rule, text, values, capacity, error, error_size);
+}
+
+int volt8_tools_flag_token_counts(const char *flag, const char *text, int32_t top_k, int32_t *values, int32_t capacity,
+                                  char *error, size_t error_size) {
+  char bound[128];
+  int32_t max_tokens = VOLT8_MAX_ROUTED_PAIRS / top_k;
+  snprintf(bound, sizeof bound, "a forward takes at most %d routed pairs: %d tokens at top-k %d",
+           VOLT8_MAX_ROUTED_PAIRS, max_tokens, top_k);
+  const number_list_rule rule = {flag, "token count", 1, max_tokens, bound};
+  return read_number_list(&rule, text, values, capacity, error, error_size);
 }
 
 int32_t volt8_tools_parse_arch(const char *text) {

@@ -20,7 +20,8 @@ int32_t volt8_tools_default_rank(int32_t tp_size);
 /* --rank's text as one of the ranks 0..tp_size-1; 0, else -1 and the message. */
 int volt8_tools_parse_rank(const char *text, int32_t tp_size, int32_t *out, char *error, size_t error_size);
 
-/* Token counts a run of bench or tune takes at most (each at most VOLT8_TUNING_MAX_M). */
+/* Token counts a run of bench or tune lists at most (bench's each in 1..2^30 / top-k, a forward's
+ * routed pairs; tune's in 1..VOLT8_TUNING_MAX_M, a tuning table's largest M). */
 #define VOLT8_TOOLS_MAX_M_VALUES 32
 
 /* The registry's model `name` (NULL: the reference), else NULL and a message listing the known names. */

@@ -27,7 +27,6 @@
 #include "moe/kernels/variant_resources.h" /* registers, spills and occupancy of a variant's CUBIN (list --resources) */
 #include "jit/nvrtc_loader.h"       /* the NVRTC version a tuning run records */
 #include "moe/kernels/moe_layout.h" /* device layout sizes of synthetic problems; the token count's bound */
-#include "tools/token_counts.h"     /* token-count lists of the tools' arguments (list --choice) */
 #include "reference/reference.h"    /* the reference on a sample of rows (bench at prefill sizes) */
 
 /* The facts of a context the tools print and pass on. */
@@ -59,10 +58,20 @@ volt8_tools_number volt8_tools_parse_number(const char *text, long low, long hig
  * number in 1..64)"). */
 int volt8_tools_flag_number(const char *flag, const char *text, const char *what, long low, long high, int32_t *out,
                             char *error, size_t error_size);
-/* "1,8,64": each a whole number in [low, high], at most `capacity`; the count, or -1 with `error`
- * naming the flag, the text and the item. */
+/* A flag's list ("--tp", "1,2,4,8", "TP size"): items separated by single commas, each a whole number
+ * in decimal digits alone (no sign, space or leading zero) in [low, high], at most `capacity` of them
+ * into `values`. The count (>= 1), or -1 with `error` naming the flag, the item by its place and text,
+ * and what is valid ("--tp: item 2, 0, is outside 1..64 (TP sizes are whole numbers in 1..64
+ * separated by single commas)"); every list of every command is read here. */
 int volt8_tools_flag_number_list(const char *flag, const char *text, const char *what, long low, long high,
                                  int32_t *values, int32_t capacity, char *error, size_t error_size);
+/* The items a list text holds at most: its commas and one (a capacity that always suffices). */
+size_t volt8_tools_list_length(const char *text);
+/* A flag's token counts of forwards at top-k `top_k` (bench --m, list --choice): the list above,
+ * each in 1..VOLT8_MAX_ROUTED_PAIRS / top_k (the routed pairs a forward takes, moe_layout.h), the
+ * message saying so. */
+int volt8_tools_flag_token_counts(const char *flag, const char *text, int32_t top_k, int32_t *values, int32_t capacity,
+                                  char *error, size_t error_size);
 /* "sm_70" -> 70 (the context's own reading: "sm_" and digits, 50..199); 0 for anything else. */
 int32_t volt8_tools_parse_arch(const char *text);
 /* A flag's arch: 0 (the number into *out when not NULL), or -1 with `error` naming the flag and text. */
