@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "bench_report.h"
-#include "text_buffer.h"
 
 #define WIDTH 1000
 #define HEIGHT 470
@@ -39,29 +38,29 @@ static double py(const panel *p, double value) {
   return p->y + PANEL_HEIGHT - t * PANEL_HEIGHT;
 }
 
-static void append_escaped(text_buffer *out, const char *text) {
+static void append_escaped(volt8_text_buffer *out, const char *text) {
   for (const char *c = text; *c; c++) {
-    if (*c == '&') text_append(out, "&amp;");
-    else if (*c == '<') text_append(out, "&lt;");
-    else if (*c == '>') text_append(out, "&gt;");
-    else text_append(out, "%c", *c);
+    if (*c == '&') volt8_text_printf(out, "&amp;");
+    else if (*c == '<') volt8_text_printf(out, "&lt;");
+    else if (*c == '>') volt8_text_printf(out, "&gt;");
+    else volt8_text_printf(out, "%c", *c);
   }
 }
 
-static void draw_frame(text_buffer *out, const panel *p, const char *title, const char *y_label) {
-  text_append(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n", p->x, p->y,
+static void draw_frame(volt8_text_buffer *out, const panel *p, const char *title, const char *y_label) {
+  volt8_text_printf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n", p->x, p->y,
               PANEL_WIDTH, PANEL_HEIGHT);
-  text_append(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"15\">%s</text>\n",
+  volt8_text_printf(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"15\">%s</text>\n",
               p->x + PANEL_WIDTH / 2.0, p->y - 12, title);
-  text_append(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\">tokens M</text>\n",
+  volt8_text_printf(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\">tokens M</text>\n",
               p->x + PANEL_WIDTH / 2.0, p->y + PANEL_HEIGHT + 40);
-  text_append(out, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" font-size=\"13\">%s</text>\n",
+  volt8_text_printf(out, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" font-size=\"13\">%s</text>\n",
               p->x - 55, p->y + PANEL_HEIGHT / 2.0, y_label);
   for (int e = (int)ceil(p->horizontal.low); e <= (int)floor(p->horizontal.high); e++) {
     double x = px(p, exp2(e));
-    text_append(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x, p->y, x,
+    volt8_text_printf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x, p->y, x,
                 p->y + PANEL_HEIGHT);
-    text_append(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">%d</text>\n", x,
+    volt8_text_printf(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\">%d</text>\n", x,
                 p->y + PANEL_HEIGHT + 18, 1 << e);
   }
   /* log axis: 1, 2 and 5 times each power of ten; linear: five steps */
@@ -73,27 +72,27 @@ static void draw_frame(text_buffer *out, const panel *p, const char *title, cons
                        : p->vertical.low + (p->vertical.high - p->vertical.low) * i / (count - 1);
     if (to_axis(&p->vertical, value) > p->vertical.high + 1e-9) break;
     double y = py(p, value);
-    text_append(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", p->x, y,
+    volt8_text_printf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", p->x, y,
                 p->x + PANEL_WIDTH, y);
-    text_append(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"12\">%.*f</text>\n", p->x - 6, y + 4,
+    volt8_text_printf(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"12\">%.*f</text>\n", p->x - 6, y + 4,
                 value < 10 && value != floor(value) ? 1 : 0, value);
   }
 }
 
 /* A polyline through the points whose value is positive, with a marker at each. */
-static void draw_series(text_buffer *out, const panel *p, const double *m, const double *values, int32_t count,
+static void draw_series(volt8_text_buffer *out, const panel *p, const double *m, const double *values, int32_t count,
                         const char *colour, int dashed) {
   int32_t points = 0;
   for (int32_t i = 0; i < count; i++) points += values[i] > 0;
   if (points == 0) return;
-  text_append(out, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", colour,
+  volt8_text_printf(out, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", colour,
               dashed ? " stroke-dasharray=\"6,4\"" : "");
   for (int32_t i = 0; i < count; i++)
-    if (values[i] > 0) text_append(out, "%.1f,%.1f ", px(p, m[i]), py(p, values[i]));
-  text_append(out, "\"/>\n");
+    if (values[i] > 0) volt8_text_printf(out, "%.1f,%.1f ", px(p, m[i]), py(p, values[i]));
+  volt8_text_printf(out, "\"/>\n");
   for (int32_t i = 0; i < count && !dashed; i++)
     if (values[i] > 0)
-      text_append(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", px(p, m[i]), py(p, values[i]), colour);
+      volt8_text_printf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", px(p, m[i]), py(p, values[i]), colour);
 }
 
 static void value_range(const double *values, int32_t count, double *low, double *high) {
@@ -104,15 +103,15 @@ static void value_range(const double *values, int32_t count, double *low, double
   }
 }
 
-static void draw_legend(text_buffer *out) {
+static void draw_legend(volt8_text_buffer *out) {
   const char *labels[BENCH_METHOD_COUNT + 2] = {bench_method_label(0), bench_method_label(1), bench_method_label(2),
                                                 "FP8 byte floor", "copy bandwidth"};
   for (int i = 0; i < BENCH_METHOD_COUNT + 2; i++) {
     double x = 80 + i * 180;
     const char *colour = i < BENCH_METHOD_COUNT ? SERIES_COLOURS[i] : FLOOR_COLOUR;
-    text_append(out, "<line x1=\"%.1f\" y1=\"52\" x2=\"%.1f\" y2=\"52\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", x, x + 26,
+    volt8_text_printf(out, "<line x1=\"%.1f\" y1=\"52\" x2=\"%.1f\" y2=\"52\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", x, x + 26,
                 colour, i >= BENCH_METHOD_COUNT ? " stroke-dasharray=\"6,4\"" : "");
-    text_append(out, "<text x=\"%.1f\" y=\"56\" font-size=\"12\">%s</text>\n", x + 32, labels[i]);
+    volt8_text_printf(out, "<text x=\"%.1f\" y=\"56\" font-size=\"12\">%s</text>\n", x + 32, labels[i]);
   }
 }
 
@@ -140,14 +139,14 @@ char *bench_report_svg(const bench_report *report) {
   if (left.vertical.high <= left.vertical.low) left.vertical.high = left.vertical.low + 1;
   panel right = {RIGHT_PANEL_X, PANEL_TOP, left.horizontal, {0, rate_high > 0 ? rate_high * 1.1 : 1, 0}};
 
-  text_buffer out = {0};
-  text_append(&out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+  volt8_text_buffer out = {0};
+  volt8_text_printf(&out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                     "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
               WIDTH, HEIGHT, WIDTH, HEIGHT);
-  text_append(&out, "<text x=\"%d\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">MoE forward, graph-replayed: ",
+  volt8_text_printf(&out, "<text x=\"%d\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">MoE forward, graph-replayed: ",
               WIDTH / 2);
   append_escaped(&out, report->device_name);
-  text_append(&out, ", H=%d I=%d (offset %d) E=%d top-%d</text>\n", report->shape.hidden, report->shape.intermediate,
+  volt8_text_printf(&out, ", H=%d I=%d (offset %d) E=%d top-%d</text>\n", report->shape.hidden, report->shape.intermediate,
               report->shape.intermediate_offset, report->shape.num_experts, report->top_k);
   draw_legend(&out);
   draw_frame(&out, &left, "median time per forward", "microseconds (log)");
@@ -159,11 +158,11 @@ char *bench_report_svg(const bench_report *report) {
   }
   if (report->copy_gbps > 0) {
     double y = py(&right, report->copy_gbps);
-    text_append(&out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
+    volt8_text_printf(&out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
                       "stroke-dasharray=\"6,4\"/>\n", right.x, y, right.x + PANEL_WIDTH, y, FLOOR_COLOUR);
-    text_append(&out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"12\">copy %.0f GB/s</text>\n",
+    volt8_text_printf(&out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"12\">copy %.0f GB/s</text>\n",
                 right.x + PANEL_WIDTH - 4, y - 6, report->copy_gbps);
   }
-  text_append(&out, "</svg>\n");
-  return text_take(&out);
+  volt8_text_printf(&out, "</svg>\n");
+  return volt8_text_take(&out);
 }

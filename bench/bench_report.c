@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text_buffer.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -214,37 +213,37 @@ char *bench_report_json(const bench_report *report) {
 }
 
 char *bench_report_markdown(const bench_report *report) {
-  text_buffer out = {0};
-  text_append(&out, "Device: %s (%s; volt8 kernels for %s, early launch %s), copy bandwidth %.0f GB/s. Command: `%s`, %s.\n\n",
+  volt8_text_buffer out = {0};
+  volt8_text_printf(&out, "Device: %s (%s; volt8 kernels for %s, early launch %s), copy bandwidth %.0f GB/s. Command: `%s`, %s.\n\n",
               report->device_name, report->device_arch, report->target_arch, report->early_launch ? "on" : "off",
               report->copy_gbps, report->command, report->date);
-  text_append(&out, "| M | byte floor (us) | volt8 (us) | GB/s | %% of copy | A: cuBLASLt FP16 (us) | A / volt8 | "
+  volt8_text_printf(&out, "| M | byte floor (us) | volt8 (us) | GB/s | %% of copy | A: cuBLASLt FP16 (us) | A / volt8 | "
                     "B: grouped FP16 (us) | B / volt8 | rel. L2 volt8 |");
-  if (report->chain > 0) text_append(&out, " volt8, a forward of %d in one graph (us) |", report->chain);
-  text_append(&out, "\n|---|---|---|---|---|---|---|---|---|---|%s\n", report->chain > 0 ? "---|" : "");
+  if (report->chain > 0) volt8_text_printf(&out, " volt8, a forward of %d in one graph (us) |", report->chain);
+  volt8_text_printf(&out, "\n|---|---|---|---|---|---|---|---|---|---|%s\n", report->chain > 0 ? "---|" : "");
   for (int32_t i = 0; i < report->count; i++) {
     const bench_m_result *result = &report->results[i];
     const bench_method_result *volt8 = &result->methods[BENCH_METHOD_VOLT8];
     const bench_method_result *a = &result->methods[BENCH_METHOD_CUBLASLT_FP16];
     const bench_method_result *b = &result->methods[BENCH_METHOD_GROUPED_FP16];
-    text_append(&out, "| %d | %.1f | %.1f | %.0f | %.1f%% | ", result->m, result->floor_us, volt8->timing.median_us,
+    volt8_text_printf(&out, "| %d | %.1f | %.1f | %.0f | %.1f%% | ", result->m, result->floor_us, volt8->timing.median_us,
                 volt8->gbps, 100.0 * volt8->copy_fraction);
-    if (a->ran) text_append(&out, "%.1f | %.2fx | ", a->timing.median_us, a->volt8_speedup);
-    else text_append(&out, "- | - | ");
-    if (b->ran) text_append(&out, "%.1f | %.2fx | ", b->timing.median_us, b->volt8_speedup);
-    else text_append(&out, "- | - | ");
-    text_append(&out, "%.1e |", volt8->relative_l2);
-    if (report->chain > 0 && result->chained.ran) text_append(&out, " %.1f |", result->chained.timing.median_us);
-    else if (report->chain > 0) text_append(&out, " - |");
-    text_append(&out, "\n");
+    if (a->ran) volt8_text_printf(&out, "%.1f | %.2fx | ", a->timing.median_us, a->volt8_speedup);
+    else volt8_text_printf(&out, "- | - | ");
+    if (b->ran) volt8_text_printf(&out, "%.1f | %.2fx | ", b->timing.median_us, b->volt8_speedup);
+    else volt8_text_printf(&out, "- | - | ");
+    volt8_text_printf(&out, "%.1e |", volt8->relative_l2);
+    if (report->chain > 0 && result->chained.ran) volt8_text_printf(&out, " %.1f |", result->chained.timing.median_us);
+    else if (report->chain > 0) volt8_text_printf(&out, " - |");
+    volt8_text_printf(&out, "\n");
   }
   const volt8_memory_report *memory = &report->memory;
-  text_append(&out, "\nMemory per rank: FP16 %.1f MiB, padded to 128-row blocks %.1f MiB, volt8 %.1f MiB.\n",
+  volt8_text_printf(&out, "\nMemory per rank: FP16 %.1f MiB, padded to 128-row blocks %.1f MiB, volt8 %.1f MiB.\n",
               memory->fp16_bytes / MIB, memory->padded_bytes / MIB, memory->resident_bytes / MIB);
-  text_append(&out, "\nLaunch floor (graphs of empty kernels, replayed the same way): %.1f us for 2 kernels (no route "
+  volt8_text_printf(&out, "\nLaunch floor (graphs of empty kernels, replayed the same way): %.1f us for 2 kernels (no route "
                     "pass, the reduce fused into down), %.1f us for 3 (no route pass), %.1f us for 4 (with one).\n",
               report->launch_floor[0].median_us, report->launch_floor[1].median_us, report->launch_floor[2].median_us);
-  return text_take(&out);
+  return volt8_text_take(&out);
 }
 
 

@@ -10,7 +10,7 @@
 #ifdef VOLT8_HAVE_BENCH
 #include "bench_options.h"
 #include "bench_run.h"
-#include "text_buffer.h"
+#include "write_file.h"
 
 /* "volt8 bench --m 1,8 ..." for the report. */
 static void join_command(int argc, char **argv, char *buf, size_t size) {

@@ -15,9 +15,9 @@
 #include "test_support.h"
 
 /* The writer of reports and tables is in the harness (configured unless VOLT8_BUILD_BENCH is off). */
-#if __has_include("text_buffer.h")
+#if __has_include("write_file.h")
 #define HAVE_BENCH 1
-#include "text_buffer.h"
+#include "write_file.h"
 #endif
 
 static char work_dir[512];

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/ctx_internal.h"
+#include "core/text_buffer.h"
 #include "jit/template.h"
 #include "moe/kernels/catalogue.h"
 #include "dispatch/dispatch.h"
@@ -402,6 +403,44 @@ Test(codegen, unknown_substitution_fails_naming_it) {
                VOLT8_ERR_CODEGEN);
   cr_expect(strstr(volt8_last_error(ctx), "no_such_template.cu") != NULL, "%s", volt8_last_error(ctx));
   volt8_ctx_destroy(ctx);
+}
+
+/* The growing text the generated sources and the tools' reports are written into: bytes and formatted
+ * text past several doublings of its first 4 KiB arrive whole and in order, and taking it empties it. */
+Test(codegen, text_buffer_grows_and_keeps_every_byte) {
+  volt8_text_buffer text = {0};
+  cr_assert_null(volt8_text_take(&text), "an empty text is NULL");
+  size_t expected_length = 0;
+  for (int i = 0; i < 3000; i++) {
+    if (i % 3 == 0) volt8_text_append(&text, "ab\0cd", 2); /* the length counts, not a NUL */
+    else if (i % 3 == 1) volt8_text_append_string(&text, "xyz");
+    else volt8_text_printf(&text, "[%04d]", i);
+    expected_length += i % 3 == 0 ? 2 : i % 3 == 1 ? 3 : 6;
+    cr_assert_eq(text.length, expected_length, "after append %d", i);
+    cr_assert_eq(text.data[text.length], '\0', "no NUL after append %d", i);
+  }
+  volt8_text_printf(&text, "%s", "");
+  volt8_text_printf(&text, "%*d", 9000, 7); /* one append larger than the room left and than a doubling */
+  expected_length += 9000;
+  char *taken = volt8_text_take(&text);
+  cr_assert_not_null(taken);
+  cr_assert_eq(strlen(taken), expected_length);
+  size_t at = 0;
+  for (int i = 0; i < 3000; i++) {
+    char piece[8];
+    if (i % 3 == 0) snprintf(piece, sizeof piece, "ab");
+    else if (i % 3 == 1) snprintf(piece, sizeof piece, "xyz");
+    else snprintf(piece, sizeof piece, "[%04d]", i);
+    cr_assert(strncmp(taken + at, piece, strlen(piece)) == 0, "piece %d differs at byte %zu", i, at);
+    at += strlen(piece);
+  }
+  cr_assert(taken[at + 8998] == ' ' && taken[at + 8999] == '7', "the wide number is cut");
+  free(taken);
+  cr_assert(text.data == NULL && text.length == 0 && text.capacity == 0 && !text.failed, "taking leaves it empty");
+  volt8_text_printf(&text, "%d", 42);
+  taken = volt8_text_take(&text);
+  cr_assert_str_eq(taken, "42", "a taken buffer starts anew");
+  free(taken);
 }
 
 /* Line `number` (from 1) of `text`, without its newline, into `line`; false past the end. */

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "tools/tools.h"
-#include "text_buffer.h"
+#include "write_file.h"
 
 #define MAX_RUNS_KEPT 64
 
@@ -87,21 +87,21 @@ static int compare_keyed(const void *a, const void *b) {
 
 /* One key per line; values compact. Entries must be sorted by M. */
 static char *render_root(const cJSON *metadata, const keyed_entry *entries, int32_t count) {
-  text_buffer out = {0};
-  text_append(&out, "{\n  \"__metadata__\": {\n");
+  volt8_text_buffer out = {0};
+  volt8_text_printf(&out, "{\n  \"__metadata__\": {\n");
   for (const cJSON *item = metadata->child; item; item = item->next) {
     char *value = cJSON_PrintUnformatted(item);
-    text_append(&out, "    \"%s\": %s%s\n", item->string, value ? value : "null", item->next ? "," : "");
+    volt8_text_printf(&out, "    \"%s\": %s%s\n", item->string, value ? value : "null", item->next ? "," : "");
     cJSON_free(value);
   }
-  text_append(&out, "  }%s\n", count ? "," : "");
+  volt8_text_printf(&out, "  }%s\n", count ? "," : "");
   for (int32_t i = 0; i < count; i++) {
     char *value = cJSON_PrintUnformatted(entries[i].value);
-    text_append(&out, "  \"%d\": %s%s\n", entries[i].m, value ? value : "null", i + 1 < count ? "," : "");
+    volt8_text_printf(&out, "  \"%d\": %s%s\n", entries[i].m, value ? value : "null", i + 1 < count ? "," : "");
     cJSON_free(value);
   }
-  text_append(&out, "}\n");
-  return text_take(&out);
+  volt8_text_printf(&out, "}\n");
+  return volt8_text_take(&out);
 }
 
 char *tuning_table_render(const tuning_table_metadata *metadata, const tuning_result_entry *entries, int32_t count) {

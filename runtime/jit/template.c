@@ -9,35 +9,10 @@
 
 #include "core/ctx_internal.h"
 #include "core/embedded_files.h"
+#include "core/text_buffer.h"
 #include "core/work_counts.h"
 
 #define INCLUDE_FOLDER "templates/"
-
-typedef struct text_out {
-  char *data;
-  size_t length, capacity;
-  int out_of_memory;
-} text_out;
-
-static void append(text_out *out, const char *text, size_t length) {
-  if (out->out_of_memory) return;
-  if (out->length + length + 1 > out->capacity) {
-    size_t capacity = out->capacity ? out->capacity : 4096;
-    while (out->length + length + 1 > capacity) capacity *= 2;
-    char *grown = realloc(out->data, capacity);
-    if (!grown) {
-      out->out_of_memory = 1;
-      return;
-    }
-    out->data = grown;
-    out->capacity = capacity;
-  }
-  memcpy(out->data + out->length, text, length);
-  out->length += length;
-  out->data[out->length] = '\0';
-}
-
-static void append_text(text_out *out, const char *text) { append(out, text, strlen(text)); }
 
 /* What a template is expanded with, and where a failure is reported. */
 typedef struct expansion {
@@ -54,16 +29,16 @@ static const volt8_template_value *find_value(const expansion *with, const char 
 }
 
 /* A value as it is written into the source; text holding a newline or "@{" is refused. */
-static volt8_status format_value(volt8_ctx *ctx, const volt8_template_value *value, text_out *out) {
+static volt8_status format_value(volt8_ctx *ctx, const volt8_template_value *value, volt8_text_buffer *out) {
   if (!value->text) {
     char number[32];
     snprintf(number, sizeof number, "%" PRId64, value->number);
-    append_text(out, number);
+    volt8_text_append_string(out, number);
     return VOLT8_OK;
   }
   if (strpbrk(value->text, "\r\n") || strstr(value->text, "@{"))
     return volt8_fail(ctx, VOLT8_ERR_CODEGEN, "code generator: substitution value %s holds a newline or '@{'", value->name);
-  append_text(out, value->text);
+  volt8_text_append_string(out, value->text);
   return VOLT8_OK;
 }
 
@@ -96,7 +71,7 @@ static int include_name(const char *line, size_t length, const char **name, size
 
 /* One line with its @{NAME} substituted. */
 static volt8_status expand_line(const expansion *with, const char *line, size_t length, const char *template_path,
-                                int line_number, text_out *out) {
+                                int line_number, volt8_text_buffer *out) {
   volt8_ctx *ctx = with->ctx;
   size_t start = out->length;
   const char *end = line + length;
@@ -106,10 +81,10 @@ static volt8_status expand_line(const expansion *with, const char *line, size_t 
       if (scan[0] == '@' && scan[1] == '{') open = scan;
     const char *close = open ? memchr(open + 2, '}', (size_t)(end - open - 2)) : NULL;
     if (!open || !close) {
-      append(out, at, (size_t)(end - at));
+      volt8_text_append(out, at, (size_t)(end - at));
       break;
     }
-    append(out, at, (size_t)(open - at));
+    volt8_text_append(out, at, (size_t)(open - at));
     const char *name = open + 2;
     size_t name_length = (size_t)(close - name);
     if (!is_name(name, name_length))
@@ -123,7 +98,7 @@ static volt8_status expand_line(const expansion *with, const char *line, size_t 
     if (status != VOLT8_OK) return status;
     at = close + 1;
   }
-  if (!out->out_of_memory) {
+  if (!out->failed) {
     for (size_t i = start; i + 1 < out->length; i++)
       if (out->data[i] == '@' && out->data[i + 1] == '{')
         return volt8_fail(ctx, VOLT8_ERR_CODEGEN, "code generator: %s:%d: unterminated '@{' substitution", template_path,
@@ -134,7 +109,7 @@ static volt8_status expand_line(const expansion *with, const char *line, size_t 
 
 /* The template's lines joined by newlines (no final one); includes only at depth 0. */
 static volt8_status expand(const expansion *with, const char *text, const char *template_path, int depth,
-                           text_out *out) {
+                           volt8_text_buffer *out) {
   size_t text_length = strlen(text);
   /* Lines end at "\n" (one "\r" before it dropped); a final newline ends the last line, no more. */
   const char *end = text + text_length;
@@ -145,7 +120,7 @@ static volt8_status expand(const expansion *with, const char *text, const char *
     size_t length = (size_t)((newline ? newline : end) - line);
     if (length > 0 && line[length - 1] == '\r') length--;
     line_number++;
-    if (line_number > 1) append(out, "\n", 1);
+    if (line_number > 1) volt8_text_append(out, "\n", 1);
     const char *name = NULL;
     size_t name_length = 0;
     volt8_status status = VOLT8_OK;
@@ -161,10 +136,10 @@ static volt8_status expand(const expansion *with, const char *text, const char *
                           template_path, line_number, path);
       char directive[320];
       snprintf(directive, sizeof directive, "#line 1 \"%s\"\n", path);
-      append_text(out, directive);
+      volt8_text_append_string(out, directive);
       status = expand(with, included->data, path, depth + 1, out);
       snprintf(directive, sizeof directive, "\n#line %d \"%s\"", line_number + 1, template_path);
-      append_text(out, directive);
+      volt8_text_append_string(out, directive);
     } else {
       status = expand_line(with, line, length, template_path, line_number, out);
     }
@@ -180,7 +155,7 @@ static int compare_parameters(const void *a, const void *b) {
 }
 
 static volt8_status write_header(volt8_ctx *ctx, const char *template_path, const volt8_template_value *parameters,
-                                 int32_t count, text_out *out) {
+                                 int32_t count, volt8_text_buffer *out) {
   volt8_template_value *sorted = malloc((count > 0 ? (size_t)count : 1) * sizeof *sorted);
   if (!sorted) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "code generator: out of memory");
   if (count > 0) memcpy(sorted, parameters, (size_t)count * sizeof *sorted);
@@ -188,17 +163,17 @@ static volt8_status write_header(volt8_ctx *ctx, const char *template_path, cons
   char line[512];
   snprintf(line, sizeof line, "// generated from %s by runtime/jit/template.c, do not edit\n// volt8 codegen version %d; ",
            template_path, VOLT8_TEMPLATE_VERSION);
-  append_text(out, line);
+  volt8_text_append_string(out, line);
   volt8_status status = VOLT8_OK;
   for (int32_t i = 0; i < count && status == VOLT8_OK; i++) {
-    if (i > 0) append(out, " ", 1);
-    append_text(out, sorted[i].name);
-    append(out, "=", 1);
+    if (i > 0) volt8_text_append(out, " ", 1);
+    volt8_text_append_string(out, sorted[i].name);
+    volt8_text_append(out, "=", 1);
     status = format_value(ctx, &sorted[i], out);
   }
   free(sorted);
   snprintf(line, sizeof line, "\n#line 1 \"%s\"\n", template_path);
-  append_text(out, line);
+  volt8_text_append_string(out, line);
   return status;
 }
 
@@ -216,18 +191,19 @@ volt8_status volt8_template_source(volt8_ctx *ctx, const char *template_path, co
       return volt8_fail(ctx, VOLT8_ERR_CODEGEN, "code generator: cannot read template '%s'", template_path);
     template_text = file->data;
   }
-  text_out out = {0};
+  volt8_text_buffer out = {0};
   expansion with = {ctx, values, value_count};
   volt8_status status = write_header(ctx, template_path, parameters, parameter_count, &out);
   if (status == VOLT8_OK) status = expand(&with, template_text, template_path, 0, &out);
-  if (status == VOLT8_OK) append(&out, "\n", 1);
-  if (status == VOLT8_OK && out.out_of_memory)
+  if (status == VOLT8_OK) volt8_text_append(&out, "\n", 1);
+  char *source = volt8_text_take(&out);
+  if (status == VOLT8_OK && !source)
     status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "code generator: out of memory for the source of %s", template_path);
   if (status != VOLT8_OK) {
-    free(out.data);
+    free(source);
     return status;
   }
-  *out_source = out.data;
+  *out_source = source;
   return VOLT8_OK;
 }
 

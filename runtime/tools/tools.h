@@ -15,6 +15,7 @@
 #include "core/errors.h"            /* volt8_fail and friends: tools report like the library */
 #include "core/json_strict.h"       /* volt8_utf8_sequence_length: the plan printer's columns */
 #include "core/numeric.h"           /* FP16 and E4M3 conversions of synthetic problems */
+#include "core/text_buffer.h"       /* the growing text of the reports and tuning tables */
 #include "checkpoint/models.h"      /* the model registry (--model) */
 #include "tools/rank_args.h"        /* --model, --tp, --rank and token counts, read one way */
 #include "checkpoint/shard.h"       /* the expert-parallel split (plan --ep) */
