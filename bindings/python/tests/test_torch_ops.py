@@ -138,6 +138,35 @@ def test_operators_raise_volt8_errors(torch_cpu, vt):
                                          torch.zeros(2, 2, dtype=torch.int32), None, None, None, 0, 0, 0)
 
 
+@pytest.mark.parametrize("name, module, x_dtypes", [("moe_forward", "volt8.torch", ("float16",)),
+                                                     ("mtp_moe", "volt8.vllm.runtime", ("float16", "bfloat16"))])
+def test_moe_operators_are_defined_alike(torch_cpu, vt, name, module, x_dtypes):
+    """moe_forward and the vLLM plugin's mtp_moe come from one definition: the same schema, CPU tensors
+    refused naming the operator, and fake implementations that take x of the operator's dtypes only."""
+    torch = torch_cpu
+    import importlib
+    operator = getattr(importlib.import_module(module), name)
+    assert operator is getattr(torch.ops.volt8, name).default
+    assert str(operator._schema) == (f"volt8::{name}(Tensor x, Tensor topk_ids, Tensor topk_weights, "
+                                     f"SymInt experts_key) -> Tensor")
+    with pytest.raises(volt8.InvalidArgumentError, match=f"x: volt8::{name} runs on CUDA tensors, got CPU ones"):
+        operator(torch.zeros(2, 8, dtype=torch.float16), torch.zeros(2, 2, dtype=torch.int32), torch.zeros(2, 2), 1)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        ids, weights = torch.empty(5, 2, dtype=torch.int32, device="cuda:0"), torch.empty(5, 2, device="cuda:0")
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            x = torch.empty(5, 8, dtype=dtype, device="cuda:0")
+            if str(dtype).replace("torch.", "") in x_dtypes:
+                out = operator(x, ids, weights, 1)
+                assert (tuple(out.shape), out.dtype, str(out.device)) == ((5, 8), dtype, "cuda:0")
+            else:
+                needs = " or ".join(x_dtypes)
+                with pytest.raises(RuntimeError, match=f"x: needs {needs} \\[M, hidden\\], got {dtype}"):
+                    operator(x, ids, weights, 1)
+        with pytest.raises(RuntimeError, match=r"topk_ids: has shape \[4, 2\], needs \[5, top_k\]"):
+            operator(torch.empty(5, 8, dtype=torch.float16, device="cuda:0"), ids[:4], weights, 1)
+
+
 def sampler_inputs(torch, batch, k, vocab, seed, device="cpu"):
     generator = torch.Generator().manual_seed(seed)
     target = torch.softmax(torch.randn(batch, k + 1, vocab, generator=generator) * 3, -1)

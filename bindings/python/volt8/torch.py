@@ -66,13 +66,36 @@ def lookup(key, kind):
     return obj
 
 
-# moe_forward is defined through torch.library.Library rather than torch.library.custom_op: an eager
-# call then goes from torch's dispatcher straight to the CUDA kernel below, without custom_op's
-# Python layers around it (its autograd and redispatch wrappers, the aliasing check), which cost more
-# than the rest of the call at M = 1. Having no autograd kernel, it passes tensors that require grad
-# through torch's fallback: backward through it gives no gradient (torch warns) instead of raising.
+# The MoE operators are defined through torch.library.Library rather than torch.library.custom_op: an
+# eager call then goes from torch's dispatcher straight to the CUDA kernel, without custom_op's Python
+# layers around it (its autograd and redispatch wrappers, the aliasing check), which cost more than the
+# rest of the call at M = 1. Having no autograd kernel, they pass tensors that require grad through
+# torch's fallback: backward through them gives no gradient (torch warns) instead of raising.
 _library = torch.library.Library("volt8", "FRAGMENT")
-_library.define("moe_forward(Tensor x, Tensor topk_ids, Tensor topk_weights, SymInt experts_key) -> Tensor")
+
+
+def _define_moe_operator(name, cuda_kernel, x_dtypes):
+    """Defines volt8::name(Tensor x, Tensor topk_ids, Tensor topk_weights, SymInt experts_key) -> Tensor, an
+    operator over the experts registered under experts_key: cuda_kernel computes it, CPU tensors are
+    refused, and its fake implementation (for tracing) checks x is 2-D of one of x_dtypes and topk_ids
+    [M, top_k], and gives a new tensor like x. Returns the operator (torch.ops.volt8.name.default)."""
+    x_names = " or ".join(str(dtype).replace("torch.", "") for dtype in x_dtypes)
+
+    def cpu_kernel(x, topk_ids, topk_weights, experts_key):
+        raise InvalidArgumentError(f"x: volt8::{name} runs on CUDA tensors, got CPU ones")
+
+    def fake(x, topk_ids, topk_weights, experts_key):
+        torch._check(x.dim() == 2 and x.dtype in x_dtypes,
+                     lambda: f"x: needs {x_names} [M, hidden], got {x.dtype} {list(x.shape)}")
+        torch._check(topk_ids.dim() == 2 and topk_ids.shape[0] == x.shape[0],
+                     lambda: f"topk_ids: has shape {list(topk_ids.shape)}, needs [{x.shape[0]}, top_k]")
+        return x.new_empty(x.shape)
+
+    _library.define(f"{name}(Tensor x, Tensor topk_ids, Tensor topk_weights, SymInt experts_key) -> Tensor")
+    _library.impl(name, cuda_kernel, "CUDA")
+    _library.impl(name, cpu_kernel, "CPU")
+    torch.library.register_fake(f"volt8::{name}", fake, lib=_library)
+    return getattr(torch.ops.volt8, name).default
 
 
 def _moe_forward_cuda(x, topk_ids, topk_weights, experts_key):
@@ -94,24 +117,9 @@ def _moe_forward_cuda(x, topk_ids, topk_weights, experts_key):
     return out
 
 
-def _moe_forward_cpu(x, topk_ids, topk_weights, experts_key):
-    raise InvalidArgumentError("x: volt8::moe_forward runs on CUDA tensors, got CPU ones")
-
-
-def _moe_forward_fake(x, topk_ids, topk_weights, experts_key):
-    torch._check(x.dim() == 2 and x.dtype == torch.float16, lambda: f"x: needs float16 [M, hidden], got {x.dtype} "
-                                                                    f"{list(x.shape)}")
-    torch._check(topk_ids.dim() == 2 and topk_ids.shape[0] == x.shape[0],
-                 lambda: f"topk_ids: has shape {list(topk_ids.shape)}, needs [{x.shape[0]}, top_k]")
-    return x.new_empty(x.shape)
-
-
-_library.impl("moe_forward", _moe_forward_cuda, "CUDA")
-_library.impl("moe_forward", _moe_forward_cpu, "CPU")
-torch.library.register_fake("volt8::moe_forward", _moe_forward_fake, lib=_library)
 # Experts.forward as an operator: x float16 [M, hidden], topk_ids int32 [M, top_k], topk_weights float32
 # [M, top_k] -> a new float16 [M, hidden], on torch's current stream. experts_key: register(experts).
-moe_forward = torch.ops.volt8.moe_forward.default
+moe_forward = _define_moe_operator("moe_forward", _moe_forward_cuda, (torch.float16,))
 
 
 @torch.library.custom_op("volt8::rejection_sample", mutates_args=(), device_types="cuda")

@@ -17,8 +17,6 @@ import volt8.torch as volt8_torch
 from ..errors import CaptureError, InvalidArgumentError
 from ..experts import MAX_ROUTED_PAIRS, Experts
 
-_library = torch.library.Library("volt8", "FRAGMENT")
-_library.define("mtp_moe(Tensor x, Tensor topk_ids, Tensor topk_weights, SymInt experts_key) -> Tensor")
 _X_DTYPES = (torch.float16, torch.bfloat16)
 _ID_DTYPES = (torch.int32, torch.int64)
 _WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -60,22 +58,7 @@ def _mtp_moe_cuda(x, topk_ids, topk_weights, experts_key):
     return out if x.dtype == torch.float16 else out.to(x.dtype)
 
 
-def _mtp_moe_cpu(x, topk_ids, topk_weights, experts_key):
-    raise InvalidArgumentError("x: volt8::mtp_moe runs on CUDA tensors, got CPU ones")
-
-
-def _mtp_moe_fake(x, topk_ids, topk_weights, experts_key):
-    torch._check(x.dim() == 2 and x.dtype in _X_DTYPES,
-                 lambda: f"x: needs float16 or bfloat16 [M, hidden], got {x.dtype} {list(x.shape)}")
-    torch._check(topk_ids.dim() == 2 and topk_ids.shape[0] == x.shape[0],
-                 lambda: f"topk_ids: has shape {list(topk_ids.shape)}, needs [{x.shape[0]}, top_k]")
-    return x.new_empty(x.shape)
-
-
-_library.impl("mtp_moe", _mtp_moe_cuda, "CUDA")
-_library.impl("mtp_moe", _mtp_moe_cpu, "CPU")
-torch.library.register_fake("volt8::mtp_moe", _mtp_moe_fake, lib=_library)
-mtp_moe = torch.ops.volt8.mtp_moe.default
+mtp_moe = volt8_torch._define_moe_operator("mtp_moe", _mtp_moe_cuda, _X_DTYPES)
 
 
 def forward_token_limit(max_top_k):
