@@ -365,7 +365,10 @@ def test_token_counts_follow_vllms_capture_sizes(monkeypatch):
     monkeypatch.setenv("VOLT8_VLLM_MAX_TOKENS", "4")
     assert method_module.token_counts(config, moe) == (4, [1, 2, 4])
     monkeypatch.setenv("VOLT8_VLLM_MAX_TOKENS", "100000")
-    assert method_module.token_counts(config, moe)[0] == 65535 // 8
+    assert method_module.token_counts(config, moe)[0] == 8192  # max_num_batched_tokens caps it
+    config.scheduler_config.max_num_batched_tokens = 1 << 28
+    monkeypatch.setenv("VOLT8_VLLM_MAX_TOKENS", str(1 << 28))
+    assert method_module.token_counts(config, moe)[0] == (1 << 30) // 8  # so do a forward's 2^30 routed pairs
     monkeypatch.setenv("VOLT8_VLLM_MAX_TOKENS", "lots")
     with pytest.raises(ValueError, match="VOLT8_VLLM_MAX_TOKENS='lots'"):
         method_module.token_counts(config, moe)
