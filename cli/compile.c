@@ -86,10 +86,15 @@ static volt8_status print_choices(volt8_ctx *ctx, const volt8_moe_shape *shape, 
 /* The model's V100 account of the dispatch's pairs (derive_explain.h), with the occupancy the
  * derivation takes: each variant's sm_70 CUBIN. */
 static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
-                                    int32_t top_k, int32_t jobs) {
+                                    int32_t top_k, int32_t jobs, int json) {
   derive_occupancy_set occupancy;
   volt8_status status = derive_occupancy_compile(ctx, shape, jobs, NULL, &occupancy);
   if (status != VOLT8_OK) return status;
+  if (json) {
+    status = derive_explain_json(ctx, &DERIVE_V100, shape, top_k, m_values, count, &occupancy.view, stdout);
+    derive_occupancy_free(&occupancy);
+    return status;
+  }
   printf("%s, modelled (tuning/derive_model.h); byte floor: the bytes a forward must move over %.0f GB/s; "
          "resident CTAs per SM from %s\n\n",
          DERIVE_V100.name, DERIVE_V100.dram_gbps, occupancy.from);
@@ -116,7 +121,7 @@ static int explain_refused(volt8_ctx *ctx, const volt8_moe_shape *shape, const i
 }
 
 static volt8_status print_explained(volt8_ctx *ctx, const volt8_moe_shape *shape, const int32_t *m_values, int count,
-                                    int32_t top_k, int32_t jobs) {
+                                    int32_t top_k, int32_t jobs, int json) {
   return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "--explain: this build has no derivation model (bench/ was not configured)");
 }
 #endif
@@ -215,8 +220,8 @@ int cli_list(int argc, char **argv) {
     fprintf(stderr, "volt8 list: --top-k and --tables need --choice\n");
     return 2;
   }
-  if (json && !resources) {
-    fprintf(stderr, "volt8 list: --json needs --resources\n");
+  if (json && !resources && !explain) {
+    fprintf(stderr, "volt8 list: --json needs --resources or --explain\n");
     return 2;
   }
   if (jobs_text && !resources && !explain) {
@@ -277,7 +282,7 @@ int cli_list(int argc, char **argv) {
   if (rc == 0 && resources) {
     rc = cli_print_resources(ctx, &shape, jobs, json);
   } else if (rc == 0) {
-    status = explain        ? print_explained(ctx, &shape, choice_m, choice_count, top_k, jobs)
+    status = explain        ? print_explained(ctx, &shape, choice_m, choice_count, top_k, jobs, json)
              : choice_count ? print_choices(ctx, &shape, choice_m, choice_count, top_k)
              : sources      ? write_sources(ctx, &shape, sources)
                             : print_variants(ctx, &shape);

@@ -185,7 +185,7 @@ Test(cli_args, version_and_help_work) {
 /* list --resources: its flags need it, --jobs is a thread count, and an arch it cannot report on is
  * said to be one (exit 1: the arguments were fine). */
 Test(cli_args, list_resources_arguments_and_the_archs_it_cannot_report_on) {
-  REFUSED(ARGS("list", "--json"), "volt8 list: --json needs --resources");
+  REFUSED(ARGS("list", "--json"), "volt8 list: --json needs --resources or --explain");
   REFUSED(ARGS("list", "--jobs", "2"), "volt8 list: --jobs needs --resources or --explain");
   REFUSED(ARGS("list", "--explain"), "volt8 list: --explain needs --choice and sm_70");
   REFUSED(ARGS("list", "--choice", "1", "--explain", "--arch", "sm_90"), "volt8 list: --explain needs --choice and sm_70");
@@ -459,7 +459,7 @@ static const bad_argument BAD_ARGUMENTS[] = {
     {{"list", "--resources", "--jobs", "0"}, {"volt8 list: --jobs 0 is not a valid compile thread count", "1..64"}},
     {{"list", "--explain"}, {"volt8 list: --explain needs --choice and sm_70"}},
     {{"list", "--resources", "--choice", "1"}, {"volt8 list: --resources and --choice exclude each other"}},
-    {{"list", "--json"}, {"volt8 list: --json needs --resources"}},
+    {{"list", "--json"}, {"volt8 list: --json needs --resources or --explain"}},
     {{"list", "--sources", AT_FILE}, {"volt8 list: --sources " AT_FILE " is a file (give a folder)"}},
     {{"list", "--sources", AT_DIR, "--choice", "1"}, {"volt8 list: --sources excludes --resources and --choice"}},
     {{"compile", "--arch", "sm_7", "--cache", AT_DIR}, {"volt8 compile: --arch \"sm_7\" is not an arch", "sm_70"}},

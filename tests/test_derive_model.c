@@ -368,19 +368,6 @@ Test(derive_explain, forward_bytes_are_the_byte_floors) {
   assert_close(derive_forward_bytes(&shape, TOP_K, 64), active * expert + 64 * HIDDEN * 4 + 640 * 8, "M=64");
 }
 
-Test(derive_explain, what_limits_an_op) {
-  derive_terms launch = {.launch_us = 1.0, .dram_us = 0.5, .l2_us = 0.2, .math_us = 0.1, .fill = 0.3};
-  derive_terms latency = {.launch_us = 1.0, .dram_us = 5.0, .l2_us = 2.0, .math_us = 1.0, .fill = 0.5};
-  derive_terms issue = {.launch_us = 1.0, .dram_us = 5.0, .l2_us = 2.0, .math_us = 6.0, .fill = 1.0};
-  derive_terms l2 = {.launch_us = 1.0, .dram_us = 5.0, .l2_us = 7.0, .math_us = 1.0, .fill = 1.0};
-  derive_terms dram = {.launch_us = 1.0, .dram_us = 5.0, .l2_us = 2.0, .math_us = 1.0, .fill = 1.0};
-  cr_assert_str_eq(derive_terms_limit(&launch), "launch");
-  cr_assert_str_eq(derive_terms_limit(&latency), "latency");
-  cr_assert_str_eq(derive_terms_limit(&issue), "issue");
-  cr_assert_str_eq(derive_terms_limit(&l2), "L2");
-  cr_assert_str_eq(derive_terms_limit(&dram), "DRAM");
-}
-
 /* A forward's account: the two GEMMs, the route only with a block_m > 1 GEMM, the reduce only
  * without a tok down, and the floor at the device's bandwidth. */
 Test(derive_explain, a_forward_adds_what_it_runs) {

@@ -1,7 +1,8 @@
 /* The V100 resource report: the occupancy arithmetic on known register, shared memory and thread
- * counts, the ptxas report parser on fixed text, and the check of the shipped sm_70 tables: every
- * variant they use, compiled to an sm_70 CUBIN at its table's shape, spills nothing and keeps at
- * least the resident warps per SM the derivation model took for it. No GPU. */
+ * counts, the ptxas report parser on fixed text, the check of the shipped sm_70 tables (every variant
+ * they use, compiled to an sm_70 CUBIN at its table's shape, spills nothing and keeps at least the
+ * resident warps per SM the derivation model took for it) and of the mma and tile variants the sm_70
+ * dispatch picks past them, at large M. No GPU. */
 #include <criterion/criterion.h>
 
 #include <cjson/cJSON.h>
@@ -14,8 +15,11 @@
 #include "test_support.h"
 
 #include "core/ctx_internal.h"
+#include "checkpoint/models.h"
 #include "jit/kernel_resources.h"
 #include "jit/nvrtc_loader.h"
+#include "moe/kernels/catalogue.h"
+#include "moe/kernels/variant_resources.h"
 
 /* The table check needs the model (tuning/, built unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("derive_model.h")
@@ -232,6 +236,88 @@ Test(list_resources, table_names_the_expert_range) {
   size_t length = strlen(out), tail = strlen(expected_tail);
   cr_assert(length >= tail && strcmp(out + length - tail, expected_tail) == 0, "first line \"%s\" does not end in \"%s\"",
             out, expected_tail);
+  volt8_ctx_destroy(ctx);
+}
+
+/* ---- the dispatch's m8n8k4 picks past the tables ---- */
+
+TestSuite(large_m_sm70, .timeout = 600);
+
+typedef struct large_m_use {
+  volt8_moe_shape shape;
+  char variant[VOLT8_VARIANT_NAME_BYTES];
+  char where[96];    /* "deepseek-v3 TP8 M=1024" */
+  volt8_variant parsed;
+} large_m_use;
+
+/* Adds the forward's gate_up or down when it is of the mma or tile family and not yet in uses. */
+static void add_large_m_use(large_m_use *uses, int32_t *count, int32_t capacity, const volt8_moe_shape *shape,
+                            const char *variant, const char *where) {
+  volt8_variant parsed;
+  cr_assert(volt8_variant_parse(variant, &parsed), "%s: %s", where, variant);
+  if (parsed.kind != VOLT8_KIND_GEMM_MMA && parsed.kind != VOLT8_KIND_GEMM_TILE) return;
+  for (int32_t i = 0; i < *count; i++)
+    if (memcmp(&uses[i].shape, shape, sizeof *shape) == 0 && strcmp(uses[i].variant, variant) == 0) return;
+  cr_assert_lt(*count, capacity);
+  large_m_use *use = &uses[(*count)++];
+  use->shape = *shape;
+  use->parsed = parsed;
+  snprintf(use->variant, sizeof use->variant, "%s", variant);
+  snprintf(use->where, sizeof use->where, "%s", where);
+}
+
+/* What the V100 model takes of them: a tile holds the CTAs its .o asks (two CTAs of 8 warps keep all
+ * four sub-partitions' tensor cores fed at the m8n8k4 rate it prices), an mma variant at least the 8
+ * warps an SM that keep DRAM busy (the fill its DRAM-bound times assume); neither spills. */
+Test(large_m_sm70, mma_and_tile_picks_do_not_spill_and_keep_their_occupancy) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  skip_without_nvrtc(ctx);
+  static large_m_use uses[256];
+  int32_t count = 0, kinds[2] = {0, 0};
+  const int32_t tp_sizes[] = {4, 8}, m_values[] = {256, 512, 1024, 2048, 4096, 8192, 16384};
+  for (int32_t model_index = 0; model_index < volt8_model_count(); model_index++) {
+    const volt8_model *model = volt8_model_at(model_index);
+    for (size_t t = 0; t < sizeof tp_sizes / sizeof tp_sizes[0]; t++) {
+      volt8_moe_shape shape;
+      cr_assert_eq(volt8_model_rank_shape(ctx, model, tp_sizes[t], 0, 0, &shape), VOLT8_OK, "%s TP%d: %s",
+                   model->name, tp_sizes[t], volt8_last_error(ctx));
+      for (size_t i = 0; i < sizeof m_values / sizeof m_values[0]; i++) {
+        volt8_forward_info info = VOLT8_FORWARD_INFO_INIT;
+        cr_assert_eq(volt8_forward_describe(ctx, &shape, NULL, m_values[i], model->top_k, &info), VOLT8_OK, "%s",
+                     volt8_last_error(ctx));
+        char where[96];
+        snprintf(where, sizeof where, "%s TP%d M=%d", model->name, tp_sizes[t], m_values[i]);
+        add_large_m_use(uses, &count, 256, &shape, info.gate_up, where);
+        add_large_m_use(uses, &count, 256, &shape, info.down, where);
+      }
+    }
+  }
+  volt8_variant_ref variants[256];
+  static volt8_variant_resources reports[256];
+  for (int32_t i = 0; i < count; i++) {
+    variants[i] = (volt8_variant_ref){&uses[i].shape, uses[i].variant};
+    kinds[uses[i].parsed.kind == VOLT8_KIND_GEMM_TILE]++;
+  }
+  cr_assert(kinds[0] > 0 && kinds[1] > 0, "the dispatch picks %d mma and %d tile variants past the tables", kinds[0],
+            kinds[1]);
+  cr_assert_eq(volt8_variant_resources_many(ctx, variants, count, 2, reports), VOLT8_OK, "%s", volt8_last_error(ctx));
+  static char failures[16384];
+  failures[0] = '\0';
+  for (int32_t i = 0; i < count; i++) {
+    const volt8_variant_resources *report = &reports[i];
+    int tile = uses[i].parsed.kind == VOLT8_KIND_GEMM_TILE;
+    int32_t needed_warps = tile ? uses[i].parsed.min_blocks * uses[i].parsed.warps : 8;
+    size_t used = strlen(failures);
+    if (report->kernel.spill_store_bytes || report->kernel.spill_load_bytes || report->occupancy.warps_per_sm < needed_warps)
+      snprintf(failures + used, sizeof failures - used,
+               "  %s (%s): %d registers, spills %d/%d, %d CTAs and %d warps an SM (%s), %d warps needed\n",
+               uses[i].variant, uses[i].where, report->kernel.registers, report->kernel.spill_store_bytes,
+               report->kernel.spill_load_bytes, report->occupancy.ctas_per_sm, report->occupancy.warps_per_sm,
+               volt8_occupancy_limit_name(report->occupancy.limit), needed_warps);
+  }
+  cr_log_info("%d mma and %d tile variants of the dispatch past the tables compiled", kinds[0], kinds[1]);
+  cr_assert_str_empty(failures, "mma and tile variants the sm_70 dispatch picks that spill or hold too few warps:\n%s",
+                      failures);
   volt8_ctx_destroy(ctx);
 }
 

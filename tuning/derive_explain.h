@@ -28,4 +28,12 @@ volt8_status derive_explain_markdown(volt8_ctx *ctx, const derive_device *device
                                      int32_t top_k, const int32_t *m_values, int32_t m_count,
                                      const derive_occupancy *occupancy, FILE *out);
 
+/* The same account as JSON: {"device", "top_k", "forwards": [{"m", "gate_up" and "down" (each "variant",
+ * "us", "limited_by" (derive_terms_limit's word), "launch_us", "dram_us", "l2_us", "issue_us",
+ * "dequant_us", "tensor", "fill"), "route_us", "reduce_us", "kernels", "forward_us", "floor_us"}]}.
+ * Nothing is written after an error. */
+volt8_status derive_explain_json(volt8_ctx *ctx, const derive_device *device, const volt8_moe_shape *shape,
+                                 int32_t top_k, const int32_t *m_values, int32_t m_count,
+                                 const derive_occupancy *occupancy, FILE *out);
+
 #endif

@@ -10,11 +10,15 @@
 #include "tools/tools.h"
 
 /* Tesla V100 (SXM2): 80 SMs, 900 GB/s HBM2 of which streaming copies reach about 830, L2 about
- * 2.5 TB/s, 15.7 TFLOP/s FP32 (90% reachable), 125 TFLOP/s tensor peak of which m8n8k4 tiles this
- * small reach about a third, E4M3 -> FP16 at about three instructions per value over 5120 lanes at
- * 1.53 GHz, about 1.5 us per kernel in a graph, 64 warps and 32 CTAs per SM, 8 warps per SM of 16-byte
- * loads to keep HBM2 busy. A dependent round trip and the route's chain of them are the H200's
- * measured figures (below): an assumption, DRAM latency being of like length on both. */
+ * 2.5 TB/s, 15.7 TFLOP/s FP32 (90% reachable), 125 TFLOP/s tensor peak of which the mma family's
+ * m8n8k4 tiles, this small, reach about a third, E4M3 -> FP16 at about three instructions per value
+ * over 5120 lanes at 1.53 GHz, about 1.5 us per kernel in a graph, 64 warps and 32 CTAs per SM, 8 warps
+ * per SM of 16-byte loads to keep HBM2 busy. A dependent round trip and the route's chain of them are
+ * the H200's measured figures (below): an assumption, DRAM latency being of like length on both.
+ * The tile family's m8n8k4 rate is the tensor peak's: 125 TFLOP/s over 80 SMs x 1.53 GHz (boost) x 2
+ * flops is 511 FMAs an SM a clock, its 8 tensor cores' 64 each; an mma.sync.m8n8k4 is a warp's
+ * 4 x 8x8x4 = 1024 FMAs, so an SM completes 0.5 a clock (one every 8 clocks on each of its four
+ * sub-partitions). Its conversions issue over the same 64 lanes an SM as the other families'. */
 const derive_device DERIVE_V100 = {
     .name = "Tesla V100-SXM2 (modelled, not measured)",
     .sm_count = 80,
@@ -23,6 +27,9 @@ const derive_device DERIVE_V100 = {
     .cuda_core_tflops = 14.0,
     .mma_tflops = 40.0,
     .conversions_per_ns = 2600.0,
+    .clock_ghz = 1.53,
+    .m8n8k4_per_sm_clock = 0.5,
+    .lanes_per_sm = 64,
     .launch_us = 1.5,
     .round_trip_us = 1.3,
     .route_us = 5.8,
@@ -46,6 +53,10 @@ const derive_device DERIVE_H200 = {
     .mma_tflops = 15.0,           /* assumption: sm_90 runs m8n8k4 as a software routine (emulated, so the
                                      check leaves mma out); a quarter of the FP32 rate */
     .conversions_per_ns = 11150.0, /* data sheet lanes and clock: 16896 lanes x 1.98 GHz / 3 instructions a value */
+    .clock_ghz = 1.98,            /* data sheet (boost) */
+    .m8n8k4_per_sm_clock = 0.028, /* assumption, as mma_tflops (m8n8k4 emulated): 15 TFLOP/s over 132 SMs x
+                                     1.98 GHz x 2 x 1024 FMAs */
+    .lanes_per_sm = 128,          /* data sheet, as conversions_per_ns: 16896 lanes over 132 SMs */
     .launch_us = 1.0,             /* measured here: a graph's launch floor is 2.4 us for three kernels and 3.4 for
                                      four, with early launch, which compute_70 code lacks: the fourth kernel's 1.0 */
     .round_trip_us = 1.3,         /* measured here: at M = 1 a forward's 5.3 us beyond launches and bytes over its
@@ -57,14 +68,22 @@ const derive_device DERIVE_H200 = {
     .max_ctas_per_sm = 32,
 };
 
+/* The tile family's conversion of one 16-code chunk, a thread's per K step (templates/moe_gemm_tile.cu,
+ * load_step and store_step, sm_70): per two codes the decode's PRMT, shift and two logic operations
+ * (e4m3x2_to_half2) and an HMUL2 by the block scale, 8 x 5; per chunk its 16-byte load, its scale's
+ * load and packing into a half2, and two 16-byte shared stores, 5: 45 instructions for 16 weights (the
+ * address arithmetic aside). */
+const double DERIVE_TILE_DEQUANT_INSTRUCTIONS = 45.0 / 16.0;
+
 int derive_parse_variant(const char *name, derive_variant *out) {
   memset(out, 0, sizeof *out);
   volt8_variant variant;
   /* the model knows the sm_70 families: CUDA cores (cc, and tok, which also does the reduce's work)
-   * and m8n8k4 (mma) */
+   * and m8n8k4 (mma, and tile, whose weight tiles are converted once into shared memory) */
   if (!volt8_variant_parse(name, &variant) || variant.op > VOLT8_OP_DOWN || variant.kind == VOLT8_KIND_GEMM_HMMA)
     return 0;
   out->op = variant.op;
+  out->kind = variant.kind;
   out->cuda_core = variant.kind == VOLT8_KIND_GEMM_CC || variant.kind == VOLT8_KIND_DOWN_TOK;
   out->fused_reduce = variant.kind == VOLT8_KIND_DOWN_TOK;
   out->block_m = variant.block_m;
@@ -147,6 +166,22 @@ static void expected_items(int32_t num_tokens, double q, int32_t block_m, double
   *out_items = items;
 }
 
+/* The tile family's m8n8k4 and dequant bounds (derive_model.h) at the fill (at least 1e-3, as math's)
+ * and tail, and its time beside `memory_us`. */
+static void tile_bounds(const derive_device *device, const derive_variant *variant, double ctas, double rows, double k,
+                        double fill, double tail, double memory_us, derive_terms *out) {
+  double weight_rows = rows * variant->block_n, steps = ceil(k / 32.0);
+  double m8n8k4 = ctas * steps * variant->block_m * weight_rows / 32.0;
+  double converted = ctas * weight_rows * steps * 32.0;
+  double sm_clocks_per_us = device->sm_count * device->clock_ghz * 1e3;
+  out->issue_us = m8n8k4 / (device->m8n8k4_per_sm_clock * sm_clocks_per_us) / fill * tail;
+  out->dequant_us = converted * DERIVE_TILE_DEQUANT_INSTRUCTIONS / (device->lanes_per_sm * sm_clocks_per_us) / fill * tail;
+  out->math_us = fmax(out->issue_us, out->dequant_us);
+  double largest = fmax(memory_us, out->math_us);
+  double others = memory_us + out->issue_us + out->dequant_us - largest;
+  out->total_us = device->launch_us + largest + 0.15 * others;
+}
+
 double derive_ctas_per_sm(const derive_device *device, const derive_variant *variant) {
   if (variant->ctas_per_sm > 0) return variant->ctas_per_sm;
   return fmin(device->max_ctas_per_sm, floor((double)device->max_warps_per_sm / variant->warps));
@@ -191,9 +226,17 @@ int derive_op_terms(const derive_device *device, const volt8_moe_shape *shape, i
   double waves = ctas / (device->sm_count * ctas_per_sm);
   /* the last wave runs as a whole one: never fewer waves, never less time, for more CTAs */
   double tail = waves > 1 ? ceil(waves) / waves : 1.0;
+  out->launch_us = device->launch_us;
+  out->tensor = !variant->cuda_core;
+  if (variant->kind == VOLT8_KIND_GEMM_TILE) {
+    tile_bounds(device, variant, ctas, rows, k, fmax(fill, 1e-3), tail, memory_us, out);
+    return 1;
+  }
   double math_us = (flops / (rate * 1e6) + conversions / (device->conversions_per_ns * 1e3)) / fmax(fill, 1e-3) * tail;
   out->math_us = math_us;
-  out->launch_us = device->launch_us;
+  /* the two parts, to name the bound; math_us stays their sum as computed above */
+  out->issue_us = flops / (rate * 1e6) / fmax(fill, 1e-3) * tail;
+  out->dequant_us = conversions / (device->conversions_per_ns * 1e3) / fmax(fill, 1e-3) * tail;
   out->total_us = device->launch_us + fmax(memory_us, math_us) + 0.15 * fmin(memory_us, math_us);
   return 1;
 }
@@ -208,7 +251,10 @@ const char *derive_terms_limit(const derive_terms *terms) {
   double memory = fmax(terms->dram_us, terms->l2_us);
   if (terms->launch_us >= fmax(memory, terms->math_us)) return "launch";
   if (terms->fill < 1.0) return "latency";
-  if (terms->math_us > memory) return "issue";
+  if (terms->math_us > memory) {
+    if (terms->dequant_us > terms->issue_us) return "dequant";
+    return terms->tensor ? "m8n8k4 issue" : "FP32 issue";
+  }
   return terms->l2_us > terms->dram_us ? "L2" : "DRAM";
 }
 

@@ -8,7 +8,8 @@
  *   DRAM bytes  = A * (expert's FP8 weights + scales) + pairs * (input + output activation bytes)
  *   L2 bytes    = W * (expert's weights + scales) + C * bm * K * 2   (every item rereads its expert)
  *   math        = 2 * W * bm * N_out * rows * K flops at the family's rate (cc: FP32 FMA,
- *                 mma: m8n8k4), plus W * N_out * rows * K E4M3 -> FP16 conversions
+ *                 mma: m8n8k4), plus W * N_out * rows * K E4M3 -> FP16 conversions; its two parts are
+ *                 the issue and dequant terms, of which the larger names the bound
  *   memory time = max(DRAM / (bandwidth * fill), L2 / L2 bandwidth), fill = min(1, resident
  *                 warps / warps that saturate DRAM), resident warps = min(C * w, SMs * R * w), R the
  *                 resident CTAs per SM: from the variant's CUBIN when known, else min(32, 64 / w)
@@ -18,6 +19,14 @@
  *   math time   = math / (rate * fill), stretched by the last partial wave, ceil(waves) / waves,
  *                 whenever there is more than one wave
  *   op time     = launch + max(memory, math) + 15% of min(memory, math) (imperfect overlap)
+ * The tile family (bm 64 and 128, a CTA's weight tile turned into FP16 in shared memory once and
+ * multiplied by every pair of its item) has three bounds, each at the fill and tail as math above:
+ *   bytes       = memory as above (each CTA reads its weight tile and its item's x rows once)
+ *   m8n8k4      = C * ceil(K / 32) * bm * (rows * bn) / 32 mma.sync.m8n8k4 (each a warp's 4 x 8x8x4 FMAs,
+ *                 pad rows of an item and zeros past K included) at the device's rate per SM and clock
+ *   dequant     = C * rows * bn * 32 ceil(K / 32) weights converted (a CTA's weight tile per K step, shared
+ *                 by its bm pairs) at DERIVE_TILE_DEQUANT_INSTRUCTIONS each over the SM's lanes
+ *   op time     = launch + the largest of the three + 15% of the other two
  * The forward adds the route when either GEMM has block_m > 1 (launch plus its one-CTA chain), and
  * the reduce unless the down fuses it: launch, 2 * ceil(top_k / 8) dependent round trips (a batch of
  * eight ids, then their z rows) and the z read and out write at DRAM bandwidth. Ties keep the code
@@ -34,8 +43,11 @@ typedef struct derive_device {
   double dram_gbps;                /* reachable streaming bandwidth */
   double l2_gbps;
   double cuda_core_tflops;         /* FP32 FMA */
-  double mma_tflops;               /* mma.sync m8n8k4 f16 -> f32, as small tiles reach it */
-  double conversions_per_ns;       /* E4M3 -> FP16, whole device */
+  double mma_tflops;               /* mma.sync m8n8k4 f16 -> f32, as the mma family's small tiles reach it */
+  double conversions_per_ns;       /* E4M3 -> FP16 of the cc, tok and mma families, whole device */
+  double clock_ghz;                /* the SMs' clock, for the tile family's bounds */
+  double m8n8k4_per_sm_clock;      /* mma.sync.m8n8k4 an SM completes a clock at its tensor peak */
+  int32_t lanes_per_sm;            /* thread instructions of the conversion an SM issues a clock */
   double launch_us;                /* one kernel inside a graph */
   double round_trip_us;            /* one dependent global round trip of a kernel's critical path, drain included */
   double route_us;                 /* the one-CTA route pass beyond its launch: a chain of such round trips */
@@ -44,6 +56,8 @@ typedef struct derive_device {
 } derive_device;
 
 extern const derive_device DERIVE_V100;
+/* Instructions a thread issues per weight it converts in the tile family (derive_model.c counts them). */
+extern const double DERIVE_TILE_DEQUANT_INSTRUCTIONS;
 /* The H200 running the compute_70 PTX: checks the model against measurements; never for shipped tables. */
 extern const derive_device DERIVE_H200;
 /* The model device named `key` ("v100", "h200"); NULL for any other. */
@@ -52,7 +66,8 @@ const derive_device *derive_device_find(const char *key);
 /* The parts of a GEMM variant name; 0 when `name` is not one. */
 typedef struct derive_variant {
   volt8_op op;
-  int32_t cuda_core;    /* family cc or tok (1), mma (0) */
+  volt8_kind kind;      /* the family: cc, tok, mma or tile */
+  int32_t cuda_core;    /* family cc or tok (1), mma or tile (0) */
   int32_t fused_reduce; /* family tok: down walks a token's pairs and does the reduce's work */
   int32_t block_m, block_n, warps, split_k;
   int32_t lanes;        /* lanes per output column (.lN); 0 when the name has none (mma) */
@@ -74,14 +89,20 @@ volt8_status derive_check_domain(volt8_ctx *ctx, const volt8_moe_shape *shape, i
 /* One op's modelled terms: each microseconds, fill the share of the warps that saturate DRAM. */
 typedef struct derive_terms {
   double launch_us, dram_us, l2_us, math_us; /* dram_us at the fill, math_us at the fill and tail */
+  double issue_us;                            /* of math: the products (FP32 FMAs, or m8n8k4 on tensor cores) */
+  double dequant_us;                          /* of math: the E4M3 -> FP16 conversions */
+  int32_t tensor;                             /* 1: the products are m8n8k4 (mma, tile) */
   double fill;
-  double total_us;                            /* launch + the larger of memory and math + 15% of the other */
+  double total_us;                            /* launch + the larger of memory and math + 15% of the other;
+                                               * tile: the largest of memory, issue and dequant + 15% of the
+                                               * other two (math_us is then the larger of issue and dequant) */
 } derive_terms;
 /* 0 outside the model's domain or when the shape is not one (out zeroed). */
 int derive_op_terms(const derive_device *device, const volt8_moe_shape *shape, int32_t top_k, int32_t num_tokens,
                     const derive_variant *variant, derive_terms *out);
 /* What limits the op: "launch" (its launch outlasts its work), "latency" (too few warps resident to
- * keep DRAM busy: fill < 1), "issue" (math), "L2" or "DRAM". */
+ * keep DRAM busy: fill < 1), where math outlasts memory the larger of its parts, "m8n8k4 issue" (or
+ * "FP32 issue" for the CUDA-core families) or "dequant", else the bytes: "L2" or "DRAM". */
 const char *derive_terms_limit(const derive_terms *terms);
 /* Bytes a forward must move, as bench's byte floor counts them: the active experts' E4M3 weights and
  * FP16 scales (E (1 - (1 - top_k / E)^M) experts expected active), x in and out out in FP16, ids and
