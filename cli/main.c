@@ -20,7 +20,7 @@ static const cli_command COMMANDS[] = {
      "list [--arch sm_XX] [--shape S | --model NAME [--tp N] [--rank R]] [--choice 1,8,64 [--top-k K] [--tables DIR]] "
      "[--explain [--json]] [--resources [--json] [--jobs N]] [--sources DIR]",
      "list the kernel variants for a shape (default sm_70); --choice: the dispatch's pair at each M\n"
-     "(1..65535 / top-k) instead, --tables: from the tables of DIR alone, --explain: with the derivation\n"
+     "(1..2^30 / top-k) instead, --tables: from the tables of DIR alone, --explain: with the derivation\n"
      "model's V100 time and bound of each kernel (bytes: DRAM or L2; m8n8k4 or FP32 issue; dequant), the\n"
      "byte floor (sm_70), --json: as JSON; --resources: each variant's\n"
      "CUBIN, its registers, spills, shared memory and resident CTAs and warps per SM (NVRTC 12 for sm_70);\n"
