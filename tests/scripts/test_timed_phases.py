@@ -75,12 +75,20 @@ def test_the_check_refuses_a_missing_or_repeated_phase(tmp_path):
     assert no_total.returncode == 1 and "all phases" in no_total.stderr
 
 
-def test_ci_checks_the_phases_the_makefile_runs():
-    dry_run = subprocess.run(["make", "-s", "-n", "-C", str(ROOT), "test"], capture_output=True, text=True, check=True)
+def made_phases(target):
+    """The phases `make TARGET` hands scripts/timed_phases.sh, from make's dry run."""
+    dry_run = subprocess.run(["make", "-s", "-n", "-C", str(ROOT), target], capture_output=True, text=True, check=True)
     command = shlex.split(dry_run.stdout.replace("\\\n", " "))
     start = next(i for i, word in enumerate(command) if word.endswith("scripts/timed_phases.sh")) + 1
-    made = [name.rstrip("&") for name in command[start::2]]
-    ci = re.search(r"check_phase_lines\.py \"\$log\" (.*)", (ROOT / ".ci" / "run").read_text())
-    assert ci, ".ci/run does not run scripts/check_phase_lines.py"
-    assert sorted(ci.group(1).split()) == sorted(made), f".ci/run checks {ci.group(1)}, make test runs {made}"
-    assert sorted(made) == sorted(["build", "cpu", "asan", "tsan", "pytest", "wheel"]), made
+    return [name.rstrip("&") for name in command[start::2]]
+
+
+def test_ci_checks_the_phases_the_makefile_runs():
+    checks = re.findall(r"check_phase_lines\.py \"\$log\" (.*)", (ROOT / ".ci" / "run").read_text())
+    assert len(checks) == 2, f".ci/run checks the phase lines {len(checks)} times, not after make test and make test-slow"
+    made = made_phases("test")
+    assert sorted(checks[0].split()) == sorted(made), f".ci/run checks {checks[0]}, make test runs {made}"
+    assert sorted(made) == sorted(["build", "cpu", "asan", "tsan", "pytest"]), made
+    slow = made_phases("test-slow")
+    assert sorted(checks[1].split()) == sorted(slow), f".ci/run checks {checks[1]}, make test-slow runs {slow}"
+    assert sorted(slow) == ["slow", "wheel"], slow
