@@ -164,18 +164,9 @@ static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t n
                          volt8_variant *chosen, volt8_choice_origin *origin) {
   const plan_op *tables = &plan->ops[op];
   const volt8_tuning_entry *entry = NULL;
-  if (tile_class) {
-    const volt8_tuning_entry *reach = NULL;
-    int32_t unused = -1;
-    const char *unused_origin = NULL;
-    if (tables->own.source != VOLT8_TUNING_SOURCE_NONE)
-      reach = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
-    else
-      reach = volt8_tuning_nearest_pick(&tables->nearest, num_tokens, top_k, &unused, &unused_origin);
-    if (!reach || reach->m < num_tokens / 2) return;
-  }
   if (tables->own.source != VOLT8_TUNING_SOURCE_NONE) {
     entry = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
+    if (tile_class && entry->m < num_tokens / 2) return;
     int32_t index = tables->own_index[entry - tables->own.table.entries];
     if (index >= 0) {
       *chosen = plan->variants[index];
@@ -187,6 +178,7 @@ static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t n
   int32_t index = -1;
   const volt8_tuning_entry *nearest =
       volt8_tuning_nearest_pick(&tables->nearest, num_tokens, top_k, &index, &nearest_origin);
+  if (nearest && !entry && tile_class && nearest->m < num_tokens / 2) return;
   if (nearest) {
     *chosen = plan->variants[index];
     *origin = (volt8_choice_origin){VOLT8_TUNING_SOURCE_NEAREST, nearest->m, nearest_origin};
