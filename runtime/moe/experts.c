@@ -343,15 +343,17 @@ static int gemm_rows(const volt8_experts *experts, const loaded_kernel *kernel, 
   return items < num_pairs ? (int)items : num_pairs;
 }
 
-/* What changes from one launch of a GEMM to the next: its part of the pairs (block_m 1) or of the work
- * items and their counters (routed). */
-typedef void (*gemm_cut)(const volt8_experts *experts, const loaded_kernel *kernel, void *part, int first, int index,
-                         int count, int parts);
+/* What changes from one launch of a cut grid to the next (moe_layout.h): its part of the pairs (block_m
+ * 1) or of the work items and their counters (routed), or of the tokens (the token down), and the
+ * counts the launch covers. parts: how many launches the grid is cut into. */
+typedef void (*launch_cut)(const volt8_experts *experts, const loaded_kernel *kernel, void *part,
+                           volt8_launch_counts *part_counts, int first, int index, int count, int parts);
 
-static void cut_gate_up(const volt8_experts *experts, const loaded_kernel *kernel, void *part_args, int first, int index,
-                        int count, int parts) {
+static void cut_gate_up(const volt8_experts *experts, const loaded_kernel *kernel, void *part_args,
+                        volt8_launch_counts *part_counts, int first, int index, int count, int parts) {
   (void)parts;
   volt8_gate_up_args *part = part_args;
+  part_counts->num_pairs = count;
   if (kernel->variant.block_m == 1) {
     part->activations += (CUdeviceptr)(first / part->top_k) * (CUdeviceptr)experts->shape.hidden * 2;
     part->topk_ids += (CUdeviceptr)first * 4;
@@ -365,9 +367,10 @@ static void cut_gate_up(const volt8_experts *experts, const loaded_kernel *kerne
 
 /* A block_m 1 down that fuses the reduce and takes several launches stores its bad-id counts in the
  * spare counters (the route counts them). */
-static void cut_down(const volt8_experts *experts, const loaded_kernel *kernel, void *part_args, int first, int index,
-                     int count, int parts) {
+static void cut_down(const volt8_experts *experts, const loaded_kernel *kernel, void *part_args,
+                     volt8_launch_counts *part_counts, int first, int index, int count, int parts) {
   volt8_down_args *part = part_args;
+  part_counts->num_pairs = count;
   if (kernel->variant.block_m == 1) {
     unsigned columns = (unsigned)((experts->shape.hidden + kernel->variant.block_n - 1) / kernel->variant.block_n);
     CUdeviceptr token = (CUdeviceptr)(first / part->top_k);
@@ -385,47 +388,38 @@ static void cut_down(const volt8_experts *experts, const loaded_kernel *kernel, 
   }
 }
 
-/* A GEMM over its rows (gemm_rows), in launches of rows_per_launch rows (moe_layout.h). */
-static volt8_status launch_gemm(volt8_experts *experts, const loaded_kernel *kernel, const void *args, size_t args_size,
-                                gemm_cut cut, const volt8_launch_counts *counts, int top_k, int early, CUstream stream) {
+/* The token down: whole tokens; with several launches its bad-id counts go to the spare counters (the
+ * route counts them). */
+static void cut_down_token(const volt8_experts *experts, const loaded_kernel *kernel, void *part_args,
+                           volt8_launch_counts *part_counts, int first, int index, int count, int parts) {
+  (void)kernel, (void)index;
+  volt8_down_token_args *part = part_args;
+  CUdeviceptr first_pair = (CUdeviceptr)first * (CUdeviceptr)part->top_k;
+  part->h += first_pair * (CUdeviceptr)experts->shape.intermediate * 2;
+  part->topk_weights += first_pair * 4;
+  part->topk_ids += first_pair * 4;
+  part->out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.hidden * 2;
+  part->num_tokens = count;
+  part_counts->num_tokens = count;
+  if (parts > 1) part->counters = experts->spare_counters;
+}
+
+/* A grid of `total` rows in launches of rows_per_launch rows, each launch's arguments cut from args. */
+static volt8_status launch_in_parts(volt8_experts *experts, const loaded_kernel *kernel, const void *args,
+                                    size_t args_size, launch_cut cut, const volt8_launch_counts *counts, int total,
+                                    int top_k, int early, CUstream stream) {
   int rows = rows_per_launch(kernel, top_k);
-  int total = gemm_rows(experts, kernel, counts->num_pairs);
   int parts = (total + rows - 1) / rows;
   volt8_status status = VOLT8_OK;
   for (int first = 0, index = 0; first < total && status == VOLT8_OK; first += rows, index++) {
-    volt8_down_args part; /* the larger of the two argument structs */
+    union {
+      volt8_gate_up_args gate_up;
+      volt8_down_args down;
+      volt8_down_token_args down_token;
+    } part;
     memcpy(&part, args, args_size);
-    int count = total - first < rows ? total - first : rows;
-    cut(experts, kernel, &part, first, index, count, parts);
     volt8_launch_counts part_counts = *counts;
-    part_counts.num_pairs = count;
-    void *params[VOLT8_MAX_KERNEL_PARAMS];
-    volt8_kernel_params_fill(volt8_variant_signature(&kernel->variant), &part, params);
-    status = launch(experts, kernel, &part_counts, stream, params, early);
-  }
-  return status;
-}
-
-/* The token down over num_tokens tokens, in launches of rows_per_launch tokens; with several, its
- * bad-id counts go to the spare counters (the route counts them). */
-static volt8_status launch_down_token(volt8_experts *experts, const loaded_kernel *kernel,
-                                      const volt8_down_token_args *args, const volt8_launch_counts *counts, int early,
-                                      CUstream stream) {
-  int top_k = args->top_k, rows = rows_per_launch(kernel, top_k);
-  int parts = (args->num_tokens + rows - 1) / rows;
-  volt8_status status = VOLT8_OK;
-  for (int first = 0; first < args->num_tokens && status == VOLT8_OK; first += rows) {
-    volt8_down_token_args part = *args;
-    int count = args->num_tokens - first < rows ? args->num_tokens - first : rows;
-    CUdeviceptr first_pair = (CUdeviceptr)first * (CUdeviceptr)top_k;
-    part.h += first_pair * (CUdeviceptr)experts->shape.intermediate * 2;
-    part.topk_weights += first_pair * 4;
-    part.topk_ids += first_pair * 4;
-    part.out += (CUdeviceptr)first * (CUdeviceptr)experts->shape.hidden * 2;
-    part.num_tokens = count;
-    if (parts > 1) part.counters = experts->spare_counters;
-    volt8_launch_counts part_counts = *counts;
-    part_counts.num_tokens = count;
+    cut(experts, kernel, &part, &part_counts, first, index, total - first < rows ? total - first : rows, parts);
     void *params[VOLT8_MAX_KERNEL_PARAMS];
     volt8_kernel_params_fill(volt8_variant_signature(&kernel->variant), &part, params);
     status = launch(experts, kernel, &part_counts, stream, params, early);
@@ -487,12 +481,14 @@ static volt8_status launch_kernels(volt8_experts *experts, const volt8_moe_args 
   int early = !needs_route;
   int early_down = early || down->variant.kind == VOLT8_KIND_GEMM_HMMA;
   if ((needs_route && (status = launch(experts, route, counts, stream, route_params, 0)) != VOLT8_OK) ||
-      (status = launch_gemm(experts, gate_up, &gate_up_args, sizeof gate_up_args, cut_gate_up, counts, top_k, 0, stream)) !=
-          VOLT8_OK)
+      (status = launch_in_parts(experts, gate_up, &gate_up_args, sizeof gate_up_args, cut_gate_up, counts,
+                                gemm_rows(experts, gate_up, num_pairs), top_k, 0, stream)) != VOLT8_OK)
     return status;
-  if (token_down) return launch_down_token(experts, down, &down_token_args, counts, early, stream);
-  if ((status = launch_gemm(experts, down, &down_args, sizeof down_args, cut_down, counts, top_k, early_down, stream)) !=
-      VOLT8_OK)
+  if (token_down)
+    return launch_in_parts(experts, down, &down_token_args, sizeof down_token_args, cut_down_token, counts, num_tokens,
+                           top_k, early, stream);
+  if ((status = launch_in_parts(experts, down, &down_args, sizeof down_args, cut_down, counts,
+                                gemm_rows(experts, down, num_pairs), top_k, early_down, stream)) != VOLT8_OK)
     return status;
   if (down->variant.fused_reduce) return VOLT8_OK; /* its CTAs formed out themselves */
   return launch(experts, reduce, counts, stream, reduce_params, early);
