@@ -42,15 +42,13 @@
   P(CUdeviceptr, "int *", topk_ids) P(int, "int", num_tokens) P(int, "int", top_k)                             \
   P(CUdeviceptr, "unsigned short *", out) P(CUdeviceptr, "int *", counters)
 
-#define VOLT8_REDUCE_PARAMS(P)                                                                                  \
-  P(CUdeviceptr, "float *", z) P(CUdeviceptr, "int *", topk_ids) P(int, "int", num_tokens) P(int, "int", top_k) \
+/* The weighted top-k reduce (templates/moe_reduce.cu); reduce_half, after a tile down, reads z rows of
+ * FP16 (Z_HALF) and takes the same arguments. */
+#define VOLT8_REDUCE_PARAMS_Z(P, z_type)                                                                        \
+  P(CUdeviceptr, z_type, z) P(CUdeviceptr, "int *", topk_ids) P(int, "int", num_tokens) P(int, "int", top_k)    \
   P(CUdeviceptr, "unsigned short *", out) P(CUdeviceptr, "int *", counters)
-
-/* The reduce of FP16 z rows (templates/moe_reduce.cu with Z_HALF, after a tile down): the reduce's list,
- * z of FP16 (its arguments are the reduce's). */
-#define VOLT8_REDUCE_HALF_PARAMS(P)                                                                             \
-  P(CUdeviceptr, "unsigned short *", z) P(CUdeviceptr, "int *", topk_ids) P(int, "int", num_tokens)           \
-  P(int, "int", top_k) P(CUdeviceptr, "unsigned short *", out) P(CUdeviceptr, "int *", counters)
+#define VOLT8_REDUCE_PARAMS(P) VOLT8_REDUCE_PARAMS_Z(P, "float *")
+#define VOLT8_REDUCE_HALF_PARAMS(P) VOLT8_REDUCE_PARAMS_Z(P, "unsigned short *")
 
 /* The one-launch forward (templates/moe_single.cu); flags: the ticket and per-pair h counters. */
 #define VOLT8_SINGLE_PARAMS(P)                                                                                  \
