@@ -35,16 +35,38 @@ static volt8_moe_shape test_shape(void) {
 static const int32_t token_counts[] = {1, 7, 64, 300, 2048, MAX_TOKENS};
 #define TOKEN_COUNTS ((int32_t)(sizeof token_counts / sizeof token_counts[0]))
 
-static void check_dispatch(volt8_ctx *ctx, volt8_experts *experts, const host_problem *problem, int32_t top_k,
-                           routing mode, const char *what) {
-  for (int32_t m = 0; m < TOKEN_COUNTS; m++) {
-    device_batch batch;
-    gpu_make_batch(ctx, problem, token_counts[m], top_k, mode, &batch);
-    char label[128];
-    snprintf(label, sizeof label, "%s M=%d top-%d", what, token_counts[m], top_k);
-    gpu_check_forward(ctx, experts, problem->shape.hidden, &batch, NULL, NULL, label);
-    gpu_free_batch(ctx, &batch);
+/* Every token's ids set to `ids` (top_k of them): one expert gets every pair (or two get all of
+ * them), the other 62 or 63 none. */
+static void route_all_to(volt8_ctx *ctx, const host_problem *problem, device_batch *batch, const int32_t *ids) {
+  for (int32_t t = 0; t < batch->num_tokens; t++)
+    for (int32_t j = 0; j < batch->top_k; j++) batch->ids[(size_t)t * batch->top_k + j] = ids[j];
+  gpu_update_ids(ctx, problem, batch);
+}
+
+/* The dispatch's kernels, as a pair of pinned names for check_batch. */
+static const char *const DISPATCH[][2] = {{NULL, NULL}};
+
+/* A batch of num_tokens tokens of top_k under uniform routing (every token's ids set to all_to where it
+ * is given) through each pair of variants of `pairs` ({NULL, NULL}: the dispatch's), each output
+ * poisoned first and checked against the double reference. */
+static void check_batch(volt8_ctx *ctx, volt8_experts *experts, const host_problem *problem, int32_t num_tokens,
+                        int32_t top_k, const int32_t *all_to, const char *what, const char *const (*pairs)[2],
+                        int pair_count) {
+  device_batch batch;
+  gpu_make_batch(ctx, problem, num_tokens, top_k, ROUTING_UNIFORM, &batch);
+  if (all_to) route_all_to(ctx, problem, &batch, all_to);
+  for (int p = 0; p < pair_count; p++) {
+    char label[160];
+    snprintf(label, sizeof label, "%s M=%d top-%d", what, num_tokens, top_k);
+    gpu_check_forward(ctx, experts, problem->shape.hidden, &batch, pairs[p][0], pairs[p][1], label);
   }
+  gpu_free_batch(ctx, &batch);
+}
+
+static void check_dispatch(volt8_ctx *ctx, volt8_experts *experts, const host_problem *problem, int32_t top_k,
+                           const char *what) {
+  for (int32_t m = 0; m < TOKEN_COUNTS; m++)
+    check_batch(ctx, experts, problem, token_counts[m], top_k, NULL, what, DISPATCH, 1);
 }
 
 Test(gpu_large_m, dispatch_from_1_to_8192_tokens_at_top_k_1_and_16) {
@@ -55,19 +77,11 @@ Test(gpu_large_m, dispatch_from_1_to_8192_tokens_at_top_k_1_and_16) {
   gpu_make_problem(ctx, &shape, &problem);
   volt8_experts *experts = gpu_upload(ctx, &problem, 64, 16);
   cr_assert_eq(volt8_experts_prepare(experts, token_counts, TOKEN_COUNTS), VOLT8_OK, "%s", volt8_last_error(ctx));
-  check_dispatch(ctx, experts, &problem, 1, ROUTING_UNIFORM, "uniform");
-  check_dispatch(ctx, experts, &problem, 16, ROUTING_UNIFORM, "uniform");
+  check_dispatch(ctx, experts, &problem, 1, "uniform");
+  check_dispatch(ctx, experts, &problem, 16, "uniform");
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);
-}
-
-/* Every token's ids set to `ids` (top_k of them): one expert gets every pair (or two get all of
- * them), the other 62 or 63 none. */
-static void route_all_to(volt8_ctx *ctx, const host_problem *problem, device_batch *batch, const int32_t *ids) {
-  for (int32_t t = 0; t < batch->num_tokens; t++)
-    for (int32_t j = 0; j < batch->top_k; j++) batch->ids[(size_t)t * batch->top_k + j] = ids[j];
-  gpu_update_ids(ctx, problem, batch);
 }
 
 Test(gpu_large_m, skewed_routing_leaves_experts_without_tokens) {
@@ -79,16 +93,9 @@ Test(gpu_large_m, skewed_routing_leaves_experts_without_tokens) {
   volt8_experts *experts = gpu_upload(ctx, &problem, MAX_TOKENS, 2);
   const int32_t one[] = {7}, two[] = {3, 60};
   for (int32_t m = 0; m < TOKEN_COUNTS; m++) {
-    for (int32_t top_k = 1; top_k <= 2; top_k++) {
-      device_batch batch;
-      gpu_make_batch(ctx, &problem, token_counts[m], top_k, ROUTING_UNIFORM, &batch);
-      route_all_to(ctx, &problem, &batch, top_k == 1 ? one : two);
-      char label[128];
-      snprintf(label, sizeof label, "every token to expert%s %s, M=%d", top_k == 1 ? "" : "s",
-               top_k == 1 ? "7" : "3 and 60", token_counts[m]);
-      gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, label);
-      gpu_free_batch(ctx, &batch);
-    }
+    for (int32_t top_k = 1; top_k <= 2; top_k++)
+      check_batch(ctx, experts, &problem, token_counts[m], top_k, top_k == 1 ? one : two,
+                  top_k == 1 ? "every token to expert 7" : "every token to experts 3 and 60", DISPATCH, 1);
   }
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
@@ -107,7 +114,7 @@ Test(gpu_large_m, expert_parallel_rank_skips_other_ranks_pairs) {
   host_problem problem;
   gpu_make_problem(ctx, &shape, &problem);
   volt8_experts *experts = gpu_upload(ctx, &problem, MAX_TOKENS, 16);
-  check_dispatch(ctx, experts, &problem, 16, ROUTING_UNIFORM, "EP rank 16..31 of 64");
+  check_dispatch(ctx, experts, &problem, 16, "EP rank 16..31 of 64");
   device_batch batch;
   gpu_make_batch(ctx, &problem, MAX_TOKENS, 16, ROUTING_UNIFORM, &batch);
   batch.ids[5] = 64, batch.ids[16 * 4000 + 3] = -1, batch.ids[16 * 8191 + 15] = 1 << 20;
@@ -313,19 +320,6 @@ static const char *const TILE_PAIRS[][2] = {
 };
 #define TILE_PAIR_COUNT ((int)(sizeof TILE_PAIRS / sizeof TILE_PAIRS[0]))
 
-static void check_tile_pairs(volt8_ctx *ctx, volt8_experts *experts, const host_problem *problem, int32_t num_tokens,
-                             int32_t top_k, routing mode, const int32_t *all_to, const char *what) {
-  device_batch batch;
-  gpu_make_batch(ctx, problem, num_tokens, top_k, mode, &batch);
-  if (all_to) route_all_to(ctx, problem, &batch, all_to);
-  for (int p = 0; p < TILE_PAIR_COUNT; p++) {
-    char label[160];
-    snprintf(label, sizeof label, "%s M=%d top-%d", what, num_tokens, top_k);
-    gpu_check_forward(ctx, experts, problem->shape.hidden, &batch, TILE_PAIRS[p][0], TILE_PAIRS[p][1], label);
-  }
-  gpu_free_batch(ctx, &batch);
-}
-
 Test(gpu_large_m, tile_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
   volt8_ctx *ctx = gpu_open();
   gpu_seed(47);
@@ -334,12 +328,12 @@ Test(gpu_large_m, tile_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
   gpu_make_problem(ctx, &shape, &problem);
   volt8_experts *experts = gpu_upload(ctx, &problem, MAX_TOKENS, 16);
   for (int32_t m = 0; m < TOKEN_COUNTS; m++) {
-    check_tile_pairs(ctx, experts, &problem, token_counts[m], 1, ROUTING_UNIFORM, NULL, "uniform");
-    check_tile_pairs(ctx, experts, &problem, token_counts[m], 16, ROUTING_UNIFORM, NULL, "uniform");
+    check_batch(ctx, experts, &problem, token_counts[m], 1, NULL, "uniform", TILE_PAIRS, TILE_PAIR_COUNT);
+    check_batch(ctx, experts, &problem, token_counts[m], 16, NULL, "uniform", TILE_PAIRS, TILE_PAIR_COUNT);
   }
   const int32_t one[] = {7}, two[] = {3, 60};
-  check_tile_pairs(ctx, experts, &problem, 2048, 1, ROUTING_UNIFORM, one, "every token to expert 7");
-  check_tile_pairs(ctx, experts, &problem, 2048, 2, ROUTING_UNIFORM, two, "every token to experts 3 and 60");
+  check_batch(ctx, experts, &problem, 2048, 1, one, "every token to expert 7", TILE_PAIRS, TILE_PAIR_COUNT);
+  check_batch(ctx, experts, &problem, 2048, 2, two, "every token to experts 3 and 60", TILE_PAIRS, TILE_PAIR_COUNT);
   cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
@@ -351,8 +345,8 @@ Test(gpu_large_m, tile_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
   offset.num_experts = 32;
   gpu_make_problem(ctx, &offset, &problem);
   experts = gpu_upload(ctx, &problem, 4096, 8);
-  check_tile_pairs(ctx, experts, &problem, 300, 8, ROUTING_UNIFORM, NULL, "I=176 at offset 16");
-  check_tile_pairs(ctx, experts, &problem, 4096, 8, ROUTING_UNIFORM, NULL, "I=176 at offset 16");
+  check_batch(ctx, experts, &problem, 300, 8, NULL, "I=176 at offset 16", TILE_PAIRS, TILE_PAIR_COUNT);
+  check_batch(ctx, experts, &problem, 4096, 8, NULL, "I=176 at offset 16", TILE_PAIRS, TILE_PAIR_COUNT);
   cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
