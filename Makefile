@@ -2,10 +2,10 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 # The NVRTC 12 that scripts/bootstrap.sh installs into .venv (the last NVRTC that targets compute_70),
-# handed to the library at run time like any folder of NVRTC; nothing of it is compiled in.
-empty :=
-space := $(empty) $(empty)
-export VOLT8_NVRTC_DIRS ?= $(subst $(space),:,$(wildcard $(CURDIR)/.venv/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib))
+# handed to the library at run time like any folder of NVRTC; nothing of it is compiled in. Looked up
+# when a recipe runs, not when make reads this file: on a fresh machine the .venv is made by the
+# bootstrap of the same make run.
+VENV_NVRTC = root="$(CURDIR)" && . "$(CURDIR)/scripts/venv_nvrtc.sh" &&
 
 .PHONY: all bootstrap build demo test test-slow test-vllm wheel wheel-check clean
 
@@ -20,7 +20,7 @@ build: bootstrap
 	@$(BUILD_COMMAND)
 
 demo: build
-	@$(BUILD_DIR)/volt8 demo
+	@$(VENV_NVRTC) $(BUILD_DIR)/volt8 demo
 
 # One timing line per phase (scripts/timed_phases.sh); .ci/run checks that each phase printed one.
 test:
@@ -29,7 +29,7 @@ test:
 	  cpu 'cd $(BUILD_DIR) && VOLT8_COMPILE_VARIANT_STRIDE=8 ctest --output-on-failure -L cpu -j $(JOBS)' \
 	  asan 'JOBS=$(JOBS) scripts/sanitized_tests.sh' \
 	  tsan 'JOBS=$(JOBS) scripts/tsan_tests.sh' \
-	  pytest 'VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/scripts'
+	  pytest '$(VENV_NVRTC) VOLT8_LIBRARY=$(abspath $(BUILD_DIR))/libvolt8.so.0 .venv/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests tests/scripts'
 
 # What make test leaves out for time (CI runs it after make test): every kernel variant compiled, not
 # every 8th, the V100 resource check of every variant the shipped sm_70 tables use, and the wheel
