@@ -187,7 +187,9 @@ prepare() {
 }
 
 # Phases (all when none is named): suites (each GPU suite with the carried compute_70 PTX and with
-# native code; SUITE_MODES picks among "sm70_ptx native sm80_ptx", default the first two), sanitize (compute-sanitizer memcheck,
+# native code; SUITE_MODES picks among "sm70_ptx native sm80_ptx", default the first two; SUITE_JOBS, default 1,
+# runs that many of a suite's tests at once, each in its own process: the kernels suite's variant-wide
+# tests come in slices for it), sanitize (compute-sanitizer memcheck,
 # racecheck, initcheck and synccheck over the quick suites, on the compute_70 PTX or, with
 # SANITIZE_NATIVE=1, on native code; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites;
 # SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
@@ -280,7 +282,7 @@ run() {
             # bench's support kernels are only compiled for the device's own arch: native only
             [ "$name" = bench ] && [ "$mode" != native ] && continue
             mode_env "$mode"
-            step "$name.$mode" env "${arch_env[@]}" "$suite" --jobs=1
+            step "$name.$mode" env "${arch_env[@]}" "$suite" --jobs="${SUITE_JOBS:-1}"
           done
         done ;;
       sanitize)

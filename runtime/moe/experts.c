@@ -222,8 +222,29 @@ static const volt8_variant *reduce_after(const volt8_variant *down) {
 }
 static const volt8_variant SINGLE = {.kind = VOLT8_KIND_SINGLE, .op = VOLT8_OP_SINGLE};
 
-/* Generates one variant and loads it (volt8_kernel_load); refuses while capturing. */
-static volt8_status get_kernel(volt8_experts *experts, const volt8_variant *variant, int capturing,
+/* Whether a forward's stream is capturing, asked of the driver only when something hangs on it (a
+ * kernel not yet loaded, or the id check): a prepared forward makes no driver call but its launches. */
+typedef struct capture_state {
+  CUstream stream;
+  int known, capturing;
+} capture_state;
+
+static volt8_status stream_capturing(volt8_ctx *ctx, capture_state *state, int *out_capturing) {
+  if (!state->known) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    volt8_status status =
+        cuda_check(ctx, ctx->cuda->cuStreamIsCapturing(state->stream, &capture), "cuStreamIsCapturing");
+    if (status != VOLT8_OK) return status;
+    state->capturing = capture != CU_STREAM_CAPTURE_STATUS_NONE;
+    state->known = 1;
+  }
+  *out_capturing = state->capturing;
+  return VOLT8_OK;
+}
+
+/* Generates one variant and loads it (volt8_kernel_load); refuses while capturing (capture NULL: no
+ * stream, as in prepare). */
+static volt8_status get_kernel(volt8_experts *experts, const volt8_variant *variant, capture_state *capture,
                                const loaded_kernel **out_kernel) {
   volt8_ctx *ctx = experts->ctx;
   const loaded_kernel *found = find_kernel(experts, variant);
@@ -233,7 +254,9 @@ static volt8_status get_kernel(volt8_experts *experts, const volt8_variant *vari
   }
   char name[VOLT8_VARIANT_NAME_BYTES];
   volt8_variant_format(variant, name, sizeof name);
-  volt8_status allowed = volt8_capture_allows_load(ctx, capturing, 0, name);
+  int capturing = 0;
+  volt8_status allowed = capture ? stream_capturing(ctx, capture, &capturing) : VOLT8_OK;
+  if (allowed == VOLT8_OK) allowed = volt8_capture_allows_load(ctx, capturing, 0, name);
   if (allowed != VOLT8_OK) return allowed;
   if (experts->kernel_count == VOLT8_MAX_LOADED_KERNELS)
     return volt8_fail(ctx, VOLT8_ERR_INTERNAL, "more than %d kernel variants loaded for one experts handle",
@@ -304,9 +327,10 @@ static volt8_status launch(volt8_experts *experts, const loaded_kernel *kernel, 
 }
 
 static volt8_status launch_single(volt8_experts *experts, const volt8_moe_args *args, const volt8_launch_counts *counts,
-                                  int capturing, CUstream stream) {
+                                  capture_state *capture) {
+  CUstream stream = capture->stream;
   const loaded_kernel *single;
-  volt8_status status = get_kernel(experts, &SINGLE, capturing, &single);
+  volt8_status status = get_kernel(experts, &SINGLE, capture, &single);
   if (status != VOLT8_OK) return status;
   volt8_single_args single_args = {
       .x = (CUdeviceptr)args->x, .w13 = experts->w13, .s13 = experts->s13, .w2 = experts->w2, .s2 = experts->s2,
@@ -431,13 +455,14 @@ static volt8_status launch_in_parts(volt8_experts *experts, const loaded_kernel 
  * counts bad ids is cut into launches), gate_up, down, and the reduce (unless the down forms out
  * itself). */
 static volt8_status launch_kernels(volt8_experts *experts, const volt8_moe_args *args, const volt8_forward_kernels *runs,
-                                   const volt8_launch_counts *counts, int capturing, CUstream stream) {
+                                   const volt8_launch_counts *counts, capture_state *capture) {
+  CUstream stream = capture->stream;
   const loaded_kernel *route, *gate_up, *down, *reduce;
   volt8_status status;
-  if ((status = get_kernel(experts, &ROUTE, capturing, &route)) != VOLT8_OK ||
-      (status = get_kernel(experts, &runs->choice.gate_up, capturing, &gate_up)) != VOLT8_OK ||
-      (status = get_kernel(experts, &runs->choice.down, capturing, &down)) != VOLT8_OK ||
-      (status = get_kernel(experts, reduce_after(&runs->choice.down), capturing, &reduce)) != VOLT8_OK)
+  if ((status = get_kernel(experts, &ROUTE, capture, &route)) != VOLT8_OK ||
+      (status = get_kernel(experts, &runs->choice.gate_up, capture, &gate_up)) != VOLT8_OK ||
+      (status = get_kernel(experts, &runs->choice.down, capture, &down)) != VOLT8_OK ||
+      (status = get_kernel(experts, reduce_after(&runs->choice.down), capture, &reduce)) != VOLT8_OK)
     return status;
   int num_pairs = counts->num_pairs, num_tokens = args->num_tokens, top_k = args->top_k;
   /* A token-fused down reads its pairs from topk_ids and does the reduce's work itself. */
@@ -501,15 +526,13 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   volt8_status status = volt8_moe_args_check(ctx, &limits, args);
   if (status == VOLT8_OK) status = volt8_ctx_require_device(ctx);
   if (status != VOLT8_OK) return status;
-  CUstream cu_stream = (CUstream)stream;
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  status = cuda_check(ctx, ctx->cuda->cuStreamIsCapturing(cu_stream, &capture), "cuStreamIsCapturing");
-  if (status != VOLT8_OK) return status;
-  int capturing = capture != CU_STREAM_CAPTURE_STATUS_NONE;
+  capture_state capture = {(CUstream)stream, 0, 0};
   if (args->size > offsetof(volt8_moe_args, check_ids) && args->check_ids) {
+    int capturing = 0;
+    if ((status = stream_capturing(ctx, &capture, &capturing)) != VOLT8_OK) return status;
     if (capturing)
       return volt8_fail(ctx, VOLT8_ERR_CAPTURE, "volt8_moe_forward: check_ids synchronises and cannot run while capturing");
-    if ((status = check_ids_on_host(experts, args, cu_stream)) != VOLT8_OK) return status;
+    if ((status = check_ids_on_host(experts, args, capture.stream)) != VOLT8_OK) return status;
   }
   volt8_forward_kernels runs;
   status = volt8_forward_plan_choose(&experts->plan, args->num_tokens, args->top_k, &runs);
@@ -518,8 +541,8 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   int32_t warm_ctas = ctx->l2_warm_bytes > 0 && ctx->sm_count > 1 ? ctx->sm_count / 2 : 0;
   volt8_launch_counts counts = {args->num_tokens, args->num_tokens * args->top_k, warm_ctas, ctx->sm_count,
                                 ctx->single_ctas_per_sm};
-  if (runs.single) return launch_single(experts, args, &counts, capturing, cu_stream);
-  return launch_kernels(experts, args, &runs, &counts, capturing, cu_stream);
+  if (runs.single) return launch_single(experts, args, &counts, &capture);
+  return launch_kernels(experts, args, &runs, &counts, &capture);
 }
 
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream) {
@@ -585,18 +608,18 @@ volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_valu
   }
   const loaded_kernel *kernel;
   if ((status = volt8_forward_plan_read(&experts->plan)) != VOLT8_OK ||
-      (status = get_kernel(experts, &ROUTE, 0, &kernel)) != VOLT8_OK ||
-      (status = get_kernel(experts, &REDUCE, 0, &kernel)) != VOLT8_OK)
+      (status = get_kernel(experts, &ROUTE, NULL, &kernel)) != VOLT8_OK ||
+      (status = get_kernel(experts, &REDUCE, NULL, &kernel)) != VOLT8_OK)
     return status;
   for (int32_t i = 0; i < count; i++) {
     for (int32_t top_k = 1; top_k <= experts->max_top_k; top_k++) {
       volt8_forward_kernels runs;
       if ((status = volt8_forward_plan_choose(&experts->plan, m_values[i], top_k, &runs)) != VOLT8_OK) return status;
-      if ((status = get_kernel(experts, &runs.choice.gate_up, 0, &kernel)) != VOLT8_OK ||
-          (status = get_kernel(experts, &runs.choice.down, 0, &kernel)) != VOLT8_OK ||
-          (status = get_kernel(experts, reduce_after(&runs.choice.down), 0, &kernel)) != VOLT8_OK)
+      if ((status = get_kernel(experts, &runs.choice.gate_up, NULL, &kernel)) != VOLT8_OK ||
+          (status = get_kernel(experts, &runs.choice.down, NULL, &kernel)) != VOLT8_OK ||
+          (status = get_kernel(experts, reduce_after(&runs.choice.down), NULL, &kernel)) != VOLT8_OK)
         return status;
-      if (runs.single && (status = get_kernel(experts, &SINGLE, 0, &kernel)) != VOLT8_OK) return status;
+      if (runs.single && (status = get_kernel(experts, &SINGLE, NULL, &kernel)) != VOLT8_OK) return status;
     }
   }
   return VOLT8_OK;

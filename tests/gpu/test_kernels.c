@@ -4,6 +4,7 @@
  * VOLT8_GPU_TEST_QUICK=1 shrinks the problem for the sanitizer runs. Every forward check poisons the
  * workspace first, so with early launch (sm_90) each pairing also checks the kernels' waits. */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,8 +74,22 @@ static const char *first_of_family(const char *const *names, int32_t count, cons
   return name;
 }
 
-/* Every variant of each op (paired with the first variant of the other op) at each M. */
-Test(gpu_kernels, every_variant_every_m_seed_shape) {
+/* The variant-wide tests are cut into slices, one test a slice, so that a run with --jobs spreads
+ * them over processes: each process loads (and the driver turns into machine code) only its slice's
+ * kernels. The sanitizer runs (quick mode) keep one slice. */
+#define KERNEL_SLICES 8
+static int32_t kernel_slices(void) { return gpu_quick_mode() ? 1 : KERNEL_SLICES; }
+
+static struct criterion_test_params slice_params(void) {
+  static int32_t slices[KERNEL_SLICES] = {0, 1, 2, 3, 4, 5, 6, 7};
+  return cr_make_param_array(int32_t, slices, (size_t)kernel_slices());
+}
+
+/* Every variant of each op (paired with the first variant of the other op) at each M; slice j takes
+ * the variants whose index in the list is j modulo the slices. */
+ParameterizedTestParameters(gpu_kernels, every_variant_every_m_seed_shape) { return slice_params(); }
+
+ParameterizedTest(int32_t *slice, gpu_kernels, every_variant_every_m_seed_shape) {
   volt8_moe_shape shape;
   host_problem problem;
   volt8_ctx *ctx = open_with_problem(0x9e3779b97f4a7c15ull, gpu_quick_mode() ? 64 : 512, &shape, &problem);
@@ -82,16 +97,16 @@ Test(gpu_kernels, every_variant_every_m_seed_shape) {
   list_variants(ctx, &shape, &lists);
   const int32_t all_m[] = {1, 2, 3, 8, 17, 64}, quick_m[] = {17};
   const int32_t *ms = gpu_quick_mode() ? quick_m : all_m;
-  int32_t m_count = gpu_quick_mode() ? 1 : 6, top_k = 10;
+  int32_t m_count = gpu_quick_mode() ? 1 : 6, top_k = 10, slices = kernel_slices();
   volt8_experts *experts = gpu_upload(ctx, &problem, 64, top_k);
   for (int32_t mi = 0; mi < m_count; mi++) {
     device_batch batch;
     gpu_make_batch(ctx, &problem, ms[mi], top_k, ROUTING_UNIFORM, &batch);
     char label[96];
     snprintf(label, sizeof label, "seed shape M=%d top_k=%d", ms[mi], top_k);
-    for (int32_t g = 0; g < lists.gate_up_count; g++)
+    for (int32_t g = *slice; g < lists.gate_up_count; g += slices)
       gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[g], lists.down[0], label);
-    for (int32_t d = 0; d < lists.down_count; d++)
+    for (int32_t d = *slice; d < lists.down_count; d += slices)
       gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[0], lists.down[d], label);
     gpu_free_batch(ctx, &batch);
   }
@@ -99,60 +114,62 @@ Test(gpu_kernels, every_variant_every_m_seed_shape) {
   volt8_codegen_names_free(lists.names, lists.count);
 }
 
-/* One variant of each family at every offset, top_k, and the other shapes the kernels must serve. */
-Test(gpu_kernels, families_over_offsets_top_k_and_shapes) {
-  volt8_ctx *ctx = gpu_open();
-  gpu_seed(0x2545f4914f6cdd1dull);
-  volt8_moe_shape shapes[8];
-  int32_t shape_count = 0;
-  const int32_t offsets[] = {0, 32, 64, 96};
-  for (int i = 0; i < 4; i++) {
-    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-    shape.num_experts = 64;
-    shape.intermediate_offset = offsets[i];
-    shapes[shape_count++] = shape;
+/* The shapes the families must serve besides the seed shape: the reference TP4 shape at every offset
+ * of 32, a smaller and a larger one, and online (one-row) scales. */
+static volt8_moe_shape family_shape(int32_t index) {
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 64;
+  if (index < 4) {
+    shape.intermediate_offset = 32 * index;
+    return shape;
   }
-  volt8_moe_shape small = {sizeof small, 2048, 128, 64, 128, 128, 0};
-  volt8_moe_shape large = {sizeof large, 4096, 256, 64, 128, 128, 0};
-  volt8_moe_shape online = {sizeof online, 2560, 160, 64, 1, 128, 0};
-  shapes[shape_count++] = small;
-  shapes[shape_count++] = large;
-  shapes[shape_count++] = online;
+  const volt8_moe_shape others[3] = {{sizeof shape, 2048, 128, 64, 128, 128, 0},
+                                     {sizeof shape, 4096, 256, 64, 128, 128, 0},
+                                     {sizeof shape, 2560, 160, 64, 1, 128, 0}};
+  return others[index - 4];
+}
+
+ParameterizedTestParameters(gpu_kernels, families_over_offsets_and_top_k) {
+  static int32_t indices[] = {0, 1, 2, 3, 4, 5, 6};
+  return cr_make_param_array(int32_t, indices, 7);
+}
+
+/* One variant of each family at every offset, top_k, and the other shapes the kernels must serve
+ * (one shape a test). */
+ParameterizedTest(int32_t *index, gpu_kernels, families_over_offsets_and_top_k) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(0x2545f4914f6cdd1dull + (uint64_t)*index);
+  const volt8_moe_shape shape = family_shape(*index);
   const int32_t top_ks[] = {1, 8, 10};
   const int32_t all_m[] = {1, 3, 17, 64}, quick_m[] = {3};
   const int32_t *ms = gpu_quick_mode() ? quick_m : all_m;
   int32_t m_count = gpu_quick_mode() ? 1 : 4;
-  for (int32_t s = 0; s < shape_count; s++) {
-    host_problem problem;
-    gpu_make_problem(ctx, &shapes[s], &problem);
-    variant_lists lists;
-    list_variants(ctx, &shapes[s], &lists);
-    /* gate_up family, down family: tok fuses the reduce into down and pairs with a cc gate_up;
-     * hmma (m16n8k16) is listed only when the target is sm_80 or newer. */
-    const char *families[4][2] = {{"cc", "cc"}, {"mma", "mma"}, {"cc", "tok"}, {"hmma", "hmma"}};
-    int family_count = find_family(lists.gate_up, lists.gate_up_count, "hmma") ? 4 : 3;
-    if (s == 0) cr_log_info("families checked over the shapes: %d (hmma %s)", family_count, family_count == 4 ? "listed" : "not listed for this target");
-    volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
-    for (int k = gpu_quick_mode() ? 1 : 0; k < (gpu_quick_mode() ? 2 : 3); k++) {
-      for (int32_t mi = 0; mi < m_count; mi++) {
-        device_batch batch;
-        gpu_make_batch(ctx, &problem, ms[mi], top_ks[k], ROUTING_UNIFORM, &batch);
-        char label[160];
-        snprintf(label, sizeof label, "H=%d I=%d block=%dx%d offset=%d M=%d top_k=%d", shapes[s].hidden,
-                 shapes[s].intermediate, shapes[s].block_n, shapes[s].block_k, shapes[s].intermediate_offset, ms[mi],
-                 top_ks[k]);
-        for (int f = 0; f < family_count; f++)
-          gpu_check_forward(ctx, experts, shapes[s].hidden, &batch,
-                            first_of_family(lists.gate_up, lists.gate_up_count, families[f][0]),
-                            first_of_family(lists.down, lists.down_count, families[f][1]), label);
-        gpu_free_batch(ctx, &batch);
-      }
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  variant_lists lists;
+  list_variants(ctx, &shape, &lists);
+  /* gate_up family, down family: tok fuses the reduce into down and pairs with a cc gate_up;
+   * hmma (m16n8k16) is listed only when the target is sm_80 or newer. */
+  const char *families[4][2] = {{"cc", "cc"}, {"mma", "mma"}, {"cc", "tok"}, {"hmma", "hmma"}};
+  int family_count = find_family(lists.gate_up, lists.gate_up_count, "hmma") ? 4 : 3;
+  cr_log_info("families checked: %d (hmma %s)", family_count, family_count == 4 ? "listed" : "not listed for this target");
+  volt8_experts *experts = gpu_upload(ctx, &problem, 64, 10);
+  for (int k = gpu_quick_mode() ? 1 : 0; k < (gpu_quick_mode() ? 2 : 3); k++) {
+    for (int32_t mi = 0; mi < m_count; mi++) {
+      device_batch batch;
+      gpu_make_batch(ctx, &problem, ms[mi], top_ks[k], ROUTING_UNIFORM, &batch);
+      char label[160];
+      snprintf(label, sizeof label, "H=%d I=%d block=%dx%d offset=%d M=%d top_k=%d", shape.hidden, shape.intermediate,
+               shape.block_n, shape.block_k, shape.intermediate_offset, ms[mi], top_ks[k]);
+      for (int f = 0; f < family_count; f++)
+        gpu_check_forward(ctx, experts, shape.hidden, &batch,
+                          first_of_family(lists.gate_up, lists.gate_up_count, families[f][0]),
+                          first_of_family(lists.down, lists.down_count, families[f][1]), label);
+      gpu_free_batch(ctx, &batch);
     }
-    volt8_experts_destroy(experts);
-    volt8_codegen_names_free(lists.names, lists.count);
-    gpu_free_problem(&problem);
   }
-  volt8_ctx_destroy(ctx);
+  close_with_problem(ctx, experts, &problem);
+  volt8_codegen_names_free(lists.names, lists.count);
 }
 
 /* Skewed routing: one expert gets every token; most experts get none. */
@@ -430,13 +447,16 @@ static const char *first_gate_up(const variant_lists *lists, int routed) {
  * with every token-fused down, and every down with a block_m 1 and a routed gate_up, at the TP4
  * and TP8 ranks and few tokens. gpu_check_forward poisons the workspace: a kernel reading h, z or
  * the route's output before its wait sees NaN or -1. */
-Test(gpu_kernels, every_pairing_at_few_tokens_tp4_and_tp8) {
+ParameterizedTestParameters(gpu_kernels, every_pairing_at_few_tokens_tp4_and_tp8) { return slice_params(); }
+
+/* Slice j checks the forwards whose count (in the order below) is j modulo the slices. */
+ParameterizedTest(int32_t *slice, gpu_kernels, every_pairing_at_few_tokens_tp4_and_tp8) {
   volt8_ctx *ctx = gpu_open();
   gpu_seed(0x2545f4914f6cdd1dull);
   const int32_t offsets[2] = {32, 80}, intermediates[2] = {160, 80};
   const int32_t all_m[] = {1, 2}, quick_m[] = {2};
   const int32_t *ms = gpu_quick_mode() ? quick_m : all_m;
-  int32_t m_count = gpu_quick_mode() ? 1 : 2, top_k = 10, forwards = 0;
+  int32_t m_count = gpu_quick_mode() ? 1 : 2, top_k = 10, forwards = 0, checked = 0, slices = kernel_slices();
   for (int s = 0; s < 2; s++) {
     volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
     shape.intermediate = intermediates[s];
@@ -456,11 +476,17 @@ Test(gpu_kernels, every_pairing_at_few_tokens_tp4_and_tp8) {
       snprintf(label, sizeof label, "I=%d offset %d M=%d", shape.intermediate, shape.intermediate_offset, ms[mi]);
       for (int32_t d = 0; d < lists.down_count; d++) {
         if (strncmp(lists.down[d], "down.tok.", 9) == 0) {
-          for (int32_t g = 0; g < lists.gate_up_count; g++, forwards++)
+          for (int32_t g = 0; g < lists.gate_up_count; g++) {
+            if (forwards++ % slices != *slice) continue;
+            checked++;
             gpu_check_forward(ctx, experts, shape.hidden, &batch, lists.gate_up[g], lists.down[d], label);
+          }
         }
-        for (int g = 0; g < 2; g++, forwards++)
+        for (int g = 0; g < 2; g++) {
+          if (forwards++ % slices != *slice) continue;
+          checked++;
           gpu_check_forward(ctx, experts, shape.hidden, &batch, gate_up_pair[g], lists.down[d], label);
+        }
       }
       gpu_free_batch(ctx, &batch);
     }
@@ -468,6 +494,7 @@ Test(gpu_kernels, every_pairing_at_few_tokens_tp4_and_tp8) {
     volt8_codegen_names_free(lists.names, lists.count);
     gpu_free_problem(&problem);
   }
-  cr_log_info("%d forwards checked (early launch %s)", forwards, volt8_ctx_early_launch(ctx) ? "on" : "off");
+  cr_log_info("slice %d of %d: %d of %d forwards checked (early launch %s)", *slice, slices, checked, forwards,
+              volt8_ctx_early_launch(ctx) ? "on" : "off");
   volt8_ctx_destroy(ctx);
 }
