@@ -132,6 +132,31 @@ Test(dispatch_fallback, heuristic_alone_uses_hmma_on_sm_90_and_mma_on_sm_70) {
   volt8_ctx_destroy(sm70);
 }
 
+/* Past the tables, the heuristic's tile classes by the busiest expert's pairs: on sm_90, items of 32
+ * pairs (4 warps) at a mean of 16 (DeepSeek-V3 TP8, M = 512), of 64 with 4 warps at 64 (M = 2048) and of
+ * 128 at 512 (M = 16384); on sm_70 items of 64 with 8 warps at all three. */
+Test(dispatch_fallback, tile_classes_by_the_busiest_expert) {
+  volt8_moe_shape shape = model_shape("deepseek-v3", 8);
+  const int32_t tokens[3] = {512, 2048, 16384};
+  const char *sm90_expected[3][2] = {{"gate_up.tile.bm32.bn32.w4.sk1.o2", "down.tile.bm32.bn64.w4.sk1.o2"},
+                                     {"gate_up.tile.bm64.bn32.w4.sk1.o2", "down.tile.bm64.bn64.w4.sk1.o2"},
+                                     {"gate_up.tile.bm128.bn64.w8.sk1.o2", "down.tile.bm128.bn128.w8.sk1.o2"}};
+  volt8_ctx *sm90 = ctx_on("sm_90", "NVIDIA H200"), *sm70 = ctx_on("sm_70", "Tesla V100-SXM2-16GB");
+  for (int i = 0; i < 3; i++) {
+    volt8_variant_choice choice;
+    cr_assert_eq(volt8_dispatch_choose(sm90, &shape, tokens[i], 8, &choice), VOLT8_OK, "%s", volt8_last_error(sm90));
+    choice_names names = names_of(&choice);
+    cr_assert_str_eq(names.gate_up, sm90_expected[i][0], "sm_90 M=%d", tokens[i]);
+    cr_assert_str_eq(names.down, sm90_expected[i][1], "sm_90 M=%d", tokens[i]);
+    cr_assert_eq(volt8_dispatch_choose(sm70, &shape, tokens[i], 8, &choice), VOLT8_OK, "%s", volt8_last_error(sm70));
+    cr_assert(choice.gate_up.kind == VOLT8_KIND_GEMM_TILE && choice.down.kind == VOLT8_KIND_GEMM_TILE &&
+                  choice.gate_up.block_m >= 64 && choice.down.block_m >= 64,
+              "sm_70 M=%d: %s / %s", tokens[i], names_of(&choice).gate_up, names_of(&choice).down);
+  }
+  volt8_ctx_destroy(sm90);
+  volt8_ctx_destroy(sm70);
+}
+
 /* The entry of a built-in table nearest the token count with num_tokens' routed pairs per expert. */
 static const char *scaled_entry(const char *path, const char *op, int32_t num_tokens, int32_t top_k, int32_t experts,
                                 volt8_tuning_table *table) {

@@ -308,8 +308,8 @@ Test(gpu_large_m, workspaces_too_large_fail_cleanly) {
   volt8_ctx_destroy(ctx);
 }
 
-/* The tile family (templates/moe_gemm_tile.cu), pinned: 64 and 128 pairs an item through both of its
- * warp layouts, M = 1..8192 at top-k 1 and 16; every token to one expert and then to two (the others
+/* The tile family (templates/moe_gemm_tile.cu), pinned: 32, 64 and 128 pairs an item through both of
+ * its warp layouts and three CTAs an SM, M = 1..8192 at top-k 1 and 16; every token to one expert and then to two (the others
  * get none); an expert-parallel rank with bad ids; and a shape whose rank starts 16 codes into the
  * scale grid with K and N off the tile (I = 176: down's K ends half a step in, gate_up's last column
  * tile is partly past N). */
@@ -317,6 +317,8 @@ static const char *const TILE_PAIRS[][2] = {
     {"gate_up.tile.bm128.bn64.w8.sk1.o2", "down.tile.bm128.bn128.w8.sk1.o2"},
     {"gate_up.tile.bm64.bn32.w4.sk1.o2", "down.tile.bm64.bn64.w4.sk1.o2"},
     {"gate_up.tile.bm128.bn32.w4.sk1.o2", "down.tile.bm64.bn128.w8.sk1.o2"},
+    {"gate_up.tile.bm32.bn32.w4.sk1.o2", "down.tile.bm32.bn64.w4.sk1.o2"},
+    {"gate_up.tile.bm64.bn64.w8.sk1.o3", "down.tile.bm64.bn128.w8.sk1.o3"},
 };
 #define TILE_PAIR_COUNT ((int)(sizeof TILE_PAIRS / sizeof TILE_PAIRS[0]))
 
