@@ -1,4 +1,4 @@
-// Grouped FP8 GEMM for many pairs an expert (prefill sizes): work items of 64 or 128 routed pairs
+// Grouped FP8 GEMM for many pairs an expert (prefill sizes): work items of 32, 64 or 128 routed pairs
 // of one expert (the route sorts the pairs by expert and cuts each expert's run into items), tiles
 // large enough that each weight, turned into FP16 once per CTA, serves every pair of the item. Same
 // operation as moe_gemm_cc.cu.
@@ -13,7 +13,7 @@
 //            block's scale (FP16 bits of scale * 2^8). Ranks start at any multiple of 16 inside the
 //            scale grid, so no chunk straddles a scale block and every chunk finds its own scale.
 // Step s + 1's weights are turned into FP16 while step s is multiplied, and the loads run ahead of
-// the products: on sm_80 and later by three steps for 64-pair items and two for 128 (x by cp.async into
+// the products: on sm_80 and later by three steps for 64-pair items and two for 32 and 128 (x by cp.async into
 // one buffer more than that, the weights' bytes into registers that many steps before their
 // conversion); on sm_70 by one (x and weights into registers, stored after the products). Rows are 64 bytes, unpadded: chunk c (8 halves) of row r is stored at
 // c ^ swizzle(r), which puts the fragment loads of a quarter warp (sm_70) or of an ldmatrix phase
@@ -51,8 +51,8 @@ constexpr int kWarpN = kWeightRows / kWarpsN;    // weight rows of a warp's tile
 constexpr int kXChunks = kBlockM * (kStepK / 8) / kThreads;  // 16-byte x chunks a thread a step
 constexpr int kRowHalves = kStepK;               // 64-byte rows, chunks swizzled
 #if __CUDA_ARCH__ >= 800
-// Steps the loads run ahead of the products: three for 64-pair items, two for 128 (whose x buffers
-// would not fit a third in 48 KiB); x by cp.async into kAhead + 1 buffers.
+// Steps the loads run ahead of the products: three for 64-pair items, two for 32 and 128 (the 128-pair
+// x buffers would not fit a third in 48 KiB); x by cp.async into kAhead + 1 buffers.
 constexpr int kAhead = kBlockM == 64 ? 3 : 2;
 constexpr int kXBuffers = kAhead + 1;
 #else
