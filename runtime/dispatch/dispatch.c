@@ -28,25 +28,26 @@ typedef struct heuristic_class {
 } heuristic_class;
 
 #define MAX_CLASSES 7
-/* The busiest expert's pairs (mean plus two standard deviations) past which items of 64 pairs, and then
- * of 128, are worth a tile: means of about 13 and 96 pairs an expert. Measured on the H200 (2026-12-02):
- * at a mean of 16 (DeepSeek-V3 TP8, M = 512) the 64-pair tile took 1092 us against m16n8k16's 1582; at a
- * mean of 10 (the reference TP4 and TP8, M = 512) 595 against 388 and 396 against 222. On sm_80 and later
- * items of 32 pairs come first, up to a busiest expert of 40 pairs (a mean of about 26), and the 64-pair
- * items take 4 warps (2026-12-04, TP8: the 32-pair tile took 859 us against the 64-pair's 1084 at
- * DeepSeek-V3's M = 512 and 348 against 416 at GLM-4.5's; 4 warps on 64 pairs 1614 against 8 warps'
- * 1725 at DeepSeek-V3's M = 2048 and 268 against 291 at Qwen3-Next's). */
-#define VOLT8_TILE_64_FROM_BUSIEST 22.0
+/* The busiest expert's pairs (mean plus two standard deviations) past which the tile family runs (a mean
+ * of about 13 pairs an expert), past which sm_80 and later take its 64-pair items (about 26) and past
+ * which they take its 128-pair items (about 96). Measured on the H200: at a mean of 16 (DeepSeek-V3 TP8,
+ * M = 512) the 64-pair tile took 1092 us against m16n8k16's 1582; at a mean of 10 (the reference TP4 and
+ * TP8, M = 512) 595 against 388 and 396 against 222 (2026-12-02). On sm_80 and later the 32-pair tile
+ * took 859 us against the 64-pair's 1084 at DeepSeek-V3 TP8's M = 512 and 348 against 416 at GLM-4.5
+ * TP8's; 64-pair items of 4 warps 1614 against 8 warps' 1725 at DeepSeek-V3 TP8's M = 2048 and 268
+ * against 291 at Qwen3-Next TP8's (2026-12-04). sm_70 runs 64-pair items of 8 warps from the first
+ * bound on. */
+#define VOLT8_TILE_FROM_BUSIEST 22.0
 #define VOLT8_SM80_TILE_64_FROM_BUSIEST 40.0
 #define VOLT8_TILE_128_FROM_BUSIEST 117.0
 static const heuristic_class SM70_CLASSES[] = {{4.0, VOLT8_KIND_GEMM_CC, 4, 0},
                                                {24.0, VOLT8_KIND_GEMM_MMA, 16, 0},
-                                               {VOLT8_TILE_64_FROM_BUSIEST, VOLT8_KIND_GEMM_MMA, 32, 0},
+                                               {VOLT8_TILE_FROM_BUSIEST, VOLT8_KIND_GEMM_MMA, 32, 0},
                                                {INFINITY, VOLT8_KIND_GEMM_TILE, 64, 8}};
 static const heuristic_class SM80_CLASSES[] = {{3.0, VOLT8_KIND_GEMM_HMMA, 1, 0},
                                                {4.0, VOLT8_KIND_GEMM_HMMA, 2, 0},
                                                {8.0, VOLT8_KIND_GEMM_HMMA, 4, 0},
-                                               {VOLT8_TILE_64_FROM_BUSIEST, VOLT8_KIND_GEMM_HMMA, 8, 0},
+                                               {VOLT8_TILE_FROM_BUSIEST, VOLT8_KIND_GEMM_HMMA, 8, 0},
                                                {VOLT8_SM80_TILE_64_FROM_BUSIEST, VOLT8_KIND_GEMM_TILE, 32, 4},
                                                {VOLT8_TILE_128_FROM_BUSIEST, VOLT8_KIND_GEMM_TILE, 64, 4},
                                                {INFINITY, VOLT8_KIND_GEMM_TILE, 128, 8}};

@@ -130,8 +130,8 @@ static volt8_moe_shape family_shape(int32_t index) {
 }
 
 ParameterizedTestParameters(gpu_kernels, families_over_offsets_and_top_k) {
-  static int32_t indices[] = {0, 1, 2, 3, 4, 5, 6};
-  return cr_make_param_array(int32_t, indices, 7);
+  static int32_t indices[] = {0, 1, 2, 3, 4, 5, 6}; /* family_shape's four offsets and three others */
+  return cr_make_param_array(int32_t, indices, sizeof indices / sizeof indices[0]);
 }
 
 /* One variant of each family at every offset, top_k, and the other shapes the kernels must serve
