@@ -6,6 +6,9 @@
     torch.ops.volt8.moe_forward               the torch operator (a new out each call)
     torch.mm                                  x times an FP16 [hidden, 2 x intermediate] matrix, for scale
     volt8_moe_forward (ctypes)                the C call alone: one prepared argument struct, no checks
+    the torch fast path, no C call            Experts.forward(x, ids, w, out, stream) with the C function
+                                              replaced by a Python one that returns 0: the binding's share
+    a ctypes call of one argument             volt8_ctx_early_launch(ctx): what any ctypes call costs
 
 Each figure is the host time of a batch of calls divided by the calls (the median over the batches;
 the stream is synchronised between batches, outside the timing, so the GPU never holds the host
@@ -126,12 +129,24 @@ def main(argv=None):
         if c_forward(handle, c_args_ref, stream):
             raise RuntimeError(volt8._library.last_error(ctx.handle))
 
+    # Experts built the same way whose fast path calls a Python function in place of the C one.
+    from volt8._torch_fast import ForwardCall
+    stub_call = ForwardCall(ctx, library)
+    stub_call.function = lambda handle_, args_, stream_: 0
+
+    def fast_path_without_c():
+        stub_call(experts, x, ids, weights, out, stream, False, False)
+
+    early_launch, ctx_handle = library.volt8_ctx_early_launch, ctx.handle
+
     cases = [
         ("Experts.forward(x, ids, w, out, stream)", lambda: experts.forward(x, ids, weights, out, stream)),
         ("Experts.forward(x, ids, w)", lambda: experts.forward(x, ids, weights)),
         ("torch.ops.volt8.moe_forward", lambda: op(x, ids, weights, key)),
         ("torch.mm", lambda: torch.mm(x, matrix)),
         ("volt8_moe_forward (ctypes)", bare_c),
+        ("the torch fast path, no C call", fast_path_without_c),
+        ("a ctypes call of one argument", lambda: early_launch(ctx_handle)),
     ]
     device = torch.cuda.get_device_name()
     print(f"host_path: {device}, torch {torch.__version__}, M={args.tokens} top_k={top_k} {shape}; "

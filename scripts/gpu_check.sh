@@ -102,6 +102,7 @@ build_probes() {
   "$root/.venv/bin/python3" "$probes/nvrtc_ptx.py" "$probes/mma_peak_sm70.cuh" compute_70 "$carry/bin/mma_peak_sm70.ptx"
   "$nvcc" -arch=sm_90 -O3 -o "$carry/bin/moe_tile_probe" "$probes/moe_tile_probe.cu"
   "$nvcc" -arch=sm_90 -O3 -DTILE_PROBE_FP8_CVT -o "$carry/bin/moe_tile_probe_cvt" "$probes/moe_tile_probe.cu"
+  "$nvcc" -arch=sm_90 -O3 -o "$carry/bin/launch_cost" "$probes/launch_cost.cu" -lcuda
 }
 
 prepare() {
@@ -189,7 +190,7 @@ prepare() {
 # Phases (all when none is named): suites (each GPU suite with the carried compute_70 PTX and with
 # native code; SUITE_MODES picks among "sm70_ptx native sm80_ptx", default the first two; SUITE_JOBS, default 1,
 # runs that many of a suite's tests at once, each in its own process: the kernels suite's variant-wide
-# tests come in slices for it), sanitize (compute-sanitizer memcheck,
+# tests come in slices for it; SUITE_FILTER, a Criterion filter, only the tests it names), sanitize (compute-sanitizer memcheck,
 # racecheck, initcheck and synccheck over the quick suites, on the compute_70 PTX or, with
 # SANITIZE_NATIVE=1, on native code; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites;
 # SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
@@ -221,7 +222,9 @@ prepare() {
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
 # one GPU runs only N = 2, both on it), probe (the floor probe of bench/probes, as is and with the
 # loads of compute_70 code; prepare with PROBE=1 builds them), compute_probe (bench/probes' mma peak
-# probe, then its MoE tile probe at COMPUTE_PROBE_M with that peak; PROBE=1 builds them too). The suites phase runs gpu_test_models too: the models' TP4
+# probe, then its MoE tile probe at COMPUTE_PROBE_M with that peak; PROBE=1 builds them too), launch_cost
+# (bench/probes/launch_cost.cu: host microseconds of the driver calls of an eager forward; PROBE=1
+# builds it). The suites phase runs gpu_test_models too: the models' TP4
 # and TP8 rank shapes, whose compute_70 kernels prepare carries (model_test_shapes).
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
 run() {
@@ -282,7 +285,8 @@ run() {
             # bench's support kernels are only compiled for the device's own arch: native only
             [ "$name" = bench ] && [ "$mode" != native ] && continue
             mode_env "$mode"
-            step "$name.$mode" env "${arch_env[@]}" "$suite" --jobs="${SUITE_JOBS:-1}"
+            # SUITE_FILTER: only the tests of the suites' Criterion filter (e.g. "gpu_large_m/raw*")
+            step "$name.$mode" env "${arch_env[@]}" "$suite" --jobs="${SUITE_JOBS:-1}" ${SUITE_FILTER:+--filter="$SUITE_FILTER"}
           done
         done ;;
       sanitize)
@@ -463,6 +467,15 @@ run() {
           step "$name" "$carry/bin/$name"
           grep -E '^round' "$logs/$name.log" >"$out/$name.txt"
         done ;;
+      launch_cost)
+        # bench/probes/launch_cost.cu (prepare with PROBE=1): the host microseconds of the driver calls
+        # an eager forward makes; also in $OUT/launch_cost.txt.
+        if [ -x "$carry/bin/launch_cost" ]; then
+          step launch_cost "$carry/bin/launch_cost"
+          cp "$logs/launch_cost.log" "$out/launch_cost.txt"
+        else
+          echo "gpu_check run launch_cost: launch_cost was not built (prepare with PROBE=1)" | tee -a "$summary"
+        fi ;;
       compute_probe)
         # The physical limit and the compute-bound tile of issue 36 (prepare with PROBE=1, or
         # `gpu_check.sh probes`): mma_peak (mma.sync m16n8k16 from registers and through ldmatrix;

@@ -256,6 +256,7 @@ static void check_every_variant_emits(const char *target_arch) {
                           : strstr(list.names[i], ".tok.")  ? VOLT8_KIND_DOWN_TOK
                           : strstr(list.names[i], ".hmma.") ? VOLT8_KIND_GEMM_HMMA
                           : strstr(list.names[i], ".tile.") ? VOLT8_KIND_GEMM_TILE
+                          : strstr(list.names[i], ".raw.")  ? VOLT8_KIND_GEMM_RAW
                                                             : VOLT8_KIND_GEMM_CC;
       cr_expect_eq(v->kind, family, "%s", list.names[i]);
       if (family == VOLT8_KIND_DOWN_TOK) cr_expect_eq(v->op, VOLT8_OP_DOWN, "%s", list.names[i]);

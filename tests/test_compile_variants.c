@@ -131,15 +131,19 @@ static void check_grid_dependency_control(const char *arch_name, int32_t arch, i
     }
     with_wait += expected;
     /* Weight fetch: ".f128" / ".f256" hmma variants load their weights with that L2 prefetch size
-     * (through the read-only path, or plain where requested before the wait), every other kernel
-     * with none. */
+     * (through the read-only path, or plain where requested before the wait), raw variants copy them
+     * with it, every other kernel has none. */
     int fetch = strstr(name, ".f128") ? 128 : strstr(name, ".f256") ? 256 : 0;
     int has_128 = strstr(ptx, "L2::128B") != NULL, has_256 = strstr(ptx, "L2::256B") != NULL;
     cr_assert_eq(has_128, fetch == 128, "%s for %s: L2::128B %s", name, arch_name, has_128 ? "present" : "missing");
     cr_assert_eq(has_256, fetch == 256, "%s for %s: L2::256B %s", name, arch_name, has_256 ? "present" : "missing");
     if (fetch) {
+      /* read-only or before the wait; the raw family's copies into shared memory */
       char load[64];
-      snprintf(load, sizeof load, ".L1::no_allocate.L2::%dB.v4.u32", fetch);  /* read-only or before the wait */
+      if (strstr(name, ".raw."))
+        snprintf(load, sizeof load, "cp.async.cg.shared.global.L2::%dB", fetch);
+      else
+        snprintf(load, sizeof load, ".L1::no_allocate.L2::%dB.v4.u32", fetch);
       cr_assert(strstr(ptx, load) != NULL, "%s for %s: no %s", name, arch_name, load);
       with_fetch++;
     }

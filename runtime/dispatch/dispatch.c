@@ -17,40 +17,42 @@
 #include "moe/kernels/moe_layout.h"
 
 /* The heuristic's classes of the expected busiest expert's routed pairs: up to `busiest`, the family,
- * block_m and warps (0: the first listed). sm_70: CUDA cores, then m8n8k4 tensor cores. sm_80 and later
- * emulate m8n8k4, so there m16n8k16 at every size, with the block_m the sm_90 tables pick at the same
- * load. Past those, the tile family's items of 64 pairs, and on sm_80 and later of 32, 64 and 128 (sm_70's
- * 128-pair tile of 8 warps spills at two CTAs an SM). */
+ * block_m, warps and CTAs an SM (0: the first listed). sm_70: CUDA cores, then m8n8k4 tensor cores. sm_80
+ * and later emulate m8n8k4, so there m16n8k16 at every size, with the block_m the sm_90 tables pick at
+ * the same load. Past those, on sm_70 the tile family's items of 64 pairs (its 128-pair tile of 8 warps
+ * spills at two CTAs an SM); on sm_80 and later the raw family's items of 32 and 64 pairs, then the
+ * tile family's of 128. */
 typedef struct heuristic_class {
   double busiest;
   volt8_kind kind;
-  int32_t block_m, warps;
+  int32_t block_m, warps, min_blocks;
 } heuristic_class;
 
 #define MAX_CLASSES 7
-/* The busiest expert's pairs (mean plus two standard deviations) past which the tile family runs (a mean
- * of about 13 pairs an expert), past which sm_80 and later take its 64-pair items (about 26) and past
- * which they take its 128-pair items (about 96). Measured on the H200: at a mean of 16 (DeepSeek-V3 TP8,
- * M = 512) the 64-pair tile took 1092 us against m16n8k16's 1582; at a mean of 10 (the reference TP4 and
- * TP8, M = 512) 595 against 388 and 396 against 222 (2026-12-02). On sm_80 and later the 32-pair tile
- * took 859 us against the 64-pair's 1084 at DeepSeek-V3 TP8's M = 512 and 348 against 416 at GLM-4.5
- * TP8's; 64-pair items of 4 warps 1614 against 8 warps' 1725 at DeepSeek-V3 TP8's M = 2048 and 268
- * against 291 at Qwen3-Next TP8's (2026-12-04). sm_70 runs 64-pair items of 8 warps from the first
- * bound on. */
+/* The busiest expert's pairs (mean plus two standard deviations) past which the large-item families run
+ * (a mean of about 13 pairs an expert), past which sm_80 and later take 64-pair items (about 26) and
+ * past which they take 128-pair items (about 96). Measured on the H200: at a mean of 16 (DeepSeek-V3
+ * TP8, M = 512) the 64-pair tile took 1092 us against m16n8k16's 1582; at a mean of 10 (the reference
+ * TP4 and TP8, M = 512) 595 against 388 and 396 against 222 (2026-12-02). On sm_80 and later (2026-12-04,
+ * pinned, TP8, M = 512 / 1024 / 2048): the raw family's 32-pair items took 610 / 904 / 1562 us at
+ * DeepSeek-V3 and 255 / 467 / 826 at GLM-4.5, its 64-pair items at four CTAs an SM 820 / 879 / 1335 and
+ * 325 / 370 / 702, at two 862 / 914 / 1395 and 352 / 398 / 731, against the tile family's classes'
+ * 860 / 1081 / 1604 and 349 / 443 / 680 (GLM-4.5's M = 2048 in 128-pair tiles). sm_70 runs 64-pair items
+ * of 8 warps from the first bound on. */
 #define VOLT8_TILE_FROM_BUSIEST 22.0
 #define VOLT8_SM80_TILE_64_FROM_BUSIEST 40.0
 #define VOLT8_TILE_128_FROM_BUSIEST 117.0
-static const heuristic_class SM70_CLASSES[] = {{4.0, VOLT8_KIND_GEMM_CC, 4, 0},
-                                               {24.0, VOLT8_KIND_GEMM_MMA, 16, 0},
-                                               {VOLT8_TILE_FROM_BUSIEST, VOLT8_KIND_GEMM_MMA, 32, 0},
-                                               {INFINITY, VOLT8_KIND_GEMM_TILE, 64, 8}};
-static const heuristic_class SM80_CLASSES[] = {{3.0, VOLT8_KIND_GEMM_HMMA, 1, 0},
-                                               {4.0, VOLT8_KIND_GEMM_HMMA, 2, 0},
-                                               {8.0, VOLT8_KIND_GEMM_HMMA, 4, 0},
-                                               {VOLT8_TILE_FROM_BUSIEST, VOLT8_KIND_GEMM_HMMA, 8, 0},
-                                               {VOLT8_SM80_TILE_64_FROM_BUSIEST, VOLT8_KIND_GEMM_TILE, 32, 4},
-                                               {VOLT8_TILE_128_FROM_BUSIEST, VOLT8_KIND_GEMM_TILE, 64, 4},
-                                               {INFINITY, VOLT8_KIND_GEMM_TILE, 128, 8}};
+static const heuristic_class SM70_CLASSES[] = {{4.0, VOLT8_KIND_GEMM_CC, 4, 0, 0},
+                                               {24.0, VOLT8_KIND_GEMM_MMA, 16, 0, 0},
+                                               {VOLT8_TILE_FROM_BUSIEST, VOLT8_KIND_GEMM_MMA, 32, 0, 0},
+                                               {INFINITY, VOLT8_KIND_GEMM_TILE, 64, 8, 0}};
+static const heuristic_class SM80_CLASSES[] = {{3.0, VOLT8_KIND_GEMM_HMMA, 1, 0, 0},
+                                               {4.0, VOLT8_KIND_GEMM_HMMA, 2, 0, 0},
+                                               {8.0, VOLT8_KIND_GEMM_HMMA, 4, 0, 0},
+                                               {VOLT8_TILE_FROM_BUSIEST, VOLT8_KIND_GEMM_HMMA, 8, 0, 0},
+                                               {VOLT8_SM80_TILE_64_FROM_BUSIEST, VOLT8_KIND_GEMM_RAW, 32, 4, 0},
+                                               {VOLT8_TILE_128_FROM_BUSIEST, VOLT8_KIND_GEMM_RAW, 64, 4, 4},
+                                               {INFINITY, VOLT8_KIND_GEMM_TILE, 128, 8, 0}};
 
 typedef struct plan_op {
   volt8_tuning_loaded own;      /* the shape's own table (source NONE: none) */
@@ -68,17 +70,18 @@ struct volt8_dispatch_plan {
   plan_op ops[2];                       /* gate_up, down */
 };
 
-/* The first listed variant of `op` in the family of `kind` with block_m `block_m` (and `warps` warps, or
- * any), else with the next smaller block_m the family lists for the shape, else the first variant of the
- * op; -1 when there is none. A class whose family serves no block_m of the shape (the tile family where
- * the shape is narrower than its tiles) takes the class below it (class_pick). */
+/* The first listed variant of `op` in the family of `kind` with block_m `block_m` (and `warps` warps and
+ * `min_blocks` CTAs an SM, or any), else with the next smaller block_m the family lists for the shape,
+ * else the first variant of the op; -1 when there is none. A class whose family serves no block_m of the
+ * shape (a large-item family where the shape is narrower than its tiles) takes the class below it. */
 static int32_t pick(const volt8_variant *variants, int32_t count, volt8_op op, volt8_kind kind, int32_t block_m,
-                    int32_t warps) {
+                    int32_t warps, int32_t min_blocks) {
   for (int32_t bm = block_m; bm >= 1; bm /= 2)
-    for (int pass = warps ? 0 : 1; pass < 2; pass++)
+    for (int pass = warps || min_blocks ? 0 : 1; pass < 2; pass++)
       for (int32_t i = 0; i < count; i++)
         if (variants[i].op == op && variants[i].kind == kind && variants[i].block_m == bm &&
-            (pass == 1 || variants[i].warps == warps))
+            (pass == 1 || ((!warps || variants[i].warps == warps) &&
+                           (!min_blocks || variants[i].min_blocks == min_blocks))))
           return i;
   for (int32_t i = 0; i < count; i++)
     if (variants[i].op == op) return i;
@@ -148,7 +151,8 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
         plan->picks[c][op] = plan->picks[c - 1][op];
         continue;
       }
-      plan->picks[c][op] = pick(plan->variants, plan->count, (volt8_op)op, class->kind, class->block_m, class->warps);
+      plan->picks[c][op] =
+          pick(plan->variants, plan->count, (volt8_op)op, class->kind, class->block_m, class->warps, class->min_blocks);
       if (plan->picks[c][op] < 0)
         status = volt8_fail(ctx, VOLT8_ERR_INTERNAL, "the code generator lists no gate_up or down variant");
     }
@@ -205,7 +209,7 @@ volt8_status volt8_dispatch_plan_choose(const volt8_dispatch_plan *plan, int32_t
   out_choice->gate_up = plan->variants[plan->picks[c][0]];
   out_choice->down = plan->variants[plan->picks[c][1]];
   volt8_choice_origin chosen_from[2] = {{VOLT8_TUNING_SOURCE_NONE, 0, NULL}, {VOLT8_TUNING_SOURCE_NONE, 0, NULL}};
-  int tile_class = plan->classes[c].kind == VOLT8_KIND_GEMM_TILE;
+  int tile_class = plan->classes[c].kind == VOLT8_KIND_GEMM_TILE || plan->classes[c].kind == VOLT8_KIND_GEMM_RAW;
   apply_tables(plan, VOLT8_OP_GATE_UP, num_tokens, top_k, tile_class, &out_choice->gate_up, &chosen_from[0]);
   apply_tables(plan, VOLT8_OP_DOWN, num_tokens, top_k, tile_class, &out_choice->down, &chosen_from[1]);
   if (origins) memcpy(origins, chosen_from, sizeof chosen_from);

@@ -218,7 +218,7 @@ static const volt8_variant REDUCE_HALF = {.kind = VOLT8_KIND_REDUCE_HALF, .op = 
 
 /* The reduce after `down`: a tile down stores FP16 z rows. */
 static const volt8_variant *reduce_after(const volt8_variant *down) {
-  return down->kind == VOLT8_KIND_GEMM_TILE ? &REDUCE_HALF : &REDUCE;
+  return down->kind == VOLT8_KIND_GEMM_TILE || down->kind == VOLT8_KIND_GEMM_RAW ? &REDUCE_HALF : &REDUCE;
 }
 static const volt8_variant SINGLE = {.kind = VOLT8_KIND_SINGLE, .op = VOLT8_OP_SINGLE};
 

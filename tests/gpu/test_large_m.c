@@ -309,10 +309,7 @@ Test(gpu_large_m, workspaces_too_large_fail_cleanly) {
 }
 
 /* The tile family (templates/moe_gemm_tile.cu), pinned: 32, 64 and 128 pairs an item through both of
- * its warp layouts and three CTAs an SM, M = 1..8192 at top-k 1 and 16; every token to one expert and then to two (the others
- * get none); an expert-parallel rank with bad ids; and a shape whose rank starts 16 codes into the
- * scale grid with K and N off the tile (I = 176: down's K ends half a step in, gate_up's last column
- * tile is partly past N). */
+ * its warp layouts and three CTAs an SM. */
 static const char *const TILE_PAIRS[][2] = {
     {"gate_up.tile.bm128.bn64.w8.sk1.o2", "down.tile.bm128.bn128.w8.sk1.o2"},
     {"gate_up.tile.bm64.bn32.w4.sk1.o2", "down.tile.bm64.bn64.w4.sk1.o2"},
@@ -322,20 +319,32 @@ static const char *const TILE_PAIRS[][2] = {
 };
 #define TILE_PAIR_COUNT ((int)(sizeof TILE_PAIRS / sizeof TILE_PAIRS[0]))
 
-Test(gpu_large_m, tile_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
-  volt8_ctx *ctx = gpu_open();
-  gpu_seed(47);
+/* The raw family (templates/moe_gemm_raw.cu, sm_80 and later), pinned: 32, 64 and 128 pairs an item
+ * (one warp along the pairs, and two), 64-pair items at two CTAs an SM and four. */
+static const char *const RAW_PAIRS[][2] = {
+    {"gate_up.raw.bm64.bn64.w4.sk1.o2.f256", "down.raw.bm64.bn128.w4.sk1.o4.f256"},
+    {"gate_up.raw.bm32.bn64.w4.sk1.o2.f256", "down.raw.bm128.bn128.w8.sk1.o2.f256"},
+    {"gate_up.raw.bm128.bn64.w8.sk1.o2.f256", "down.raw.bm32.bn128.w4.sk1.o2.f256"},
+    {"gate_up.raw.bm64.bn64.w4.sk1.o4.f256", "down.raw.bm64.bn128.w4.sk1.o2.f256"},
+};
+#define RAW_PAIR_COUNT ((int)(sizeof RAW_PAIRS / sizeof RAW_PAIRS[0]))
+
+/* A family's pairs at M = 1..8192 at top-k 1 and 16; every token to one expert and then to two (the
+ * others get none); an expert-parallel rank with bad ids; and a shape whose rank starts 16 codes into
+ * the scale grid with K and N off the tile (I = 176: down's K ends half a step in, gate_up's last
+ * column tile is partly past N). */
+static void check_family(volt8_ctx *ctx, const char *const (*pairs)[2], int pair_count) {
   volt8_moe_shape shape = test_shape();
   host_problem problem;
   gpu_make_problem(ctx, &shape, &problem);
   volt8_experts *experts = gpu_upload(ctx, &problem, MAX_TOKENS, 16);
   for (int32_t m = 0; m < TOKEN_COUNTS; m++) {
-    check_batch(ctx, experts, &problem, token_counts[m], 1, NULL, "uniform", TILE_PAIRS, TILE_PAIR_COUNT);
-    check_batch(ctx, experts, &problem, token_counts[m], 16, NULL, "uniform", TILE_PAIRS, TILE_PAIR_COUNT);
+    check_batch(ctx, experts, &problem, token_counts[m], 1, NULL, "uniform", pairs, pair_count);
+    check_batch(ctx, experts, &problem, token_counts[m], 16, NULL, "uniform", pairs, pair_count);
   }
   const int32_t one[] = {7}, two[] = {3, 60};
-  check_batch(ctx, experts, &problem, 2048, 1, one, "every token to expert 7", TILE_PAIRS, TILE_PAIR_COUNT);
-  check_batch(ctx, experts, &problem, 2048, 2, two, "every token to experts 3 and 60", TILE_PAIRS, TILE_PAIR_COUNT);
+  check_batch(ctx, experts, &problem, 2048, 1, one, "every token to expert 7", pairs, pair_count);
+  check_batch(ctx, experts, &problem, 2048, 2, two, "every token to experts 3 and 60", pairs, pair_count);
   cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
@@ -347,8 +356,8 @@ Test(gpu_large_m, tile_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
   offset.num_experts = 32;
   gpu_make_problem(ctx, &offset, &problem);
   experts = gpu_upload(ctx, &problem, 4096, 8);
-  check_batch(ctx, experts, &problem, 300, 8, NULL, "I=176 at offset 16", TILE_PAIRS, TILE_PAIR_COUNT);
-  check_batch(ctx, experts, &problem, 4096, 8, NULL, "I=176 at offset 16", TILE_PAIRS, TILE_PAIR_COUNT);
+  check_batch(ctx, experts, &problem, 300, 8, NULL, "I=176 at offset 16", pairs, pair_count);
+  check_batch(ctx, experts, &problem, 4096, 8, NULL, "I=176 at offset 16", pairs, pair_count);
   cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
@@ -363,15 +372,33 @@ Test(gpu_large_m, tile_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
   gpu_make_batch(ctx, &problem, MAX_TOKENS, 16, ROUTING_UNIFORM, &batch);
   batch.ids[5] = 64, batch.ids[16 * 4000 + 3] = -1;
   gpu_update_ids(ctx, &problem, &batch);
-  for (int p = 0; p < TILE_PAIR_COUNT; p++) {
-    gpu_check_forward(ctx, experts, rank.hidden, &batch, TILE_PAIRS[p][0], TILE_PAIRS[p][1], "EP rank 16..31 of 64");
+  for (int p = 0; p < pair_count; p++) {
+    gpu_check_forward(ctx, experts, rank.hidden, &batch, pairs[p][0], pairs[p][1], "EP rank 16..31 of 64");
     int32_t bad = -1;
     cr_assert_eq(volt8_experts_bad_id_count(experts, &bad), VOLT8_OK, "%s", volt8_last_error(ctx));
-    cr_assert_eq(bad, 2, "%s: bad ids counted: %d", TILE_PAIRS[p][0], bad);
+    cr_assert_eq(bad, 2, "%s: bad ids counted: %d", pairs[p][0], bad);
   }
   gpu_free_batch(ctx, &batch);
   cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
+}
+
+Test(gpu_large_m, tile_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(47);
+  check_family(ctx, TILE_PAIRS, TILE_PAIR_COUNT);
+  volt8_ctx_destroy(ctx);
+}
+
+Test(gpu_large_m, raw_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
+  volt8_ctx *ctx = gpu_open();
+  int32_t arch = ctx->target_arch;
+  if (arch < 80) {
+    volt8_ctx_destroy(ctx);
+    cr_skip_test("the raw family needs an sm_80 or later target (VOLT8_TARGET_ARCH gives sm_%d)", arch);
+  }
+  gpu_seed(48);
+  check_family(ctx, RAW_PAIRS, RAW_PAIR_COUNT);
   volt8_ctx_destroy(ctx);
 }

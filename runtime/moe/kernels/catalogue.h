@@ -1,5 +1,6 @@
 /* The kernel catalogue: every kernel a forward launches, one file per kind (gemm_cc.c, gemm_mma.c,
- * gemm_hmma.c, gemm_tile.c, down_tok.c, route.c, reduce.c, single.c). A kind owns its template, its template values
+ * gemm_hmma.c, gemm_tile.c, gemm_raw.c, down_tok.c, route.c, reduce.c, single.c). A kind owns its
+ * template, its template values
  * and parameter list, its grid and block, its resource needs and its test of whether a variant serves
  * a shape on an arch, and its variant space. A variant is a value (volt8_variant); its name is printed
  * from it for logs, tuning tables and `volt8 list`, and read back here only, where a user or a table
@@ -33,7 +34,8 @@ typedef enum volt8_kind {
   VOLT8_KIND_SINGLE = 6,
   VOLT8_KIND_GEMM_TILE = 7, /* 64 or 128 pairs an item, the weight tile in FP16 shared memory (tile) */
   VOLT8_KIND_REDUCE_HALF = 8,
-  VOLT8_KIND_COUNT = 9
+  VOLT8_KIND_GEMM_RAW = 9, /* the tile's items with the weight tile in E4M3 shared memory, sm_80 and later (raw) */
+  VOLT8_KIND_COUNT = 10
 } volt8_kind;
 
 /* One kernel variant. A GEMM tile's optional fields are 0 where the tile does not set them. */

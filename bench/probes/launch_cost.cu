@@ -1,0 +1,170 @@
+// Launch cost probe (not part of the library or its build): the host microseconds of the driver calls
+// an eager forward makes, on this machine, for the host path of issue 37. Each line is one call
+// repeated: 30 batches of 200 calls, the host time of a batch over its calls (the stream synchronised
+// between batches, outside the timing, so the GPU never holds the host back), median and best batch.
+//   cuCtxGetCurrent, cuCtxSetCurrent (the context already current: what volt8_ctx_require_device does);
+//   cuLaunchKernel of an empty kernel of 16 pointer parameters (a GEMM's are 10 to 12), 1 CTA and 132;
+//   cuLaunchKernelEx of the same with the programmatic stream serialisation attribute (early launch),
+//   and without any attribute;
+//   cuStreamIsCapturing;
+//   cuLaunchKernel of an empty kernel of 14 separate parameters (10 pointers, 4 ints: a GEMM's list),
+//   its parameters as the usual array of pointers and as one packed buffer (CU_LAUNCH_PARAM_BUFFER_*).
+// Build (sm_90) and run:
+//   nvcc -arch=sm_90 -O3 -o launch_cost bench/probes/launch_cost.cu -lcuda
+//   ./launch_cost
+// scripts/gpu_check.sh prepare (PROBE=1) builds it; its launch_cost phase runs it.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+struct Params {
+  const void *p[16];
+};
+
+__global__ void empty_kernel(Params params) {
+  if (params.p[0] == reinterpret_cast<const void *>(1)) asm volatile("trap;");
+}
+
+// 14 parameters, as a GEMM of the library has: 10 pointers and 4 ints, in its order of kinds.
+__global__ void many_parameters(const void *a, const void *b, const void *c, const void *d, const void *e, const void *f,
+                                int g, const void *h, const void *i, int j, const void *k, int l, const void *m, int n) {
+  if (a == reinterpret_cast<const void *>(1) && g + j + l + n == 7) asm volatile("trap;");
+  (void)b, (void)c, (void)d, (void)e, (void)f, (void)h, (void)i, (void)k, (void)m;
+}
+
+static void check(CUresult result, const char *what) {
+  if (result != CUDA_SUCCESS) {
+    const char *name = nullptr;
+    cuGetErrorName(result, &name);
+    std::fprintf(stderr, "launch_cost: %s failed: %s\n", what, name ? name : "?");
+    std::exit(1);
+  }
+}
+
+template <typename Call>
+static void time_call(const char *name, CUstream stream, Call call) {
+  constexpr int kBatches = 30, kCalls = 200;
+  for (int i = 0; i < 20; ++i) call();
+  check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  std::vector<double> per_call;
+  for (int b = 0; b < kBatches; ++b) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) call();
+    const auto end = std::chrono::steady_clock::now();
+    check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    per_call.push_back(std::chrono::duration<double, std::micro>(end - start).count() / kCalls);
+  }
+  std::sort(per_call.begin(), per_call.end());
+  std::printf("  %-58s %7.2f us a call (best batch %.2f)\n", name, per_call[kBatches / 2], per_call[0]);
+}
+
+int main() {
+  check(cuInit(0), "cuInit");
+  cudaFree(nullptr);  // the primary context, current
+  CUcontext context;
+  check(cuCtxGetCurrent(&context), "cuCtxGetCurrent");
+  CUstream stream;
+  check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  cudaFunction_t runtime_function;
+  if (cudaGetFuncBySymbol(&runtime_function, reinterpret_cast<const void *>(empty_kernel)) != cudaSuccess) {
+    std::fprintf(stderr, "launch_cost: cudaGetFuncBySymbol failed\n");
+    return 1;
+  }
+  CUfunction function = reinterpret_cast<CUfunction>(runtime_function);
+  Params params{};
+  for (int i = 0; i < 16; ++i) params.p[i] = reinterpret_cast<const void *>(static_cast<size_t>(4096 * (i + 2)));
+  void *args[] = {&params};
+  cudaDeviceProp properties;
+  cudaGetDeviceProperties(&properties, 0);
+  int driver = 0;
+  cuDriverGetVersion(&driver);
+  std::printf("launch_cost: %s, driver %d; host microseconds a call (30 batches of 200)\n", properties.name, driver);
+
+  time_call("cuCtxGetCurrent", stream, [&] {
+    CUcontext current;
+    check(cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  });
+  time_call("cuCtxSetCurrent (already current)", stream, [&] { check(cuCtxSetCurrent(context), "cuCtxSetCurrent"); });
+  time_call("cuStreamIsCapturing", stream, [&] {
+    CUstreamCaptureStatus status;
+    check(cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing");
+  });
+  for (unsigned grid : {1u, 132u}) {
+    char name[96];
+    std::snprintf(name, sizeof name, "cuLaunchKernel, grid %u x 128 threads", grid);
+    time_call(name, stream, [&] {
+      check(cuLaunchKernel(function, grid, 1, 1, 128, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel");
+    });
+    for (int early = 0; early < 2; ++early) {
+      CUlaunchAttribute attribute{};
+      attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attribute.value.programmaticStreamSerializationAllowed = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = grid;
+      config.gridDimY = config.gridDimZ = 1;
+      config.blockDimX = 128;
+      config.blockDimY = config.blockDimZ = 1;
+      config.hStream = stream;
+      config.attrs = early ? &attribute : nullptr;
+      config.numAttrs = early ? 1 : 0;
+      std::snprintf(name, sizeof name, "cuLaunchKernelEx, grid %u, %s", grid,
+                    early ? "programmatic serialisation (early launch)" : "no attribute");
+      time_call(name, stream, [&] { check(cuLaunchKernelEx(&config, function, args, nullptr), "cuLaunchKernelEx"); });
+    }
+    std::snprintf(name, sizeof name, "cuLaunchKernel then cuLaunchKernelEx (early), grid %u", grid);
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = grid;
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 128;
+    config.blockDimY = config.blockDimZ = 1;
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    time_call(name, stream, [&] {
+      check(cuLaunchKernel(function, grid, 1, 1, 128, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel");
+      check(cuLaunchKernelEx(&config, function, args, nullptr), "cuLaunchKernelEx");
+    });
+  }
+  cudaFunction_t many_runtime;
+  if (cudaGetFuncBySymbol(&many_runtime, reinterpret_cast<const void *>(many_parameters)) != cudaSuccess) {
+    std::fprintf(stderr, "launch_cost: cudaGetFuncBySymbol failed\n");
+    return 1;
+  }
+  CUfunction many = reinterpret_cast<CUfunction>(many_runtime);
+  const void *pointers[10];
+  for (int i = 0; i < 10; ++i) pointers[i] = reinterpret_cast<const void *>(static_cast<size_t>(4096 * (i + 2)));
+  int ints[4] = {1, 2, 3, 4};
+  void *many_args[14] = {&pointers[0], &pointers[1], &pointers[2], &pointers[3], &pointers[4], &pointers[5], &ints[0],
+                         &pointers[6], &pointers[7], &ints[1], &pointers[8], &ints[2], &pointers[9], &ints[3]};
+  time_call("cuLaunchKernel, 14 parameters, grid 132 (array of pointers)", stream, [&] {
+    check(cuLaunchKernel(many, 132, 1, 1, 128, 1, 1, 0, stream, many_args, nullptr), "cuLaunchKernel");
+  });
+  // The same parameters packed at their natural alignment: 6 pointers, int, 2 pointers, int, pointer,
+  // int, pointer, int.
+  struct Packed {
+    const void *a, *b, *c, *d, *e, *f;
+    int g;
+    const void *h, *i;
+    int j;
+    const void *k;
+    int l;
+    const void *m;
+    int n;
+  } packed = {pointers[0], pointers[1], pointers[2], pointers[3], pointers[4], pointers[5], 1, pointers[6], pointers[7],
+              2, pointers[8], 3, pointers[9], 4};
+  size_t packed_size = sizeof packed;
+  void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size, CU_LAUNCH_PARAM_END};
+  time_call("cuLaunchKernel, 14 parameters, grid 132 (one packed buffer)", stream, [&] {
+    check(cuLaunchKernel(many, 132, 1, 1, 128, 1, 1, 0, stream, nullptr, extra), "cuLaunchKernel");
+  });
+  check(cuStreamDestroy(stream), "cuStreamDestroy");
+  return 0;
+}

@@ -1,0 +1,62 @@
+/* gate_up and down for many pairs an expert on sm_80 and later (templates/moe_gemm_raw.cu): the tile
+ * family's work items of 32, 64 or 128 routed pairs, with the weight tile kept as E4M3 codes in shared
+ * memory and turned into FP16 fragments in registers by the warp that multiplies them (m16n8k16), so
+ * that each weight code crosses shared memory once a warp instead of as FP16 three times. A warp takes
+ * 32 weight rows and up to 64 pairs: one warp along the pairs for 32- and 64-pair items, two for 128;
+ * gate_up's block_n is 16 output columns a warp (their gate and up rows), down's 32. Steps of 32 codes
+ * of K run through as many cp.async stages as fit 48 KiB, at most six; the weights' copies bring the
+ * 256-byte block around them into L2 (.f256). o4 (64-pair items) caps the registers for four CTAs an
+ * SM, at a few bytes of spill a thread. */
+#include <stdio.h>
+
+#include "moe/kernels/kind.h"
+
+static const int32_t BLOCK_MS[] = {32, 64, 128};
+
+/* bn, w, sk, l, c, o, f, r */
+static const volt8_tile GATE_UP_TILES[] = {
+    {64, 4, 1, 0, 0, 2, 256, 0}, {64, 8, 1, 0, 0, 2, 256, 0}, {64, 4, 1, 0, 0, 4, 256, 0}};
+static const volt8_tile DOWN_TILES[] = {
+    {128, 4, 1, 0, 0, 2, 256, 0}, {128, 8, 1, 0, 0, 2, 256, 0}, {128, 4, 1, 0, 0, 4, 256, 0}};
+
+#define RAW_MAX_STAGES 6
+
+/* Warps along the pairs: a warp takes at most 64. */
+static int32_t warps_m(const volt8_variant *v) { return v->block_m > 64 ? 2 : 1; }
+
+/* Shared memory a stage takes: block_m rows of 32 FP16 values of x and the tile's weight rows of 32 codes. */
+static int64_t stage_bytes(const volt8_variant *v, int64_t rows) { return v->block_m * 64 + rows * v->block_n * 32; }
+
+/* The stages that fit beside the item's pairs and weights, at most RAW_MAX_STAGES. */
+static int64_t stage_count(const volt8_variant *v, int64_t rows) {
+  int64_t fit = (VOLT8_STATIC_SHARED_MEMORY_BYTES - v->block_m * 8) / stage_bytes(v, rows);
+  return fit < RAW_MAX_STAGES ? fit : RAW_MAX_STAGES;
+}
+
+static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t arch, volt8_kernel_values *out,
+                  char *reason, size_t reason_size) {
+  (void)arch;
+  volt8_gemm_geometry g = volt8_gemm_geometry_of(v->op, shape);
+  volt8_gemm_common_values(v, shape, &g, out);
+  if (v->split_k != 1) return volt8_refuse(reason, reason_size, "the raw tile does not split K");
+  if (g.rows * v->block_n * warps_m(v) != 32 * v->warps)
+    return volt8_refuse(reason, reason_size, "a warp takes 32 weight rows and at most 64 pairs of the tile");
+  if (v->block_m % 32 != 0 || v->block_m * 4 % (32 * v->warps) != 0 || g.rows * v->block_n * 2 % (32 * v->warps) != 0)
+    return volt8_refuse(reason, reason_size, "block_m does not spread over the warps");
+  if (v->min_blocks > 2 && v->block_m != 64)
+    return volt8_refuse(reason, reason_size, "only 64-pair items need their registers capped for four CTAs an SM");
+  if (v->block_n > volt8_round_up(g.n, 16)) return volt8_refuse(reason, reason_size, "block_n exceeds the output width");
+  int64_t stages = stage_count(v, g.rows);
+  if (stages < 3) return volt8_refuse(reason, reason_size, "fewer than three stages fit in 48 KiB of shared memory");
+  volt8_values_set(out, "SCALE_BK", shape->block_k);
+  volt8_values_set(out, "STAGES", stages);
+  return 1;
+}
+
+const volt8_kind_spec volt8_kind_gemm_raw = {
+    .kind = VOLT8_KIND_GEMM_RAW, .family = "raw", .template_path = "templates/moe_gemm_raw.cu", .min_arch = 80,
+    .lists_values = 1, .expert_range = 1, .block_ms = BLOCK_MS, .block_m_count = 3, .tiles = {GATE_UP_TILES, DOWN_TILES},
+    .tile_counts = {sizeof GATE_UP_TILES / sizeof GATE_UP_TILES[0], sizeof DOWN_TILES / sizeof DOWN_TILES[0]},
+    .values = values, .threads = volt8_gemm_threads, .signature = volt8_gemm_signature,
+    .launch_size = volt8_gemm_launch_size,
+};
