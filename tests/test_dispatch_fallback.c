@@ -133,15 +133,15 @@ Test(dispatch_fallback, heuristic_alone_uses_hmma_on_sm_90_and_mma_on_sm_70) {
 }
 
 /* Past the tables, the heuristic's large-item classes by the busiest expert's pairs: on sm_90, the raw
- * family's items of 32 pairs at a mean of 16 (DeepSeek-V3 TP8, M = 512) and of 64 at four CTAs an SM at
- * 64 (M = 2048), the tile family's of 128 at 512 (M = 16384); on sm_70 the tile family's items of 64
- * with 8 warps at all three. */
+ * family's items of 32 pairs at a mean of 16 (DeepSeek-V3 TP8, M = 512), of 64 at four CTAs an SM at 64
+ * (M = 2048) and of 128 (4 warps) at 512 (M = 16384); on sm_70 the tile family's items of 64 with 8 warps
+ * at all three. */
 Test(dispatch_fallback, tile_classes_by_the_busiest_expert) {
   volt8_moe_shape shape = model_shape("deepseek-v3", 8);
   const int32_t tokens[3] = {512, 2048, 16384};
   const char *sm90_expected[3][2] = {{"gate_up.raw.bm32.bn64.w4.sk1.o2.f256", "down.raw.bm32.bn128.w4.sk1.o2.f256"},
                                      {"gate_up.raw.bm64.bn64.w4.sk1.o4.f256", "down.raw.bm64.bn128.w4.sk1.o4.f256"},
-                                     {"gate_up.tile.bm128.bn64.w8.sk1.o2", "down.tile.bm128.bn128.w8.sk1.o2"}};
+                                     {"gate_up.raw.bm128.bn64.w4.sk1.o2.f256", "down.raw.bm128.bn128.w4.sk1.o2.f256"}};
   volt8_ctx *sm90 = ctx_on("sm_90", "NVIDIA H200"), *sm70 = ctx_on("sm_70", "Tesla V100-SXM2-16GB");
   for (int i = 0; i < 3; i++) {
     volt8_variant_choice choice;

@@ -3,12 +3,11 @@
 // repeated: 30 batches of 200 calls, the host time of a batch over its calls (the stream synchronised
 // between batches, outside the timing, so the GPU never holds the host back), median and best batch.
 //   cuCtxGetCurrent, cuCtxSetCurrent (the context already current: what volt8_ctx_require_device does);
-//   cuLaunchKernel of an empty kernel of 16 pointer parameters (a GEMM's are 10 to 12), 1 CTA and 132;
+//   cuLaunchKernel of an empty kernel of one parameter (a struct of 16 pointers), 1 CTA and 132;
 //   cuLaunchKernelEx of the same with the programmatic stream serialisation attribute (early launch),
 //   and without any attribute;
 //   cuStreamIsCapturing;
-//   cuLaunchKernel of an empty kernel of 14 separate parameters (10 pointers, 4 ints: a GEMM's list),
-//   its parameters as the usual array of pointers and as one packed buffer (CU_LAUNCH_PARAM_BUFFER_*).
+//   cuLaunchKernel of an empty kernel of 14 separate parameters (10 pointers, 4 ints: a GEMM's list).
 // Build (sm_90) and run:
 //   nvcc -arch=sm_90 -O3 -o launch_cost bench/probes/launch_cost.cu -lcuda
 //   ./launch_cost
@@ -144,26 +143,8 @@ int main() {
   int ints[4] = {1, 2, 3, 4};
   void *many_args[14] = {&pointers[0], &pointers[1], &pointers[2], &pointers[3], &pointers[4], &pointers[5], &ints[0],
                          &pointers[6], &pointers[7], &ints[1], &pointers[8], &ints[2], &pointers[9], &ints[3]};
-  time_call("cuLaunchKernel, 14 parameters, grid 132 (array of pointers)", stream, [&] {
+  time_call("cuLaunchKernel, 14 parameters, grid 132", stream, [&] {
     check(cuLaunchKernel(many, 132, 1, 1, 128, 1, 1, 0, stream, many_args, nullptr), "cuLaunchKernel");
-  });
-  // The same parameters packed at their natural alignment: 6 pointers, int, 2 pointers, int, pointer,
-  // int, pointer, int.
-  struct Packed {
-    const void *a, *b, *c, *d, *e, *f;
-    int g;
-    const void *h, *i;
-    int j;
-    const void *k;
-    int l;
-    const void *m;
-    int n;
-  } packed = {pointers[0], pointers[1], pointers[2], pointers[3], pointers[4], pointers[5], 1, pointers[6], pointers[7],
-              2, pointers[8], 3, pointers[9], 4};
-  size_t packed_size = sizeof packed;
-  void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size, CU_LAUNCH_PARAM_END};
-  time_call("cuLaunchKernel, 14 parameters, grid 132 (one packed buffer)", stream, [&] {
-    check(cuLaunchKernel(many, 132, 1, 1, 128, 1, 1, 0, stream, nullptr, extra), "cuLaunchKernel");
   });
   check(cuStreamDestroy(stream), "cuStreamDestroy");
   return 0;

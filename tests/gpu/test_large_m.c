@@ -319,13 +319,15 @@ static const char *const TILE_PAIRS[][2] = {
 };
 #define TILE_PAIR_COUNT ((int)(sizeof TILE_PAIRS / sizeof TILE_PAIRS[0]))
 
-/* The raw family (templates/moe_gemm_raw.cu, sm_80 and later), pinned: 32, 64 and 128 pairs an item
- * (one warp along the pairs, and two), 64-pair items at two CTAs an SM and four. */
+/* The raw family (templates/moe_gemm_raw.cu, sm_80 and later), pinned: 32, 64 and 128 pairs an item,
+ * one warp along the pairs and two, 64-pair items at two CTAs an SM and four. */
 static const char *const RAW_PAIRS[][2] = {
     {"gate_up.raw.bm64.bn64.w4.sk1.o2.f256", "down.raw.bm64.bn128.w4.sk1.o4.f256"},
     {"gate_up.raw.bm32.bn64.w4.sk1.o2.f256", "down.raw.bm128.bn128.w8.sk1.o2.f256"},
     {"gate_up.raw.bm128.bn64.w8.sk1.o2.f256", "down.raw.bm32.bn128.w4.sk1.o2.f256"},
-    {"gate_up.raw.bm64.bn64.w4.sk1.o4.f256", "down.raw.bm64.bn128.w4.sk1.o2.f256"},
+    {"gate_up.raw.bm64.bn64.w4.sk1.o4.f256", "down.raw.bm64.bn128.w8.sk1.o2.f256"},
+    {"gate_up.raw.bm128.bn64.w4.sk1.o2.f256", "down.raw.bm128.bn128.w4.sk1.o2.f256"},
+    {"gate_up.raw.bm64.bn64.w8.sk1.o2.f256", "down.raw.bm64.bn128.w4.sk1.o2.f256"},
 };
 #define RAW_PAIR_COUNT ((int)(sizeof RAW_PAIRS / sizeof RAW_PAIRS[0]))
 

@@ -2,8 +2,9 @@
  * family's work items of 32, 64 or 128 routed pairs, with the weight tile kept as E4M3 codes in shared
  * memory and turned into FP16 fragments in registers by the warp that multiplies them (m16n8k16), so
  * that each weight code crosses shared memory once a warp instead of as FP16 three times. A warp takes
- * 32 weight rows and up to 64 pairs: one warp along the pairs for 32- and 64-pair items, two for 128;
- * gate_up's block_n is 16 output columns a warp (their gate and up rows), down's 32. Steps of 32 codes
+ * 32 weight rows (gate_up's block_n is 16 output columns a warp, their gate and up rows; down's 32) and
+ * the item's pairs, or half of them where the tile has twice the warps its rows need (w8, each such
+ * pair of warps converting the same codes). Steps of 32 codes
  * of K run through as many cp.async stages as fit 48 KiB, at most six; the weights' copies bring the
  * 256-byte block around them into L2 (.f256). o4 (64-pair items) caps the registers for four CTAs an
  * SM, at a few bytes of spill a thread. */
@@ -21,8 +22,6 @@ static const volt8_tile DOWN_TILES[] = {
 
 #define RAW_MAX_STAGES 6
 
-/* Warps along the pairs: a warp takes at most 64. */
-static int32_t warps_m(const volt8_variant *v) { return v->block_m > 64 ? 2 : 1; }
 
 /* Shared memory a stage takes: block_m rows of 32 FP16 values of x and the tile's weight rows of 32 codes. */
 static int64_t stage_bytes(const volt8_variant *v, int64_t rows) { return v->block_m * 64 + rows * v->block_n * 32; }
@@ -39,8 +38,9 @@ static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t 
   volt8_gemm_geometry g = volt8_gemm_geometry_of(v->op, shape);
   volt8_gemm_common_values(v, shape, &g, out);
   if (v->split_k != 1) return volt8_refuse(reason, reason_size, "the raw tile does not split K");
-  if (g.rows * v->block_n * warps_m(v) != 32 * v->warps)
-    return volt8_refuse(reason, reason_size, "a warp takes 32 weight rows and at most 64 pairs of the tile");
+  int64_t warps_n = g.rows * v->block_n / 32;
+  if (g.rows * v->block_n % 32 != 0 || v->warps % warps_n != 0 || v->block_m % (16 * (v->warps / warps_n)) != 0)
+    return volt8_refuse(reason, reason_size, "a warp takes 32 weight rows and a multiple of 16 pairs of the tile");
   if (v->block_m % 32 != 0 || v->block_m * 4 % (32 * v->warps) != 0 || g.rows * v->block_n * 2 % (32 * v->warps) != 0)
     return volt8_refuse(reason, reason_size, "block_m does not spread over the warps");
   if (v->min_blocks > 2 && v->block_m != 64)
