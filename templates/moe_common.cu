@@ -256,6 +256,18 @@ static __device__ __forceinline__ void store_half4(unsigned short *address, cons
   *reinterpret_cast<uint2 *>(address) = packed;
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// d = A . B + d for one m16n8k16 product (sm_80 and later: hmma, tile, raw).
+static __device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                 unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+#endif
+
 static __device__ __forceinline__ float silu_times(float gate, float up) {
   return gate / (1.0f + expf(-gate)) * up;
 }

@@ -91,16 +91,6 @@ static __device__ __forceinline__ void wait_if_started_early() {
 
 @{include moe_work_item.cu}
 
-// d = A . B + d for one m16n8k16 product.
-static __device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                                 unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Step t of a warp: window t % kWindows of column group t / kWindows (split_k slices have one group).
 // Requests this thread's chunk of the step's window in each of its weight rows ([tile][tile row g,
 // g+8]) of the step's group. Steps past step_end, chunks outside [0, K) and rows past N read as zeros.

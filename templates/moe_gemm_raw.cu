@@ -61,17 +61,7 @@ static_assert(kStages >= 3, "the loads run at least two steps ahead");
 }  // namespace
 
 @{include moe_work_item.cu}
-
-static __device__ __forceinline__ unsigned shared_address(const void *pointer) {
-  return (unsigned)__cvta_generic_to_shared(pointer);
-}
-
-// Two FP16 products of pairs of halves.
-static __device__ __forceinline__ unsigned mul_half2(unsigned a, unsigned b) {
-  unsigned product;
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(product) : "r"(a), "r"(b));
-  return product;
-}
+@{include moe_item_tile.cu}
 
 // 16 bytes to shared memory, zeros where !valid (source then only has to be a valid address).
 static __device__ __forceinline__ void copy_async_16(unsigned address, const void *source, bool valid) {
@@ -116,35 +106,7 @@ static __device__ __forceinline__ uint4 load_shared_16(unsigned address) {
   return value;
 }
 
-static __device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                                 unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// The weight-tile row of a warp's local weight row n (0..31): gate_up puts its gate rows first and
-// its up rows at kBlockN, a warp taking 16 of each for the same 16 output columns; down, 32 rows.
-static __device__ __forceinline__ int weight_tile_row(int warp_n, int n) {
-#if VOLT8_GATE_UP
-  return (n >> 4) * kBlockN + warp_n * 16 + (n & 15);
-#else
-  return warp_n * 32 + n;
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
-    const unsigned short *__restrict__ activations, const unsigned char *__restrict__ weights,
-    const unsigned short *__restrict__ scales, const int *__restrict__ sorted_pairs,
-    const int4 *__restrict__ items, const int *__restrict__ counters,
-#if VOLT8_GATE_UP
-    int top_k, unsigned short *__restrict__ out,
-#else
-    const float *__restrict__ topk_weights, float *__restrict__ out,
-#endif
-    const int *__restrict__ topk_ids, int num_pairs) {
+extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(VOLT8_ITEM_GEMM_PARAMETERS) {
   __shared__ __align__(128) unsigned char stages[kStages * kStageBytes];
   __shared__ int pair_ids[kBlockM];
 #if !VOLT8_GATE_UP
@@ -293,36 +255,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   }
   copy_async_wait<0>();
 
-  // Stores: a thread's accumulators in pairs of adjacent columns. m16n8k16: e 0, 1 row g, columns
-  // 2t + 0, 1; e 2, 3 row g + 8.
-#if !VOLT8_GATE_UP
-  unsigned short *z_half = reinterpret_cast<unsigned short *>(out);  // z of FP16 in the workspace's z
-#endif
-#pragma unroll
-  for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int m = warp_m * kWarpM + i * 16 + g + half * 8;
-      if (m >= count) continue;
-      const int pair = pair_ids[m];
 #if VOLT8_GATE_UP
-#pragma unroll
-      for (int j = 0; j < kNTiles / 2; ++j) {
-        const int column = column0 + warp_n * 16 + j * 8 + 2 * t;
-        if (column >= kN) continue;
-        const float *gate = &acc[i][j][2 * half], *up = &acc[i][j + kNTiles / 2][2 * half];
-        *reinterpret_cast<unsigned *>(out + (long long)pair * kN + column) =
-            pack_halves(float_to_half(silu_times(gate[0], up[0])), float_to_half(silu_times(gate[1], up[1])));
-      }
+  store_16816(acc, pair_ids, nullptr, out, count, column0, warp_m, warp_n, lane);
 #else
-      const float weight = pair_weights[m];
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        const int column = column0 + warp_n * 32 + j * 8 + 2 * t;
-        if (column >= kN) continue;
-        *reinterpret_cast<unsigned *>(z_half + (long long)pair * kN + column) =
-            pack_halves(float_to_half(weight * acc[i][j][2 * half]), float_to_half(weight * acc[i][j][2 * half + 1]));
-      }
+  store_16816(acc, pair_ids, pair_weights, out, count, column0, warp_m, warp_n, lane);
 #endif
-    }
 }

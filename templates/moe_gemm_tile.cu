@@ -88,19 +88,10 @@ static __device__ __forceinline__ int chunk_offset(int r, int c) {
 #endif
 }
 
-static __device__ __forceinline__ unsigned shared_address(const void *pointer) {
-  return (unsigned)__cvta_generic_to_shared(pointer);
-}
+@{include moe_item_tile.cu}
 
 static __device__ __forceinline__ void store_shared_16(unsigned short *buffer, int offset, uint4 value) {
   *reinterpret_cast<uint4 *>(buffer + offset) = value;
-}
-
-// Two FP16 products of pairs of halves.
-static __device__ __forceinline__ unsigned mul_half2(unsigned a, unsigned b) {
-  unsigned product;
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(product) : "r"(a), "r"(b));
-  return product;
 }
 
 // 16 codes -> 16 FP16 weights (code * 2^-8 times the scale's FP16 bits, which hold scale * 2^8).
@@ -133,13 +124,6 @@ static __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const unsig
                : "r"(shared_address(address)));
 }
 
-static __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 constexpr int kMTiles = kWarpM / 16, kNTiles = kWarpN / 8;  // m16 x n8 products of a warp's tile
 constexpr int kAccumulators = 4;
 #else
@@ -155,26 +139,7 @@ constexpr int kMTiles = kWarpM / 16, kNTiles = kWarpN / 16;  // 16 x 16 blocks o
 constexpr int kAccumulators = 8;
 #endif
 
-// The weight-tile row of a warp's local weight row n (0..31): gate_up puts its gate rows first and
-// its up rows at kBlockN, a warp taking 16 of each for the same 16 output columns; down, 32 rows.
-static __device__ __forceinline__ int weight_tile_row(int warp_n, int n) {
-#if VOLT8_GATE_UP
-  return (n >> 4) * kBlockN + warp_n * 16 + (n & 15);
-#else
-  return warp_n * 32 + n;
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
-    const unsigned short *__restrict__ activations, const unsigned char *__restrict__ weights,
-    const unsigned short *__restrict__ scales, const int *__restrict__ sorted_pairs,
-    const int4 *__restrict__ items, const int *__restrict__ counters,
-#if VOLT8_GATE_UP
-    int top_k, unsigned short *__restrict__ out,
-#else
-    const float *__restrict__ topk_weights, float *__restrict__ out,
-#endif
-    const int *__restrict__ topk_ids, int num_pairs) {
+extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(VOLT8_ITEM_GEMM_PARAMETERS) {
   __shared__ __align__(16) unsigned short x_buffers[kXBuffers * kXBufferHalves];
   __shared__ __align__(16) unsigned short w_buffers[2 * kWBufferHalves];
   __shared__ int pair_ids[kBlockM];
@@ -312,7 +277,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
         unsigned a[4];
         ldmatrix_x4(a, xb + chunk_offset(warp_m * kWarpM + i * 16 + (lane & 15), kk * 2 + (lane >> 4)));
 #pragma unroll
-        for (int j = 0; j < kNTiles; ++j) mma_16816(acc[i][j], a, b[j][0], b[j][1]);
+        for (int j = 0; j < kNTiles; ++j) mma_16816(acc[i][j], a[0], a[1], a[2], a[3], b[j][0], b[j][1]);
       }
     }
 #else
@@ -349,39 +314,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(
   }
 
   // Stores: a thread's accumulators in pairs of adjacent columns.
+#if __CUDA_ARCH__ >= 800
+#if VOLT8_GATE_UP
+  store_16816(acc, pair_ids, nullptr, out, count, column0, warp_m, warp_n, lane);
+#else
+  store_16816(acc, pair_ids, pair_weights, out, count, column0, warp_m, warp_n, lane);
+#endif
+#else
 #if !VOLT8_GATE_UP
   unsigned short *z_half = reinterpret_cast<unsigned short *>(out);  // z of FP16 in the workspace's z
 #endif
-#if __CUDA_ARCH__ >= 800
-  // m16n8k16: e 0, 1 row lane / 4, columns 2 (lane % 4) + 0, 1; e 2, 3 row lane / 4 + 8.
-#pragma unroll
-  for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int m = warp_m * kWarpM + i * 16 + (lane >> 2) + half * 8;
-      if (m >= count) continue;
-      const int pair = pair_ids[m];
-#if VOLT8_GATE_UP
-#pragma unroll
-      for (int j = 0; j < kNTiles / 2; ++j) {
-        const int column = column0 + warp_n * 16 + j * 8 + 2 * (lane & 3);
-        if (column >= kN) continue;
-        const float *gate = &acc[i][j][2 * half], *up = &acc[i][j + kNTiles / 2][2 * half];
-        *reinterpret_cast<unsigned *>(out + (long long)pair * kN + column) =
-            pack_halves(float_to_half(silu_times(gate[0], up[0])), float_to_half(silu_times(gate[1], up[1])));
-      }
-#else
-      const float weight = pair_weights[m];
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        const int column = column0 + warp_n * 32 + j * 8 + 2 * (lane & 3);
-        if (column >= kN) continue;
-        *reinterpret_cast<unsigned *>(z_half + (long long)pair * kN + column) =
-            pack_halves(float_to_half(weight * acc[i][j][2 * half]), float_to_half(weight * acc[i][j][2 * half + 1]));
-      }
-#endif
-    }
-#else
   // m8n8k4: e at row (lane & 1) + (e & 2) + 4 (lane >= 16), column (e & 4) + (lane & 2) + (e & 1) of the
   // quad pair's 8 x 8 block.
   const int quad_pair = (lane >> 2) & 3;

@@ -45,6 +45,19 @@ static void check(CUresult result, const char *what) {
   }
 }
 
+// A launch of `grid` CTAs of 128 threads on `stream`, with the one attribute given or none.
+static CUlaunchConfig launch_config(unsigned grid, CUstream stream, CUlaunchAttribute *attribute) {
+  CUlaunchConfig config{};
+  config.gridDimX = grid;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = 128;
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = stream;
+  config.attrs = attribute;
+  config.numAttrs = attribute ? 1 : 0;
+  return config;
+}
+
 template <typename Call>
 static void time_call(const char *name, CUstream stream, Call call) {
   constexpr int kBatches = 30, kCalls = 200;
@@ -99,37 +112,20 @@ int main() {
     time_call(name, stream, [&] {
       check(cuLaunchKernel(function, grid, 1, 1, 128, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel");
     });
-    for (int early = 0; early < 2; ++early) {
-      CUlaunchAttribute attribute{};
-      attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      attribute.value.programmaticStreamSerializationAllowed = 1;
-      CUlaunchConfig config{};
-      config.gridDimX = grid;
-      config.gridDimY = config.gridDimZ = 1;
-      config.blockDimX = 128;
-      config.blockDimY = config.blockDimZ = 1;
-      config.hStream = stream;
-      config.attrs = early ? &attribute : nullptr;
-      config.numAttrs = early ? 1 : 0;
-      std::snprintf(name, sizeof name, "cuLaunchKernelEx, grid %u, %s", grid,
-                    early ? "programmatic serialisation (early launch)" : "no attribute");
-      time_call(name, stream, [&] { check(cuLaunchKernelEx(&config, function, args, nullptr), "cuLaunchKernelEx"); });
-    }
-    std::snprintf(name, sizeof name, "cuLaunchKernel then cuLaunchKernelEx (early), grid %u", grid);
     CUlaunchAttribute attribute{};
     attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attribute.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig config{};
-    config.gridDimX = grid;
-    config.gridDimY = config.gridDimZ = 1;
-    config.blockDimX = 128;
-    config.blockDimY = config.blockDimZ = 1;
-    config.hStream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    CUlaunchConfig configs[2] = {launch_config(grid, stream, nullptr), launch_config(grid, stream, &attribute)};
+    for (int early = 0; early < 2; ++early) {
+      std::snprintf(name, sizeof name, "cuLaunchKernelEx, grid %u, %s", grid,
+                    early ? "programmatic serialisation (early launch)" : "no attribute");
+      time_call(name, stream,
+                [&] { check(cuLaunchKernelEx(&configs[early], function, args, nullptr), "cuLaunchKernelEx"); });
+    }
+    std::snprintf(name, sizeof name, "cuLaunchKernel then cuLaunchKernelEx (early), grid %u", grid);
     time_call(name, stream, [&] {
       check(cuLaunchKernel(function, grid, 1, 1, 128, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel");
-      check(cuLaunchKernelEx(&config, function, args, nullptr), "cuLaunchKernelEx");
+      check(cuLaunchKernelEx(&configs[1], function, args, nullptr), "cuLaunchKernelEx");
     });
   }
   cudaFunction_t many_runtime;

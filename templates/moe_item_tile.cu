@@ -1,0 +1,80 @@
+// What the large-item GEMM templates share (moe_gemm_tile.cu, moe_gemm_raw.cu): their parameter list,
+// shared-memory addresses, the FP16 multiply by a scale, the weight-tile row of a warp's row and the
+// store of a warp's m16n8k16 accumulators into h (gate_up) or z (down). Included after the template's
+// constants (kBlockN, kN, kWarpM) and moe_work_item.cu.
+
+#if VOLT8_GATE_UP
+#define VOLT8_ITEM_GEMM_PARAMETERS                                                                              \
+  const unsigned short *__restrict__ activations, const unsigned char *__restrict__ weights,                   \
+      const unsigned short *__restrict__ scales, const int *__restrict__ sorted_pairs,                          \
+      const int4 *__restrict__ items, const int *__restrict__ counters, int top_k, unsigned short *__restrict__ out, \
+      const int *__restrict__ topk_ids, int num_pairs
+#else
+#define VOLT8_ITEM_GEMM_PARAMETERS                                                                              \
+  const unsigned short *__restrict__ activations, const unsigned char *__restrict__ weights,                   \
+      const unsigned short *__restrict__ scales, const int *__restrict__ sorted_pairs,                          \
+      const int4 *__restrict__ items, const int *__restrict__ counters, const float *__restrict__ topk_weights,  \
+      float *__restrict__ out, const int *__restrict__ topk_ids, int num_pairs
+#endif
+
+static __device__ __forceinline__ unsigned shared_address(const void *pointer) {
+  return (unsigned)__cvta_generic_to_shared(pointer);
+}
+
+// Two FP16 products of pairs of halves.
+static __device__ __forceinline__ unsigned mul_half2(unsigned a, unsigned b) {
+  unsigned product;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(product) : "r"(a), "r"(b));
+  return product;
+}
+
+// The weight-tile row of a warp's local weight row n (0..31): gate_up puts its gate rows first and
+// its up rows at kBlockN, a warp taking 16 of each for the same 16 output columns; down, 32 rows.
+static __device__ __forceinline__ int weight_tile_row(int warp_n, int n) {
+#if VOLT8_GATE_UP
+  return (n >> 4) * kBlockN + warp_n * 16 + (n & 15);
+#else
+  return warp_n * 32 + n;
+#endif
+}
+
+// A warp's m16n8k16 accumulators (its kWarpM pairs x 32 weight rows) in pairs of adjacent columns: e 0, 1
+// at row lane / 4, columns 2 (lane % 4) + 0, 1; e 2, 3 at row lane / 4 + 8. gate_up stores h =
+// FP16(silu(gate) * up), its gate rows in the first half of the n8 tiles; down stores z = FP16(weight
+// * sum) into out read as FP16 (half the bytes of FP32 rows; reduce_half adds them). Pad rows are
+// never stored.
+template <int kTilesM, int kTilesN, typename Out>
+static __device__ __forceinline__ void store_16816(const float (&acc)[kTilesM][kTilesN][4], const int *pair_ids,
+                                                   const float *pair_weights, Out *out, int count, int column0,
+                                                   int warp_m, int warp_n, int lane) {
+#if !VOLT8_GATE_UP
+  unsigned short *z_half = reinterpret_cast<unsigned short *>(out);  // z of FP16 in the workspace's z
+#endif
+#pragma unroll
+  for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int m = warp_m * kWarpM + i * 16 + (lane >> 2) + half * 8;
+      if (m >= count) continue;
+      const int pair = pair_ids[m];
+#if VOLT8_GATE_UP
+#pragma unroll
+      for (int j = 0; j < kTilesN / 2; ++j) {
+        const int column = column0 + warp_n * 16 + j * 8 + 2 * (lane & 3);
+        if (column >= kN) continue;
+        const float *gate = &acc[i][j][2 * half], *up = &acc[i][j + kTilesN / 2][2 * half];
+        *reinterpret_cast<unsigned *>(out + (long long)pair * kN + column) =
+            pack_halves(float_to_half(silu_times(gate[0], up[0])), float_to_half(silu_times(gate[1], up[1])));
+      }
+#else
+      const float weight = pair_weights[m];
+#pragma unroll
+      for (int j = 0; j < kTilesN; ++j) {
+        const int column = column0 + warp_n * 32 + j * 8 + 2 * (lane & 3);
+        if (column >= kN) continue;
+        *reinterpret_cast<unsigned *>(z_half + (long long)pair * kN + column) =
+            pack_halves(float_to_half(weight * acc[i][j][2 * half]), float_to_half(weight * acc[i][j][2 * half + 1]));
+      }
+#endif
+    }
+}
