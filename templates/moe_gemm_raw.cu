@@ -1,9 +1,9 @@
 // Grouped FP8 GEMM for many pairs an expert, sm_80 and later: the work items of moe_gemm_tile.cu (32,
 // 64 or 128 routed pairs of one expert), with the weights kept as E4M3 codes in shared memory. The
-// tile family turns its weight tile into FP16 in shared memory and reads it back with ldmatrix; for
-// every FP16 product that is six bytes of shared-memory traffic a weight against one here, and
-// shared memory, not the tensor cores, bounds the tile family at these sizes. Same operation as
-// moe_gemm_cc.cu.
+// tile family turns its weight tile into FP16 in shared memory and reads it back with ldmatrix, six
+// bytes of shared-memory traffic a weight (its store and two warps' reads) against two here (the
+// code's copy in and one warp's read), and shared memory, not the tensor cores, bounds the tile
+// family at these sizes. Same operation as moe_gemm_cc.cu.
 //
 // A CTA computes block_m pairs x kWeightRows weight rows (gate_up: block_n gate rows and the block_n
 // up rows of the same output columns; down: block_n rows), walking K in steps of kStepK codes through
