@@ -259,6 +259,9 @@ static void check_every_variant_emits(const char *target_arch) {
                           : strstr(list.names[i], ".raw.")  ? VOLT8_KIND_GEMM_RAW
                                                             : VOLT8_KIND_GEMM_CC;
       cr_expect_eq(v->kind, family, "%s", list.names[i]);
+      /* Large items (z in FP16, reduce_half after the down): the tile and raw families only. */
+      cr_expect_eq(volt8_kind_large_items(v->kind), family == VOLT8_KIND_GEMM_TILE || family == VOLT8_KIND_GEMM_RAW,
+                   "%s", list.names[i]);
       if (family == VOLT8_KIND_DOWN_TOK) cr_expect_eq(v->op, VOLT8_OP_DOWN, "%s", list.names[i]);
       /* ".r1": an hmma down with split_k 1 that forms out itself; its column tiles fit the arrival
        * counters the workspace keeps per token. */

@@ -39,19 +39,19 @@ typedef struct heuristic_class {
  * 860 / 1081 / 1604 and 349 / 443 / 680 (GLM-4.5's M = 2048 in 128-pair tiles); its 128-pair items of 4
  * warps (one along the pairs) 7554 and 4332 us at M = 16384 and 647 at GLM-4.5's M = 2048, against the
  * tile family's 7902, 4487 and 679. sm_70 runs 64-pair items of 8 warps from the first bound on. */
-#define VOLT8_TILE_FROM_BUSIEST 22.0
-#define VOLT8_SM80_TILE_64_FROM_BUSIEST 40.0
-#define VOLT8_TILE_128_FROM_BUSIEST 117.0
+#define VOLT8_LARGE_ITEMS_FROM_BUSIEST 22.0
+#define VOLT8_SM80_ITEMS_64_FROM_BUSIEST 40.0
+#define VOLT8_SM80_ITEMS_128_FROM_BUSIEST 117.0
 static const heuristic_class SM70_CLASSES[] = {{4.0, VOLT8_KIND_GEMM_CC, 4, 0, 0},
                                                {24.0, VOLT8_KIND_GEMM_MMA, 16, 0, 0},
-                                               {VOLT8_TILE_FROM_BUSIEST, VOLT8_KIND_GEMM_MMA, 32, 0, 0},
+                                               {VOLT8_LARGE_ITEMS_FROM_BUSIEST, VOLT8_KIND_GEMM_MMA, 32, 0, 0},
                                                {INFINITY, VOLT8_KIND_GEMM_TILE, 64, 8, 0}};
 static const heuristic_class SM80_CLASSES[] = {{3.0, VOLT8_KIND_GEMM_HMMA, 1, 0, 0},
                                                {4.0, VOLT8_KIND_GEMM_HMMA, 2, 0, 0},
                                                {8.0, VOLT8_KIND_GEMM_HMMA, 4, 0, 0},
-                                               {VOLT8_TILE_FROM_BUSIEST, VOLT8_KIND_GEMM_HMMA, 8, 0, 0},
-                                               {VOLT8_SM80_TILE_64_FROM_BUSIEST, VOLT8_KIND_GEMM_RAW, 32, 4, 0},
-                                               {VOLT8_TILE_128_FROM_BUSIEST, VOLT8_KIND_GEMM_RAW, 64, 4, 4},
+                                               {VOLT8_LARGE_ITEMS_FROM_BUSIEST, VOLT8_KIND_GEMM_HMMA, 8, 0, 0},
+                                               {VOLT8_SM80_ITEMS_64_FROM_BUSIEST, VOLT8_KIND_GEMM_RAW, 32, 4, 0},
+                                               {VOLT8_SM80_ITEMS_128_FROM_BUSIEST, VOLT8_KIND_GEMM_RAW, 64, 4, 4},
                                                {INFINITY, VOLT8_KIND_GEMM_RAW, 128, 4, 0}};
 
 typedef struct plan_op {
@@ -168,16 +168,16 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
 }
 
 /* Replaces the heuristic's pick for `op` with the shape's tuning table's, when it names a listed
- * variant, else with the nearest tabled shape's. Where the heuristic's class is the tile family's, a
+ * variant, else with the nearest tabled shape's. Where the heuristic's class is a large-item family's, a
  * table whose nearest entry was measured at less than half the token count does not speak for it (the
  * tables' buckets double, so within a table's range the nearest entry is never that far). */
-static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k, int tile_class,
-                         volt8_variant *chosen, volt8_choice_origin *origin) {
+static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k,
+                         int large_class, volt8_variant *chosen, volt8_choice_origin *origin) {
   const plan_op *tables = &plan->ops[op];
   const volt8_tuning_entry *entry = NULL;
   if (tables->own.source != VOLT8_TUNING_SOURCE_NONE) {
     entry = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
-    if (tile_class && entry->m < num_tokens / 2) return;
+    if (large_class && entry->m < num_tokens / 2) return;
     int32_t index = tables->own_index[entry - tables->own.table.entries];
     if (index >= 0) {
       *chosen = plan->variants[index];
@@ -189,7 +189,7 @@ static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t n
   int32_t index = -1;
   const volt8_tuning_entry *nearest =
       volt8_tuning_nearest_pick(&tables->nearest, num_tokens, top_k, &index, &nearest_origin);
-  if (nearest && !entry && tile_class && nearest->m < num_tokens / 2) return;
+  if (nearest && !entry && large_class && nearest->m < num_tokens / 2) return;
   if (nearest) {
     *chosen = plan->variants[index];
     *origin = (volt8_choice_origin){VOLT8_TUNING_SOURCE_NEAREST, nearest->m, nearest_origin};
@@ -209,9 +209,9 @@ volt8_status volt8_dispatch_plan_choose(const volt8_dispatch_plan *plan, int32_t
   out_choice->gate_up = plan->variants[plan->picks[c][0]];
   out_choice->down = plan->variants[plan->picks[c][1]];
   volt8_choice_origin chosen_from[2] = {{VOLT8_TUNING_SOURCE_NONE, 0, NULL}, {VOLT8_TUNING_SOURCE_NONE, 0, NULL}};
-  int tile_class = plan->classes[c].kind == VOLT8_KIND_GEMM_TILE || plan->classes[c].kind == VOLT8_KIND_GEMM_RAW;
-  apply_tables(plan, VOLT8_OP_GATE_UP, num_tokens, top_k, tile_class, &out_choice->gate_up, &chosen_from[0]);
-  apply_tables(plan, VOLT8_OP_DOWN, num_tokens, top_k, tile_class, &out_choice->down, &chosen_from[1]);
+  int large_class = volt8_kind_large_items(plan->classes[c].kind);
+  apply_tables(plan, VOLT8_OP_GATE_UP, num_tokens, top_k, large_class, &out_choice->gate_up, &chosen_from[0]);
+  apply_tables(plan, VOLT8_OP_DOWN, num_tokens, top_k, large_class, &out_choice->down, &chosen_from[1]);
   if (origins) memcpy(origins, chosen_from, sizeof chosen_from);
   return VOLT8_OK;
 }

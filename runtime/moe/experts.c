@@ -216,9 +216,9 @@ static const volt8_variant ROUTE = {.kind = VOLT8_KIND_ROUTE, .op = VOLT8_OP_ROU
 static const volt8_variant REDUCE = {.kind = VOLT8_KIND_REDUCE, .op = VOLT8_OP_REDUCE};
 static const volt8_variant REDUCE_HALF = {.kind = VOLT8_KIND_REDUCE_HALF, .op = VOLT8_OP_REDUCE_HALF};
 
-/* The reduce after `down`: a tile down stores FP16 z rows. */
+/* The reduce after `down`: a large-item down (tile, raw) stores FP16 z rows. */
 static const volt8_variant *reduce_after(const volt8_variant *down) {
-  return down->kind == VOLT8_KIND_GEMM_TILE || down->kind == VOLT8_KIND_GEMM_RAW ? &REDUCE_HALF : &REDUCE;
+  return volt8_kind_large_items(down->kind) ? &REDUCE_HALF : &REDUCE;
 }
 static const volt8_variant SINGLE = {.kind = VOLT8_KIND_SINGLE, .op = VOLT8_OP_SINGLE};
 

@@ -127,6 +127,10 @@ int volt8_variant_emulated(const volt8_variant *variant, int32_t arch) {
   return spec && spec->emulated_from_arch && arch >= spec->emulated_from_arch;
 }
 
+int volt8_kind_large_items(volt8_kind kind) {
+  return (unsigned)kind < VOLT8_KIND_COUNT && KINDS[kind]->large_items;
+}
+
 /* "H2560_I160_E512_b128x128_o32": the shape part of every entry name; a rank of expert parallelism
  * adds its range ("..._o32_x128of512": E experts from global expert 128 of 512). */
 static void shape_key(const volt8_moe_shape *s, char *buf, size_t size) {

@@ -4,10 +4,10 @@
  * that each weight code crosses shared memory once a warp instead of as FP16 three times. A warp takes
  * 32 weight rows (gate_up's block_n is 16 output columns a warp, their gate and up rows; down's 32) and
  * the item's pairs, or half of them where the tile has twice the warps its rows need (w8, each such
- * pair of warps converting the same codes). Steps of 32 codes
- * of K run through as many cp.async stages as fit 48 KiB, at most six; the weights' copies bring the
- * 256-byte block around them into L2 (.f256). o4 (64-pair items) caps the registers for four CTAs an
- * SM, at a few bytes of spill a thread. */
+ * pair of warps converting the same codes). Steps of 32 codes of K run through as many cp.async stages
+ * as fit 48 KiB, at most six; the weights' copies bring the 256-byte block around them into L2
+ * (.f256). o4 (64-pair items) caps the registers for four CTAs an SM, at a few bytes of spill a
+ * thread. */
 #include <stdio.h>
 
 #include "moe/kernels/kind.h"
@@ -21,7 +21,6 @@ static const volt8_tile DOWN_TILES[] = {
     {128, 4, 1, 0, 0, 2, 256, 0}, {128, 8, 1, 0, 0, 2, 256, 0}, {128, 4, 1, 0, 0, 4, 256, 0}};
 
 #define RAW_MAX_STAGES 6
-
 
 /* Shared memory a stage takes: block_m rows of 32 FP16 values of x and the tile's weight rows of 32 codes. */
 static int64_t stage_bytes(const volt8_variant *v, int64_t rows) { return v->block_m * 64 + rows * v->block_n * 32; }
@@ -55,7 +54,8 @@ static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t 
 
 const volt8_kind_spec volt8_kind_gemm_raw = {
     .kind = VOLT8_KIND_GEMM_RAW, .family = "raw", .template_path = "templates/moe_gemm_raw.cu", .min_arch = 80,
-    .lists_values = 1, .expert_range = 1, .block_ms = BLOCK_MS, .block_m_count = 3, .tiles = {GATE_UP_TILES, DOWN_TILES},
+    .lists_values = 1, .expert_range = 1, .large_items = 1, .block_ms = BLOCK_MS, .block_m_count = 3,
+    .tiles = {GATE_UP_TILES, DOWN_TILES},
     .tile_counts = {sizeof GATE_UP_TILES / sizeof GATE_UP_TILES[0], sizeof DOWN_TILES / sizeof DOWN_TILES[0]},
     .values = values, .threads = volt8_gemm_threads, .signature = volt8_gemm_signature,
     .launch_size = volt8_gemm_launch_size,

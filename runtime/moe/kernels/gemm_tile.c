@@ -42,7 +42,8 @@ static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t 
 
 const volt8_kind_spec volt8_kind_gemm_tile = {
     .kind = VOLT8_KIND_GEMM_TILE, .family = "tile", .template_path = "templates/moe_gemm_tile.cu", .min_arch = 0,
-    .lists_values = 1, .expert_range = 1, .block_ms = BLOCK_MS, .block_m_count = 3, .tiles = {GATE_UP_TILES, DOWN_TILES},
+    .lists_values = 1, .expert_range = 1, .large_items = 1, .block_ms = BLOCK_MS, .block_m_count = 3,
+    .tiles = {GATE_UP_TILES, DOWN_TILES},
     .tile_counts = {sizeof GATE_UP_TILES / sizeof GATE_UP_TILES[0], sizeof DOWN_TILES / sizeof DOWN_TILES[0]},
     .values = values, .threads = volt8_gemm_threads, .signature = volt8_gemm_signature,
     .launch_size = volt8_gemm_launch_size,

@@ -35,6 +35,7 @@ typedef struct volt8_kind_spec {
   int32_t emulated_from_arch;   /* from this arch on it runs as a software routine (0: never) */
   int32_t lists_values;         /* 1: the source's version line lists every value; 0: variant, shape, threads */
   int32_t expert_range;         /* 1: its values carry the rank's expert range (moe_expert_range.cu) */
+  int32_t large_items;          /* 1: work items of many pairs of one expert (volt8_kind_large_items) */
   /* The variant space of a GEMM kind: every block_m crossed with every tile of the op. */
   const int32_t *block_ms;
   int32_t block_m_count;
