@@ -2,6 +2,7 @@
 """The host's cost of one eager MoE forward from Python, per call, at M = 1 (default):
 
     Experts.forward(x, ids, w, out, stream)   the binding with every argument given
+    the same, two sets of tensors in turn      each call with other tensors than the call before
     Experts.forward(x, ids, w)                the binding allocating out, on torch's current stream
     torch.ops.volt8.moe_forward               the torch operator (a new out each call)
     torch.mm                                  x times an FP16 [hidden, 2 x intermediate] matrix, for scale
@@ -12,7 +13,8 @@
 
 Each figure is the host time of a batch of calls divided by the calls (the median over the batches;
 the stream is synchronised between batches, outside the timing, so the GPU never holds the host
-back), on experts built from random E4M3 weights at one rank's shape (default: the reference
+back). The batches of the paths are interleaved (each round times one batch of every path, in turn),
+so that a host whose speed drifts over a run moves every path alike; on experts built from random E4M3 weights at one rank's shape (default: the reference
 model's TP4 rank 1; the kernels are the dispatched ones, compiled or read from the cache first).
 
     python3 bench/host_path.py [--tokens 1] [--top-k 8] [--experts 512] [--shape S] [--json FILE]
@@ -53,20 +55,23 @@ def random_experts(numpy, volt8, shape, seed):
     return shape, codes("w13"), scales("s13"), codes("w2"), scales("s2")
 
 
-def per_call_us(torch, call, batches, calls):
-    """(median, min) over batches of the host time per call, in microseconds."""
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    results = []
-    for _ in range(batches):
-        start = time.perf_counter()
-        for _ in range(calls):
+def per_call_us(torch, cases, batches, calls):
+    """{name: (median, min)} over batches of the host time per call, in microseconds; each round times
+    one batch of every case, in turn."""
+    for _, call in cases:
+        for _ in range(3):
             call()
-        elapsed = time.perf_counter() - start
-        torch.cuda.synchronize()
-        results.append(elapsed / calls * 1e6)
-    return statistics.median(results), min(results)
+    torch.cuda.synchronize()
+    results = {name: [] for name, _ in cases}
+    for _ in range(batches):
+        for name, call in cases:
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            elapsed = time.perf_counter() - start
+            torch.cuda.synchronize()
+            results[name].append(elapsed / calls * 1e6)
+    return {name: (statistics.median(values), min(values)) for name, values in results.items()}
 
 
 def main(argv=None):
@@ -115,6 +120,13 @@ def main(argv=None):
     ids = ids.int().contiguous()
     weights = torch.full((args.tokens, top_k), 1.0 / top_k, device="cuda")
     out = torch.empty_like(x)
+    # A second set of tensors (other addresses, the same shapes), for calls that alternate between sets.
+    sets = [(x, ids, weights, out), (x.clone(), ids.clone(), weights.clone(), torch.empty_like(x))]
+    turn = [0]
+
+    def alternating():
+        turn[0] ^= 1
+        experts.forward(*sets[turn[0]], stream)
     matrix = torch.randn(shape.hidden, 2 * shape.intermediate, generator=generator, device="cuda").half()
     stream = torch.cuda.current_stream().cuda_stream
 
@@ -131,7 +143,7 @@ def main(argv=None):
 
     # Experts built the same way whose fast path calls a Python function in place of the C one.
     from volt8._torch_fast import ForwardCall
-    stub_call = ForwardCall(ctx, library)
+    stub_call = ForwardCall(ctx, library, shape.hidden)
     stub_call.function = lambda handle_, args_, stream_: 0
 
     def fast_path_without_c():
@@ -141,6 +153,7 @@ def main(argv=None):
 
     cases = [
         ("Experts.forward(x, ids, w, out, stream)", lambda: experts.forward(x, ids, weights, out, stream)),
+        ("the same, two sets of tensors in turn", alternating),
         ("Experts.forward(x, ids, w)", lambda: experts.forward(x, ids, weights)),
         ("torch.ops.volt8.moe_forward", lambda: op(x, ids, weights, key)),
         ("torch.mm", lambda: torch.mm(x, matrix)),
@@ -153,10 +166,11 @@ def main(argv=None):
           f"{args.batches} batches of {args.calls} calls")
     figures = {}
     with torch.inference_mode():
-        for name, call in cases:
-            median, best = per_call_us(torch, call, args.batches, args.calls)
-            figures[name] = {"median_us": round(median, 2), "min_us": round(best, 2)}
-            print(f"  {name:<42} {median:7.2f} us a call (best batch {best:.2f})")
+        timed = per_call_us(torch, cases, args.batches, args.calls)
+    for name, _ in cases:
+        median, best = timed[name]
+        figures[name] = {"median_us": round(median, 2), "min_us": round(best, 2)}
+        print(f"  {name:<42} {median:7.2f} us a call (best batch {best:.2f})")
     if args.json:
         with open(args.json, "w") as stream_out:
             json.dump({"device": device, "torch": torch.__version__, "tokens": args.tokens, "top_k": top_k,

@@ -192,7 +192,7 @@ prepare() {
 # runs that many of a suite's tests at once, each in its own process: the kernels suite's variant-wide
 # tests come in slices for it; SUITE_FILTER, a Criterion filter, only the tests it names), sanitize (compute-sanitizer memcheck,
 # racecheck, initcheck and synccheck over the quick suites, on the compute_70 PTX or, with
-# SANITIZE_NATIVE=1, on native code; SANITIZE_TOOLS picks some tools and SANITIZE_SUITES some suites;
+# SANITIZE_NATIVE=1, on native code; SANITIZE_TOOLS picks some tools, SANITIZE_SUITES some suites and SUITE_FILTER some tests;
 # SANITIZE_TIMEOUT, default 600 s, bounds each of those steps, STEP_TIMEOUT, default 300 s, every other step), tune (sm_90 tables for
 # TP 1/2/4/8; TUNE_TP, TUNE_M and TUNE_MERGE=1 narrow it and merge into the shipped tables), bench
 # (the reference TP4 shape, with the tables just tuned when there are any; BENCH_CHAIN=N adds volt8
@@ -303,7 +303,8 @@ run() {
             [ "${SANITIZE_NATIVE:-0}" = 1 ] && mode=native
             mode_env "$mode"
             step_timeout="${SANITIZE_TIMEOUT:-600}" step "$name.$tool.$mode" env "${arch_env[@]}" VOLT8_GPU_TEST_QUICK=1 \
-              compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 7 "$suite" --jobs=1
+              compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 7 "$suite" --jobs=1 \
+              ${SUITE_FILTER:+--filter="$SUITE_FILTER"}
           done
         done ;;
       tune)

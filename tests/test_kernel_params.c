@@ -14,6 +14,7 @@
 #include "jit/template.h"
 #include "moe/kernels/catalogue.h"
 #include "moe/kernels/kernel_params.h"
+#include "moe/replay.h"
 #include "sampler/sampler_params.h"
 #include "test_support.h"
 
@@ -238,4 +239,46 @@ Test(kernel_params, a_list_that_differs_from_the_template_is_reported) {
   volt8_kernel_source_free(&fused);
   volt8_codegen_names_free(names, count);
   volt8_ctx_destroy(ctx);
+}
+
+/* An eager forward's recorded launch (moe/replay.h) holds each argument's value at an offset aligned
+ * to its size, and the pointers built from it give back the values the launcher passed: the down's
+ * list (pointers and ints, interleaved) and the route's (a long long among them). A fifth launch is
+ * not recorded; the record says so. */
+Test(kernel_params, a_recorded_launch_keeps_every_argument_value) {
+  volt8_down_args down = {0};
+  unsigned char *fields = (unsigned char *)&down;
+  for (size_t i = 0; i < sizeof down; i++) fields[i] = (unsigned char)(i * 7 + 1);
+  volt8_route_args route = {0};
+  route.topk_ids = 0x1000;
+  route.num_pairs = 37;
+  route.warm_bytes = 1LL << 40;
+  route.top_k = 8;
+  route.out = 0x2000;
+  volt8_launch_record record = {0};
+  void *params[VOLT8_MAX_KERNEL_PARAMS];
+  const volt8_kernel_signature *signatures[2] = {&volt8_down_fused_signature, &volt8_route_signature};
+  void *args[2] = {&down, &route};
+  for (int launch = 0; launch < VOLT8_REPLAY_MAX_NODES + 1; launch++) {
+    volt8_kernel_params_fill(signatures[launch % 2], args[launch % 2], params);
+    volt8_launch_record_add(&record, NULL, "test", 3, 4, 128, launch % 2, signatures[launch % 2], params);
+  }
+  cr_assert_eq(record.count, VOLT8_REPLAY_MAX_NODES);
+  cr_assert(record.overflow);
+  for (int launch = 0; launch < VOLT8_REPLAY_MAX_NODES; launch++) {
+    const volt8_recorded_launch *recorded = &record.launches[launch];
+    const volt8_kernel_signature *signature = signatures[launch % 2];
+    cr_assert_eq(recorded->param_count, signature->count);
+    cr_assert_eq(recorded->early, launch % 2);
+    for (int p = 0; p < signature->count; p++) {
+      size_t bytes = signature->params[p].bytes;
+      cr_assert_eq(recorded->sizes[p], bytes);
+      cr_assert_eq(recorded->offsets[p] % bytes, 0, "%s %s at offset %u", signature->kernel, signature->params[p].name,
+                   recorded->offsets[p]);
+      cr_assert(recorded->offsets[p] + bytes <= recorded->bytes && recorded->bytes <= sizeof recorded->values);
+      cr_assert_eq(memcmp(recorded->values + recorded->offsets[p],
+                          (unsigned char *)args[launch % 2] + signature->params[p].offset, bytes), 0,
+                   "%s: the value of %s", signature->kernel, signature->params[p].name);
+    }
+  }
 }

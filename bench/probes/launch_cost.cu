@@ -7,7 +7,11 @@
 //   cuLaunchKernelEx of the same with the programmatic stream serialisation attribute (early launch),
 //   and without any attribute;
 //   cuStreamIsCapturing;
-//   cuLaunchKernel of an empty kernel of 14 separate parameters (10 pointers, 4 ints: a GEMM's list).
+//   cuLaunchKernel of an empty kernel of 14 separate parameters (10 pointers, 4 ints: a GEMM's list),
+//   and of the same kernel loaded from PTX text by cuModuleLoadData (as the library loads its kernels);
+//   a captured graph of two such launches (the second early, as a forward's down): cuGraphLaunch alone,
+//   cuGraphExecKernelNodeSetParams alone, and both nodes' parameters set then cuGraphLaunch (what an
+//   eager forward replaying a graph with new tensors would pay).
 // Build (sm_90) and run:
 //   nvcc -arch=sm_90 -O3 -o launch_cost bench/probes/launch_cost.cu -lcuda
 //   ./launch_cost
@@ -142,6 +146,69 @@ int main() {
   time_call("cuLaunchKernel, 14 parameters, grid 132", stream, [&] {
     check(cuLaunchKernel(many, 132, 1, 1, 128, 1, 1, 0, stream, many_args, nullptr), "cuLaunchKernel");
   });
+  // The same kernel's PTX, loaded as the library loads its kernels (cuModuleLoadData of PTX text).
+  static const char kPtx[] =
+      ".version 8.0\n.target sm_90\n.address_size 64\n"
+      ".visible .entry many_ptx(.param .u64 a, .param .u64 b, .param .u64 c, .param .u64 d, .param .u64 e,"
+      " .param .u64 f, .param .u32 g, .param .u64 h, .param .u64 i, .param .u32 j, .param .u64 k, .param .u32 l,"
+      " .param .u64 m, .param .u32 n)\n{\n ret;\n}\n";
+  CUmodule module;
+  CUfunction many_ptx;
+  check(cuModuleLoadData(&module, kPtx), "cuModuleLoadData");
+  check(cuModuleGetFunction(&many_ptx, module, "many_ptx"), "cuModuleGetFunction");
+  time_call("cuLaunchKernel, 14 parameters, grid 132, module from PTX", stream, [&] {
+    check(cuLaunchKernel(many_ptx, 132, 1, 1, 128, 1, 1, 0, stream, many_args, nullptr), "cuLaunchKernel");
+  });
+
+  // A graph of the two launches of an M = 1 forward (the second early), captured once.
+  CUlaunchAttribute early_attribute{};
+  early_attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  early_attribute.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig early_config = launch_config(132, stream, &early_attribute);
+  CUgraph graph;
+  check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+  check(cuLaunchKernel(many_ptx, 132, 1, 1, 128, 1, 1, 0, stream, many_args, nullptr), "cuLaunchKernel (capture)");
+  check(cuLaunchKernelEx(&early_config, many_ptx, many_args, nullptr), "cuLaunchKernelEx (capture)");
+  check(cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+  CUgraphExec exec;
+  check(cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate");
+  CUgraphNode nodes[4];
+  size_t node_count = 4;
+  check(cuGraphGetNodes(graph, nodes, &node_count), "cuGraphGetNodes");
+  std::printf("  (the captured pair is a graph of %zu nodes)\n", node_count);
+  CUDA_KERNEL_NODE_PARAMS node_params[4];
+  for (size_t i = 0; i < node_count && i < 4; ++i)
+    check(cuGraphKernelNodeGetParams(nodes[i], &node_params[i]), "cuGraphKernelNodeGetParams");
+  time_call("cuGraphLaunch, the pair's graph", stream, [&] { check(cuGraphLaunch(exec, stream), "cuGraphLaunch"); });
+  const void *other_pointers[2][10];
+  for (int v = 0; v < 2; ++v)
+    for (int i = 0; i < 10; ++i) other_pointers[v][i] = reinterpret_cast<const void *>(static_cast<size_t>(8192 * (i + 2 + v)));
+  void *other_args[2][14];
+  for (int v = 0; v < 2; ++v) {
+    int p = 0;
+    for (int i = 0; i < 14; ++i)
+      other_args[v][i] = (i == 6 || i == 9 || i == 11 || i == 13) ? many_args[i] : (void *)&other_pointers[v][p++];
+  }
+  int flip = 0;
+  auto set_both = [&] {
+    flip ^= 1;
+    for (size_t i = 0; i < node_count && i < 2; ++i) {
+      node_params[i].kernelParams = other_args[flip];
+      check(cuGraphExecKernelNodeSetParams(exec, nodes[i], &node_params[i]), "cuGraphExecKernelNodeSetParams");
+    }
+  };
+  time_call("cuGraphExecKernelNodeSetParams, both nodes", stream, set_both);
+  time_call("both nodes' parameters set, then cuGraphLaunch", stream, [&] {
+    set_both();
+    check(cuGraphLaunch(exec, stream), "cuGraphLaunch");
+  });
+  time_call("cuLaunchKernel then cuLaunchKernelEx (early), module from PTX", stream, [&] {
+    check(cuLaunchKernel(many_ptx, 132, 1, 1, 128, 1, 1, 0, stream, many_args, nullptr), "cuLaunchKernel");
+    check(cuLaunchKernelEx(&early_config, many_ptx, many_args, nullptr), "cuLaunchKernelEx");
+  });
+  check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  check(cuGraphDestroy(graph), "cuGraphDestroy");
+  check(cuModuleUnload(module), "cuModuleUnload");
   check(cuStreamDestroy(stream), "cuStreamDestroy");
   return 0;
 }

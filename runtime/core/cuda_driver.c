@@ -69,6 +69,10 @@ static void driver_open(void) {
   RESOLVE(cuGraphLaunch, "cuGraphLaunch");
   RESOLVE(cuGraphExecDestroy, "cuGraphExecDestroy");
   RESOLVE(cuGraphDestroy, "cuGraphDestroy");
+  /* optional: the replay of eager forwards (moe/replay.h) */
+  *(void **)&driver_table.cuGraphGetNodes = dlsym(handle, "cuGraphGetNodes");
+  *(void **)&driver_table.cuGraphKernelNodeGetParams = dlsym(handle, "cuGraphKernelNodeGetParams_v2");
+  *(void **)&driver_table.cuGraphExecKernelNodeSetParams = dlsym(handle, "cuGraphExecKernelNodeSetParams_v2");
   RESOLVE(cuEventCreate, "cuEventCreate");
   RESOLVE(cuEventDestroy, "cuEventDestroy_v2");
   RESOLVE(cuEventRecord, "cuEventRecord");

@@ -45,6 +45,11 @@ typedef struct volt8_cuda_driver {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
   CUresult (*cuGraphDestroy)(CUgraph);
+  /* NULL where the driver predates them (CUDA 12.0, the _v2 kernel node parameters): eager forwards are
+   * then never replayed from a graph (moe/replay.h). */
+  CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode *, size_t *);
+  CUresult (*cuGraphKernelNodeGetParams)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+  CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
   CUresult (*cuEventCreate)(CUevent *, unsigned int);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);

@@ -9,6 +9,7 @@
 #include "moe/kernels/catalogue.h"
 #include "moe/kernels/kernel_params.h"
 #include "moe/kernels/moe_layout.h"
+#include "moe/replay.h"
 
 #include <stdlib.h>
 #include <stdio.h>
@@ -45,6 +46,9 @@ struct volt8_experts {
   /* what a forward runs: read by prepare (or the first forward), so that no later forward runs the
    * code generator or reads a tuning table to decide */
   volt8_forward_plan plan;
+  /* Set while a forward records its launches instead of making them (volt8_moe_forward). */
+  volt8_launch_record *recording;
+  volt8_replay replay; /* the graphs of the eager forwards it replays (moe/replay.h) */
 };
 
 static volt8_status cuda_check(volt8_ctx *ctx, CUresult result, const char *what) {
@@ -193,6 +197,7 @@ void volt8_experts_destroy(volt8_experts *experts) {
   if (!experts) return;
   const volt8_cuda_driver *cuda = experts->ctx->cuda;
   cuda->cuCtxSetCurrent(experts->ctx->cu_context);
+  volt8_replay_release(experts->ctx, &experts->replay); /* its graphs launch the modules' kernels */
   for (int32_t i = 0; i < experts->kernel_count; i++) cuda->cuModuleUnload(experts->kernels[i].module);
   if (experts->weights) cuda->cuMemFree(experts->weights);
   if (experts->workspace) cuda->cuMemFree(experts->workspace);
@@ -316,6 +321,12 @@ static volt8_status launch(volt8_experts *experts, const loaded_kernel *kernel, 
                            CUstream stream, void **params, int early) {
   volt8_ctx *ctx = experts->ctx;
   volt8_launch_size size = volt8_variant_launch_size(&kernel->variant, &experts->shape, counts);
+  if (experts->recording) {
+    experts->recording->routed |= kernel->variant.kind == VOLT8_KIND_ROUTE;
+    volt8_launch_record_add(experts->recording, kernel->function, kernel->name, size.grid_x, size.grid_y, size.threads,
+                            early, volt8_variant_signature(&kernel->variant), params);
+    return VOLT8_OK;
+  }
   if (early && ctx->early_launch)
     return cuda_check(ctx,
                       volt8_cuda_launch_early(ctx->cuda, kernel->function, size.grid_x, size.grid_y, size.threads, stream,
@@ -542,7 +553,18 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   volt8_launch_counts counts = {args->num_tokens, args->num_tokens * args->top_k, warm_ctas, ctx->sm_count,
                                 ctx->single_ctas_per_sm};
   if (runs.single) return launch_single(experts, args, &counts, &capture);
-  return launch_kernels(experts, args, &runs, &counts, &capture);
+  int capturing = 0;
+  if (!ctx->eager_replay || (status = stream_capturing(ctx, &capture, &capturing)) != VOLT8_OK || capturing)
+    return status != VOLT8_OK ? status : launch_kernels(experts, args, &runs, &counts, &capture);
+  /* An eager forward: its launches recorded, then made from a graph where moe/replay.h replays them. */
+  volt8_launch_record record;
+  record.count = record.overflow = record.routed = 0;
+  experts->recording = &record;
+  status = launch_kernels(experts, args, &runs, &counts, &capture);
+  experts->recording = NULL;
+  if (status != VOLT8_OK) return status;
+  if (record.overflow) return launch_kernels(experts, args, &runs, &counts, &capture); /* too many to record */
+  return volt8_replay_forward(ctx, &experts->replay, &record, capture.stream);
 }
 
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream) {
@@ -561,6 +583,10 @@ volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char 
 }
 
 volt8_ctx *volt8_experts_ctx(const volt8_experts *experts) { return experts->ctx; }
+void volt8_experts_replay_counts(const volt8_experts *experts, int64_t *out_captures, int64_t *out_replays) {
+  *out_captures = experts->replay.captures;
+  *out_replays = experts->replay.replays;
+}
 const volt8_moe_shape *volt8_experts_resident_shape(const volt8_experts *experts) { return &experts->shape; }
 volt8_forward_plan *volt8_experts_plan(volt8_experts *experts) { return &experts->plan; }
 

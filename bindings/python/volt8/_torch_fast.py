@@ -56,14 +56,16 @@ class ForwardCall:
     """One Experts' forward from torch tensors: the volt8_moe_args struct and the bound C function,
     made once; the struct is filled and passed under the context's lock."""
 
-    __slots__ = ("args", "args_ref", "pack", "function", "lock")
+    __slots__ = ("args", "args_ref", "pack", "function", "lock", "device", "hidden")
 
-    def __init__(self, ctx, library):
+    def __init__(self, ctx, library, hidden):
         self.args = _abi.MoeArgs()
         self.pack = _ARGS_LAYOUT.pack_into
         self.args_ref = ctypes.byref(self.args)
         self.function = library.volt8_moe_forward
         self.lock = ctx._lock
+        self.device = ctx.device  # fixed for a context's life, as the experts' hidden size is
+        self.hidden = hidden
 
     def __call__(self, experts, x, topk_ids, topk_weights, out, stream, check_ids, allow_grad):
         """The forward of `experts` (the Experts holding this object; passed, not kept, so that no cycle
@@ -83,10 +85,11 @@ class ForwardCall:
         if x.dtype is not float16 or topk_ids.dtype is not int32 or topk_weights.dtype is not float32:
             return None
         handle = experts._handle
-        device = experts.ctx.device
-        x_shape, ids_shape = x.shape, topk_ids.shape
+        device = self.device
+        x_shape = x.shape
+        ids_shape = topk_ids.shape
         if (handle is None or device < 0 or len(x_shape) != 2 or len(ids_shape) != 2 or topk_weights.shape != ids_shape
-                or x_shape[0] != ids_shape[0] or x_shape[1] != experts.shape.hidden):
+                or x_shape[0] != ids_shape[0] or x_shape[1] != self.hidden):
             return None
         if not (x.is_contiguous() and topk_ids.is_contiguous() and topk_weights.is_contiguous()):
             return None

@@ -32,7 +32,7 @@ class Experts:
         self._graphs = weakref.WeakSet()
         self._finalizer = weakref.finalize(self, load().volt8_experts_destroy, handle)
         # torch tensors' forward: one argument struct and the bound C function, made once
-        self._torch_forward = _torch_fast.ForwardCall(ctx, load()) if isinstance(ctx, Context) else None
+        self._torch_forward = _torch_fast.ForwardCall(ctx, load(), shape.hidden) if isinstance(ctx, Context) else None
         ctx.adopt(self)
 
     @classmethod
