@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Copies the measured tables of a GPU run that may ship into tuning/tables.
 
-    scripts/ship_tables.py RUN_TABLES [--into tuning/tables] [--volt8 build/volt8] [--dry-run]
+    scripts/ship_tables.py RUN_TABLES [--into tuning/tables] [--volt8 build/volt8] [--merge] [--dry-run]
 
 RUN_TABLES: the tables a `models_tune` call of scripts/gpu_check.sh wrote (logs/tables in its
 logs.tgz). A measured table ships when it holds every token count the tuner measures by default (a
 tune cut short by its time limit leaves some out) and its N and K are a registry model's rank shape
 (`volt8 models --tp N`): no table for a shape that only the tests use. Derived tables (sm_70) are
-made here by `volt8 tune --derive sm_70`, not copied. Prints one line per table, copied or skipped
-and why; exits 1 when a table cannot be read."""
+made here by `volt8 tune --derive sm_70`, not copied. --merge: the run measured other token counts
+(`TUNE_M`, large M, say): its entries are merged into the shipped table of the same name, as the
+tuner merges (the run's entries replace those of the same M, its run is added to the runs, its
+metadata heads the table), and a table ships whatever token counts it holds. Prints one line per
+table, copied, merged or skipped and why; exits 1 when a table cannot be read."""
 import argparse
 import json
 import os
@@ -35,7 +38,7 @@ def model_op_shapes(volt8):
     return shapes
 
 
-def verdict(table, shapes):
+def verdict(table, shapes, merge=False):
     """None when the table may ship, else why not."""
     meta = table.get("__metadata__", {})
     if not meta.get("measured"):
@@ -46,9 +49,41 @@ def verdict(table, shapes):
     if key not in shapes:
         return f"op {key[0]} N {key[1]} K {key[2]} is no registry model's rank shape"
     missing = sorted(FULL_M - {int(m) for m in table if m != "__metadata__"})
-    if missing:
+    if missing and not merge:
         return f"M {','.join(map(str, missing))} not measured (a tune cut short)"
     return None
+
+
+MAX_RUNS_KEPT = 64  # tuning/table_io.c keeps as many
+
+
+def merged(shipped, run):
+    """The shipped table with the run's entries and run merged in (tuning/table_io.c's merge)."""
+    meta = dict(run["__metadata__"])
+    old_runs = shipped.get("__metadata__", {}).get("runs", [])
+    meta["runs"] = (old_runs[-(MAX_RUNS_KEPT - 1):] if len(old_runs) > MAX_RUNS_KEPT - 1 else list(old_runs)) + \
+        run["__metadata__"].get("runs", [])
+    if shipped.get("__metadata__", {}).get("measured") is False:
+        meta["measured"] = False
+    entries = {key: value for key, value in shipped.items() if key != "__metadata__"}
+    entries.update({key: value for key, value in run.items() if key != "__metadata__"})
+    out = {"__metadata__": meta}
+    for key in sorted(entries, key=int):
+        out[key] = entries[key]
+    return out
+
+
+def render(table):
+    """The table as the tuner writes it: a metadata field a line, an entry a line, values compact."""
+    compact = lambda value: json.dumps(value, separators=(",", ":"))
+    meta = table["__metadata__"]
+    lines = ["{", '  "__metadata__": {']
+    lines += [f"    {json.dumps(key)}: {compact(value)}," for key, value in meta.items()]
+    lines[-1] = lines[-1][:-1]
+    lines.append("  },")
+    lines += [f"  {json.dumps(key)}: {compact(value)}," for key, value in table.items() if key != "__metadata__"]
+    lines[-1] = lines[-1][:-1]
+    return "\n".join(lines + ["}"]) + "\n"
 
 
 def main(argv):
@@ -56,6 +91,7 @@ def main(argv):
     parser.add_argument("run_tables")
     parser.add_argument("--into", default="tuning/tables")
     parser.add_argument("--volt8", default="build/volt8")
+    parser.add_argument("--merge", action="store_true", help="merge into the shipped tables")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.run_tables) or not os.path.isdir(args.into):
@@ -73,12 +109,21 @@ def main(argv):
             print(f"unreadable {name}: {error}")
             status = 1
             continue
-        why = verdict(table, shapes)
+        why = verdict(table, shapes, args.merge)
         if why:
             print(f"skipped {name}: {why}")
             continue
+        target = os.path.join(args.into, name)
+        if args.merge and os.path.isfile(target):
+            with open(target, encoding="utf-8") as stream:
+                table = merged(json.load(stream), table)
+            if not args.dry_run:
+                with open(target, "w", encoding="utf-8") as stream:
+                    stream.write(render(table))
+            print(f"{'would merge' if args.dry_run else 'merged'} {name}: M {','.join(k for k in table if k != '__metadata__')}")
+            continue
         if not args.dry_run:
-            shutil.copyfile(path, os.path.join(args.into, name))
+            shutil.copyfile(path, target)
         print(f"{'would copy' if args.dry_run else 'copied'} {name}")
     return status
 

@@ -683,6 +683,83 @@ Test(tuner, no_valid_candidate_is_reported_not_written) {
   volt8_ctx_destroy(ctx);
 }
 
+/* A fake of large M: a candidate's time is 1000 us over its block_m (items that reuse each weight
+ * across more pairs are faster), and, as the GPU backend does, a first pass over the limit stops it
+ * (pruned). It records the order in which the screen of the first M took the gate_up candidates. */
+typedef struct block_timer {
+  int32_t first_m, screened;
+  long block_ms[512];
+} block_timer;
+
+static long fake_block_m(const char *name) {
+  const char *at = strstr(name, ".bm");
+  return at ? strtol(at + 3, NULL, 10) : 1;
+}
+
+static volt8_status block_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
+                                  tuner_measurement *out) {
+  block_timer *fake = state;
+  if (m == fake->first_m && fake->screened < 512 && batches == 2) /* a screen pass (fake_settings: 2) */
+    fake->block_ms[fake->screened++] = fake_block_m(gate_up);
+  double us = 1000.0 / (double)fake_block_m(gate_up) + 1000.0 / (double)fake_block_m(down);
+  out->relative_l2 = 1e-4;
+  out->forward_us = us;
+  out->accepted = 1;
+  if (isfinite(out->limit_us) && us > out->limit_us) {
+    out->accepted = 0;
+    out->pruned = 1;
+    snprintf(out->reason, sizeof out->reason, "pruned: %.1f us over %.1f us", us, out->limit_us);
+  }
+  return VOLT8_OK;
+}
+
+static volt8_status block_begin(void *state, int32_t m) { return VOLT8_OK; }
+static void block_end(void *state, int32_t m) {}
+
+/* --prune: the screen takes the largest items first, stops timing what is over the factor times the
+ * best so far (counted apart from the rejected), and picks what the full screen picks. */
+Test(tuner, pruning_screens_the_largest_items_first_and_keeps_the_pick) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
+  int32_t m_values[1] = {4096};
+  volt8_tuning_table picked[2][2];
+  tuner_summary summaries[2];
+  block_timer fakes[2];
+  for (int run = 0; run < 2; run++) {
+    char out_dir[8192];
+    snprintf(out_dir, sizeof out_dir, "%s/run%d", temp_dir, run);
+    cr_assert_eq(mkdir(out_dir, 0755), 0);
+    tuner_settings settings = fake_settings(m_values, 1, NULL);
+    settings.out_dir = out_dir;
+    settings.prune_factor = run == 0 ? 0 : 4;
+    memset(&fakes[run], 0, sizeof fakes[run]);
+    fakes[run].first_m = 4096;
+    tuner_backend backend = {&fakes[run], 1, block_begin, block_measure, block_end};
+    cr_assert_eq(tuner_run(ctx, &settings, &backend, &summaries[run]), VOLT8_OK, "%s", volt8_last_error(ctx));
+    picked[run][0] = parse_written(summaries[run].tables[0], "gate_up");
+    picked[run][1] = parse_written(summaries[run].tables[1], "down");
+  }
+  cr_assert_eq(summaries[0].pruned, 0, "no pruning without a factor");
+  cr_assert_gt(summaries[1].pruned, 0, "small items are far slower at this M");
+  cr_assert_eq(summaries[1].rejected, 0, "pruned candidates are not counted as rejected");
+  for (int op = 0; op < 2; op++)
+    cr_assert_str_eq(picked[1][op].entries[0].variant, picked[0][op].entries[0].variant, "op %d", op);
+  /* The pruned screen took the gate_up candidates (its first screen passes) in order of block_m,
+   * largest first; the full one in the catalogue's order. */
+  char **names = NULL;
+  int32_t count = 0;
+  cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_GATE_UP, &names, &count), VOLT8_OK);
+  volt8_codegen_names_free(names, count);
+  cr_assert(count > 1 && fakes[0].screened > count && fakes[1].screened > count);
+  int ordered = 1, unordered = 0;
+  for (int32_t i = 1; i < count; i++) ordered &= fakes[1].block_ms[i] <= fakes[1].block_ms[i - 1];
+  for (int32_t i = 1; i < count; i++) unordered |= fakes[0].block_ms[i] > fakes[0].block_ms[i - 1];
+  cr_assert(ordered, "the pruned screen's gate_up candidates are not largest block_m first");
+  cr_assert(unordered, "the catalogue's own order starts with small items");
+  for (int run = 0; run < 2; run++)
+    for (int op = 0; op < 2; op++) volt8_tuning_table_free(&picked[run][op]);
+  volt8_ctx_destroy(ctx);
+}
+
 /* ---- derived tables ---- */
 
 TestSuite(derive, .init = make_temp_dir, .fini = remove_temp_dir, .timeout = 120);

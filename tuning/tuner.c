@@ -205,9 +205,10 @@ typedef struct op_phase {
 } op_phase;
 
 static volt8_status measure_one(const tuner_backend *backend, int32_t m, const op_phase *phase, const char *candidate,
-                                int32_t batches, tuner_measurement *out) {
+                                int32_t batches, double limit_us, tuner_measurement *out) {
   memset(out, 0, sizeof *out);
   out->relative_l2 = NAN;
+  out->limit_us = limit_us;
   const char *gate_up = phase->op == VOLT8_OP_GATE_UP ? candidate : phase->held;
   const char *down = phase->op == VOLT8_OP_GATE_UP ? phase->held : candidate;
   return backend->measure(backend->state, m, gate_up, down, batches, out);
@@ -231,9 +232,12 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
   if (!accepted) return VOLT8_ERR_OUT_OF_MEMORY;
   int32_t accepted_count = 0, rejected = 0;
   volt8_status status = VOLT8_OK;
+  int prune = backend->measured && settings->prune_factor > 0;
+  double best_us = INFINITY; /* the best screen time accepted so far */
   for (int32_t i = 0; i < phase->count && status == VOLT8_OK; i++) {
     tuner_measurement result;
-    status = measure_one(backend, m, phase, phase->names[i], settings->screen_batches, &result);
+    double limit_us = prune && isfinite(best_us) ? settings->prune_factor * best_us : INFINITY;
+    status = measure_one(backend, m, phase, phase->names[i], settings->screen_batches, limit_us, &result);
     summary->measurements++;
     if (status == VOLT8_OK)
       log_measure(settings, m, phase->op, phase->names[i], phase->held, 0, settings->screen_batches, &result);
@@ -241,6 +245,9 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
     if (status != VOLT8_OK) break;
     if (result.accepted) {
       accepted[accepted_count++] = (scored){phase->names[i], i, result};
+      if (result.forward_us < best_us) best_us = result.forward_us;
+    } else if (result.pruned) {
+      summary->pruned++; /* slower than the bar by far: not a fault, so no line of its own */
     } else {
       rejected++;
       snprintf(last_reason, reason_size, "%s: %.400s", phase->names[i], result.reason);
@@ -254,7 +261,7 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
   state->total -= (backend->measured ? settings->finalists : 0) - finalists;
   for (int32_t i = 0; i < finalists && status == VOLT8_OK; i++) {
     tuner_measurement again;
-    status = measure_one(backend, m, phase, accepted[i].name, settings->final_batches, &again);
+    status = measure_one(backend, m, phase, accepted[i].name, settings->final_batches, INFINITY, &again);
     summary->measurements++;
     if (status == VOLT8_OK)
       log_measure(settings, m, phase->op, accepted[i].name, phase->held, 1, settings->final_batches, &again);
@@ -342,12 +349,31 @@ static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const
   return status;
 }
 
+/* The block_m a variant's name gives (".bm64." -> 64; 0 without one). */
+static long name_block_m(const char *name) {
+  const char *at = strstr(name, ".bm");
+  return at ? strtol(at + 3, NULL, 10) : 0;
+}
+
+/* Orders names by block_m, largest first, keeping the catalogue's order among equals. */
+static void order_largest_items_first(char **names, int32_t count) {
+  for (int32_t i = 1; i < count; i++) {
+    char *name = names[i];
+    long block_m = name_block_m(name);
+    int32_t j = i;
+    for (; j > 0 && name_block_m(names[j - 1]) < block_m; j--) names[j] = names[j - 1];
+    names[j] = name;
+  }
+}
+
 volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend,
                        tuner_summary *out_summary) {
   memset(out_summary, 0, sizeof *out_summary);
   op_phase phases[2] = {{VOLT8_OP_GATE_UP, NULL, 0, NULL}, {VOLT8_OP_DOWN, NULL, 0, NULL}};
   volt8_status status = tuner_candidates(ctx, &settings->shape, VOLT8_OP_GATE_UP, &phases[0].names, &phases[0].count);
   if (status == VOLT8_OK) status = tuner_candidates(ctx, &settings->shape, VOLT8_OP_DOWN, &phases[1].names, &phases[1].count);
+  if (status == VOLT8_OK && backend->measured && settings->prune_factor > 0)
+    for (int i = 0; i < 2; i++) order_largest_items_first(phases[i].names, phases[i].count);
   tuning_result_entry *entries[2] = {calloc((size_t)settings->m_count + 1, sizeof(tuning_result_entry)),
                                      calloc((size_t)settings->m_count + 1, sizeof(tuning_result_entry))};
   if (status == VOLT8_OK && (!entries[0] || !entries[1]))

@@ -22,6 +22,10 @@ typedef struct tuner_measurement {
   double forward_us;   /* median forward, or the model's estimate */
   double relative_l2;  /* NaN when there is no check */
   char reason[512];
+  /* In: a measured backend may stop timing a candidate whose first timed pass is slower than this
+   * (INFINITY: time it in full). Out: 1 when it stopped so (not accepted; `reason` gives the times). */
+  double limit_us;
+  int32_t pruned;
 } tuner_measurement;
 
 typedef struct tuner_backend {
@@ -44,6 +48,11 @@ typedef struct tuner_settings {
   int32_t screen_batches;   /* timed passes of every candidate */
   int32_t final_batches;    /* timed passes of the finalists */
   int32_t finalists;        /* how many of the best screened candidates are timed again */
+  /* A screened candidate whose first timed pass takes more than this many times the best screen time
+   * accepted so far at its M is timed no further (measured backends; 0: every candidate in full).
+   * Candidates are screened in order of block_m, largest first, so that at large M the items that
+   * reuse each weight most set the bar early. */
+  double prune_factor;
   const char *out_dir;
   int32_t arch;             /* the tables' arch */
   const char *device;       /* the tables' device description */
@@ -61,6 +70,7 @@ typedef struct tuner_settings {
 typedef struct tuner_summary {
   int32_t m_done, m_failed;
   int32_t measurements, rejected;
+  int32_t pruned;           /* screened candidates timed no further (prune_factor) */
   char tables[2][1024];     /* the gate_up and down tables written */
   char failures[2048];      /* one line per M that found no valid candidate */
 } tuner_summary;

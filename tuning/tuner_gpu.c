@@ -128,7 +128,19 @@ static volt8_status gpu_measure(void *user, int32_t m, const char *gate_up, cons
     status = bench_gpu_check(&tuner->gpu, volt8_tools_ctx(ctx).cuda->cuStreamSynchronize(tuner->gpu.stream), "forward");
   if (status == VOLT8_OK) status = bench_inputs_check(ctx, &tuner->inputs, 0, &out->relative_l2);
   int wrong = status == VOLT8_OK && !(out->relative_l2 <= TOLERANCE);
-  if (status == VOLT8_OK && !wrong) {
+  if (status == VOLT8_OK && !wrong && isfinite(out->limit_us)) {
+    /* One timed pass first: a candidate far slower than the best so far is timed no further. */
+    bench_timing_plan first = {tuner->inputs.count, 0, 1, tuner->settings.spin_ms};
+    bench_timing timing;
+    status = bench_time(&tuner->gpu, bench_graph_set_launch, &graphs, &first, &timing);
+    if (status == VOLT8_OK && timing.median_us > out->limit_us) {
+      out->pruned = 1;
+      out->forward_us = timing.median_us;
+      snprintf(out->reason, sizeof out->reason, "pruned: its first pass took %.1f us, over the limit of %.1f us",
+               timing.median_us, out->limit_us);
+    }
+  }
+  if (status == VOLT8_OK && !wrong && !out->pruned) {
     bench_timing_plan plan = {tuner->inputs.count, tuner->settings.warmup_batches, batches, tuner->settings.spin_ms};
     bench_timing timing;
     status = bench_time(&tuner->gpu, bench_graph_set_launch, &graphs, &plan, &timing);
@@ -137,7 +149,7 @@ static volt8_status gpu_measure(void *user, int32_t m, const char *gate_up, cons
   bench_graph_set_destroy(&graphs);
   volt8_experts_set_variants(tuner->experts, NULL, NULL);
   if (status != VOLT8_OK) return reject(tuner, status, out);
-  out->accepted = !wrong;
+  out->accepted = !wrong && !out->pruned;
   if (wrong)
     snprintf(out->reason, sizeof out->reason, "relative L2 %.3g against the reference exceeds %.0e", out->relative_l2,
              TOLERANCE);
