@@ -30,17 +30,8 @@
 #define VOLT8_GATE_UP @{OP_GATE_UP}
 
 namespace {
-constexpr int kBlockM = @{BLOCK_M};
-constexpr int kBlockN = @{BLOCK_N};  // output columns of the CTA
-constexpr int kThreads = @{THREADS};
-constexpr int kRows = @{ROWS};       // weight rows per output column: gate and up, or one
-constexpr int kK = @{K_DIM};
-constexpr int kN = @{N_DIM};
-constexpr int kScaleBlockK = @{SCALE_BK};
+@{include moe_item_constants.cu}
 constexpr int kStages = @{STAGES};
-constexpr int kWeightRows = kRows * kBlockN;
-constexpr int kStepK = 32;                       // codes of K a step
-constexpr int kSteps = (kK + kStepK - 1) / kStepK;
 constexpr int kWarpsN = kWeightRows / 32;        // a warp takes 32 weight rows
 constexpr int kWarpsM = @{WARPS} / kWarpsN;
 constexpr int kWarpM = kBlockM / kWarpsM;        // pairs of a warp's tile
