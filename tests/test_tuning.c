@@ -692,8 +692,9 @@ typedef struct block_timer {
 } block_timer;
 
 static long fake_block_m(const char *name) {
-  const char *at = strstr(name, ".bm");
-  return at ? strtol(at + 3, NULL, 10) : 1;
+  volt8_variant variant;
+  cr_assert(volt8_variant_parse(name, &variant), "%s is no variant of the catalogue", name);
+  return variant.block_m;
 }
 
 static volt8_status block_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,

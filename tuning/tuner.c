@@ -349,17 +349,17 @@ static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const
   return status;
 }
 
-/* The block_m a variant's name gives (".bm64." -> 64; 0 without one). */
-static long name_block_m(const char *name) {
-  const char *at = strstr(name, ".bm");
-  return at ? strtol(at + 3, NULL, 10) : 0;
+/* The block_m of a candidate (a name of the catalogue's). */
+static int32_t name_block_m(const char *name) {
+  volt8_variant variant;
+  return volt8_variant_parse(name, &variant) ? variant.block_m : 0;
 }
 
 /* Orders names by block_m, largest first, keeping the catalogue's order among equals. */
 static void order_largest_items_first(char **names, int32_t count) {
   for (int32_t i = 1; i < count; i++) {
     char *name = names[i];
-    long block_m = name_block_m(name);
+    int32_t block_m = name_block_m(name);
     int32_t j = i;
     for (; j > 0 && name_block_m(names[j - 1]) < block_m; j--) names[j] = names[j - 1];
     names[j] = name;

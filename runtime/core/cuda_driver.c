@@ -115,6 +115,12 @@ CUresult volt8_cuda_launch_early(const volt8_cuda_driver *cuda, CUfunction funct
   return cuda->cuLaunchKernelEx(&config, function, params, NULL);
 }
 
+CUresult volt8_cuda_launch(const volt8_cuda_driver *cuda, CUfunction function, unsigned grid_x, unsigned grid_y,
+                           unsigned threads, int early, CUstream stream, void **params) {
+  if (early) return volt8_cuda_launch_early(cuda, function, grid_x, grid_y, threads, stream, params);
+  return cuda->cuLaunchKernel(function, grid_x, grid_y, 1, threads, 1, 1, 0, stream, params, NULL);
+}
+
 const char *volt8_cuda_error_text(const volt8_cuda_driver *cuda, CUresult result) {
   static __thread char text[256];
   const char *name = NULL, *description = NULL;

@@ -69,6 +69,11 @@ const volt8_cuda_driver *volt8_cuda_driver_get(char *reason, size_t reason_size)
 CUresult volt8_cuda_launch_early(const volt8_cuda_driver *cuda, CUfunction function, unsigned grid_x, unsigned grid_y,
                                  unsigned threads, CUstream stream, void **params);
 
+/* One launch of `function` as the forward makes it: early (volt8_cuda_launch_early) when `early`, else
+ * cuLaunchKernel. */
+CUresult volt8_cuda_launch(const volt8_cuda_driver *cuda, CUfunction function, unsigned grid_x, unsigned grid_y,
+                           unsigned threads, int early, CUstream stream, void **params);
+
 /* "CUDA_ERROR_X (description)" for a CUresult; static storage. */
 const char *volt8_cuda_error_text(const volt8_cuda_driver *cuda, CUresult result);
 

@@ -327,13 +327,9 @@ static volt8_status launch(volt8_experts *experts, const loaded_kernel *kernel, 
                             early, volt8_variant_signature(&kernel->variant), params);
     return VOLT8_OK;
   }
-  if (early && ctx->early_launch)
-    return cuda_check(ctx,
-                      volt8_cuda_launch_early(ctx->cuda, kernel->function, size.grid_x, size.grid_y, size.threads, stream,
-                                              params),
-                      kernel->name);
-  return cuda_check(ctx, ctx->cuda->cuLaunchKernel(kernel->function, size.grid_x, size.grid_y, 1, size.threads, 1, 1, 0,
-                                                   stream, params, NULL),
+  return cuda_check(ctx,
+                    volt8_cuda_launch(ctx->cuda, kernel->function, size.grid_x, size.grid_y, size.threads,
+                                      early && ctx->early_launch, stream, params),
                     kernel->name);
 }
 

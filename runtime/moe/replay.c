@@ -39,11 +39,8 @@ static void launch_params(const volt8_recorded_launch *launch, void *params[VOLT
 static CUresult launch_one(const volt8_ctx *ctx, const volt8_recorded_launch *launch, CUstream stream) {
   void *params[VOLT8_MAX_KERNEL_PARAMS];
   launch_params(launch, params);
-  if (launch->early && ctx->early_launch)
-    return volt8_cuda_launch_early(ctx->cuda, launch->function, launch->grid_x, launch->grid_y, launch->threads, stream,
-                                   params);
-  return ctx->cuda->cuLaunchKernel(launch->function, launch->grid_x, launch->grid_y, 1, launch->threads, 1, 1, 0, stream,
-                                   params, NULL);
+  return volt8_cuda_launch(ctx->cuda, launch->function, launch->grid_x, launch->grid_y, launch->threads,
+                           launch->early && ctx->early_launch, stream, params);
 }
 
 volt8_status volt8_launch_record_run(volt8_ctx *ctx, const volt8_launch_record *record, CUstream stream) {
