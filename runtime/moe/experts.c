@@ -49,6 +49,16 @@ struct volt8_experts {
   /* Set while a forward records its launches instead of making them (volt8_moe_forward). */
   volt8_launch_record *recording;
   volt8_replay replay; /* the graphs of the eager forwards it replays (moe/replay.h) */
+  /* Bumped by whatever changes the launches a forward makes for given arguments: a new workspace,
+   * variants pinned by name. */
+  uint64_t epoch;
+  /* The arguments and epoch of the forward that left replay.last set: a forward with the same ones
+   * launches that graph again (volt8_replay_again). */
+  struct {
+    int32_t num_tokens, top_k;
+    const void *x, *topk_ids, *topk_weights, *out;
+    uint64_t epoch;
+  } last_replayed;
 };
 
 static volt8_status cuda_check(volt8_ctx *ctx, CUresult result, const char *what) {
@@ -116,6 +126,7 @@ static volt8_status allocate_workspace(volt8_experts *experts, const volt8_moe_w
                       (double)plan->total_bytes / (1024.0 * 1024.0 * 1024.0), volt8_cuda_error_text(ctx->cuda, result),
                       free_bytes, total_bytes);
   }
+  experts->epoch++;
   experts->workspace_bytes = (size_t)plan->total_bytes;
   experts->routed_launches = plan->routed_launches;
   CUdeviceptr *targets[VOLT8_WORKSPACE_REGIONS] = {&experts->sorted_pairs, &experts->items_gate_up,
@@ -207,6 +218,7 @@ void volt8_experts_destroy(volt8_experts *experts) {
 
 volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant, const char *down_variant) {
   if (!experts) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_set_variants: experts is NULL");
+  experts->epoch++;
   return volt8_forward_plan_pin(&experts->plan, gate_up_variant, down_variant);
 }
 
@@ -526,6 +538,15 @@ static volt8_status launch_kernels(volt8_experts *experts, const volt8_moe_args 
   return launch(experts, reduce, counts, stream, reduce_params, early);
 }
 
+/* Whether a forward of `args` makes the launches of the one that left experts->replay.last set: the same
+ * arguments in the same epoch choose the same kernels and grids and give them the same values. */
+static int same_as_last_replayed(const volt8_experts *experts, const volt8_moe_args *args) {
+  return args->num_tokens == experts->last_replayed.num_tokens && args->top_k == experts->last_replayed.top_k &&
+         args->x == experts->last_replayed.x && args->topk_ids == experts->last_replayed.topk_ids &&
+         args->topk_weights == experts->last_replayed.topk_weights && args->out == experts->last_replayed.out &&
+         experts->epoch == experts->last_replayed.epoch;
+}
+
 volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *args, void *stream) {
   if (!experts) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_moe_forward: experts is NULL");
   volt8_ctx *ctx = experts->ctx;
@@ -541,6 +562,12 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
       return volt8_fail(ctx, VOLT8_ERR_CAPTURE, "volt8_moe_forward: check_ids synchronises and cannot run while capturing");
     if ((status = check_ids_on_host(experts, args, capture.stream)) != VOLT8_OK) return status;
   }
+  if (ctx->eager_replay && experts->replay.last && same_as_last_replayed(experts, args)) {
+    int capturing = 0;
+    if ((status = stream_capturing(ctx, &capture, &capturing)) != VOLT8_OK) return status;
+    if (!capturing) return volt8_replay_again(ctx, &experts->replay, capture.stream);
+  }
+  experts->replay.last = NULL; /* set again below where this forward launches a graph */
   volt8_forward_kernels runs;
   status = volt8_forward_plan_choose(&experts->plan, args->num_tokens, args->top_k, &runs);
   if (status != VOLT8_OK) return status;
@@ -560,7 +587,17 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   experts->recording = NULL;
   if (status != VOLT8_OK) return status;
   if (record.overflow) return launch_kernels(experts, args, &runs, &counts, &capture); /* too many to record */
-  return volt8_replay_forward(ctx, &experts->replay, &record, capture.stream);
+  status = volt8_replay_forward(ctx, &experts->replay, &record, capture.stream);
+  if (status == VOLT8_OK && experts->replay.last) {
+    experts->last_replayed.num_tokens = args->num_tokens;
+    experts->last_replayed.top_k = args->top_k;
+    experts->last_replayed.x = args->x;
+    experts->last_replayed.topk_ids = args->topk_ids;
+    experts->last_replayed.topk_weights = args->topk_weights;
+    experts->last_replayed.out = args->out;
+    experts->last_replayed.epoch = experts->epoch;
+  }
+  return status;
 }
 
 volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char byte, void *stream) {
@@ -579,9 +616,11 @@ volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char 
 }
 
 volt8_ctx *volt8_experts_ctx(const volt8_experts *experts) { return experts->ctx; }
-void volt8_experts_replay_counts(const volt8_experts *experts, int64_t *out_captures, int64_t *out_replays) {
+void volt8_experts_replay_counts(const volt8_experts *experts, int64_t *out_captures, int64_t *out_replays,
+                                 int64_t *out_repeats) {
   *out_captures = experts->replay.captures;
   *out_replays = experts->replay.replays;
+  *out_repeats = experts->replay.repeats;
 }
 const volt8_moe_shape *volt8_experts_resident_shape(const volt8_experts *experts) { return &experts->shape; }
 volt8_forward_plan *volt8_experts_plan(volt8_experts *experts) { return &experts->plan; }

@@ -27,6 +27,7 @@ volt8_status volt8_experts_fill_workspace(volt8_experts *experts, unsigned char 
 /* The context the handle was created on. */
 volt8_ctx *volt8_experts_ctx(const volt8_experts *experts);
 /* Graphs the handle captured for eager forwards, and forwards it launched from one (moe/replay.h). */
-void volt8_experts_replay_counts(const volt8_experts *experts, int64_t *out_captures, int64_t *out_replays);
+void volt8_experts_replay_counts(const volt8_experts *experts, int64_t *out_captures, int64_t *out_replays,
+                                 int64_t *out_repeats);
 
 #endif

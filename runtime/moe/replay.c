@@ -151,6 +151,7 @@ static CUresult update(const volt8_ctx *ctx, volt8_replay_sequence *sequence, co
 volt8_status volt8_replay_forward(volt8_ctx *ctx, volt8_replay *replay, const volt8_launch_record *record,
                                   CUstream stream) {
   const volt8_cuda_driver *cuda = ctx->cuda;
+  replay->last = NULL;
   if (replay->broken || record->routed || record->overflow || record->count == 0 || !cuda->cuGraphGetNodes ||
       !cuda->cuGraphKernelNodeGetParams || !cuda->cuGraphExecKernelNodeSetParams)
     return volt8_launch_record_run(ctx, record, stream);
@@ -192,6 +193,21 @@ volt8_status volt8_replay_forward(volt8_ctx *ctx, volt8_replay *replay, const vo
     return volt8_fail(ctx, VOLT8_ERR_CUDA, "cuGraphLaunch (the forward's %d launches, replayed) failed: %s",
                       record->count, volt8_cuda_error_text(cuda, result));
   replay->replays++;
+  replay->last = sequence;
+  return VOLT8_OK;
+}
+
+volt8_status volt8_replay_again(volt8_ctx *ctx, volt8_replay *replay, CUstream stream) {
+  volt8_replay_sequence *sequence = replay->last;
+  sequence->last_use = ++replay->clock;
+  CUresult result = ctx->cuda->cuGraphLaunch(sequence->exec, stream);
+  if (result != CUDA_SUCCESS) {
+    replay->last = NULL;
+    return volt8_fail(ctx, VOLT8_ERR_CUDA, "cuGraphLaunch (the forward's %d launches, replayed) failed: %s",
+                      sequence->launches.count, volt8_cuda_error_text(ctx->cuda, result));
+  }
+  replay->replays++;
+  replay->repeats++;
   return VOLT8_OK;
 }
 

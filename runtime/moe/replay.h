@@ -54,7 +54,12 @@ typedef struct volt8_replay {
   uint64_t clock;
   CUstream capture_stream; /* private, made at the first capture */
   int broken;              /* a capture failed: this handle launches directly from then on */
-  int64_t captures, replays; /* graphs made, forwards launched from one (the GPU tests read them) */
+  /* The sequence the last forward launched from its graph, its nodes holding that forward's values;
+   * NULL when the last forward did not */
+  volt8_replay_sequence *last;
+  /* graphs made, forwards launched from one, and of those the ones launched again as they were
+   * (volt8_replay_again; the GPU tests read them) */
+  int64_t captures, replays, repeats;
 } volt8_replay;
 
 /* Appends one launch to `record` (values copied from params, whose sizes the signature gives). */
@@ -71,6 +76,10 @@ volt8_status volt8_launch_record_run(volt8_ctx *ctx, const volt8_launch_record *
  * otherwise (a routed or overflowing record, a first sighting, a handle whose capture failed). */
 volt8_status volt8_replay_forward(volt8_ctx *ctx, volt8_replay *replay, const volt8_launch_record *record,
                                   CUstream stream);
+
+/* Launches the graph of replay->last (not NULL) as it is, on `stream` (not capturing): for a forward
+ * whose record would equal the last one's, so that it skips the choice, the record and the compare. */
+volt8_status volt8_replay_again(volt8_ctx *ctx, volt8_replay *replay, CUstream stream);
 
 /* Frees every graph and the private stream. */
 void volt8_replay_release(volt8_ctx *ctx, volt8_replay *replay);

@@ -102,8 +102,11 @@ Test(gpu_forward, graph_replay_matches_eager_bit_for_bit) {
 /* Eager forwards at few tokens, the handle replaying them from its graphs: two batches (their own
  * tensors, routing and inputs) in the order a, a, b, a, b, b, each forward with out and the workspace
  * poisoned, must give the reference and the bits of the same batch launched directly (replay off);
- * the second sighting captures, the later ones replay with the nodes' arguments set anew. Every M up
- * to the first that runs a route pass, and top_k 1 and 16. */
+ * the second sighting captures, the later ones replay with the nodes' arguments set anew, and the last
+ * (the arguments of the one before) launches the graph again as it is. Then b again, after the
+ * variants it runs are pinned by name and after a prepare that replaces the workspace: neither may
+ * launch the graph as it was (the workspace's addresses are among its arguments). Every M up to the
+ * first that runs a route pass, and top_k 1 and 16. */
 Test(gpu_forward, eager_forwards_replayed_from_graphs_bit_for_bit) {
   volt8_ctx *ctx = gpu_open();
   cr_assert(ctx->eager_replay, "eager replay is off (VOLT8_EAGER_REPLAY_DISABLE=1?)");
@@ -133,8 +136,8 @@ Test(gpu_forward, eager_forwards_replayed_from_graphs_bit_for_bit) {
         cr_assert_eq(ctx->cuda->cuMemcpyDtoH(direct[b], batches[b].d_out, elements * 2), CUDA_SUCCESS);
       }
       ctx->eager_replay = 1;
-      int64_t captures0, replays0, captures1, replays1;
-      volt8_experts_replay_counts(experts, &captures0, &replays0);
+      int64_t captures0, replays0, repeats0, captures1, replays1, repeats1;
+      volt8_experts_replay_counts(experts, &captures0, &replays0, &repeats0);
       const int order[] = {0, 0, 1, 0, 1, 1};
       uint16_t *got = malloc(elements * 2);
       for (int step = 0; step < 6; step++) {
@@ -146,17 +149,52 @@ Test(gpu_forward, eager_forwards_replayed_from_graphs_bit_for_bit) {
           cr_assert_eq(got[e], direct[b][e], "%s: out[%zu] = 0x%04x, launched directly 0x%04x", label, e, got[e],
                        direct[b][e]);
       }
-      volt8_experts_replay_counts(experts, &captures1, &replays1);
+      volt8_experts_replay_counts(experts, &captures1, &replays1, &repeats1);
       volt8_forward_info info = VOLT8_FORWARD_INFO_INIT;
       cr_assert_eq(volt8_forward_describe(NULL, NULL, experts, m, top_k, &info), VOLT8_OK);
-      printf("M=%d top_k=%d (%s, %s): %lld capture(s), %lld replay(s)\n", m, top_k, info.gate_up, info.down,
-             (long long)(captures1 - captures0), (long long)(replays1 - replays0));
+      printf("M=%d top_k=%d (%s, %s): %lld capture(s), %lld replay(s), %lld as they were\n", m, top_k, info.gate_up,
+             info.down, (long long)(captures1 - captures0), (long long)(replays1 - replays0),
+             (long long)(repeats1 - repeats0));
       /* A block_m 1 pair has no route pass: the first of these forwards is the sequence's first
-       * sighting, the second captures it, and that one and the four after it launch the graph. */
+       * sighting, the second captures it, and that one and the four after it launch the graph, the
+       * last as it was. */
       int unrouted = strstr(info.gate_up, ".bm1.") && (strstr(info.down, ".bm1.") || strncmp(info.down, "down.tok", 8) == 0);
       if (unrouted && !info.single_launch) {
         cr_assert_eq(captures1 - captures0, 1, "M=%d top_k=%d: %lld captures", m, top_k, (long long)(captures1 - captures0));
         cr_assert_eq(replays1 - replays0, 5, "M=%d top_k=%d: %lld replays", m, top_k, (long long)(replays1 - replays0));
+        cr_assert_eq(repeats1 - repeats0, 1, "M=%d top_k=%d: %lld graphs launched as they were", m, top_k,
+                     (long long)(repeats1 - repeats0));
+        /* b again after each change of what its launches would be. First b runs until its graph is
+         * launched as it was (so the shortcut is armed), then the change, then b once more: the same
+         * bits, through the full path, never the graph as it was. */
+        for (int change = 0; change < 2; change++) {
+          int64_t captures2, replays2, repeats2, armed = repeats1;
+          for (int again = 0; again < 3 && armed == repeats1; again++) {
+            snprintf(label, sizeof label, "M=%d top_k=%d batch 1, run %d before change %d", m, top_k, again, change);
+            gpu_check_forward(ctx, experts, shape.hidden, &batches[1], NULL, NULL, label);
+            volt8_experts_replay_counts(experts, &captures2, &replays2, &armed);
+          }
+          cr_assert_gt(armed, repeats1, "M=%d top_k=%d: three forwards of batch 1 in a row never launched its graph "
+                       "as it was", m, top_k);
+          repeats1 = armed;
+          if (change == 0) {
+            cr_assert_eq(volt8_experts_set_variants(experts, info.gate_up, info.down), VOLT8_OK, "%s",
+                         volt8_last_error(ctx));
+          } else {
+            const int32_t larger = 16 + 8 * i; /* past every max_tokens before it: a new workspace */
+            cr_assert_eq(volt8_experts_prepare(experts, &larger, 1), VOLT8_OK, "%s", volt8_last_error(ctx));
+          }
+          snprintf(label, sizeof label, "M=%d top_k=%d batch 1 after %s", m, top_k,
+                   change == 0 ? "its variants were pinned" : "a new workspace");
+          gpu_check_forward(ctx, experts, shape.hidden, &batches[1], NULL, NULL, label);
+          cr_assert_eq(ctx->cuda->cuMemcpyDtoH(got, batches[1].d_out, elements * 2), CUDA_SUCCESS);
+          for (size_t e = 0; e < elements; e++)
+            cr_assert_eq(got[e], direct[1][e], "%s: out[%zu] = 0x%04x, launched directly 0x%04x", label, e, got[e],
+                         direct[1][e]);
+          volt8_experts_replay_counts(experts, &captures2, &replays2, &repeats2);
+          cr_assert_eq(repeats2, repeats1, "%s: the graph was launched as it was", label);
+        }
+        cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK, "%s", volt8_last_error(ctx));
         replayed_cases++;
       } else {
         cr_assert_eq(replays1 - replays0, 0, "M=%d top_k=%d: a routed forward was replayed", m, top_k);
