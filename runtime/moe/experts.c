@@ -23,6 +23,16 @@ typedef struct loaded_kernel {
   CUfunction function;
 } loaded_kernel;
 
+/* What a forward's launches depend on besides the handle's constant state: its arguments (not
+ * check_ids, which runs before any launch) and the handle's epoch. No padding: compared with memcmp. */
+typedef struct replay_key {
+  int32_t num_tokens, top_k;
+  const void *x, *topk_ids, *topk_weights, *out;
+  uint64_t epoch;
+} replay_key;
+_Static_assert(sizeof(replay_key) == 2 * sizeof(int32_t) + 4 * sizeof(void *) + sizeof(uint64_t),
+               "replay_key has padding");
+
 struct volt8_experts {
   volt8_ctx *ctx;
   volt8_moe_shape shape;
@@ -52,13 +62,7 @@ struct volt8_experts {
   /* Bumped by whatever changes the launches a forward makes for given arguments: a new workspace,
    * variants pinned by name. */
   uint64_t epoch;
-  /* The arguments and epoch of the forward that left replay.last set: a forward with the same ones
-   * launches that graph again (volt8_replay_again). */
-  struct {
-    int32_t num_tokens, top_k;
-    const void *x, *topk_ids, *topk_weights, *out;
-    uint64_t epoch;
-  } last_replayed;
+  replay_key last_replayed; /* of the forward that left replay.last set */
 };
 
 static volt8_status cuda_check(volt8_ctx *ctx, CUresult result, const char *what) {
@@ -538,13 +542,9 @@ static volt8_status launch_kernels(volt8_experts *experts, const volt8_moe_args 
   return launch(experts, reduce, counts, stream, reduce_params, early);
 }
 
-/* Whether a forward of `args` makes the launches of the one that left experts->replay.last set: the same
- * arguments in the same epoch choose the same kernels and grids and give them the same values. */
-static int same_as_last_replayed(const volt8_experts *experts, const volt8_moe_args *args) {
-  return args->num_tokens == experts->last_replayed.num_tokens && args->top_k == experts->last_replayed.top_k &&
-         args->x == experts->last_replayed.x && args->topk_ids == experts->last_replayed.topk_ids &&
-         args->topk_weights == experts->last_replayed.topk_weights && args->out == experts->last_replayed.out &&
-         experts->epoch == experts->last_replayed.epoch;
+static replay_key replay_key_of(const volt8_experts *experts, const volt8_moe_args *args) {
+  return (replay_key){args->num_tokens, args->top_k, args->x, args->topk_ids, args->topk_weights, args->out,
+                      experts->epoch};
 }
 
 volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *args, void *stream) {
@@ -562,7 +562,10 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
       return volt8_fail(ctx, VOLT8_ERR_CAPTURE, "volt8_moe_forward: check_ids synchronises and cannot run while capturing");
     if ((status = check_ids_on_host(experts, args, capture.stream)) != VOLT8_OK) return status;
   }
-  if (ctx->eager_replay && experts->replay.last && same_as_last_replayed(experts, args)) {
+  /* The same key as the forward that left replay.last set: the same kernels, grids and values, so that
+   * graph is launched as it is (volt8_replay_again). */
+  replay_key key = replay_key_of(experts, args);
+  if (ctx->eager_replay && experts->replay.last && memcmp(&key, &experts->last_replayed, sizeof key) == 0) {
     int capturing = 0;
     if ((status = stream_capturing(ctx, &capture, &capturing)) != VOLT8_OK) return status;
     if (!capturing) return volt8_replay_again(ctx, &experts->replay, capture.stream);
@@ -588,15 +591,7 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   if (status != VOLT8_OK) return status;
   if (record.overflow) return launch_kernels(experts, args, &runs, &counts, &capture); /* too many to record */
   status = volt8_replay_forward(ctx, &experts->replay, &record, capture.stream);
-  if (status == VOLT8_OK && experts->replay.last) {
-    experts->last_replayed.num_tokens = args->num_tokens;
-    experts->last_replayed.top_k = args->top_k;
-    experts->last_replayed.x = args->x;
-    experts->last_replayed.topk_ids = args->topk_ids;
-    experts->last_replayed.topk_weights = args->topk_weights;
-    experts->last_replayed.out = args->out;
-    experts->last_replayed.epoch = experts->epoch;
-  }
+  if (status == VOLT8_OK && experts->replay.last) experts->last_replayed = key;
   return status;
 }
 

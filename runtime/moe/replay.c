@@ -148,6 +148,21 @@ static CUresult update(const volt8_ctx *ctx, volt8_replay_sequence *sequence, co
   return CUDA_SUCCESS;
 }
 
+/* Launches the graph of `sequence` (its nodes holding the forward's values) on `stream`: the sequence
+ * becomes replay->last, or on failure nothing does. */
+static volt8_status launch_graph(volt8_ctx *ctx, volt8_replay *replay, volt8_replay_sequence *sequence,
+                                 CUstream stream) {
+  CUresult result = ctx->cuda->cuGraphLaunch(sequence->exec, stream);
+  if (result != CUDA_SUCCESS) {
+    replay->last = NULL;
+    return volt8_fail(ctx, VOLT8_ERR_CUDA, "cuGraphLaunch (the forward's %d launches, replayed) failed: %s",
+                      sequence->launches.count, volt8_cuda_error_text(ctx->cuda, result));
+  }
+  replay->replays++;
+  replay->last = sequence;
+  return VOLT8_OK;
+}
+
 volt8_status volt8_replay_forward(volt8_ctx *ctx, volt8_replay *replay, const volt8_launch_record *record,
                                   CUstream stream) {
   const volt8_cuda_driver *cuda = ctx->cuda;
@@ -188,27 +203,15 @@ volt8_status volt8_replay_forward(volt8_ctx *ctx, volt8_replay *replay, const vo
     replay->broken = 1;
     return volt8_launch_record_run(ctx, record, stream);
   }
-  result = cuda->cuGraphLaunch(sequence->exec, stream);
-  if (result != CUDA_SUCCESS)
-    return volt8_fail(ctx, VOLT8_ERR_CUDA, "cuGraphLaunch (the forward's %d launches, replayed) failed: %s",
-                      record->count, volt8_cuda_error_text(cuda, result));
-  replay->replays++;
-  replay->last = sequence;
-  return VOLT8_OK;
+  return launch_graph(ctx, replay, sequence, stream);
 }
 
 volt8_status volt8_replay_again(volt8_ctx *ctx, volt8_replay *replay, CUstream stream) {
   volt8_replay_sequence *sequence = replay->last;
   sequence->last_use = ++replay->clock;
-  CUresult result = ctx->cuda->cuGraphLaunch(sequence->exec, stream);
-  if (result != CUDA_SUCCESS) {
-    replay->last = NULL;
-    return volt8_fail(ctx, VOLT8_ERR_CUDA, "cuGraphLaunch (the forward's %d launches, replayed) failed: %s",
-                      sequence->launches.count, volt8_cuda_error_text(ctx->cuda, result));
-  }
-  replay->replays++;
-  replay->repeats++;
-  return VOLT8_OK;
+  volt8_status status = launch_graph(ctx, replay, sequence, stream);
+  if (status == VOLT8_OK) replay->repeats++;
+  return status;
 }
 
 void volt8_replay_release(volt8_ctx *ctx, volt8_replay *replay) {
