@@ -23,7 +23,7 @@ mode="${1:-}"
 # H=2048/I=128 (also the large_m suite's, with its EP rank of experts 16..31 of 64), H=4096/I=256,
 # online (1,128) scales, E=2048 (the route over several id tiles), and the TP8 rank (I=80 at offset
 # 80), the online FP16-max expert (H=I=128, E=2, 128- and 1-row blocks), and the large_m suite's tile
-# shape off the grid (I=176 at offset 16).
+# shapes off the grid (I=176 at offset 16, and I=160 at offset 32: down's K an odd count of steps).
 gpu_test_shapes=(
   "num_experts=512,intermediate_offset=0" "num_experts=512" "num_experts=512,intermediate_offset=64"
   "num_experts=512,intermediate_offset=96"
@@ -40,6 +40,7 @@ gpu_test_shapes=(
   "hidden=128,intermediate=128,num_experts=2,intermediate_offset=0"
   "hidden=128,intermediate=128,num_experts=2,block_n=1,intermediate_offset=0"
   "hidden=1024,intermediate=176,num_experts=32,intermediate_offset=16"
+  "hidden=1024,intermediate=160,num_experts=32,intermediate_offset=32"
 )
 
 # The ep suite's shapes (tests/gpu/test_ep.c; keep the two in step): the fixture checkpoint

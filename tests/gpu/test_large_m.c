@@ -332,9 +332,9 @@ static const char *const RAW_PAIRS[][2] = {
 #define RAW_PAIR_COUNT ((int)(sizeof RAW_PAIRS / sizeof RAW_PAIRS[0]))
 
 /* A family's pairs at M = 1..8192 at top-k 1 and 16; every token to one expert and then to two (the
- * others get none); an expert-parallel rank with bad ids; and a shape whose rank starts 16 codes into
- * the scale grid with K and N off the tile (I = 176: down's K ends half a step in, gate_up's last
- * column tile is partly past N). */
+ * others get none); an expert-parallel rank with bad ids; and two shapes whose rank starts inside the
+ * scale grid with K and N off the tile (I = 176 at offset 16: down's K ends half a step in, gate_up's
+ * last column tile is partly past N; I = 160 at offset 32: down's K is an odd count of steps). */
 static void check_family(volt8_ctx *ctx, const char *const (*pairs)[2], int pair_count) {
   volt8_moe_shape shape = test_shape();
   host_problem problem;
@@ -351,18 +351,25 @@ static void check_family(volt8_ctx *ctx, const char *const (*pairs)[2], int pair
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
 
-  volt8_moe_shape offset = VOLT8_MOE_SHAPE_INIT;
-  offset.hidden = 1024;
-  offset.intermediate = 176;
-  offset.intermediate_offset = 16;
-  offset.num_experts = 32;
-  gpu_make_problem(ctx, &offset, &problem);
-  experts = gpu_upload(ctx, &problem, 4096, 8);
-  check_batch(ctx, experts, &problem, 300, 8, NULL, "I=176 at offset 16", pairs, pair_count);
-  check_batch(ctx, experts, &problem, 4096, 8, NULL, "I=176 at offset 16", pairs, pair_count);
-  cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
-  volt8_experts_destroy(experts);
-  gpu_free_problem(&problem);
+  /* Off the grid: I = 176 at offset 16, and I = 160 at offset 32 (the reference TP4 rank's: down's K is
+   * five 32-code steps, an odd count). */
+  const int32_t offset_widths[][2] = {{176, 16}, {160, 32}};
+  for (int o = 0; o < 2; o++) {
+    volt8_moe_shape offset = VOLT8_MOE_SHAPE_INIT;
+    offset.hidden = 1024;
+    offset.intermediate = offset_widths[o][0];
+    offset.intermediate_offset = offset_widths[o][1];
+    offset.num_experts = 32;
+    char label[48];
+    snprintf(label, sizeof label, "I=%d at offset %d", offset.intermediate, offset.intermediate_offset);
+    gpu_make_problem(ctx, &offset, &problem);
+    experts = gpu_upload(ctx, &problem, 4096, 8);
+    check_batch(ctx, experts, &problem, 300, 8, NULL, label, pairs, pair_count);
+    check_batch(ctx, experts, &problem, 4096, 8, NULL, label, pairs, pair_count);
+    cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
+    volt8_experts_destroy(experts);
+    gpu_free_problem(&problem);
+  }
 
   volt8_moe_shape rank = test_shape();
   rank.num_experts = 16;
