@@ -362,7 +362,11 @@ run() {
       host)
         step host env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
           PYTHONPATH="$root/bindings/python" python3 "$root/bench/host_path.py" --json "$logs/host_path.json"
-        cat "$logs/host.log" ;;
+        # the same build with eager replay off: RESULTS' second column
+        step host_replay_off env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
+          VOLT8_EAGER_REPLAY_DISABLE=1 PYTHONPATH="$root/bindings/python" python3 "$root/bench/host_path.py" \
+          --json "$logs/host_path_replay_off.json"
+        cat "$logs/host.log" "$logs/host_replay_off.log" ;;
       wheel)
         local site="$work/site"
         step wheel_install python3 -m pip install -q --no-deps --no-index --no-compile --target "$site" \

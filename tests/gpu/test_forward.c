@@ -177,16 +177,15 @@ Test(gpu_forward, eager_forwards_replayed_from_graphs_bit_for_bit) {
           cr_assert_gt(armed, repeats1, "M=%d top_k=%d: three forwards of batch 1 in a row never launched its graph "
                        "as it was", m, top_k);
           repeats1 = armed;
-          if (change == 0) {
-            cr_assert_eq(volt8_experts_set_variants(experts, info.gate_up, info.down), VOLT8_OK, "%s",
-                         volt8_last_error(ctx));
-          } else {
+          if (change == 1) {
             const int32_t larger = 16 + 8 * i; /* past every max_tokens before it: a new workspace */
             cr_assert_eq(volt8_experts_prepare(experts, &larger, 1), VOLT8_OK, "%s", volt8_last_error(ctx));
           }
           snprintf(label, sizeof label, "M=%d top_k=%d batch 1 after %s", m, top_k,
                    change == 0 ? "its variants were pinned" : "a new workspace");
-          gpu_check_forward(ctx, experts, shape.hidden, &batches[1], NULL, NULL, label);
+          /* change 0: the forward pins the variants it runs by name (gpu_check_forward sets them) */
+          gpu_check_forward(ctx, experts, shape.hidden, &batches[1], change == 0 ? info.gate_up : NULL,
+                            change == 0 ? info.down : NULL, label);
           cr_assert_eq(ctx->cuda->cuMemcpyDtoH(got, batches[1].d_out, elements * 2), CUDA_SUCCESS);
           for (size_t e = 0; e < elements; e++)
             cr_assert_eq(got[e], direct[1][e], "%s: out[%zu] = 0x%04x, launched directly 0x%04x", label, e, got[e],
