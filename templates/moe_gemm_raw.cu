@@ -7,7 +7,9 @@
 //
 // A CTA computes block_m pairs x kWeightRows weight rows (gate_up: block_n gate rows and the block_n
 // up rows of the same output columns; down: block_n rows), walking K in steps of kStepK codes through
-// kStages shared-memory stages filled by cp.async (loads kStages - 1 steps ahead of the products):
+// kStages shared-memory stages filled by cp.async (loads kStages - 1 steps ahead of the products, or
+// two steps a barrier and kStages - 2 ahead where four stages fit and the variant is not capped at four
+// CTAs an SM):
 //   x:       block_m rows of FP16, gathered through the item's pairs (gate_up: the pair's token row of
 //            the input; down: the pair's row of h), zeros past the item's count and past K;
 //   weights: kWeightRows rows of kStepK E4M3 codes, zeros past N and past K.
@@ -200,49 +202,61 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-  // Prologue: steps 0 .. kStages - 2 requested, one cp.async group a step (empty past the last), so that
-  // at step s "all but the newest kStages - 2 groups" is step s's.
+  // kSub steps are read between two barriers: two where at least four stages fit and the variant is
+  // not capped at four CTAs an SM (there the second step's fragments would spill), else one. The
+  // loads run kStages - kSub steps ahead; one cp.async group a step (empty past the last), so that at
+  // steps s0 .. s0 + kSub - 1 "all but the newest kStages - 2 kSub groups" is theirs.
+  constexpr int kSub = kStages >= 4 && @{MIN_BLOCKS} < 4 ? 2 : 1;
+  // Prologue: steps 0 .. kStages - kSub - 1 requested.
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kStages - kSub; ++s) {
     if (s < kSteps) load_step(s);
     copy_async_commit();
   }
   unsigned scale2[kNTiles];
   load_scales(0, scale2);
 
-  for (int s = 0; s < kSteps; ++s) {
-    copy_async_wait<kStages - 2>();
-    // Step s is in for every thread, and every warp is done with step s - 1, whose stage the loads of
-    // step s + kStages - 1 now take.
+  for (int s0 = 0; s0 < kSteps; s0 += kSub) {
+    copy_async_wait<kStages - 2 * kSub>();
+    // Steps s0 .. s0 + kSub - 1 are in for every thread, and every warp is done with the steps before,
+    // whose stages the loads of steps s0 + kStages - kSub .. s0 + kStages - 1 now take.
     __syncthreads();
-    if (s + kStages - 1 < kSteps) load_step(s + kStages - 1);
-    copy_async_commit();
-    unsigned next_scale2[kNTiles];
-    load_scales(s + 1, next_scale2);
-    const unsigned stage = stages_base + (unsigned)((s % kStages) * kStageBytes);
-    // B fragments of both products: codes 8t .. 8t + 7 of row g, products 0 and 1 taking a word each.
-    unsigned b[2][kNTiles][2];
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-      const uint2 codes = load_shared_8(stage + w_rows[j]);
-      b[0][j][0] = mul_half2(e4m3x2_to_half2_shift(codes.x, kLowPair), scale2[j]);
-      b[0][j][1] = mul_half2(e4m3x2_to_half2_shift(codes.x, kHighPair), scale2[j]);
-      b[1][j][0] = mul_half2(e4m3x2_to_half2_shift(codes.y, kLowPair), scale2[j]);
-      b[1][j][1] = mul_half2(e4m3x2_to_half2_shift(codes.y, kHighPair), scale2[j]);
+    for (int u = 0; u < kSub; ++u) {
+      if (s0 + kStages - kSub + u < kSteps) load_step(s0 + kStages - kSub + u);
+      copy_async_commit();
     }
 #pragma unroll
-    for (int i = 0; i < kMTiles; ++i) {
-      // x[g][8t .. 8t + 7] and x[g + 8][..] of this row tile: products 0 and 1 take two words of each.
-      const uint4 low = load_shared_16(stage + x_lane + (unsigned)(i * 16 * kXRowBytes));
-      const uint4 high = load_shared_16(stage + x_lane + (unsigned)((i * 16 + 8) * kXRowBytes));
-      // Product 0 of every n8 tile, then product 1: kNTiles products between two into one accumulator.
+    for (int u = 0; u < kSub; ++u) {
+      const int s = s0 + u;
+      if (kSub > 1 && s >= kSteps) break;
+      unsigned next_scale2[kNTiles];
+      load_scales(s + 1, next_scale2);
+      const unsigned stage = stages_base + (unsigned)((s % kStages) * kStageBytes);
+      // B fragments of both products: codes 8t .. 8t + 7 of row g, products 0 and 1 taking a word each.
+      unsigned b[2][kNTiles][2];
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) mma_16816(acc[i][j], low.x, high.x, low.y, high.y, b[0][j][0], b[0][j][1]);
+      for (int j = 0; j < kNTiles; ++j) {
+        const uint2 codes = load_shared_8(stage + w_rows[j]);
+        b[0][j][0] = mul_half2(e4m3x2_to_half2_shift(codes.x, kLowPair), scale2[j]);
+        b[0][j][1] = mul_half2(e4m3x2_to_half2_shift(codes.x, kHighPair), scale2[j]);
+        b[1][j][0] = mul_half2(e4m3x2_to_half2_shift(codes.y, kLowPair), scale2[j]);
+        b[1][j][1] = mul_half2(e4m3x2_to_half2_shift(codes.y, kHighPair), scale2[j]);
+      }
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) mma_16816(acc[i][j], low.z, high.z, low.w, high.w, b[1][j][0], b[1][j][1]);
+      for (int i = 0; i < kMTiles; ++i) {
+        // x[g][8t .. 8t + 7] and x[g + 8][..] of this row tile: products 0 and 1 take two words of each.
+        const uint4 low = load_shared_16(stage + x_lane + (unsigned)(i * 16 * kXRowBytes));
+        const uint4 high = load_shared_16(stage + x_lane + (unsigned)((i * 16 + 8) * kXRowBytes));
+        // Product 0 of every n8 tile, then product 1: kNTiles products between two into one accumulator.
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) mma_16816(acc[i][j], low.x, high.x, low.y, high.y, b[0][j][0], b[0][j][1]);
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) mma_16816(acc[i][j], low.z, high.z, low.w, high.w, b[1][j][0], b[1][j][1]);
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) scale2[j] = next_scale2[j];
     }
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) scale2[j] = next_scale2[j];
   }
   copy_async_wait<0>();
 
