@@ -193,6 +193,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   };
   // This lane's x rows of the warp's tile: row g of each m16 tile, and row g + 8.
   const unsigned x_lane = (unsigned)((warp_m * kWarpM + g) * kXRowBytes + t * 16);
+  // Variants capped at four CTAs an SM skip the products of the warp's m16 tiles that hold no pair of
+  // the item (padding alone), the same branch for the whole warp at every step. Elsewhere the branch
+  // costs more than it saves (it splits the unrolled products, which ptxas then schedules apart).
+  constexpr bool kSkipPadding = @{MIN_BLOCKS} >= 4;
+  const int live_tiles = kSkipPadding ? min(kMTiles, max(0, (count - warp_m * kWarpM + 15) / 16)) : kMTiles;
 
   float acc[kMTiles][kNTiles][4];
 #pragma unroll
@@ -245,6 +250,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
       }
 #pragma unroll
       for (int i = 0; i < kMTiles; ++i) {
+        if (kSkipPadding && i >= live_tiles) break;
         // x[g][8t .. 8t + 7] and x[g + 8][..] of this row tile: products 0 and 1 take two words of each.
         const uint4 low = load_shared_16(stage + x_lane + (unsigned)(i * 16 * kXRowBytes));
         const uint4 high = load_shared_16(stage + x_lane + (unsigned)((i * 16 + 8) * kXRowBytes));
