@@ -3,7 +3,9 @@
 #   scripts/gpu_check.sh prepare   on a build machine (this repo's set-up, NVRTC 12 present): builds,
 #                                  fills a compute_70 kernel cache for every shape the GPU suite uses,
 #                                  and gathers binaries, that cache and the shared libraries a bare
-#                                  CUDA machine lacks into .carry/.
+#                                  CUDA machine lacks into .carry/. CARRY_SUITES, MODEL_CHECK=0,
+#                                  CARRY_WHEEL=0 and NATIVE_SEED=0 leave parts out (a run carries
+#                                  at most 64 MiB with the tree; prepare warns past it).
 #   scripts/gpu_check.sh run       on the GPU machine (only the CUDA toolkit, no network): runs the GPU
 #                                  suite with the carried compute_70 PTX (JIT-compiled by the driver),
 #                                  again with native code from that machine's NVRTC, then under
@@ -132,20 +134,24 @@ prepare() {
   compile70 "${gpu_test_shapes[@]}"
   # shellcheck disable=SC2046 # one shape a word
   compile70 $(model_test_shapes "$root/build/volt8")
-  # the model check's shapes at all their experts (its tune times every variant)
-  # shellcheck disable=SC2046 # one shape a word
-  compile70 $(model_check_shapes "$root/build/volt8" | awk '{print $1}')
   compile70 "${ep_test_shapes[@]}"
-  # The model check's predictions are made here: the model reads each variant's registers from its
-  # sm_70 CUBIN, which takes NVRTC 12; MODEL_CHECK_M must be the run's.
-  mkdir -p "$carry/model_check"
-  local check_index=0 check_shape check_top_k
-  while read -r check_shape check_top_k; do
-    check_index=$((check_index + 1))
-    "$root/build/volt8" tune --derive sm_70 --model-device h200 --shape "$check_shape" --top-k "$check_top_k" \
-      --m "${MODEL_CHECK_M:-1,2,4,8,16}" --out "$carry/model_check/tables" \
-      --log "$carry/model_check/predicted.$check_index.jsonl" >/dev/null
-  done < <(model_check_shapes "$root/build/volt8")
+  # MODEL_CHECK=0: no model_check phase (its kernels and predictions are most of a full .carry's
+  # compute_70 cache).
+  if [ "${MODEL_CHECK:-1}" = 1 ]; then
+    # the model check's shapes at all their experts (its tune times every variant)
+    # shellcheck disable=SC2046 # one shape a word
+    compile70 $(model_check_shapes "$root/build/volt8" | awk '{print $1}')
+    # The model check's predictions are made here: the model reads each variant's registers from its
+    # sm_70 CUBIN, which takes NVRTC 12; MODEL_CHECK_M must be the run's.
+    mkdir -p "$carry/model_check"
+    local check_index=0 check_shape check_top_k
+    while read -r check_shape check_top_k; do
+      check_index=$((check_index + 1))
+      "$root/build/volt8" tune --derive sm_70 --model-device h200 --shape "$check_shape" --top-k "$check_top_k" \
+        --m "${MODEL_CHECK_M:-1,2,4,8,16}" --out "$carry/model_check/tables" \
+        --log "$carry/model_check/predicted.$check_index.jsonl" >/dev/null
+    done < <(model_check_shapes "$root/build/volt8")
+  fi
   find "$carry/cache70" -type f ! -newerat 2001-01-01 -delete
   rm -rf "$seed"
   cp -a "$carry/cache70" "$seed"
@@ -156,7 +162,13 @@ prepare() {
   # older build left in build/ would only weigh on the carried folder.
   cp "$root/build/volt8" "$carry/bin/"
   cp -L "$root/build/libvolt8.so.0" "$carry/bin/"
-  cp "$root"/build/tests/gpu_test_* "$carry/bin/"
+  # CARRY_SUITES: the suites whose binaries are carried (default every one; the suites phase runs
+  # the carried ones).
+  local suite_binary
+  for suite_binary in "$root"/build/tests/gpu_test_*; do
+    [ -z "${CARRY_SUITES:-}" ] || [[ " $CARRY_SUITES " == *" ${suite_binary##*/gpu_test_} "* ]] || continue
+    cp "$suite_binary" "$carry/bin/"
+  done
   # Every shared library the binaries load, except the C runtime's own, which the GPU machine has newer.
   ldd "$carry"/bin/* 2>/dev/null | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -167,7 +179,10 @@ prepare() {
   done
   # The wheel, for the `wheel` phase: the package as engines install it (no dependencies carried: the
   # GPU machine has numpy and torch, and compiles natively with its own NVRTC).
-  "$root/.venv/bin/python3" -m pip wheel --no-deps --disable-pip-version-check -q "$root" -w "$carry/wheel"
+  # CARRY_WHEEL=0 leaves it out.
+  if [ "${CARRY_WHEEL:-1}" = 1 ]; then
+    "$root/.venv/bin/python3" -m pip wheel --no-deps --disable-pip-version-check -q "$root" -w "$carry/wheel"
+  fi
   # TUNE_SEED_DIR: the tables of an earlier models_tune call that its time limit cut short; models_tune
   # merges into them, so a call with TUNE_M naming the missing token counts completes them.
   if [ -n "${TUNE_SEED_DIR:-}" ]; then
@@ -186,6 +201,15 @@ prepare() {
     rm -rf "$carry/cache90"
   fi
   du -sh "$carry" | awk '{print "gpu_check prepare: .carry is " $1}'
+  # A run carries .carry and the tree's files together, at most 64 MiB.
+  local carry_bytes tree_bytes
+  carry_bytes="$(du -sb "$carry" | cut -f1)"
+  tree_bytes="$(git -C "$root" ls-files -z | (cd "$root" && xargs -0 du -cb 2>/dev/null) | awk 'END {print $1}')"
+  if [ $((carry_bytes + tree_bytes)) -gt $((64 * 1024 * 1024)) ]; then
+    echo "gpu_check prepare: .carry ($((carry_bytes / 1048576)) MiB) and the tree ($((tree_bytes / 1048576)) MiB) pass a run's 64 MiB;" \
+      "leave parts out: CARRY_SUITES=\"forward large_m ...\", MODEL_CHECK=0, CARRY_WHEEL=0, NATIVE_SEED=0. Its parts:" >&2
+    { du -sh "$carry"/* | sort -rh; du -sh "$carry"/bin/* | sort -rh; } >&2
+  fi
 }
 
 # Phases (all when none is named): suites (each GPU suite with the carried compute_70 PTX and with
