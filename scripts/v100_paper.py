@@ -9,15 +9,18 @@ the share of HMMA in the inner loop of their SASS, where a disassembler here rea
 
 No GPU. The SASS: each variant's generated source (`volt8 list --sources`) compiled to an sm_70 CUBIN by
 the NVRTC 12 that VOLT8_NVRTC_DIRS names (else the project's .venv's), listed by `cuobjdump -sass`
-(the --cuobjdump given, else one on PATH or in /usr/local/cuda/bin); the inner loop is the longest
-backward branch's body (scripts/sass_mix.py). CUDA 13.1 and later refuse sm_70 code; where no candidate
-reads it, the table says so and gives no figure."""
+(the --cuobjdump given, else one on PATH or in /usr/local/cuda/bin); the inner loop is the shortest
+backward branch's body that holds HMMA (scripts/sass_mix.py), or, where K takes so few steps that no
+loop holds one, the whole kernel, said so. CUDA 13.1 and later refuse sm_70 code; where no candidate
+reads it, the table says so and gives no figure. The cuobjdump of CUDA 12.8 that the triton 3.6 wheel
+carries (triton/backends/nvidia/bin/cuobjdump) reads it."""
 import argparse
 import ctypes
 import datetime
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -99,13 +102,18 @@ def forward_tables(accounts):
 
 
 def hmma_share(listing_text):
-    """(HMMA instructions, instructions) of the longest loop of a `cuobjdump -sass` listing, or None."""
+    """(HMMA instructions, instructions, in a loop) of a `cuobjdump -sass` listing's inner loop: the
+    shortest loop that holds HMMA. Where no loop holds one (K takes so few steps that the compiler
+    unrolled them all), of the whole kernel, the third item False. None without HMMA."""
     listing = sass_mix.instructions(listing_text)
-    spans = sass_mix.loops(listing)
-    if not spans:
+    spans = [span for span in sass_mix.loops(listing) if sass_mix.mix(listing, span).get("HMMA", 0)]
+    if spans:
+        counts = sass_mix.mix(listing, min(spans, key=lambda span: span[1] - span[0]))
+        return counts.get("HMMA", 0), sum(counts.values()), True
+    counts = sass_mix.mix(listing, (0, len(listing) - 1))
+    if not counts.get("HMMA", 0):
         return None
-    counts = sass_mix.mix(listing, spans[0])
-    return counts.get("HMMA", 0), sum(counts.values())
+    return counts["HMMA"], sum(counts.values()), False
 
 
 def variant_rows(picked, resources, shares):
@@ -207,9 +215,22 @@ def sass_shares(volt8, env, wanted, tools):
                     return {}, "not measured: no disassembler here reads sm_70 CUBINs: " + "; ".join(
                         dict.fromkeys(refusals))
                 share = hmma_share(listing)
-                shares[(shape, name)] = "no loop" if share is None else \
-                    f"{share[0]} of {share[1]} ({100.0 * share[0] / share[1]:.0f}%)"
-    return shares, f"SASS of NVRTC 12 ({where}) sm_70 CUBINs, listed by {used}"
+                shares[(shape, name)] = "no HMMA" if share is None else \
+                    f"{share[0]} of {share[1]} ({100.0 * share[0] / share[1]:.0f}%)" + \
+                    ("" if share[2] else ", the whole kernel (its K steps unrolled, no loop)")
+    return shares, f"SASS of {os.path.basename(where)}'s sm_70 CUBINs, listed by {tool_identity(used)}"
+
+
+def tool_identity(tool):
+    """`the cuobjdump of CUDA 12.8` from the tool's --version, else its file name: the document names no
+    folder of the machine that made it."""
+    try:
+        text = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except OSError:
+        text = ""
+    release = re.search(r"release (\d+\.\d+)", text)
+    name = os.path.basename(tool)
+    return f"the {name} of CUDA {release.group(1)}" if release else name
 
 
 def main(argv):
@@ -249,7 +270,11 @@ def main(argv):
     except (RuntimeError, ValueError) as error:
         print(f"v100_paper: {error}", file=sys.stderr)
         return 1
-    command = "scripts/v100_paper.py" + "".join(f" {a}" for a in argv)
+    # the command as run, its tools' folders left out (the SASS note names the disassembler's release)
+    shown = [("CUOBJDUMP" if before == "--cuobjdump" else "--cuobjdump=CUOBJDUMP" if arg.startswith("--cuobjdump=")
+              else os.path.relpath(arg, ROOT) if before == "--volt8" and arg.startswith(ROOT + os.sep) else arg)
+             for before, arg in zip([None, *argv], argv)]
+    command = "scripts/v100_paper.py" + "".join(f" {a}" for a in shown)
     out = [f"# A V100 on paper at large M\n\n",
            f"Made {datetime.date.today().isoformat()} by `{command}` (no GPU: every figure is the derivation model's, "
            f"`tuning/derive_model.h`, or an sm_70 CUBIN's). Rank 0 of each model at TP4 and TP8 (`volt8 models --tp "

@@ -34,10 +34,38 @@ def account(m_values):
     return {"device": "V100", "top_k": 8, "forwards": forwards}
 
 
+# A longer loop without HMMA (0x10..0x40), the products' loop (0x50..0x80) and the trap loop at the end.
+NESTED = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E R4, [R2] ;
+        /*0020*/                   IADD3 R2, R2, 0x4, RZ ;
+        /*0030*/                   ISETP.NE.AND P0, PT, R2, R5, PT ;
+        /*0040*/               @P0 BRA 0x10 ;
+        /*0050*/                   LDS.U.128 R4, [R2] ;
+        /*0060*/                   HMMA.884.F32.F32.STEP0 R8, R4.reuse.ROW, R6.reuse.COL, R8 ;
+        /*0070*/                   HMMA.884.F32.F32.STEP1 R10, R4.reuse.ROW, R6.reuse.COL, R10 ;
+        /*0080*/               @P1 BRA 0x50 ;
+        /*0090*/                   EXIT ;
+        /*00a0*/                   BRA 0xa0 ;
+"""
+# K unrolled: the products in no loop, only the trap loop.
+UNROLLED = """
+        /*0000*/                   LDS.U.128 R4, [R2] ;
+        /*0010*/                   HMMA.884.F32.F32.STEP0 R8, R4.reuse.ROW, R6.reuse.COL, R8 ;
+        /*0020*/                   HMMA.884.F32.F32.STEP1 R10, R4.reuse.ROW, R6.reuse.COL, R10 ;
+        /*0030*/                   EXIT ;
+        /*0040*/                   BRA 0x40 ;
+"""
+
+
 def test_the_inner_loops_hmma_share():
     # 0x10..0x70: LDS, two HMMA, PRMT, HMUL2, STS, BRA
-    assert v100_paper.hmma_share(LISTING) == (2, 7)
+    assert v100_paper.hmma_share(LISTING) == (2, 7, True)
     assert v100_paper.hmma_share("        /*0000*/   EXIT ;\n") is None
+    # the loop that holds the products, not the longest one nor the trap loop
+    assert v100_paper.hmma_share(NESTED) == (2, 4, True)
+    # no loop holds them: the whole kernel's share, said to be so
+    assert v100_paper.hmma_share(UNROLLED) == (2, 5, False)
 
 
 def test_the_forward_tables_name_choice_time_and_bounds():
