@@ -190,6 +190,16 @@ prepare() {
     mkdir -p "$carry/tables_seed"
     find "$TUNE_SEED_DIR" -maxdepth 1 -type f -name '*arch=sm_90*.json' -exec cp {} "$carry/tables_seed/" \;
   fi
+  # AB_TREE: another checkout (a branch's worktree) whose volt8 and gpu_test_large_m go into .carry/ab/,
+  # for the ab phase; both link the library statically, so each runs its own tree's kernels.
+  if [ -n "${AB_TREE:-}" ]; then
+    [ -f "$AB_TREE/CMakeLists.txt" ] || { echo "gpu_check prepare: AB_TREE=$AB_TREE holds no CMakeLists.txt" >&2; exit 1; }
+    cmake -S "$AB_TREE" -B "$AB_TREE/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build "$AB_TREE/build" -j "$(nproc)" --target volt8_cli gpu_test_large_m >/dev/null
+    mkdir -p "$carry/ab"
+    cp "$AB_TREE/build/volt8" "$AB_TREE/build/tests/gpu_test_large_m" "$carry/ab/"
+    git -C "$AB_TREE" log -1 --format='%h %s' >"$carry/ab/commit.txt"
+  fi
   # PROBE=1: the probes of bench/probes (not part of the library; build_probes above).
   if [ "${PROBE:-0}" = 1 ]; then build_probes; fi
   # The native kernels (compute_90 PTX, the H200's arch) of the kernels suite's two seed shapes, where
@@ -223,7 +233,9 @@ prepare() {
 # (the reference TP4 shape, with the tables just tuned when there are any; BENCH_CHAIN=N adds volt8
 # bench --chain N, BENCH_M its token counts; BENCH_ARCH=sm_70 times the carried compute_70 PTX,
 # BENCH_SINGLE=1 with the one-launch forward), pinned (PINNED="M:G,D ..."
-# timed with those variants pinned, PINNED_REPEAT rounds, interleaved),
+# timed with those variants pinned, PINNED_REPEAT rounds, interleaved), ab (the carried build against
+# the one prepare's AB_TREE put in .carry/ab: that build's large_m suite, then volt8 bench of both in
+# turn for each "model:tp" of AB_MODELS at AB_M, into logs/ab.txt),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
 # the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU),
 # doctor (volt8 doctor from the build, then python -m volt8 doctor from the carried wheel), python (the binding's pytest suite, examples/mtp_step.py and
@@ -343,6 +355,34 @@ run() {
         fi
         step tune env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" tune --tp "${TUNE_TP:-1,2,4,8}" "${tune_m[@]}" \
           --out "$logs/tables" ;;
+      ab)
+        # The carried build against .carry/ab (prepare's AB_TREE): AB_TEST=1 (default) first runs the
+        # other build's large_m suite natively; then, for each "model:tp" of AB_MODELS, volt8 bench
+        # --no-baselines of the two builds in turn (one kernel cache: it is keyed by each kernel's
+        # source) at AB_M, AB_BATCHES timed passes, AB_ARGS more options (e.g. --variants G,D); their
+        # volt8 times side by side in logs/ab.txt.
+        if [ ! -x "$carry/ab/volt8" ]; then
+          echo "ab: no .carry/ab/volt8 (prepare with AB_TREE)" | tee -a "$summary"
+        else
+          local ab_entry ab_model ab_tp ab_build
+          echo "ab: the other build is $(cat "$carry/ab/commit.txt" 2>/dev/null)" | tee "$logs/ab.txt"
+          [ "${AB_TEST:-1}" = 1 ] && step ab_large_m env VOLT8_CACHE_DIR="$work/ab_cache" \
+            "$carry/ab/gpu_test_large_m" --jobs="${SUITE_JOBS:-6}"
+          for ab_entry in ${AB_MODELS:-deepseek-v3:4 deepseek-v3:8 glm-4.5:4}; do
+            ab_model="${ab_entry%%:*}" ab_tp="${ab_entry#*:}"
+            for ab_build in bin ab; do
+              # shellcheck disable=SC2086 # AB_ARGS: bench options, split on spaces
+              step "ab.$ab_model.tp$ab_tp.$ab_build" env VOLT8_CACHE_DIR="$work/ab_cache" "$carry/$ab_build/volt8" \
+                bench --no-baselines --model "$ab_model" --tp "$ab_tp" --m "${AB_M:-512,1024,2048,16384}" \
+                --batches "${AB_BATCHES:-15}" ${AB_ARGS:-}
+            done
+            echo "$ab_model TP$ab_tp, M: this build's us -> the other's" >>"$logs/ab.txt"
+            paste <(awk '/^ *[0-9]+ +[0-9]+ / {print $1, $6}' "$logs/ab.$ab_model.tp$ab_tp.bin.log") \
+              <(awk '/^ *[0-9]+ +[0-9]+ / {print $1, $6}' "$logs/ab.$ab_model.tp$ab_tp.ab.log") |
+              awk '{printf "  M = %s: %s -> %s us\n", $1, $2, ($3 == $1 ? $4 : "(its rows differ)")}' >>"$logs/ab.txt"
+          done
+          cat "$logs/ab.txt"
+        fi ;;
       pinned)
         # PINNED: entries "M:GATE_UP,DOWN", each timed alone (volt8 bench --no-baselines --variants,
         # with the tables just tuned when there are any), all of them in turn PINNED_REPEAT times
@@ -355,7 +395,7 @@ run() {
             m="${entry%%:*}"
             variants="${entry#*:}"
             us="$(timeout "${STEP_TIMEOUT:-300}" "${pinned_tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" \
-              bench --no-baselines --m "$m" --variants "$variants" 2>&1 | awk '/^ +[0-9]+ +[0-9]+ / {print $6}')"
+              bench --no-baselines --m "$m" --variants "$variants" 2>&1 | awk '/^ *[0-9]+ +[0-9]+ / {print $6}')"
             printf 'M=%s %s %s\n' "$m" "$variants" "${us:+$us us}${us:-failed}" | tee -a "$logs/pinned.txt"
           done
         done
