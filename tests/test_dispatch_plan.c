@@ -122,7 +122,12 @@ Test(dispatch_plan, pinned_variants) {
   volt8_variant_format(&runs.choice.gate_up, gate_up, sizeof gate_up);
   volt8_variant_format(&runs.choice.down, down, sizeof down);
   cr_assert(runs.single && !runs.pinned, "M=1 at top-10 runs as one launch: %s, %s", gate_up, down);
-  cr_assert_eq(volt8_forward_plan_pin(&plan, gate_up, "down.mma.bm16.bn32.w4.sk1"), VOLT8_OK);
+  int changed = -1;
+  cr_assert_eq(volt8_forward_plan_pin(&plan, gate_up, "down.mma.bm16.bn32.w4.sk1", &changed), VOLT8_OK);
+  cr_assert_eq(changed, 1, "pinning where nothing was pinned is a change");
+  /* The same names again change nothing (the eager repeat's epoch stays). */
+  cr_assert_eq(volt8_forward_plan_pin(&plan, gate_up, "down.mma.bm16.bn32.w4.sk1", &changed), VOLT8_OK);
+  cr_assert_eq(changed, 0, "the same pins again are no change");
   cr_assert_eq(volt8_forward_plan_choose(&plan, 1, 10, &runs), VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert(runs.pinned && !runs.single);
   volt8_variant_format(&runs.choice.down, down, sizeof down);
@@ -130,9 +135,10 @@ Test(dispatch_plan, pinned_variants) {
   cr_assert_eq(runs.origins[1].source, VOLT8_ORIGIN_PINNED);
   cr_assert_null(runs.origins[1].origin);
   /* A name outside the catalogue, or of the other op, is refused naming it, and the pins stay. */
-  cr_assert_eq(volt8_forward_plan_pin(&plan, "gate_up.cc.bm3.bn8.w4.sk1.l16", NULL), VOLT8_ERR_NOT_FOUND);
+  cr_assert_eq(volt8_forward_plan_pin(&plan, "gate_up.cc.bm3.bn8.w4.sk1.l16", NULL, &changed), VOLT8_ERR_NOT_FOUND);
+  cr_assert_eq(changed, 0, "a refused pin changes nothing");
   cr_assert(strstr(volt8_last_error(ctx), "gate_up.cc.bm3.bn8.w4.sk1.l16") != NULL, "%s", volt8_last_error(ctx));
-  cr_assert_eq(volt8_forward_plan_pin(&plan, "down.mma.bm16.bn32.w4.sk1", NULL), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(volt8_forward_plan_pin(&plan, "down.mma.bm16.bn32.w4.sk1", NULL, NULL), VOLT8_ERR_INVALID_ARGUMENT);
   cr_assert(strstr(volt8_last_error(ctx), "is not a gate_up variant") != NULL, "%s", volt8_last_error(ctx));
   cr_assert_eq(volt8_forward_plan_choose(&plan, 1, 10, &runs), VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert(runs.pinned && runs.origins[0].source == VOLT8_ORIGIN_PINNED);

@@ -222,16 +222,11 @@ void volt8_experts_destroy(volt8_experts *experts) {
 
 volt8_status volt8_experts_set_variants(volt8_experts *experts, const char *gate_up_variant, const char *down_variant) {
   if (!experts) return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_set_variants: experts is NULL");
-  const volt8_forward_plan *plan = &experts->plan;
-  int32_t was_pinned[2] = {plan->pinned[0], plan->pinned[1]};
-  volt8_variant was[2] = {plan->pinned_variants[0], plan->pinned_variants[1]};
-  volt8_status status = volt8_forward_plan_pin(&experts->plan, gate_up_variant, down_variant);
   /* A new epoch only where what is pinned changed: an engine (or a test) that passes the same names,
    * or NULL again, before each forward keeps its graphs' repeats. */
-  for (int op = 0; op < 2; op++)
-    if (plan->pinned[op] != was_pinned[op] ||
-        (plan->pinned[op] && !volt8_variant_equal(&plan->pinned_variants[op], &was[op])))
-      experts->epoch++;
+  int changed = 0;
+  volt8_status status = volt8_forward_plan_pin(&experts->plan, gate_up_variant, down_variant, &changed);
+  if (changed) experts->epoch++;
   return status;
 }
 

@@ -21,9 +21,11 @@ void volt8_forward_plan_release(volt8_forward_plan *plan) {
   plan->dispatch = NULL;
 }
 
-volt8_status volt8_forward_plan_pin(volt8_forward_plan *plan, const char *gate_up, const char *down) {
+volt8_status volt8_forward_plan_pin(volt8_forward_plan *plan, const char *gate_up, const char *down,
+                                    int *out_changed) {
   const char *names[2] = {gate_up, down};
   volt8_variant variants[2];
+  if (out_changed) *out_changed = 0;
   for (int op = 0; op < 2; op++) {
     if (!names[op]) continue;
     if (!volt8_variant_parse(names[op], &variants[op]))
@@ -32,10 +34,14 @@ volt8_status volt8_forward_plan_pin(volt8_forward_plan *plan, const char *gate_u
       return volt8_fail(plan->ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_set_variants: %s is not a %s variant",
                         names[op], op == VOLT8_OP_GATE_UP ? "gate_up" : "down");
   }
+  int changed = 0;
   for (int op = 0; op < 2; op++) {
-    plan->pinned[op] = names[op] != NULL;
+    int pinned = names[op] != NULL;
+    changed |= pinned != plan->pinned[op] || (pinned && !volt8_variant_equal(&variants[op], &plan->pinned_variants[op]));
+    plan->pinned[op] = pinned;
     if (names[op]) plan->pinned_variants[op] = variants[op];
   }
+  if (out_changed) *out_changed = changed;
   return VOLT8_OK;
 }
 

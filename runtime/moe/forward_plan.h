@@ -34,8 +34,10 @@ typedef struct volt8_forward_kernels {
 void volt8_forward_plan_init(volt8_forward_plan *plan, volt8_ctx *ctx, const volt8_moe_shape *shape);
 void volt8_forward_plan_release(volt8_forward_plan *plan);
 /* Pins gate_up and down by name (NULL: the dispatch's): VOLT8_ERR_NOT_FOUND naming a name outside
- * the catalogue, VOLT8_ERR_INVALID_ARGUMENT one of the other op; nothing changes on failure. */
-volt8_status volt8_forward_plan_pin(volt8_forward_plan *plan, const char *gate_up, const char *down);
+ * the catalogue, VOLT8_ERR_INVALID_ARGUMENT one of the other op; nothing changes on failure.
+ * *out_changed (unless NULL): 1 where what is pinned differs from before, else 0. */
+volt8_status volt8_forward_plan_pin(volt8_forward_plan *plan, const char *gate_up, const char *down,
+                                    int *out_changed);
 /* Reads the variant list and the tables now, unless they were read. */
 volt8_status volt8_forward_plan_read(volt8_forward_plan *plan);
 /* What the forward runs (reading the plan first if it was not read). */
