@@ -298,6 +298,9 @@ run() {
     printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
       "$(grep -E 'Synthesis|ERROR SUMMARY|^peak m16n8k16|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step|torch_op|  volt8_moe_forward|^verdict:|^volt8.torch:' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
   }
+  # volt8 bench's table rows as "M volt8_us", from standard input or the files named (M = 16384's row
+  # has no leading space).
+  bench_times() { awk '/^ *[0-9]+ +[0-9]+ / {print $1, $6}' "$@"; }
   # The environment of a suite mode: sm70_ptx, the carried compute_70 PTX through the driver;
   # native, the device's own arch; sm80_ptx, compute_80 PTX compiled here, so the hmma family's
   # bit-level E4M3 conversion (sm_80..sm_88; native sm_90 code uses the FP8 instruction) runs too.
@@ -377,8 +380,7 @@ run() {
                 --batches "${AB_BATCHES:-15}" ${AB_ARGS:-}
             done
             echo "$ab_model TP$ab_tp, M: this build's us -> the other's" >>"$logs/ab.txt"
-            paste <(awk '/^ *[0-9]+ +[0-9]+ / {print $1, $6}' "$logs/ab.$ab_model.tp$ab_tp.bin.log") \
-              <(awk '/^ *[0-9]+ +[0-9]+ / {print $1, $6}' "$logs/ab.$ab_model.tp$ab_tp.ab.log") |
+            paste <(bench_times "$logs/ab.$ab_model.tp$ab_tp.bin.log") <(bench_times "$logs/ab.$ab_model.tp$ab_tp.ab.log") |
               awk '{printf "  M = %s: %s -> %s us\n", $1, $2, ($3 == $1 ? $4 : "(its rows differ)")}' >>"$logs/ab.txt"
           done
           cat "$logs/ab.txt"
@@ -395,7 +397,7 @@ run() {
             m="${entry%%:*}"
             variants="${entry#*:}"
             us="$(timeout "${STEP_TIMEOUT:-300}" "${pinned_tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" \
-              bench --no-baselines --m "$m" --variants "$variants" 2>&1 | awk '/^ *[0-9]+ +[0-9]+ / {print $6}')"
+              bench --no-baselines --m "$m" --variants "$variants" 2>&1 | bench_times | cut -d ' ' -f 2)"
             printf 'M=%s %s %s\n' "$m" "$variants" "${us:+$us us}${us:-failed}" | tee -a "$logs/pinned.txt"
           done
         done
