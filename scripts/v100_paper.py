@@ -233,6 +233,18 @@ def tool_identity(tool):
     return f"the {name} of CUDA {release.group(1)}" if release else name
 
 
+def shown_argument(before, arg):
+    """An argument of the command as the document shows it: no folder of the machine that made it (the
+    SASS note names the disassembler by its release; the volt8 binary relative to the checkout)."""
+    if before == "--cuobjdump":
+        return "CUOBJDUMP"
+    if arg.startswith("--cuobjdump="):
+        return "--cuobjdump=CUOBJDUMP"
+    if before == "--volt8" and arg.startswith(ROOT + os.sep):
+        return os.path.relpath(arg, ROOT)
+    return arg
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--volt8", default=os.path.join(ROOT, "build", "volt8"))
@@ -270,11 +282,8 @@ def main(argv):
     except (RuntimeError, ValueError) as error:
         print(f"v100_paper: {error}", file=sys.stderr)
         return 1
-    # the command as run, its tools' folders left out (the SASS note names the disassembler's release)
-    shown = [("CUOBJDUMP" if before == "--cuobjdump" else "--cuobjdump=CUOBJDUMP" if arg.startswith("--cuobjdump=")
-              else os.path.relpath(arg, ROOT) if before == "--volt8" and arg.startswith(ROOT + os.sep) else arg)
-             for before, arg in zip([None, *argv], argv)]
-    command = "scripts/v100_paper.py" + "".join(f" {a}" for a in shown)
+    command = "scripts/v100_paper.py" + "".join(
+        f" {shown_argument(before, arg)}" for before, arg in zip([None, *argv], argv))
     out = [f"# A V100 on paper at large M\n\n",
            f"Made {datetime.date.today().isoformat()} by `{command}` (no GPU: every figure is the derivation model's, "
            f"`tuning/derive_model.h`, or an sm_70 CUBIN's). Rank 0 of each model at TP4 and TP8 (`volt8 models --tp "
