@@ -7,14 +7,13 @@
 //
 // A CTA computes block_m pairs x kWeightRows weight rows (gate_up: block_n gate rows and the block_n
 // up rows of the same output columns; down: block_n rows), walking K in steps of kStepK codes through
-// kStages shared-memory stages filled by cp.async (loads kStages - 1 steps ahead of the products, or
-// two steps a barrier and kStages - 2 ahead where four stages fit and the variant is not capped at four
-// CTAs an SM):
+// kStages shared-memory stages filled by cp.async (loads kStages - 1 steps ahead of the products):
 //   x:       block_m rows of FP16, gathered through the item's pairs (gate_up: the pair's token row of
 //            the input; down: the pair's row of h), zeros past the item's count and past K;
 //   weights: kWeightRows rows of kStepK E4M3 codes, zeros past N and past K.
-// Each warp takes kWarpM pairs x 32 weight rows. Its m16n8k16 products read K in a permuted order,
-// the same for both operands (a dot product's terms in any order): product kk of a step takes, from
+// Each warp takes kWarpM pairs x 32 weight rows, the rows as the products' m16 operand and the pairs
+// as their n8 one, so that no operand is copied between registers. Its m16n8k16 products read K in a
+// permuted order, the same for both operands (a dot product's terms in any order): product kk of a step takes, from
 // lane (g = lane / 4, t = lane % 4), the codes 8t + 4kk .. 8t + 4kk + 3 of its weight row g, which one
 // 8-byte load of the row brings for both products, and the same K of x through one 16-byte load a
 // row. The codes become FP16 in registers (code * 2^-8, exactly: moe_common.cu) times their block's
@@ -44,9 +43,14 @@ constexpr int kXStageBytes = kBlockM * kXRowBytes;
 constexpr int kStageBytes = kXStageBytes + kWeightRows * kWRowBytes;
 constexpr int kXChunks = kBlockM * (kXRowBytes / 16) / kThreads;      // 16-byte x chunks a thread a step
 constexpr int kWChunks = kWeightRows * (kWRowBytes / 16) / kThreads;  // 16-byte weight chunks a thread a step
-constexpr int kMTiles = kWarpM / 16, kNTiles = kWarpN / 8;  // m16 x n8 products of a warp's tile
+// A warp's products take its weight rows as the m16 operand (A) and its pairs as the n8 one (B):
+// two m16 tiles of 16 weight rows (n8 tiles j = 2r, 2r + 1 of the rows' lanes) by kWarpM / 8 tiles of 8
+// pairs. Each A register is a conversion's result, written where the product reads it; each pair of
+// B registers is half of one 16-byte load of x, so no register is copied to line operands up.
+constexpr int kNTiles = kWarpN / 8;                          // 8-row groups of the warp's weight rows
+constexpr int kRowTiles = kWarpN / 16, kPairTiles = kWarpM / 8;
 @{include moe_expert_layout.cu}
-static_assert(kWarpsN * kWarpsM == @{WARPS} && kWarpN == 32 && kWarpM % 16 == 0, "tile does not fit the warps");
+static_assert(kWarpsN * kWarpsM == @{WARPS} && kWarpN == 32 && kWarpM % 8 == 0, "tile does not fit the warps");
 static_assert(kXChunks >= 1 && kXChunks * kThreads == kBlockM * (kXRowBytes / 16), "x chunks must spread evenly");
 static_assert(kWChunks >= 1 && kWChunks * kThreads == kWeightRows * (kWRowBytes / 16), "weight chunks must spread evenly");
 static_assert(kK % 16 == 0 && kScaleKOffset % 16 == 0, "k must split into 16-code chunks");
@@ -128,17 +132,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   __syncthreads();
 
   // This thread's x chunks: chunk q = tid + i * kThreads is row q / 4, 16-byte column q % 4 of a step.
+  // A chunk past the item's pairs reads nothing (bit i of x_live clear) from the input's first row.
   const unsigned short *x_rows[kXChunks];
-  unsigned x_offsets[kXChunks];
+  unsigned x_offsets[kXChunks], x_live = 0;
 #pragma unroll
   for (int i = 0; i < kXChunks; ++i) {
     const int q = tid + i * kThreads, r = q / 4;
-    x_rows[i] = r < count ? activations + (long long)(pair_ids[r] / x_rows_per_pair) * kK + (q % 4) * 8 : nullptr;
+    x_rows[i] = r < count ? activations + (long long)(pair_ids[r] / x_rows_per_pair) * kK + (q % 4) * 8 : activations;
+    x_live |= (r < count ? 1u : 0u) << i;
     x_offsets[i] = (unsigned)(r * kXRowBytes + (q % 4) * 16);
   }
   // This thread's weight chunks: chunk q is tile row q / 2, codes (q % 2) * 16.. of a step.
+  // A chunk past N reads nothing (bit i of w_live clear) from the weights' first byte.
   const unsigned char *w_sources[kWChunks];
-  unsigned w_offsets[kWChunks];
+  unsigned w_offsets[kWChunks], w_live = 0;
 #pragma unroll
   for (int i = 0; i < kWChunks; ++i) {
     const int q = tid + i * kThreads, row = q / 2;
@@ -146,24 +153,26 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     const int column = column0 + row - kind * kBlockN;
     w_sources[i] = column < kN ? weights + expert * kExpertWeightBytes + (long long)(column + kind * kUpRowOffset) * kK +
                                      (q % 2) * 16
-                               : nullptr;
+                               : weights;
+    w_live |= (column < kN ? 1u : 0u) << i;
     w_offsets[i] = (unsigned)(kXStageBytes + row * kWRowBytes + (q % 2) * 16);
   }
-  // Step s's x and weights into stage s % kStages.
+  // Step s's x and weights into stage s % kStages. Where K is a whole number of steps, every chunk of
+  // a step s < kSteps lies below K, and the compare goes at compile time.
   auto load_step = [&](int s) {
     const unsigned stage = stages_base + (unsigned)((s % kStages) * kStageBytes);
     const int k = s * kStepK;
 #pragma unroll
     for (int i = 0; i < kXChunks; ++i) {
       const int kx = k + (int)(x_offsets[i] % kXRowBytes) / 2;
-      const bool valid = x_rows[i] != nullptr && kx < kK;
-      copy_async_16(stage + x_offsets[i], valid ? x_rows[i] + k : activations, valid);
+      const bool valid = ((x_live >> i) & 1u) && (kK % kStepK == 0 || kx < kK);
+      copy_async_16(stage + x_offsets[i], x_rows[i] + (valid ? k : 0), valid);
     }
 #pragma unroll
     for (int i = 0; i < kWChunks; ++i) {
       const int kw = k + (int)(w_offsets[i] % 32);
-      const bool valid = w_sources[i] != nullptr && kw < kK;
-      copy_async_weights_16(stage + w_offsets[i], valid ? w_sources[i] + k : weights, valid);
+      const bool valid = ((w_live >> i) & 1u) && (kK % kStepK == 0 || kw < kK);
+      copy_async_weights_16(stage + w_offsets[i], w_sources[i] + (valid ? k : 0), valid);
     }
   };
 
@@ -191,84 +200,103 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
       scale2[j] = pack_halves(bits, bits);
     }
   };
-  // This lane's x rows of the warp's tile: row g of each m16 tile, and row g + 8.
+  // This lane's x row of the warp's pairs: pair g of each tile of 8.
   const unsigned x_lane = (unsigned)((warp_m * kWarpM + g) * kXRowBytes + t * 16);
-  // Variants capped at four CTAs an SM skip the products of the warp's m16 tiles that hold no pair of
-  // the item (padding alone), the same branch for the whole warp at every step. Elsewhere the branch
-  // costs more than it saves (it splits the unrolled products, which ptxas then schedules apart).
+  // Variants capped at four CTAs an SM skip the products of the warp's pairs past the item's count, 16
+  // at a time (two tiles of 8: one branch, the same for the whole warp, every 16 pairs). Elsewhere the
+  // branch costs more than it saves (it splits the unrolled products, which ptxas then schedules apart).
   constexpr bool kSkipPadding = @{MIN_BLOCKS} >= 4;
-  const int live_tiles = kSkipPadding ? min(kMTiles, max(0, (count - warp_m * kWarpM + 15) / 16)) : kMTiles;
+  const int live_tiles = kSkipPadding ? min(kPairTiles, max(0, (count - warp_m * kWarpM + 15) / 16) * 2) : kPairTiles;
 
-  float acc[kMTiles][kNTiles][4];
+  // acc[r][p]: weight rows r * 16 + g (e 0, 1) and r * 16 + g + 8 (e 2, 3), pairs p * 8 + 2t + (e & 1).
+  float acc[kRowTiles][kPairTiles][4];
 #pragma unroll
-  for (int i = 0; i < kMTiles; ++i)
+  for (int r = 0; r < kRowTiles; ++r)
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j)
+    for (int p = 0; p < kPairTiles; ++p)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[r][p][e] = 0.0f;
 
-  // kSub steps are read between two barriers: two where at least four stages fit and the variant is
-  // not capped at four CTAs an SM (there the second step's fragments would spill), else one. The
-  // loads run kStages - kSub steps ahead; one cp.async group a step (empty past the last), so that at
-  // steps s0 .. s0 + kSub - 1 "all but the newest kStages - 2 kSub groups" is theirs.
-  constexpr int kSub = kStages >= 4 && @{MIN_BLOCKS} < 4 ? 2 : 1;
-  // Prologue: steps 0 .. kStages - kSub - 1 requested.
+  // Prologue: steps 0 .. kStages - 2 requested, one cp.async group a step (empty past the last), so that
+  // at step s "all but the newest kStages - 2 groups" is step s's.
 #pragma unroll
-  for (int s = 0; s < kStages - kSub; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < kSteps) load_step(s);
     copy_async_commit();
   }
   unsigned scale2[kNTiles];
   load_scales(0, scale2);
 
-  for (int s0 = 0; s0 < kSteps; s0 += kSub) {
-    copy_async_wait<kStages - 2 * kSub>();
-    // Steps s0 .. s0 + kSub - 1 are in for every thread, and every warp is done with the steps before,
-    // whose stages the loads of steps s0 + kStages - kSub .. s0 + kStages - 1 now take.
+  for (int s = 0; s < kSteps; ++s) {
+    copy_async_wait<kStages - 2>();
+    // Step s is in for every thread, and every warp is done with step s - 1, whose stage the loads of
+    // step s + kStages - 1 now take.
     __syncthreads();
+    if (s + kStages - 1 < kSteps) load_step(s + kStages - 1);
+    copy_async_commit();
+    unsigned next_scale2[kNTiles];
+    load_scales(s + 1, next_scale2);
+    const unsigned stage = stages_base + (unsigned)((s % kStages) * kStageBytes);
+    // A fragments of both products: codes 8t .. 8t + 7 of the tile's rows g and g + 8, products 0 and
+    // 1 taking a word of each (a0, a2 from row g; a1, a3 from row g + 8).
+    unsigned a[2][kRowTiles][4];
 #pragma unroll
-    for (int u = 0; u < kSub; ++u) {
-      if (s0 + kStages - kSub + u < kSteps) load_step(s0 + kStages - kSub + u);
-      copy_async_commit();
+    for (int r = 0; r < kRowTiles; ++r) {
+      const uint2 top = load_shared_8(stage + w_rows[2 * r]), bottom = load_shared_8(stage + w_rows[2 * r + 1]);
+      const unsigned top_scale = scale2[2 * r], bottom_scale = scale2[2 * r + 1];
+      a[0][r][0] = mul_half2(e4m3x2_to_half2_shift(top.x, kLowPair), top_scale);
+      a[0][r][1] = mul_half2(e4m3x2_to_half2_shift(bottom.x, kLowPair), bottom_scale);
+      a[0][r][2] = mul_half2(e4m3x2_to_half2_shift(top.x, kHighPair), top_scale);
+      a[0][r][3] = mul_half2(e4m3x2_to_half2_shift(bottom.x, kHighPair), bottom_scale);
+      a[1][r][0] = mul_half2(e4m3x2_to_half2_shift(top.y, kLowPair), top_scale);
+      a[1][r][1] = mul_half2(e4m3x2_to_half2_shift(bottom.y, kLowPair), bottom_scale);
+      a[1][r][2] = mul_half2(e4m3x2_to_half2_shift(top.y, kHighPair), top_scale);
+      a[1][r][3] = mul_half2(e4m3x2_to_half2_shift(bottom.y, kHighPair), bottom_scale);
     }
 #pragma unroll
-    for (int u = 0; u < kSub; ++u) {
-      const int s = s0 + u;
-      if (kSub > 1 && s >= kSteps) break;
-      unsigned next_scale2[kNTiles];
-      load_scales(s + 1, next_scale2);
-      const unsigned stage = stages_base + (unsigned)((s % kStages) * kStageBytes);
-      // B fragments of both products: codes 8t .. 8t + 7 of row g, products 0 and 1 taking a word each.
-      unsigned b[2][kNTiles][2];
+    for (int p = 0; p < kPairTiles; ++p) {
+      if (kSkipPadding && p % 2 == 0 && p >= live_tiles) break;
+      // x[g][8t .. 8t + 7] of this tile of pairs: products 0 and 1 take two words each (b0, b1).
+      const uint4 x = load_shared_16(stage + x_lane + (unsigned)(p * 8 * kXRowBytes));
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        const uint2 codes = load_shared_8(stage + w_rows[j]);
-        b[0][j][0] = mul_half2(e4m3x2_to_half2_shift(codes.x, kLowPair), scale2[j]);
-        b[0][j][1] = mul_half2(e4m3x2_to_half2_shift(codes.x, kHighPair), scale2[j]);
-        b[1][j][0] = mul_half2(e4m3x2_to_half2_shift(codes.y, kLowPair), scale2[j]);
-        b[1][j][1] = mul_half2(e4m3x2_to_half2_shift(codes.y, kHighPair), scale2[j]);
-      }
+      for (int r = 0; r < kRowTiles; ++r) mma_16816(acc[r][p], a[0][r][0], a[0][r][1], a[0][r][2], a[0][r][3], x.x, x.y);
 #pragma unroll
-      for (int i = 0; i < kMTiles; ++i) {
-        if (kSkipPadding && i >= live_tiles) break;
-        // x[g][8t .. 8t + 7] and x[g + 8][..] of this row tile: products 0 and 1 take two words of each.
-        const uint4 low = load_shared_16(stage + x_lane + (unsigned)(i * 16 * kXRowBytes));
-        const uint4 high = load_shared_16(stage + x_lane + (unsigned)((i * 16 + 8) * kXRowBytes));
-        // Product 0 of every n8 tile, then product 1: kNTiles products between two into one accumulator.
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) mma_16816(acc[i][j], low.x, high.x, low.y, high.y, b[0][j][0], b[0][j][1]);
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) mma_16816(acc[i][j], low.z, high.z, low.w, high.w, b[1][j][0], b[1][j][1]);
-      }
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) scale2[j] = next_scale2[j];
+      for (int r = 0; r < kRowTiles; ++r) mma_16816(acc[r][p], a[1][r][0], a[1][r][1], a[1][r][2], a[1][r][3], x.z, x.w);
     }
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) scale2[j] = next_scale2[j];
   }
   copy_async_wait<0>();
 
-#if VOLT8_GATE_UP
-  store_16816(acc, pair_ids, nullptr, out, count, column0, warp_m, warp_n, lane);
-#else
-  store_16816(acc, pair_ids, pair_weights, out, count, column0, warp_m, warp_n, lane);
+  // The warp's outputs: weight row n = r * 16 + g + 8 * (e >> 1) is output column column0 + warp_n * 16
+  // + n % 16 of gate (r 0) and up (r 1) in gate_up, column0 + warp_n * 32 + n in down. gate_up stores
+  // h = FP16(silu(gate) * up), down z = FP16(weight * sum) into out read as FP16 (reduce_half adds
+  // them). Pad pairs are never stored.
+#if !VOLT8_GATE_UP
+  unsigned short *z_half = reinterpret_cast<unsigned short *>(out);
 #endif
+#pragma unroll
+  for (int p = 0; p < kPairTiles; ++p)
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int m = warp_m * kWarpM + p * 8 + 2 * t + q;
+      if (m >= count) continue;
+      const long long pair = pair_ids[m];
+#if VOLT8_GATE_UP
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int column = column0 + warp_n * 16 + g + 8 * half;
+        if (column < kN) out[pair * kN + column] = float_to_half(silu_times(acc[0][p][2 * half + q], acc[1][p][2 * half + q]));
+      }
+#else
+      const float weight = pair_weights[m];
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int column = column0 + warp_n * 32 + r * 16 + g + 8 * half;
+          if (column < kN) z_half[pair * kN + column] = float_to_half(weight * acc[r][p][2 * half + q]);
+        }
+#endif
+    }
 }
