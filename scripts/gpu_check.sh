@@ -610,7 +610,7 @@ run() {
             python3 "$root/scripts/stall_lines.py" "$logs/$name.source.csv" --top 40 >"$logs/$name.source.txt" 2>&1
           [ -f "$logs/$name.ncu-rep" ] && ncu -i "$logs/$name.ncu-rep" >>"$logs/$name.log" 2>&1
           echo "== $name"
-          grep -E '^  volt8_|Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Grid Size|Block Limit Registers|Waves Per SM|stalled|warps_active' \
+          grep -E '^  volt8_|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Mem Busy|Max Bandwidth|L2 Hit Rate|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Grid Size|Block Limit Registers|Waves Per SM|stalled|warps_active' \
             "$logs/$name.log" | sed -E 's/\(([0-9]+, ){2}[0-9]+\)x\(([0-9]+, ){2}[0-9]+\)//; s/ +/ /g'
         done ;;
       tp)
