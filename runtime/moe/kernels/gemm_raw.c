@@ -6,8 +6,8 @@
  * the item's pairs, or half of them where the tile has twice the warps its rows need (w8, each such
  * pair of warps converting the same codes). Steps of 32 codes of K run through as many cp.async stages
  * as fit 48 KiB, at most six; the weights' copies bring the 256-byte block around them into L2
- * (.f256). o4 (64-pair items) caps the registers for four CTAs an SM, at a few bytes of spill a
- * thread. */
+ * (.f256). o4 (64-pair items) caps the registers at 128 for four CTAs an SM (no spill since the
+ * products take the weight rows as their A operand). */
 #include <stdio.h>
 
 #include "moe/kernels/kind.h"
