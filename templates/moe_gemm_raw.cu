@@ -13,13 +13,14 @@
 //   weights: kWeightRows rows of kStepK E4M3 codes, zeros past N and past K.
 // Each warp takes kWarpM pairs x 32 weight rows, the rows as the products' m16 operand and the pairs
 // as their n8 one, so that no operand is copied between registers. Its m16n8k16 products read K in a
-// permuted order, the same for both operands (a dot product's terms in any order): product kk of a step takes, from
-// lane (g = lane / 4, t = lane % 4), the codes 8t + 4kk .. 8t + 4kk + 3 of its weight row g, which one
-// 8-byte load of the row brings for both products, and the same K of x through one 16-byte load a
-// row. The codes become FP16 in registers (code * 2^-8, exactly: moe_common.cu) times their block's
-// scale (FP16 bits of scale * 2^8); a chunk of 16 codes never straddles a scale block (ranks start at
-// multiples of 16 of the scale grid). Rows are stored unpadded: an 8-byte load of 16 lanes and a
-// 16-byte load of 8 lanes each read 128 consecutive bytes, on distinct banks.
+// permuted order, the same for both operands (a dot product's terms in any order): product kk of a
+// step takes, from lane (g = lane / 4, t = lane % 4), the codes 8t + 4kk .. 8t + 4kk + 3 of its weight
+// rows g and g + 8, which one 8-byte load of each row brings for both products, and the same K of x
+// through one 16-byte load a pair. The codes become FP16 in registers (code * 2^-8, exactly:
+// moe_common.cu) times their block's scale (FP16 bits of scale * 2^8); a chunk of 16 codes never
+// straddles a scale block (ranks start at multiples of 16 of the scale grid). Rows are stored
+// unpadded: an 8-byte load of 16 lanes and a 16-byte load of 8 lanes each read 128 consecutive bytes,
+// on distinct banks.
 // gate_up stores h = FP16(silu(gate) * up) for its pairs; down stores z = FP16(weight * sum), which
 // reduce_half adds per token in FP32. Pad rows of an item are never stored.
 // The weights' cp.async brings the whole aligned block of VOLT8_WEIGHT_FETCH bytes around each 16 into
@@ -259,9 +260,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
       // x[g][8t .. 8t + 7] of this tile of pairs: products 0 and 1 take two words each (b0, b1).
       const uint4 x = load_shared_16(stage + x_lane + (unsigned)(p * 8 * kXRowBytes));
 #pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) mma_16816(acc[r][p], a[0][r][0], a[0][r][1], a[0][r][2], a[0][r][3], x.x, x.y);
+      for (int r = 0; r < kRowTiles; ++r)
+        mma_16816(acc[r][p], a[0][r][0], a[0][r][1], a[0][r][2], a[0][r][3], x.x, x.y);
 #pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) mma_16816(acc[r][p], a[1][r][0], a[1][r][1], a[1][r][2], a[1][r][3], x.z, x.w);
+      for (int r = 0; r < kRowTiles; ++r)
+        mma_16816(acc[r][p], a[1][r][0], a[1][r][1], a[1][r][2], a[1][r][3], x.z, x.w);
     }
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) scale2[j] = next_scale2[j];
@@ -286,7 +289,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int column = column0 + warp_n * 16 + g + 8 * half;
-        if (column < kN) out[pair * kN + column] = float_to_half(silu_times(acc[0][p][2 * half + q], acc[1][p][2 * half + q]));
+        if (column < kN)
+          out[pair * kN + column] = float_to_half(silu_times(acc[0][p][2 * half + q], acc[1][p][2 * half + q]));
       }
 #else
       const float weight = pair_weights[m];
