@@ -289,6 +289,9 @@ run() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$logs/device.txt"
   local summary="$out/summary.txt"
   : >"$summary"
+  # logs.tgz again after each step, so that a call cut short by its time limit still brings back the
+  # logs of every step that ran (a lent machine returns what $OUT holds then).
+  save_logs() { tar -C "$work" -czf "$out/logs.tgz.part" logs && mv -f "$out/logs.tgz.part" "$out/logs.tgz"; }
   step() {
     local name="$1"
     shift
@@ -297,6 +300,7 @@ run() {
     local rc=$?
     printf '%-28s rc=%d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
       "$(grep -E 'Synthesis|ERROR SUMMARY|^peak m16n8k16|RACECHECK SUMMARY|volt8 (tune|bench|compile):|check_wait_order:| passed| failed|mtp_step|torch_op|  volt8_moe_forward|^verdict:|^volt8.torch:' "$logs/$name.log" | tail -n 1)" | tee -a "$summary"
+    save_logs
   }
   # volt8 bench's table rows as "M volt8_us", from standard input or the files named (M = 16384's row
   # has no leading space).
@@ -389,10 +393,10 @@ run() {
         # PINNED: entries "M:GATE_UP,DOWN", each timed alone (volt8 bench --no-baselines --variants,
         # with the tables just tuned when there are any), all of them in turn PINNED_REPEAT times
         # (default 2), so the runs of one entry are interleaved with the others'.
-        local pinned_tables=() repeat entry m variants us
+        local pinned_tables=() entry m variants us
         [ -d "$logs/tables" ] && pinned_tables=(env VOLT8_TUNING_DIR="$logs/tables")
         : >"$logs/pinned.txt"
-        for repeat in $(seq "${PINNED_REPEAT:-2}"); do
+        for _ in $(seq "${PINNED_REPEAT:-2}"); do
           for entry in ${PINNED:-}; do
             m="${entry%%:*}"
             variants="${entry#*:}"
@@ -638,7 +642,7 @@ run() {
       *) echo "gpu_check: unknown phase $phase" >&2 ;;
     esac
   done
-  tar -C "$work" -czf "$out/logs.tgz" logs
+  save_logs
   echo "--- failures ---"
   grep -l -E '\[FAIL\]|Assertion Failed|ERROR SUMMARY: [1-9]' "$logs"/*.log 2>/dev/null | while read -r log; do
     echo "== $(basename "$log")"
