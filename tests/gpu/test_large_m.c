@@ -411,3 +411,36 @@ Test(gpu_large_m, raw_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
   check_family(ctx, RAW_PAIRS, RAW_PAIR_COUNT);
   volt8_ctx_destroy(ctx);
 }
+
+/* The raw family in brief, for the sanitizers (racecheck takes many minutes over the whole family
+ * test above): each pinned pair at 300 tokens of top-8 on the two shapes off the grid, where items of
+ * 75 pairs on average leave the 64- and 128-pair items part padding, down's K ends inside a step or
+ * takes an odd count of steps, and gate_up's last column tile is partly past N. Run it alone with
+ * --filter 'gpu_large_m/raw_family_in_brief*'. */
+Test(gpu_large_m, raw_family_in_brief_for_the_sanitizers) {
+  volt8_ctx *ctx = gpu_open();
+  int32_t arch = ctx->target_arch;
+  if (arch < 80) {
+    volt8_ctx_destroy(ctx);
+    cr_skip_test("the raw family needs an sm_80 or later target (VOLT8_TARGET_ARCH gives sm_%d)", arch);
+  }
+  gpu_seed(49);
+  const int32_t offset_widths[][2] = {{176, 16}, {160, 32}};
+  for (int o = 0; o < 2; o++) {
+    volt8_moe_shape offset = VOLT8_MOE_SHAPE_INIT;
+    offset.hidden = 1024;
+    offset.intermediate = offset_widths[o][0];
+    offset.intermediate_offset = offset_widths[o][1];
+    offset.num_experts = 32;
+    char label[48];
+    snprintf(label, sizeof label, "in brief, I=%d at offset %d", offset.intermediate, offset.intermediate_offset);
+    host_problem problem;
+    gpu_make_problem(ctx, &offset, &problem);
+    volt8_experts *experts = gpu_upload(ctx, &problem, 300, 8);
+    check_batch(ctx, experts, &problem, 300, 8, NULL, label, RAW_PAIRS, RAW_PAIR_COUNT);
+    cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
+    volt8_experts_destroy(experts);
+    gpu_free_problem(&problem);
+  }
+  volt8_ctx_destroy(ctx);
+}
