@@ -3,7 +3,8 @@
  * CUDA graph replay against eager, 70000 tokens past one launch's grid through every kind of cut
  * (routed, block_m 1, the token down, the fused downs, the reduce's loop) with bad ids counted across
  * the launches, and the workspace limits: a load too large for the GPU fails naming its bytes and
- * leaves nothing allocated. Outputs are poisoned first; the reference covers a sample of the rows
+ * leaves nothing allocated; the tile and raw families pinned over the same (and the raw family in
+ * brief, for the sanitizers). Outputs are poisoned first; the reference covers a sample of the rows
  * past GPU_REFERENCE_ROWS tokens. The shapes' compute_70 kernels are in scripts/gpu_check.sh
  * (gpu_test_shapes). */
 #include <criterion/criterion.h>
