@@ -332,6 +332,30 @@ static const char *const RAW_PAIRS[][2] = {
 };
 #define RAW_PAIR_COUNT ((int)(sizeof RAW_PAIRS / sizeof RAW_PAIRS[0]))
 
+/* The two shapes off the grid, I = 176 at offset 16 and I = 160 at offset 32 (the reference TP4 rank's:
+ * down's K is five 32-code steps, an odd count), each pair at 300 tokens of top-8 and, where max_tokens
+ * allows, at max_tokens. */
+static void check_off_the_grid(volt8_ctx *ctx, const char *const (*pairs)[2], int pair_count, int32_t max_tokens) {
+  const int32_t offset_widths[][2] = {{176, 16}, {160, 32}};
+  for (int o = 0; o < 2; o++) {
+    volt8_moe_shape offset = VOLT8_MOE_SHAPE_INIT;
+    offset.hidden = 1024;
+    offset.intermediate = offset_widths[o][0];
+    offset.intermediate_offset = offset_widths[o][1];
+    offset.num_experts = 32;
+    char label[48];
+    snprintf(label, sizeof label, "I=%d at offset %d", offset.intermediate, offset.intermediate_offset);
+    host_problem problem;
+    gpu_make_problem(ctx, &offset, &problem);
+    volt8_experts *experts = gpu_upload(ctx, &problem, max_tokens, 8);
+    check_batch(ctx, experts, &problem, 300, 8, NULL, label, pairs, pair_count);
+    if (max_tokens > 300) check_batch(ctx, experts, &problem, max_tokens, 8, NULL, label, pairs, pair_count);
+    cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
+    volt8_experts_destroy(experts);
+    gpu_free_problem(&problem);
+  }
+}
+
 /* A family's pairs at M = 1..8192 at top-k 1 and 16; every token to one expert and then to two (the
  * others get none); an expert-parallel rank with bad ids; and two shapes whose rank starts inside the
  * scale grid with K and N off the tile (I = 176 at offset 16: down's K ends half a step in, gate_up's
@@ -352,25 +376,7 @@ static void check_family(volt8_ctx *ctx, const char *const (*pairs)[2], int pair
   volt8_experts_destroy(experts);
   gpu_free_problem(&problem);
 
-  /* Off the grid: I = 176 at offset 16, and I = 160 at offset 32 (the reference TP4 rank's: down's K is
-   * five 32-code steps, an odd count). */
-  const int32_t offset_widths[][2] = {{176, 16}, {160, 32}};
-  for (int o = 0; o < 2; o++) {
-    volt8_moe_shape offset = VOLT8_MOE_SHAPE_INIT;
-    offset.hidden = 1024;
-    offset.intermediate = offset_widths[o][0];
-    offset.intermediate_offset = offset_widths[o][1];
-    offset.num_experts = 32;
-    char label[48];
-    snprintf(label, sizeof label, "I=%d at offset %d", offset.intermediate, offset.intermediate_offset);
-    gpu_make_problem(ctx, &offset, &problem);
-    experts = gpu_upload(ctx, &problem, 4096, 8);
-    check_batch(ctx, experts, &problem, 300, 8, NULL, label, pairs, pair_count);
-    check_batch(ctx, experts, &problem, 4096, 8, NULL, label, pairs, pair_count);
-    cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
-    volt8_experts_destroy(experts);
-    gpu_free_problem(&problem);
-  }
+  check_off_the_grid(ctx, pairs, pair_count, 4096);
 
   volt8_moe_shape rank = test_shape();
   rank.num_experts = 16;
@@ -401,13 +407,19 @@ Test(gpu_large_m, tile_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
   volt8_ctx_destroy(ctx);
 }
 
-Test(gpu_large_m, raw_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
+/* A context for the raw family's tests; skips the test, saying why, where the target is before sm_80. */
+static volt8_ctx *gpu_open_for_raw_family(void) {
   volt8_ctx *ctx = gpu_open();
   int32_t arch = ctx->target_arch;
   if (arch < 80) {
     volt8_ctx_destroy(ctx);
     cr_skip_test("the raw family needs an sm_80 or later target (VOLT8_TARGET_ARCH gives sm_%d)", arch);
   }
+  return ctx;
+}
+
+Test(gpu_large_m, raw_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
+  volt8_ctx *ctx = gpu_open_for_raw_family();
   gpu_seed(48);
   check_family(ctx, RAW_PAIRS, RAW_PAIR_COUNT);
   volt8_ctx_destroy(ctx);
@@ -419,29 +431,8 @@ Test(gpu_large_m, raw_family_from_1_to_8192_tokens_skewed_and_off_the_grid) {
  * takes an odd count of steps, and gate_up's last column tile is partly past N. Run it alone with
  * --filter 'gpu_large_m/raw_family_in_brief*'. */
 Test(gpu_large_m, raw_family_in_brief_for_the_sanitizers) {
-  volt8_ctx *ctx = gpu_open();
-  int32_t arch = ctx->target_arch;
-  if (arch < 80) {
-    volt8_ctx_destroy(ctx);
-    cr_skip_test("the raw family needs an sm_80 or later target (VOLT8_TARGET_ARCH gives sm_%d)", arch);
-  }
+  volt8_ctx *ctx = gpu_open_for_raw_family();
   gpu_seed(49);
-  const int32_t offset_widths[][2] = {{176, 16}, {160, 32}};
-  for (int o = 0; o < 2; o++) {
-    volt8_moe_shape offset = VOLT8_MOE_SHAPE_INIT;
-    offset.hidden = 1024;
-    offset.intermediate = offset_widths[o][0];
-    offset.intermediate_offset = offset_widths[o][1];
-    offset.num_experts = 32;
-    char label[48];
-    snprintf(label, sizeof label, "in brief, I=%d at offset %d", offset.intermediate, offset.intermediate_offset);
-    host_problem problem;
-    gpu_make_problem(ctx, &offset, &problem);
-    volt8_experts *experts = gpu_upload(ctx, &problem, 300, 8);
-    check_batch(ctx, experts, &problem, 300, 8, NULL, label, RAW_PAIRS, RAW_PAIR_COUNT);
-    cr_assert_eq(volt8_experts_set_variants(experts, NULL, NULL), VOLT8_OK);
-    volt8_experts_destroy(experts);
-    gpu_free_problem(&problem);
-  }
+  check_off_the_grid(ctx, RAW_PAIRS, RAW_PAIR_COUNT, 300);
   volt8_ctx_destroy(ctx);
 }
