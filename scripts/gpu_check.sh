@@ -430,11 +430,11 @@ run() {
           PYTHONPATH="$root/bindings/python" python3 "$root/examples/torch_op.py"
         tail -n 3 "$logs/python.log" "$logs/python_example.log" "$logs/python_torch_op.log" ;;
       host)
-        step host env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
-          PYTHONPATH="$root/bindings/python" python3 "$root/bench/host_path.py" --json "$logs/host_path.json"
+        local host_env=(env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native"
+          PYTHONPATH="$root/bindings/python")
+        step host "${host_env[@]}" python3 "$root/bench/host_path.py" --json "$logs/host_path.json"
         # the same build with eager replay off: RESULTS' second column
-        step host_replay_off env VOLT8_LIBRARY="$carry/bin/libvolt8.so.0" VOLT8_CACHE_DIR="$work/native" \
-          VOLT8_EAGER_REPLAY_DISABLE=1 PYTHONPATH="$root/bindings/python" python3 "$root/bench/host_path.py" \
+        step host_replay_off "${host_env[@]}" VOLT8_EAGER_REPLAY_DISABLE=1 python3 "$root/bench/host_path.py" \
           --json "$logs/host_path_replay_off.json"
         cat "$logs/host.log" "$logs/host_replay_off.log" ;;
       wheel)
