@@ -106,10 +106,11 @@ def hmma_share(listing_text):
     shortest loop that holds HMMA. Where no loop holds one (K takes so few steps that the compiler
     unrolled them all), of the whole kernel, the third item False. None without HMMA."""
     listing = sass_mix.instructions(listing_text)
-    spans = [span for span in sass_mix.loops(listing) if sass_mix.mix(listing, span).get("HMMA", 0)]
-    if spans:
-        counts = sass_mix.mix(listing, min(spans, key=lambda span: span[1] - span[0]))
-        return counts.get("HMMA", 0), sum(counts.values()), True
+    with_hmma = [(span, counts) for span in sass_mix.loops(listing)
+                 for counts in [sass_mix.mix(listing, span)] if counts.get("HMMA", 0)]
+    if with_hmma:
+        _, counts = min(with_hmma, key=lambda item: item[0][1] - item[0][0])
+        return counts["HMMA"], sum(counts.values()), True
     counts = sass_mix.mix(listing, (0, len(listing) - 1))
     if not counts.get("HMMA", 0):
         return None
