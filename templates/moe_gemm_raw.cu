@@ -125,24 +125,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   const int column0 = blockIdx.x * kBlockN;
   const unsigned stages_base = shared_address(stages);
 
-#if VOLT8_GATE_UP
-  stage_pairs(pair_ids, nullptr, sorted_pairs, nullptr, first, count, tid);
-#else
-  stage_pairs(pair_ids, pair_weights, sorted_pairs, topk_weights, first, count, tid);
-#endif
-  __syncthreads();
-
-  // This thread's x chunks: chunk q = tid + i * kThreads is row q / 4, 16-byte column q % 4 of a step.
-  // A chunk past the item's pairs reads nothing (bit i of x_live clear) from the input's first row.
-  const unsigned short *x_rows[kXChunks];
-  unsigned x_offsets[kXChunks], x_live = 0;
-#pragma unroll
-  for (int i = 0; i < kXChunks; ++i) {
-    const int q = tid + i * kThreads, r = q / 4;
-    x_rows[i] = r < count ? activations + (long long)(pair_ids[r] / x_rows_per_pair) * kK + (q % 4) * 8 : activations;
-    x_live |= (r < count ? 1u : 0u) << i;
-    x_offsets[i] = (unsigned)(r * kXRowBytes + (q % 4) * 16);
-  }
   // This thread's weight chunks: chunk q is tile row q / 2, codes (q % 2) * 16.. of a step.
   // A chunk past N reads nothing (bit i of w_live clear) from the weights' first byte.
   const unsigned char *w_sources[kWChunks];
@@ -158,17 +140,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     w_live |= (column < kN ? 1u : 0u) << i;
     w_offsets[i] = (unsigned)(kXStageBytes + row * kWRowBytes + (q % 2) * 16);
   }
-  // Step s's x and weights into stage s % kStages. Where K is a whole number of steps, every chunk of
-  // a step s < kSteps lies below K, and the compare goes at compile time.
-  auto load_step = [&](int s) {
+  // Step s's weights into stage s % kStages. Where K is a whole number of steps, every chunk of a step
+  // s < kSteps lies below K, and the compare goes at compile time.
+  auto load_weights_step = [&](int s) {
     const unsigned stage = stages_base + (unsigned)((s % kStages) * kStageBytes);
     const int k = s * kStepK;
-#pragma unroll
-    for (int i = 0; i < kXChunks; ++i) {
-      const int kx = k + (int)(x_offsets[i] % kXRowBytes) / 2;
-      const bool valid = ((x_live >> i) & 1u) && (kK % kStepK == 0 || kx < kK);
-      copy_async_16(stage + x_offsets[i], x_rows[i] + (valid ? k : 0), valid);
-    }
 #pragma unroll
     for (int i = 0; i < kWChunks; ++i) {
       const int kw = k + (int)(w_offsets[i] % 32);
@@ -218,22 +194,61 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[r][p][e] = 0.0f;
 
-  // Prologue: steps 0 .. kStages - 2 requested, one cp.async group a step (empty past the last), so that
-  // at step s "all but the newest kStages - 2 groups" is step s's.
+  // Prologue. The weights of steps 0 .. kStages - 2 and the scales of step 0 are requested first: they
+  // need the item's expert alone, so they leave before the item's pairs are read, and the x rows,
+  // which need those pairs, follow. Then one cp.async group a step (empty past the last), so that at
+  // step s "all but the newest kStages - 2 groups" holds step s: the first group also holds the weights
+  // of the steps after it, requested before it.
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < kSteps) load_step(s);
-    copy_async_commit();
-  }
+  for (int s = 0; s < kStages - 1; ++s)
+    if (s < kSteps) load_weights_step(s);
   unsigned scale2[kNTiles];
   load_scales(0, scale2);
+
+  if (tid < kBlockM) pair_ids[tid] = tid < count ? sorted_pairs[first + tid] : 0;
+  __syncthreads();
+
+  // This thread's x chunks: chunk q = tid + i * kThreads is row q / 4, 16-byte column q % 4 of a step.
+  // A chunk past the item's pairs reads nothing (bit i of x_live clear) from the input's first row.
+  const unsigned short *x_rows[kXChunks];
+  unsigned x_offsets[kXChunks], x_live = 0;
+#pragma unroll
+  for (int i = 0; i < kXChunks; ++i) {
+    const int q = tid + i * kThreads, r = q / 4;
+    x_rows[i] = r < count ? activations + (long long)(pair_ids[r] / x_rows_per_pair) * kK + (q % 4) * 8 : activations;
+    x_live |= (r < count ? 1u : 0u) << i;
+    x_offsets[i] = (unsigned)(r * kXRowBytes + (q % 4) * 16);
+  }
+  // Step s's x into stage s % kStages (K compared as for the weights), and from step kStages - 1 on its
+  // weights with it.
+  auto load_step = [&](int s, bool weights_too) {
+    const unsigned stage = stages_base + (unsigned)((s % kStages) * kStageBytes);
+    const int k = s * kStepK;
+#pragma unroll
+    for (int i = 0; i < kXChunks; ++i) {
+      const int kx = k + (int)(x_offsets[i] % kXRowBytes) / 2;
+      const bool valid = ((x_live >> i) & 1u) && (kK % kStepK == 0 || kx < kK);
+      copy_async_16(stage + x_offsets[i], x_rows[i] + (valid ? k : 0), valid);
+    }
+    if (weights_too) load_weights_step(s);
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < kSteps) load_step(s, false);
+    copy_async_commit();
+  }
+#if !VOLT8_GATE_UP
+  // The routing weight of pair tid, needed only at the store: requested now, off the x rows' path, and
+  // staged for the other threads after the steps (their last barrier is before the store's).
+  const float routing_weight = tid < kBlockM && tid < count ? topk_weights[pair_ids[tid]] : 0.0f;
+#endif
 
   for (int s = 0; s < kSteps; ++s) {
     copy_async_wait<kStages - 2>();
     // Step s is in for every thread, and every warp is done with step s - 1, whose stage the loads of
     // step s + kStages - 1 now take.
     __syncthreads();
-    if (s + kStages - 1 < kSteps) load_step(s + kStages - 1);
+    if (s + kStages - 1 < kSteps) load_step(s + kStages - 1, true);
     copy_async_commit();
     unsigned next_scale2[kNTiles];
     load_scales(s + 1, next_scale2);
@@ -270,6 +285,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     for (int j = 0; j < kNTiles; ++j) scale2[j] = next_scale2[j];
   }
   copy_async_wait<0>();
+#if !VOLT8_GATE_UP
+  if (tid < kBlockM) pair_weights[tid] = routing_weight;
+  __syncthreads();
+#endif
 
   // The warp's outputs: weight row n = r * 16 + g + 8 * (e >> 1) is output column column0 + warp_n * 16
   // + n % 16 of gate (r 0) and up (r 1) in gate_up, column0 + warp_n * 32 + n in down. gate_up stores
