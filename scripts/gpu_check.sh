@@ -250,7 +250,7 @@ prepare() {
 # ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, with TUNE_ARGS added to the command, then derived for sm_70,
 # into $OUT's logs/tables: copy those into tuning/tables to ship them; every measurement in
 # logs/tune.MODEL.jsonl (volt8 tune --log), the fallback's distance from them in logs/fallback_distance.md and
-# fallback_eval.md; MODELS_TIMEOUT, default 600 s, bounds each model's run),
+# fallback_eval.md; MODELS_TIMEOUT, default 600 s, bounds each model's run; MODELS_DERIVE=0 leaves out the sm_70 derivation),
 # model_check (the derivation model with the H200's figures against the compute_70 PTX timed here, for
 # the model_check_shapes: scripts/model_check.py's Spearman and regret into logs/model_check.txt and .md;
 # MODEL_CHECK_M, MODEL_CHECK_SCREEN, MODEL_CHECK_ARGS),
@@ -467,7 +467,8 @@ run() {
           step_timeout="${MODELS_TIMEOUT:-600}" step "tune.$model" env VOLT8_CACHE_DIR="$work/native" \
             "$carry/bin/volt8" tune --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" "${tune_m[@]}" ${TUNE_ARGS:-} \
             --out "$logs/tables" --log "$logs/tune.$model.jsonl"
-          step "derive.$model" "$carry/bin/volt8" tune --derive sm_70 --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" \
+          # MODELS_DERIVE=0: no sm_70 derivation here (it can be made on the build machine from the tables)
+          [ "${MODELS_DERIVE:-1}" = 1 ] && step "derive.$model" "$carry/bin/volt8" tune --derive sm_70 --model "$model" --tp "${MODELS_TUNE_TP:-1,2,4,8}" \
             "${tune_m[@]}" --out "$logs/tables"
         done
         # How far the fallback's pair is from the tuned one, as served today and with each shape's own
