@@ -3,6 +3,7 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,48 @@ void gpu_remove_folder(const char *dir) {
   snprintf(command, sizeof command, "rm -rf '%s'", dir);
   if (system(command) != 0) cr_log_warn("could not remove %s", dir);
 }
+
+static volt8_cuda_driver counting_driver;
+static const volt8_cuda_driver *counted_driver;
+static _Atomic int64_t live_allocations;
+
+static CUresult counting_alloc(CUdeviceptr *pointer, size_t bytes) {
+  CUresult result = counted_driver->cuMemAlloc(pointer, bytes);
+  if (result == CUDA_SUCCESS) atomic_fetch_add(&live_allocations, 1);
+  return result;
+}
+
+static CUresult counting_alloc_async(CUdeviceptr *pointer, size_t bytes, CUstream stream) {
+  CUresult result = counted_driver->cuMemAllocAsync(pointer, bytes, stream);
+  if (result == CUDA_SUCCESS) atomic_fetch_add(&live_allocations, 1);
+  return result;
+}
+
+static CUresult counting_free(CUdeviceptr pointer) {
+  CUresult result = counted_driver->cuMemFree(pointer);
+  if (result == CUDA_SUCCESS && pointer) atomic_fetch_sub(&live_allocations, 1);
+  return result;
+}
+
+static CUresult counting_free_async(CUdeviceptr pointer, CUstream stream) {
+  CUresult result = counted_driver->cuMemFreeAsync(pointer, stream);
+  if (result == CUDA_SUCCESS && pointer) atomic_fetch_sub(&live_allocations, 1);
+  return result;
+}
+
+void gpu_count_allocations(volt8_ctx *ctx) {
+  cr_assert_not_null(ctx->cuda);
+  cr_assert_null(counted_driver, "gpu_count_allocations: one ctx a test");
+  counted_driver = ctx->cuda;
+  counting_driver = *ctx->cuda;
+  counting_driver.cuMemAlloc = counting_alloc;
+  counting_driver.cuMemAllocAsync = counting_alloc_async;
+  counting_driver.cuMemFree = counting_free;
+  counting_driver.cuMemFreeAsync = counting_free_async;
+  ctx->cuda = &counting_driver;
+}
+
+int64_t gpu_live_allocations(void) { return atomic_load(&live_allocations); }
 
 volt8_ctx *gpu_open(void) {
   volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;

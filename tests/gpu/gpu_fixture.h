@@ -38,6 +38,14 @@ uint64_t gpu_random(void);
 int gpu_quick_mode(void);
 /* A ctx on device 0 (VOLT8_TARGET_ARCH picks the target); skips the test when there is no GPU. */
 volt8_ctx *gpu_open(void);
+/* Device allocations made through ctx's driver table, counted in this process: gpu_count_allocations
+ * points ctx at a copy of the table whose cuMemAlloc, cuMemAllocAsync, cuMemFree and cuMemFreeAsync
+ * keep the count that gpu_live_allocations returns (the library reaches the device only through that
+ * table). A check that a failure left nothing allocated reads this count, not the device's free memory:
+ * cuMemGetInfo also moves with every other process on the GPU, the tests that --jobs runs at once
+ * included. */
+void gpu_count_allocations(volt8_ctx *ctx);
+int64_t gpu_live_allocations(void);
 /* tests/fixtures/make_checkpoints.py's checkpoints of `groups` ("--group native ...") in a new folder
  * /tmp/volt8-gpu-NAME-XXXXXX, whose path goes to dir (size bytes), run with $VOLT8_PYTHON, the
  * .venv's or the system's python3; gpu_remove_folder removes such a folder. */

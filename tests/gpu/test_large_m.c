@@ -270,7 +270,7 @@ Test(gpu_large_m, tokens_past_one_grid_through_every_cut) {
 
 /* A workspace the GPU cannot hold: the load fails with VOLT8_ERR_OUT_OF_MEMORY naming max_tokens and
  * the bytes and leaves nothing allocated; prepare() growing past the memory or past the limit fails
- * the same way and leaves the handle working at its old size. */
+ * the same way and leaves the handle working at its old size, its allocations as they were. */
 Test(gpu_large_m, workspaces_too_large_fail_cleanly) {
   volt8_ctx *ctx = gpu_open();
   gpu_seed(46);
@@ -278,9 +278,8 @@ Test(gpu_large_m, workspaces_too_large_fail_cleanly) {
   volt8_moe_shape shape = test_shape();
   host_problem problem;
   gpu_make_problem(ctx, &shape, &problem);
-  size_t free_before = 0, free_after = 0, total = 0;
-  cr_assert_eq(cuda->cuCtxSynchronize(), CUDA_SUCCESS);
-  cr_assert_eq(cuda->cuMemGetInfo(&free_before, &total), CUDA_SUCCESS);
+  gpu_count_allocations(ctx);
+  int64_t live_before = gpu_live_allocations();
   volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
   volt8_experts *experts = (volt8_experts *)1;
   /* 2^26 tokens of top-16: 2^30 pairs, the limit, whose z alone is 8 TiB */
@@ -289,17 +288,20 @@ Test(gpu_large_m, workspaces_too_large_fail_cleanly) {
   cr_assert_null(experts);
   const char *message = volt8_last_error(ctx);
   cr_assert(strstr(message, "max_tokens 67108864 x max_top_k 16") && strstr(message, " bytes"), "%s", message);
-  cr_assert_eq(cuda->cuMemGetInfo(&free_after, &total), CUDA_SUCCESS);
-  cr_assert_geq(free_after + (2u << 20), free_before, "%zu bytes free before, %zu after", free_before, free_after);
+  cr_assert_eq(gpu_live_allocations(), live_before, "the failed load left %lld device allocations",
+               (long long)(gpu_live_allocations() - live_before));
 
   experts = gpu_upload(ctx, &problem, 64, 16);
   size_t workspace = volt8_experts_workspace_bytes(experts);
+  int64_t live_loaded = gpu_live_allocations();
   const int32_t too_many = 1 << 26, past_the_limit = (1 << 26) + 1;
   cr_assert_eq(volt8_experts_prepare(experts, &too_many, 1), VOLT8_ERR_OUT_OF_MEMORY, "%s", volt8_last_error(ctx));
   cr_assert(strstr(volt8_last_error(ctx), "max_tokens 67108864"), "%s", volt8_last_error(ctx));
   cr_assert_eq(volt8_experts_prepare(experts, &past_the_limit, 1), VOLT8_ERR_INVALID_ARGUMENT);
   cr_assert(strstr(volt8_last_error(ctx), "limit of 1073741824"), "%s", volt8_last_error(ctx));
   cr_assert_eq(volt8_experts_workspace_bytes(experts), workspace);
+  cr_assert_eq(gpu_live_allocations(), live_loaded, "the failed prepares changed the handle's allocations: %lld, then %lld",
+               (long long)live_loaded, (long long)gpu_live_allocations());
   device_batch batch;
   gpu_make_batch(ctx, &problem, 64, 16, ROUTING_UNIFORM, &batch);
   gpu_check_forward(ctx, experts, shape.hidden, &batch, NULL, NULL, "after the failed prepare");
