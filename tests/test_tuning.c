@@ -612,6 +612,66 @@ Test(tuner, writes_both_tables_with_metadata_and_progress) {
   volt8_ctx_destroy(ctx);
 }
 
+/* A clock that moves 0.25 s at each reading, and a backend that reports a split of its time. */
+static double stepping_seconds;
+static double stepping_clock(void) { return stepping_seconds += 0.25; }
+
+static volt8_status split_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
+                                  tuner_measurement *out) {
+  volt8_status status = fake_measure(state, m, gate_up, down, batches, out);
+  out->setup_ms = 1.5;
+  out->check_ms = 2.5;
+  out->timing_ms = 3.5;
+  return status;
+}
+
+/* Each measure line of the log gives the measurement's wall time on the tuner's clock and the
+ * backend's split of it; a backend without a split logs nulls. */
+Test(tuner, log_gives_each_measurement_its_time) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
+  for (int split = 0; split < 2; split++) {
+    fake_timer fake = {0};
+    char unused[VOLT8_VARIANT_NAME_BYTES];
+    listed_variants(ctx, VOLT8_OP_GATE_UP, unused, fake.fastest[0]);
+    listed_variants(ctx, VOLT8_OP_DOWN, fake.fastest[1], unused);
+    char *log_text = NULL;
+    size_t log_size = 0;
+    FILE *log = open_memstream(&log_text, &log_size);
+    int32_t m_values[1] = {8};
+    tuner_settings settings = fake_settings(m_values, 1, NULL);
+    settings.log = log;
+    settings.clock = stepping_clock;
+    stepping_seconds = 0.0;
+    tuner_backend backend = {&fake, 1, fake_begin, split ? split_measure : fake_measure, fake_end};
+    tuner_summary summary;
+    cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
+    fclose(log);
+    int measures = 0;
+    for (char *line = strtok(log_text, "\n"); line; line = strtok(NULL, "\n")) {
+      cJSON *item = cJSON_Parse(line);
+      cr_assert_not_null(item, "not JSON: %s", line);
+      if (strcmp(cJSON_GetObjectItem(item, "kind")->valuestring, "measure") == 0) {
+        measures++;
+        const cJSON *wall = cJSON_GetObjectItem(item, "wall_ms");
+        cr_assert(cJSON_IsNumber(wall) && wall->valuedouble == 250.0, "one clock step around the measurement: %s", line);
+        const char *parts[3] = {"setup_ms", "check_ms", "timing_ms"};
+        for (int i = 0; i < 3; i++) {
+          const cJSON *part = cJSON_GetObjectItem(item, parts[i]);
+          if (split)
+            cr_assert(cJSON_IsNumber(part) && part->valuedouble == 1.5 + i, "%s: %s", parts[i], line);
+          else
+            cr_assert(cJSON_IsNull(part), "%s: %s", parts[i], line);
+        }
+      }
+      cJSON_Delete(item);
+    }
+    cr_assert_eq(measures, fake.measured, "a line for each of the backend's %d measurements", fake.measured);
+    cr_assert_gt(measures, 2);
+    free(log_text);
+  }
+  volt8_ctx_destroy(ctx);
+}
+
 Test(tuner, rerun_merges_into_the_existing_table) {
   volt8_ctx *ctx = test_cpu_ctx("sm_90");
   fake_timer fake = {0};
@@ -913,6 +973,9 @@ Test(derive, log_holds_every_measurement_and_the_picks) {
                 "%s", line);
       cr_assert_eq(strncmp(cJSON_GetObjectItem(item, "held")->valuestring, is_down ? "gate_up." : "down.", is_down ? 8 : 5),
                    0, "%s", line);
+      /* the model's time is its own; only a measured backend splits it */
+      cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(item, "wall_ms")) && cJSON_IsNull(cJSON_GetObjectItem(item, "check_ms")),
+                "%s", line);
     } else {
       cr_assert_str_eq(kind, "pick");
       picks++;

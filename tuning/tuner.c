@@ -177,6 +177,10 @@ static void log_measure(const tuner_settings *settings, int32_t m, volt8_op op, 
   cJSON_AddNumberToObject(line, "accepted", result->accepted ? 1 : 0);
   log_number_or_null(line, "forward_us", result->accepted ? result->forward_us : NAN);
   log_number_or_null(line, "relative_l2", result->relative_l2);
+  cJSON_AddNumberToObject(line, "wall_ms", result->wall_ms);
+  log_number_or_null(line, "setup_ms", result->setup_ms);
+  log_number_or_null(line, "check_ms", result->check_ms);
+  log_number_or_null(line, "timing_ms", result->timing_ms);
   if (!result->accepted) cJSON_AddStringToObject(line, "reason", result->reason);
   log_line(settings, line);
 }
@@ -204,14 +208,19 @@ typedef struct op_phase {
   const char *held; /* the other op's variant */
 } op_phase;
 
-static volt8_status measure_one(const tuner_backend *backend, int32_t m, const op_phase *phase, const char *candidate,
-                                int32_t batches, double limit_us, tuner_measurement *out) {
+static volt8_status measure_one(const tuner_settings *settings, const tuner_backend *backend, int32_t m,
+                                const op_phase *phase, const char *candidate, int32_t batches, double limit_us,
+                                tuner_measurement *out) {
   memset(out, 0, sizeof *out);
   out->relative_l2 = NAN;
   out->limit_us = limit_us;
+  out->setup_ms = out->check_ms = out->timing_ms = NAN;
   const char *gate_up = phase->op == VOLT8_OP_GATE_UP ? candidate : phase->held;
   const char *down = phase->op == VOLT8_OP_GATE_UP ? phase->held : candidate;
-  return backend->measure(backend->state, m, gate_up, down, batches, out);
+  double start = now_seconds(settings);
+  volt8_status status = backend->measure(backend->state, m, gate_up, down, batches, out);
+  out->wall_ms = (now_seconds(settings) - start) * 1e3;
+  return status;
 }
 
 /* A rejected candidate, with the reason, on its own line: a disagreement with the reference is a bug
@@ -237,7 +246,7 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
   for (int32_t i = 0; i < phase->count && status == VOLT8_OK; i++) {
     tuner_measurement result;
     double limit_us = prune && isfinite(best_us) ? settings->prune_factor * best_us : INFINITY;
-    status = measure_one(backend, m, phase, phase->names[i], settings->screen_batches, limit_us, &result);
+    status = measure_one(settings, backend, m, phase, phase->names[i], settings->screen_batches, limit_us, &result);
     summary->measurements++;
     if (status == VOLT8_OK)
       log_measure(settings, m, phase->op, phase->names[i], phase->held, 0, settings->screen_batches, &result);
@@ -261,7 +270,7 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
   state->total -= (backend->measured ? settings->finalists : 0) - finalists;
   for (int32_t i = 0; i < finalists && status == VOLT8_OK; i++) {
     tuner_measurement again;
-    status = measure_one(backend, m, phase, accepted[i].name, settings->final_batches, INFINITY, &again);
+    status = measure_one(settings, backend, m, phase, accepted[i].name, settings->final_batches, INFINITY, &again);
     summary->measurements++;
     if (status == VOLT8_OK)
       log_measure(settings, m, phase->op, accepted[i].name, phase->held, 1, settings->final_batches, &again);

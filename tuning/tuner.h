@@ -26,6 +26,10 @@ typedef struct tuner_measurement {
    * (INFINITY: time it in full). Out: 1 when it stopped so (not accepted; `reason` gives the times). */
   double limit_us;
   int32_t pruned;
+  /* Out: the measurement's wall milliseconds (the tuner's clock); a measured backend's split of them
+   * into the candidate's set-up (variants, workspace, graph captures), its check against the reference
+   * (poison, one launch, the copy back) and its timed passes, NaN where a backend has none. */
+  double wall_ms, setup_ms, check_ms, timing_ms;
 } tuner_measurement;
 
 typedef struct tuner_backend {
