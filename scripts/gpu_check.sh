@@ -250,7 +250,7 @@ prepare() {
 # ${MODELS_TUNE_TP:-1,2,4,8} and TUNE_M, with TUNE_ARGS added to the command, then derived for sm_70,
 # into $OUT's logs/tables: copy those into tuning/tables to ship them; every measurement in
 # logs/tune.MODEL.jsonl (volt8 tune --log), the fallback's distance from them in logs/fallback_distance.md and
-# fallback_eval.md; MODELS_TIMEOUT, default 600 s, bounds each model's run; MODELS_DERIVE=0 leaves out the sm_70 derivation),
+# fallback_eval.md, where its time went in logs/tune_time.md; MODELS_TIMEOUT, default 600 s, bounds each model's run; MODELS_DERIVE=0 leaves out the sm_70 derivation),
 # model_check (the derivation model with the H200's figures against the compute_70 PTX timed here, for
 # the model_check_shapes: scripts/model_check.py's Spearman and regret into logs/model_check.txt and .md;
 # MODEL_CHECK_M, MODEL_CHECK_SCREEN, MODEL_CHECK_ARGS),
@@ -476,7 +476,10 @@ run() {
         python3 "$root/scripts/fallback_distance.py" "$logs"/tune.*.jsonl --markdown >"$logs/fallback_distance.md" 2>&1
         python3 "$root/scripts/fallback_eval.py" --tables "$logs/tables" --volt8 "$carry/bin/volt8" "$logs"/tune.*.jsonl \
           --markdown >"$logs/fallback_eval.md" 2>&1
-        grep -h '^goal' "$logs/fallback_distance.md" "$logs/fallback_eval.md" | sed 's/^/models_tune fallback: /' | tee -a "$summary" ;;
+        grep -h '^goal' "$logs/fallback_distance.md" "$logs/fallback_eval.md" | sed 's/^/models_tune fallback: /' | tee -a "$summary"
+        # Where the tune's time went, per shape and M (scripts/tune_time.py).
+        python3 "$root/scripts/tune_time.py" "$logs"/tune.*.jsonl --markdown >"$logs/tune_time.md" 2>&1
+        tail -n 1 "$logs/tune_time.md" | sed 's/^/models_tune time: /' | tee -a "$summary" ;;
       models_bench)
         local model_tables=() model tp bench_m=()
         [ -d "$logs/tables" ] && model_tables=(env VOLT8_TUNING_DIR="$logs/tables")

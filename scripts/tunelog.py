@@ -21,6 +21,7 @@ class Shape:
         self.dispatch = {}
         self.groups = {}
         self.picks = {}
+        self.seconds = {}  # {m: {"measures", "pruned", "wall", "setup", "check", "timing"}}, from measured logs
 
     def group(self, m, op, pass_name="screen"):
         return self.groups.get((m, op, pass_name), {})
@@ -36,6 +37,17 @@ class Shape:
 
     def m_values(self):
         return sorted({m for m, _, _ in self.groups})
+
+
+def add_seconds(sums, record):
+    """Adds one measure record's wall time and its split (milliseconds in the log; absent or null in a
+    log from before them, or from the model) to an M's sums, in seconds."""
+    sums["measures"] = sums.get("measures", 0) + 1
+    sums["pruned"] = sums.get("pruned", 0) + (1 if str(record.get("reason", "")).startswith("pruned") else 0)
+    for part in ("wall", "setup", "check", "timing"):
+        value = record.get(part + "_ms")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            sums[part] = sums.get(part, 0.0) + value / 1e3
 
 
 def shape_text(key):
@@ -69,6 +81,7 @@ def read(path):
             elif kind == "measure":
                 group = current.groups.setdefault((record["m"], record["op"], record.get("pass", "screen")), {})
                 group[record["variant"]] = (record.get("forward_us"), bool(record.get("accepted")), record.get("held"))
+                add_seconds(current.seconds.setdefault(record["m"], {}), record)
             elif kind == "pick":
                 current.picks[(record["m"], record["op"])] = record["variant"]
     return shapes
