@@ -274,7 +274,6 @@ Test(gpu_large_m, tokens_past_one_grid_through_every_cut) {
 Test(gpu_large_m, workspaces_too_large_fail_cleanly) {
   volt8_ctx *ctx = gpu_open();
   gpu_seed(46);
-  const volt8_cuda_driver *cuda = ctx->cuda;
   volt8_moe_shape shape = test_shape();
   host_problem problem;
   gpu_make_problem(ctx, &shape, &problem);
