@@ -180,10 +180,10 @@ static volt8_status check_written(volt8_ctx *ctx, const bench_inputs *inputs, in
       ctx, volt8_tools_ctx(ctx).cuda->cuMemcpyDtoH(scratch, inputs->sets[index].d_out, values * sizeof *scratch),
       "bench --chain: ", "cuMemcpyDtoH");
   if (status != VOLT8_OK) return status;
-  for (size_t i = 0; i < values; i++)
-    if ((scratch[i] & 0x7C00u) == 0x7C00u)
-      return volt8_fail(ctx, VOLT8_ERR_INTERNAL, "bench --chain: forward %d of the chain left output value %zu not finite",
-                        index, i);
+  size_t first = bench_first_not_finite(scratch, values);
+  if (first < values)
+    return volt8_fail(ctx, VOLT8_ERR_INTERNAL, "bench --chain: forward %d of the chain left output value %zu not finite",
+                      index, first);
   return VOLT8_OK;
 }
 

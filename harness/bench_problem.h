@@ -43,6 +43,7 @@ typedef struct bench_inputs {
   double *reference;             /* set 0's reference output of the rows below, [row_count][H] (NULL when not asked for) */
   int32_t *reference_rows;       /* the tokens the reference covers, ascending */
   int32_t reference_row_count;
+  uint16_t *output_copy;         /* [num_tokens][H]: where bench_inputs_check copies set 0's output back (with the reference) */
   double active_experts_mean;
   double bytes_fp8, bytes_fp16;  /* bytes a forward must move, mean over the sets */
 } bench_inputs;
@@ -65,6 +66,10 @@ volt8_status bench_reference_forward(volt8_ctx *ctx, const bench_experts_host *e
                                      int32_t threads, double *out);
 /* Copies set `index`'s device output back and measures its reference rows against the reference. */
 volt8_status bench_inputs_check(volt8_ctx *ctx, const bench_inputs *inputs, int32_t index, double *out_relative_l2);
+/* The index of the first of `count` FP16 values that is NaN or infinite (a poisoned output is NaN), or
+ * count when every one is finite. Blocks of values are tested without a branch a value, so that a
+ * tune's check of a large output costs about its memory bandwidth. */
+size_t bench_first_not_finite(const uint16_t *halves, size_t count);
 /* Fills set `index`'s device output with NaN bits, so a forward that writes nothing fails the check. */
 volt8_status bench_inputs_poison(volt8_ctx *ctx, const bench_inputs *inputs, int32_t index);
 

@@ -29,6 +29,7 @@
 #define HAVE_BENCH 1
 #include "bench_gpu.h"
 #include "bench_options.h"
+#include "bench_problem.h"
 #include "bench_report.h"
 #include "derive_model.h"
 #include "derive_occupancy.h"
@@ -1440,6 +1441,37 @@ Test(bench_support, kernels_expand_from_the_bench_library_and_compile) {
   cr_expect_eq(status, VOLT8_OK, "%s", volt8_last_error(ctx));
   free(source);
   volt8_ctx_destroy(ctx);
+}
+
+/* The check's scan of a copied-back output: the first NaN or infinity (the poison included) wherever it
+ * lies, in a whole block, at a block's edge or in the tail, and count when every value is finite (all
+ * finite exponents, subnormals and zeros of both signs). */
+Test(bench_support, first_not_finite_names_the_first_nan_or_infinity) {
+  const size_t count = 3 * 4096 + 17;
+  uint16_t *halves = malloc(count * sizeof *halves);
+  cr_assert_not_null(halves);
+  for (size_t i = 0; i < count; i++) {
+    uint16_t bits = (uint16_t)(i * 40503u);
+    if ((bits & 0x7C00u) == 0x7C00u) bits &= 0xBFFFu; /* exponent 31 -> 15: finite */
+    halves[i] = bits;
+  }
+  halves[1] = 0x0000u, halves[2] = 0x8000u, halves[3] = 0x0001u, halves[4] = 0x7BFFu, halves[5] = 0xFBFFu;
+  cr_assert_eq(bench_first_not_finite(halves, count), count);
+  cr_assert_eq(bench_first_not_finite(halves, 0), 0);
+  const size_t places[] = {0, 17, 4095, 4096, 2 * 4096 + 5, 3 * 4096 - 1, 3 * 4096, count - 1};
+  const uint16_t bad[] = {0x7C00u, 0xFC00u, 0x7E00u, 0x7C01u, 0xFFFFu};
+  for (size_t p = 0; p < sizeof places / sizeof places[0]; p++)
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+      const size_t at = places[p];
+      const uint16_t kept = halves[at], last = halves[count - 1];
+      halves[at] = bad[b];
+      if (at != count - 1) halves[count - 1] = 0x7E00u; /* a later one does not hide it */
+      cr_assert_eq(bench_first_not_finite(halves, count), at, "0x%04x at %zu", bad[b], at);
+      cr_assert_eq(bench_first_not_finite(halves, at), at, "the values before %zu are finite", at);
+      halves[count - 1] = last;
+      halves[at] = kept;
+    }
+  free(halves);
 }
 
 #endif /* HAVE_BENCH: the bench support kernels are the bench library's */
