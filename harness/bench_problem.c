@@ -233,7 +233,9 @@ volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *exper
       status = bench_reference_forward(ctx, experts, &out->sets[0], num_tokens, top_k, out->reference_rows, rows,
                                        threads, out->reference);
     } else {
-      status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for the reference");
+      status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY,
+                          "bench: out of memory for the reference and the output's copy back (%zu bytes)",
+                          (size_t)num_tokens * (size_t)shape->hidden * sizeof *out->output_copy);
     }
   }
   if (status == VOLT8_OK && upload) {
