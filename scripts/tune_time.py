@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a GPU tune's time goes, from its logs (`volt8 tune --log FILE`, `models_tune`'s
-logs/tune.MODEL.jsonl): per shape and M, the measurements, how many stopped after their first pass
+logs/tune.MODEL.jsonl): per shape and M, the measurements, how many stopped after one timed forward
 (pruned), and the seconds of their wall time split into set-up (variants, workspace, a fresh handle,
 graph captures), check (poison, one launch, the copy back, the comparison) and timed passes; the
 rest of the wall time is the tuner's own. Logs from before the split, or from the model, give no

@@ -745,7 +745,7 @@ Test(tuner, no_valid_candidate_is_reported_not_written) {
 }
 
 /* A fake of large M: a candidate's time is 1000 us over its block_m (items that reuse each weight
- * across more pairs are faster), and, as the GPU backend does, a first pass over the limit stops it
+ * across more pairs are faster), and, as the GPU backend does, a first timed forward over the limit stops it
  * (pruned). It records the order in which the screen of the first M took the gate_up candidates. */
 typedef struct block_timer {
   int32_t first_m, screened;

@@ -43,7 +43,7 @@ const char *tune_usage(void) {
          "  --seed N --sets N     problem seed and input sets per M (default 1 and by the L2 size)\n"
          "  --screen N --final N --finalists N   timed passes per candidate, per finalist, and how many\n"
          "                        finalists (default 8, 30, 3)\n"
-         "  --prune F             a candidate whose first timed pass takes more than F times the best screened\n"
+         "  --prune F             a candidate whose first timed forward takes more than F times the best screened\n"
          "                        so far at its M is timed no further; candidates go largest block_m first\n"
          "                        (default 4; 0: every candidate timed in full)\n"
          "  --jobs N              compile threads (default: processors, at most 16)\n"
@@ -329,8 +329,8 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, i
            "measured: each candidate checked against the reference (relative L2 <= 1e-3), then the median of "
            "%d (finalists: %d) graph-replayed passes over rotating input sets%s", options->screen_batches,
            options->final_batches,
-           options->prune_factor > 0 ? "; a candidate whose first pass was over the prune factor times the best so "
-                                       "far timed no further" : "");
+           options->prune_factor > 0 ? "; a candidate whose first timed forward was over the prune factor times the "
+                                       "best so far timed no further" : "");
   tuner_backend backend = tuner_gpu_backend(gpu);
   tuner_settings settings = {
       .shape = *shape, .top_k = options->top_k, .m_values = options->m_values, .m_count = options->m_count,

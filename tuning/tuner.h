@@ -22,7 +22,7 @@ typedef struct tuner_measurement {
   double forward_us;   /* median forward, or the model's estimate */
   double relative_l2;  /* NaN when there is no check */
   char reason[512];
-  /* In: a measured backend may stop timing a candidate whose first timed pass is slower than this
+  /* In: a measured backend may stop timing a candidate whose first timed forward is slower than this
    * (INFINITY: time it in full). Out: 1 when it stopped so (not accepted; `reason` gives the times). */
   double limit_us;
   int32_t pruned;
@@ -52,7 +52,7 @@ typedef struct tuner_settings {
   int32_t screen_batches;   /* timed passes of every candidate */
   int32_t final_batches;    /* timed passes of the finalists */
   int32_t finalists;        /* how many of the best screened candidates are timed again */
-  /* A screened candidate whose first timed pass takes more than this many times the best screen time
+  /* A screened candidate whose first timed forward takes more than this many times the best screen time
    * accepted so far at its M is timed no further (measured backends; 0: every candidate in full).
    * Candidates are screened in order of block_m, largest first, so that at large M the items that
    * reuse each weight most set the bar early. */

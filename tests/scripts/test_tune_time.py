@@ -18,7 +18,7 @@ def measure(m, variant, wall, split, pruned=False):
     else:
         record.update({"setup_ms": None, "check_ms": None, "timing_ms": None})
     if pruned:
-        record["reason"] = "pruned: its first pass took 50.0 us, over the limit of 40.0 us"
+        record["reason"] = "pruned: one forward took 50.0 us, over the limit of 40.0 us"
     return record
 
 
