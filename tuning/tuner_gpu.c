@@ -2,6 +2,7 @@
 #include "tuner_gpu.h"
 
 #include "bench_graphs.h"
+#include "moe/kernels/catalogue.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -14,9 +15,11 @@
 #define L2_MULTIPLE 4.0
 #define MIN_SETS 4
 #define MAX_SETS 64
-/* A handle keeps every variant it loads (a fixed number of slots, route and reduce included):
- * when a new one would pass this many, a fresh handle takes over. */
-#define MAX_VARIANTS_PER_HANDLE 48
+/* A handle keeps every variant it loads, in VOLT8_MAX_LOADED_KERNELS slots that route, reduce and the
+ * other kernels of a forward share: when a new GEMM variant would pass this many, a fresh handle takes
+ * over (its weights uploaded again). Every arch's list of a shape stays below the slots (test_codegen),
+ * so one handle holds a shape's candidates and keeps them loaded from one M to the next. */
+#define MAX_VARIANTS_PER_HANDLE (VOLT8_MAX_LOADED_KERNELS - 16)
 
 struct tuner_gpu {
   volt8_ctx *ctx;
