@@ -2,7 +2,6 @@
 #include "tuner_gpu.h"
 
 #include "bench_graphs.h"
-#include "moe/kernels/catalogue.h"
 
 #include <math.h>
 #include <pthread.h>
