@@ -111,7 +111,7 @@ double bench_median(double *values, int32_t count) {
   return bench_quantile(values, count, 0.5);
 }
 
-static double wall_seconds(void) {
+double bench_wall_seconds(void) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
@@ -150,9 +150,9 @@ volt8_status bench_time(bench_gpu *gpu, bench_launch_fn launch, void *user, cons
   if (status == VOLT8_OK) status = launch_spin(gpu, plan->spin_ms);
   if (status == VOLT8_OK) status = bench_gpu_check(gpu, cuda->cuEventRecord(events[0], gpu->stream), "cuEventRecord");
   if (status == VOLT8_OK) {
-    double start = wall_seconds();
+    double start = bench_wall_seconds();
     status = run_passes(gpu, launch, user, plan->sets, passes, events);
-    queue_seconds = wall_seconds() - start;
+    queue_seconds = bench_wall_seconds() - start;
   }
   if (status == VOLT8_OK) status = bench_gpu_check(gpu, cuda->cuEventSynchronize(events[passes]), "timed passes");
   double total_ms = 0.0;

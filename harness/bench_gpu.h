@@ -62,5 +62,7 @@ volt8_status bench_copy_bandwidth(bench_gpu *gpu, size_t bytes, int32_t reps, do
 double bench_median(double *values, int32_t count);
 /* Value at fraction q in [0, 1] of `count` sorted values. */
 double bench_quantile(const double *sorted, int32_t count, double q);
+/* Seconds on the monotonic clock. */
+double bench_wall_seconds(void);
 
 #endif

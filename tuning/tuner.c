@@ -2,6 +2,8 @@
  * then the same for down with the winning gate_up; write both tables after every M. */
 #include "tuner.h"
 
+#include "bench_gpu.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,14 +27,8 @@ typedef struct progress {
   int64_t total, done;
 } progress;
 
-static double monotonic_seconds(void) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
-}
-
 static double now_seconds(const tuner_settings *settings) {
-  return settings->clock ? settings->clock() : monotonic_seconds();
+  return settings->clock ? settings->clock() : bench_wall_seconds();
 }
 
 static void format_duration(double seconds, char *buf, size_t size) {

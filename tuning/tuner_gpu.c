@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define TOLERANCE 1e-3
 #define L2_MULTIPLE 4.0
@@ -112,18 +111,18 @@ static volt8_status note_loaded(tuner_gpu *tuner, const char *variant) {
   return VOLT8_OK;
 }
 
-static double elapsed_ms(const struct timespec *since) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (double)(now.tv_sec - since->tv_sec) * 1e3 + (double)(now.tv_nsec - since->tv_nsec) * 1e-6;
+/* Milliseconds since *mark, which moves to now. */
+static double lap_ms(double *mark) {
+  double now = bench_wall_seconds(), elapsed = (now - *mark) * 1e3;
+  *mark = now;
+  return elapsed;
 }
 
 static volt8_status gpu_measure(void *user, int32_t m, const char *gate_up, const char *down, int32_t batches,
                                 tuner_measurement *out) {
   tuner_gpu *tuner = user;
   volt8_ctx *ctx = tuner->ctx;
-  struct timespec phase_start;
-  clock_gettime(CLOCK_MONOTONIC, &phase_start);
+  double mark = bench_wall_seconds();
   const char *names[2] = {gate_up, down};
   for (int i = 0; i < 2; i++) {
     volt8_status renewed = note_loaded(tuner, names[i]);
@@ -133,16 +132,14 @@ static volt8_status gpu_measure(void *user, int32_t m, const char *gate_up, cons
   volt8_status status = volt8_experts_set_variants(tuner->experts, gate_up, down);
   if (status == VOLT8_OK) status = volt8_experts_prepare(tuner->experts, &m, 1);
   if (status == VOLT8_OK) status = bench_graph_set_capture(ctx, tuner->experts, &tuner->inputs, tuner->gpu.stream, &graphs);
-  out->setup_ms = elapsed_ms(&phase_start);
-  clock_gettime(CLOCK_MONOTONIC, &phase_start);
+  out->setup_ms = lap_ms(&mark);
   if (status == VOLT8_OK) status = bench_inputs_poison(ctx, &tuner->inputs, 0);
   if (status == VOLT8_OK) status = bench_graph_set_launch(&graphs, 0, tuner->gpu.stream);
   if (status == VOLT8_OK)
     status = bench_gpu_check(&tuner->gpu, volt8_tools_ctx(ctx).cuda->cuStreamSynchronize(tuner->gpu.stream), "forward");
   if (status == VOLT8_OK) status = bench_inputs_check(ctx, &tuner->inputs, 0, &out->relative_l2);
   int wrong = status == VOLT8_OK && !(out->relative_l2 <= TOLERANCE);
-  out->check_ms = elapsed_ms(&phase_start);
-  clock_gettime(CLOCK_MONOTONIC, &phase_start);
+  out->check_ms = lap_ms(&mark);
   if (status == VOLT8_OK && !wrong && isfinite(out->limit_us)) {
     /* One timed forward of input set 0 first: a candidate far slower than the best so far is timed no
      * further. One set, not a pass over all of them: at large M a candidate of the decode families
@@ -165,7 +162,7 @@ static volt8_status gpu_measure(void *user, int32_t m, const char *gate_up, cons
     status = bench_time(&tuner->gpu, bench_graph_set_launch, &graphs, &plan, &timing);
     out->forward_us = timing.median_us;
   }
-  out->timing_ms = elapsed_ms(&phase_start);
+  out->timing_ms = lap_ms(&mark);
   bench_graph_set_destroy(&graphs);
   volt8_experts_set_variants(tuner->experts, NULL, NULL);
   if (status != VOLT8_OK) return reject(tuner, status, out);
