@@ -225,7 +225,8 @@ volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *exper
     out->reference = malloc((size_t)rows * (size_t)shape->hidden * sizeof *out->reference);
     /* One copy-back buffer for every check of these inputs: a tune checks each candidate, and a fresh
      * buffer would fault in its pages every time (a quarter of a GB at 16384 tokens of H = 7168). */
-    out->output_copy = malloc((size_t)num_tokens * (size_t)shape->hidden * sizeof *out->output_copy);
+    size_t copy_bytes = (size_t)num_tokens * (size_t)shape->hidden * sizeof *out->output_copy;
+    out->output_copy = malloc(copy_bytes);
     if (out->reference_rows && out->reference && out->output_copy) {
       /* Evenly spread, from the first token to the last (every token when there are few). */
       for (int32_t r = 0; r < rows; r++)
@@ -234,8 +235,7 @@ volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *exper
                                        threads, out->reference);
     } else {
       status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY,
-                          "bench: out of memory for the reference and the output's copy back (%zu bytes)",
-                          (size_t)num_tokens * (size_t)shape->hidden * sizeof *out->output_copy);
+                          "bench: out of memory for the reference and the output's copy back (%zu bytes)", copy_bytes);
     }
   }
   if (status == VOLT8_OK && upload) {
