@@ -822,6 +822,90 @@ Test(tuner, pruning_screens_the_largest_items_first_and_keeps_the_pick) {
   volt8_ctx_destroy(ctx);
 }
 
+/* A fake where 32-pair items are fastest and the time grows with the distance from 32 in either
+ * direction (100 us times 1 + 2 |log2(block_m / 32)| a GEMM), so that the largest items, screened first
+ * at the first M, are not the fastest. It records, per M, the block_m of the gate_up candidates in the
+ * order of their first screen passes and how many it pruned. */
+typedef struct distance_timer {
+  int32_t ms[2];
+  int32_t screened[2], pruned[2];
+  long block_ms[2][512];
+} distance_timer;
+
+static double distance_us(long block_m) {
+  return 100.0 * (1.0 + 2.0 * fabs(log2((double)block_m / 32.0)));
+}
+
+static volt8_status distance_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
+                                     tuner_measurement *out) {
+  distance_timer *fake = state;
+  int slot = m == fake->ms[0] ? 0 : 1;
+  double us = distance_us(fake_block_m(gate_up)) + distance_us(fake_block_m(down));
+  out->relative_l2 = 1e-4;
+  out->forward_us = us;
+  out->accepted = 1;
+  if (isfinite(out->limit_us) && us > out->limit_us) {
+    out->accepted = 0;
+    out->pruned = 1;
+    fake->pruned[slot]++;
+    snprintf(out->reason, sizeof out->reason, "pruned: %.1f us over %.1f us", us, out->limit_us);
+  }
+  /* A screen pass (fake_settings: 2); an M's gate_up candidates are screened before its downs. */
+  if (batches == 2 && fake->screened[slot] < 512) fake->block_ms[slot][fake->screened[slot]++] = fake_block_m(gate_up);
+  return VOLT8_OK;
+}
+
+/* --prune over several M: after the first M the screen takes the candidates in order of their times at
+ * the M before, fastest first, so the prune's bar is the best from the start and stops more of the
+ * slow ones; the picks are those of the full screen. */
+Test(tuner, pruning_orders_each_later_m_by_the_times_before) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
+  int32_t m_values[2] = {2048, 4096};
+  volt8_tuning_table picked[2][2];
+  tuner_summary summaries[2];
+  distance_timer fakes[2];
+  for (int run = 0; run < 2; run++) {
+    char out_dir[8192];
+    snprintf(out_dir, sizeof out_dir, "%s/order%d", temp_dir, run);
+    cr_assert_eq(mkdir(out_dir, 0755), 0);
+    tuner_settings settings = fake_settings(m_values, 2, NULL);
+    settings.out_dir = out_dir;
+    settings.prune_factor = run == 0 ? 0 : 1.5;
+    memset(&fakes[run], 0, sizeof fakes[run]);
+    fakes[run].ms[0] = m_values[0];
+    fakes[run].ms[1] = m_values[1];
+    tuner_backend backend = {&fakes[run], 1, block_begin, distance_measure, block_end};
+    cr_assert_eq(tuner_run(ctx, &settings, &backend, &summaries[run]), VOLT8_OK, "%s", volt8_last_error(ctx));
+    picked[run][0] = parse_written(summaries[run].tables[0], "gate_up");
+    picked[run][1] = parse_written(summaries[run].tables[1], "down");
+  }
+  for (int op = 0; op < 2; op++) {
+    cr_assert_eq(picked[1][op].count, 2);
+    for (int e = 0; e < 2; e++)
+      cr_assert_str_eq(picked[1][op].entries[e].variant, picked[0][op].entries[e].variant, "op %d M index %d", op, e);
+  }
+  char **names = NULL;
+  int32_t count = 0;
+  cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, VOLT8_OP_GATE_UP, &names, &count), VOLT8_OK);
+  volt8_codegen_names_free(names, count);
+  distance_timer *pruned = &fakes[1];
+  cr_assert(count > 1 && pruned->screened[0] > count && pruned->screened[1] > count);
+  /* The first `count` screens of an M are its gate_up candidates. First M: largest items first. Later
+   * M: fastest first (by the first M's times, which this fake keeps from one M to the next). */
+  int largest_first = 1, fastest_first = 1;
+  for (int32_t i = 1; i < count; i++) largest_first &= pruned->block_ms[0][i] <= pruned->block_ms[0][i - 1];
+  for (int32_t i = 1; i < count; i++)
+    fastest_first &= distance_us(pruned->block_ms[1][i]) >= distance_us(pruned->block_ms[1][i - 1]);
+  cr_assert(largest_first, "the first M's screen does not take the largest items first");
+  cr_assert(fastest_first, "the second M's screen does not take the fastest of the first M first");
+  cr_assert_eq(pruned->block_ms[1][0], 32, "the fastest items (32 pairs) come first at the second M");
+  cr_assert_gt(pruned->pruned[1], pruned->pruned[0], "a strong bar from the start prunes more (%d, then %d)",
+               pruned->pruned[0], pruned->pruned[1]);
+  for (int run = 0; run < 2; run++)
+    for (int op = 0; op < 2; op++) volt8_tuning_table_free(&picked[run][op]);
+  volt8_ctx_destroy(ctx);
+}
+
 /* ---- derived tables ---- */
 
 TestSuite(derive, .init = make_temp_dir, .fini = remove_temp_dir, .timeout = 120);

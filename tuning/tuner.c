@@ -202,6 +202,10 @@ typedef struct op_phase {
   char **names;
   int32_t count;
   const char *held; /* the other op's variant */
+  /* With pruning: each name's first timing at the M before (its screen, or the forward that pruned
+   * it; INFINITY when rejected or not yet timed), and the order of the next screen, fastest first. */
+  double *last_us;
+  int32_t *order;
 } op_phase;
 
 static volt8_status measure_one(const tuner_settings *settings, const tuner_backend *backend, int32_t m,
@@ -239,7 +243,8 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
   volt8_status status = VOLT8_OK;
   int prune = backend->measured && settings->prune_factor > 0;
   double best_us = INFINITY; /* the best screen time accepted so far */
-  for (int32_t i = 0; i < phase->count && status == VOLT8_OK; i++) {
+  for (int32_t n = 0; n < phase->count && status == VOLT8_OK; n++) {
+    int32_t i = phase->order ? phase->order[n] : n;
     tuner_measurement result;
     double limit_us = prune && isfinite(best_us) ? settings->prune_factor * best_us : INFINITY;
     status = measure_one(settings, backend, m, phase, phase->names[i], settings->screen_batches, limit_us, &result);
@@ -248,6 +253,8 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
       log_measure(settings, m, phase->op, phase->names[i], phase->held, 0, settings->screen_batches, &result);
     progress_step(state, m, phase->names[i]);
     if (status != VOLT8_OK) break;
+    if (phase->last_us)
+      phase->last_us[i] = (result.accepted || result.pruned) && result.forward_us > 0 ? result.forward_us : INFINITY;
     if (result.accepted) {
       accepted[accepted_count++] = (scored){phase->names[i], i, result};
       if (result.forward_us < best_us) best_us = result.forward_us;
@@ -360,6 +367,19 @@ static int32_t name_block_m(const char *name) {
   return volt8_variant_parse(name, &variant) ? variant.block_m : 0;
 }
 
+/* The next screen's order: by each name's time at the M before, fastest first, so that the prune's
+ * bar is about the best from the first candidate on; names not timed there (rejected, or a first M)
+ * keep their order after the timed ones. A stable insertion sort: at most a few hundred names. */
+static void order_by_last_times(op_phase *phase) {
+  for (int32_t i = 0; i < phase->count; i++) phase->order[i] = i;
+  for (int32_t i = 1; i < phase->count; i++) {
+    int32_t index = phase->order[i];
+    int32_t j = i;
+    for (; j > 0 && phase->last_us[phase->order[j - 1]] > phase->last_us[index]; j--) phase->order[j] = phase->order[j - 1];
+    phase->order[j] = index;
+  }
+}
+
 /* Orders names by block_m, largest first, keeping the catalogue's order among equals. */
 static void order_largest_items_first(char **names, int32_t count) {
   for (int32_t i = 1; i < count; i++) {
@@ -374,11 +394,22 @@ static void order_largest_items_first(char **names, int32_t count) {
 volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend,
                        tuner_summary *out_summary) {
   memset(out_summary, 0, sizeof *out_summary);
-  op_phase phases[2] = {{VOLT8_OP_GATE_UP, NULL, 0, NULL}, {VOLT8_OP_DOWN, NULL, 0, NULL}};
+  op_phase phases[2] = {{VOLT8_OP_GATE_UP, NULL, 0, NULL, NULL, NULL}, {VOLT8_OP_DOWN, NULL, 0, NULL, NULL, NULL}};
   volt8_status status = tuner_candidates(ctx, &settings->shape, VOLT8_OP_GATE_UP, &phases[0].names, &phases[0].count);
   if (status == VOLT8_OK) status = tuner_candidates(ctx, &settings->shape, VOLT8_OP_DOWN, &phases[1].names, &phases[1].count);
-  if (status == VOLT8_OK && backend->measured && settings->prune_factor > 0)
-    for (int i = 0; i < 2; i++) order_largest_items_first(phases[i].names, phases[i].count);
+  /* Pruning screens the largest items first at the first M (at large M they are the fastest), and at
+   * each later M what was fastest at the one before first. */
+  int prune = backend->measured && settings->prune_factor > 0;
+  for (int i = 0; status == VOLT8_OK && prune && i < 2; i++) {
+    order_largest_items_first(phases[i].names, phases[i].count);
+    phases[i].last_us = malloc((size_t)phases[i].count * sizeof *phases[i].last_us);
+    phases[i].order = malloc((size_t)phases[i].count * sizeof *phases[i].order);
+    if (!phases[i].last_us || !phases[i].order) {
+      status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "tuner: out of memory");
+      break;
+    }
+    for (int32_t n = 0; n < phases[i].count; n++) phases[i].last_us[n] = INFINITY;
+  }
   tuning_result_entry *entries[2] = {calloc((size_t)settings->m_count + 1, sizeof(tuning_result_entry)),
                                      calloc((size_t)settings->m_count + 1, sizeof(tuning_result_entry))};
   if (status == VOLT8_OK && (!entries[0] || !entries[1]))
@@ -393,6 +424,7 @@ volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tun
   int32_t written = 0;
   for (int32_t i = 0; i < settings->m_count && status == VOLT8_OK; i++) {
     int done = 0;
+    for (int p = 0; p < 2 && phases[p].order; p++) order_by_last_times(&phases[p]);
     status = tune_m(ctx, settings, backend, settings->m_values[i], phases, &state, out_summary, &entries[0][written],
                     &entries[1][written], &done);
     if (status == VOLT8_OK && done) {
@@ -401,8 +433,11 @@ volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tun
       status = write_tables(ctx, settings, date, backend->measured, entries, written, out_summary);
     }
   }
-  volt8_codegen_names_free(phases[0].names, phases[0].count);
-  volt8_codegen_names_free(phases[1].names, phases[1].count);
+  for (int i = 0; i < 2; i++) {
+    volt8_codegen_names_free(phases[i].names, phases[i].count);
+    free(phases[i].last_us);
+    free(phases[i].order);
+  }
   free(entries[0]);
   free(entries[1]);
   return status;

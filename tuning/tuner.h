@@ -55,7 +55,8 @@ typedef struct tuner_settings {
   /* A screened candidate whose first timed forward takes more than this many times the best screen time
    * accepted so far at its M is timed no further (measured backends; 0: every candidate in full).
    * Candidates are screened in order of block_m, largest first, so that at large M the items that
-   * reuse each weight most set the bar early. */
+   * reuse each weight most set the bar early; from the second M on, in order of their first timings at
+   * the M before, fastest first. */
   double prune_factor;
   const char *out_dir;
   int32_t arch;             /* the tables' arch */
