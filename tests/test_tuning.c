@@ -758,20 +758,24 @@ static long fake_block_m(const char *name) {
   return variant.block_m;
 }
 
+/* A fake's measurement of `us`: accepted, or pruned (1) where the tuner's limit is under it. */
+static int fake_result(tuner_measurement *out, double us) {
+  out->relative_l2 = 1e-4;
+  out->forward_us = us;
+  out->accepted = 1;
+  if (!isfinite(out->limit_us) || us <= out->limit_us) return 0;
+  out->accepted = 0;
+  out->pruned = 1;
+  snprintf(out->reason, sizeof out->reason, "pruned: %.1f us over %.1f us", us, out->limit_us);
+  return 1;
+}
+
 static volt8_status block_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
                                   tuner_measurement *out) {
   block_timer *fake = state;
   if (m == fake->first_m && fake->screened < 512 && batches == 2) /* a screen pass (fake_settings: 2) */
     fake->block_ms[fake->screened++] = fake_block_m(gate_up);
-  double us = 1000.0 / (double)fake_block_m(gate_up) + 1000.0 / (double)fake_block_m(down);
-  out->relative_l2 = 1e-4;
-  out->forward_us = us;
-  out->accepted = 1;
-  if (isfinite(out->limit_us) && us > out->limit_us) {
-    out->accepted = 0;
-    out->pruned = 1;
-    snprintf(out->reason, sizeof out->reason, "pruned: %.1f us over %.1f us", us, out->limit_us);
-  }
+  fake_result(out, 1000.0 / (double)fake_block_m(gate_up) + 1000.0 / (double)fake_block_m(down));
   return VOLT8_OK;
 }
 
@@ -780,26 +784,35 @@ static void block_end(void *state, int32_t m) {}
 
 /* --prune: the screen takes the largest items first, stops timing what is over the factor times the
  * best so far (counted apart from the rejected), and picks what the full screen picks. */
+/* Tunes m_values twice into folders PREFIX0 and PREFIX1: in full (run 0) and with prune_factor (run 1),
+ * each run with its own fake state and `measure`, and reads back both runs' tables. */
+static void tune_in_full_and_pruned(volt8_ctx *ctx, const char *prefix, const int32_t *m_values, int32_t m_count,
+                                    double prune_factor, void *const states[2],
+                                    volt8_status (*measure)(void *, int32_t, const char *, const char *, int32_t,
+                                                            tuner_measurement *),
+                                    tuner_summary summaries[2], volt8_tuning_table picked[2][2]) {
+  for (int run = 0; run < 2; run++) {
+    char out_dir[8192];
+    snprintf(out_dir, sizeof out_dir, "%s/%s%d", temp_dir, prefix, run);
+    cr_assert_eq(mkdir(out_dir, 0755), 0);
+    tuner_settings settings = fake_settings(m_values, m_count, NULL);
+    settings.out_dir = out_dir;
+    settings.prune_factor = run == 0 ? 0 : prune_factor;
+    tuner_backend backend = {states[run], 1, block_begin, measure, block_end};
+    cr_assert_eq(tuner_run(ctx, &settings, &backend, &summaries[run]), VOLT8_OK, "%s", volt8_last_error(ctx));
+    picked[run][0] = parse_written(summaries[run].tables[0], "gate_up");
+    picked[run][1] = parse_written(summaries[run].tables[1], "down");
+  }
+}
+
 Test(tuner, pruning_screens_the_largest_items_first_and_keeps_the_pick) {
   volt8_ctx *ctx = test_cpu_ctx("sm_90");
   int32_t m_values[1] = {4096};
   volt8_tuning_table picked[2][2];
   tuner_summary summaries[2];
-  block_timer fakes[2];
-  for (int run = 0; run < 2; run++) {
-    char out_dir[8192];
-    snprintf(out_dir, sizeof out_dir, "%s/run%d", temp_dir, run);
-    cr_assert_eq(mkdir(out_dir, 0755), 0);
-    tuner_settings settings = fake_settings(m_values, 1, NULL);
-    settings.out_dir = out_dir;
-    settings.prune_factor = run == 0 ? 0 : 4;
-    memset(&fakes[run], 0, sizeof fakes[run]);
-    fakes[run].first_m = 4096;
-    tuner_backend backend = {&fakes[run], 1, block_begin, block_measure, block_end};
-    cr_assert_eq(tuner_run(ctx, &settings, &backend, &summaries[run]), VOLT8_OK, "%s", volt8_last_error(ctx));
-    picked[run][0] = parse_written(summaries[run].tables[0], "gate_up");
-    picked[run][1] = parse_written(summaries[run].tables[1], "down");
-  }
+  block_timer fakes[2] = {{.first_m = 4096}, {.first_m = 4096}};
+  tune_in_full_and_pruned(ctx, "run", m_values, 1, 4, (void *const[2]){&fakes[0], &fakes[1]}, block_measure,
+                          summaries, picked);
   cr_assert_eq(summaries[0].pruned, 0, "no pruning without a factor");
   cr_assert_gt(summaries[1].pruned, 0, "small items are far slower at this M");
   cr_assert_eq(summaries[1].rejected, 0, "pruned candidates are not counted as rejected");
@@ -840,16 +853,7 @@ static volt8_status distance_measure(void *state, int32_t m, const char *gate_up
                                      tuner_measurement *out) {
   distance_timer *fake = state;
   int slot = m == fake->ms[0] ? 0 : 1;
-  double us = distance_us(fake_block_m(gate_up)) + distance_us(fake_block_m(down));
-  out->relative_l2 = 1e-4;
-  out->forward_us = us;
-  out->accepted = 1;
-  if (isfinite(out->limit_us) && us > out->limit_us) {
-    out->accepted = 0;
-    out->pruned = 1;
-    fake->pruned[slot]++;
-    snprintf(out->reason, sizeof out->reason, "pruned: %.1f us over %.1f us", us, out->limit_us);
-  }
+  fake->pruned[slot] += fake_result(out, distance_us(fake_block_m(gate_up)) + distance_us(fake_block_m(down)));
   /* A screen pass (fake_settings: 2); an M's gate_up candidates are screened before its downs. */
   if (batches == 2 && fake->screened[slot] < 512) fake->block_ms[slot][fake->screened[slot]++] = fake_block_m(gate_up);
   return VOLT8_OK;
@@ -863,22 +867,9 @@ Test(tuner, pruning_orders_each_later_m_by_the_times_before) {
   int32_t m_values[2] = {2048, 4096};
   volt8_tuning_table picked[2][2];
   tuner_summary summaries[2];
-  distance_timer fakes[2];
-  for (int run = 0; run < 2; run++) {
-    char out_dir[8192];
-    snprintf(out_dir, sizeof out_dir, "%s/order%d", temp_dir, run);
-    cr_assert_eq(mkdir(out_dir, 0755), 0);
-    tuner_settings settings = fake_settings(m_values, 2, NULL);
-    settings.out_dir = out_dir;
-    settings.prune_factor = run == 0 ? 0 : 1.5;
-    memset(&fakes[run], 0, sizeof fakes[run]);
-    fakes[run].ms[0] = m_values[0];
-    fakes[run].ms[1] = m_values[1];
-    tuner_backend backend = {&fakes[run], 1, block_begin, distance_measure, block_end};
-    cr_assert_eq(tuner_run(ctx, &settings, &backend, &summaries[run]), VOLT8_OK, "%s", volt8_last_error(ctx));
-    picked[run][0] = parse_written(summaries[run].tables[0], "gate_up");
-    picked[run][1] = parse_written(summaries[run].tables[1], "down");
-  }
+  distance_timer fakes[2] = {{.ms = {2048, 4096}}, {.ms = {2048, 4096}}};
+  tune_in_full_and_pruned(ctx, "order", m_values, 2, 1.5, (void *const[2]){&fakes[0], &fakes[1]}, distance_measure,
+                          summaries, picked);
   for (int op = 0; op < 2; op++) {
     cr_assert_eq(picked[1][op].count, 2);
     for (int e = 0; e < 2; e++)
