@@ -278,6 +278,24 @@ static int check_shape_tables(const char *dir, const char *gate_up_file) {
   recorded_occupancy recorded = {.count = 0};
   add_recorded(&recorded, tables[0]);
   add_recorded(&recorded, tables[1]);
+  /* The derivation ranked every GEMM variant the catalogue offers this shape on sm_70, no fewer (a
+   * family added since would leave the tables stale) and no more. */
+  volt8_ctx *ctx = test_cpu_ctx("sm_70");
+  char **names = NULL;
+  int32_t count = 0, gemms = 0;
+  cr_assert_eq(volt8_codegen_list(ctx, &shape, &names, &count), VOLT8_OK, "%s", volt8_last_error(ctx));
+  for (int32_t i = 0; i < count; i++) {
+    if (strncmp(names[i], "gate_up.", 8) != 0 && strncmp(names[i], "down.", 5) != 0) continue;
+    gemms++;
+    int found = 0;
+    for (int32_t r = 0; r < recorded.count && !found; r++) found = strcmp(recorded.names[r], names[i]) == 0;
+    cr_assert(found, "%s: the catalogue offers %s, which the tables' derivation did not rank: derive them again",
+              gate_up_file, names[i]);
+  }
+  cr_assert_eq(recorded.count, gemms, "%s: the derivation ranked %d variants, the catalogue offers %d", gate_up_file,
+               recorded.count, gemms);
+  volt8_codegen_names_free(names, count);
+  volt8_ctx_destroy(ctx);
   derive_occupancy occupancy = {recorded.names, recorded.ctas_per_sm, recorded.count};
   derive_state state = {&DERIVE_V100, shape, cJSON_GetObjectItem(metadata, "top_k")->valueint, &occupancy, NULL};
   tuner_backend backend = derive_backend(&state);
