@@ -235,7 +235,8 @@ prepare() {
 # BENCH_SINGLE=1 with the one-launch forward), pinned (PINNED="M:G,D ..."
 # timed with those variants pinned, PINNED_REPEAT rounds, interleaved), ab (the carried build against
 # the one prepare's AB_TREE put in .carry/ab: that build's large_m suite, then volt8 bench of both in
-# turn for each "model:tp" of AB_MODELS at AB_M, into logs/ab.txt),
+# turn for each "model:tp" of AB_MODELS at AB_M, into logs/ab.txt; without AB_TREE, AB_OTHER_ENV="NAME=VALUE
+# ..." makes the other build the carried one with those variables, e.g. VOLT8_EAGER_REPLAY_DISABLE=1),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
 # the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU),
 # doctor (volt8 doctor from the build, then python -m volt8 doctor from the carried wheel), python (the binding's pytest suite, examples/mtp_step.py and
@@ -368,20 +369,28 @@ run() {
         # --no-baselines of the two builds in turn (one kernel cache: it is keyed by each kernel's
         # source) at AB_M, AB_BATCHES timed passes, AB_ARGS more options (e.g. --variants G,D); their
         # volt8 times side by side in logs/ab.txt.
-        if [ ! -x "$carry/ab/volt8" ]; then
-          echo "ab: no .carry/ab/volt8 (prepare with AB_TREE)" | tee -a "$summary"
+        if [ ! -x "$carry/ab/volt8" ] && [ -z "${AB_OTHER_ENV:-}" ]; then
+          echo "ab: no .carry/ab/volt8 (prepare with AB_TREE) and no AB_OTHER_ENV" | tee -a "$summary"
         else
-          local ab_entry ab_model ab_tp ab_build
-          echo "ab: the other build is $(cat "$carry/ab/commit.txt" 2>/dev/null)" | tee "$logs/ab.txt"
-          [ "${AB_TEST:-1}" = 1 ] && step ab_large_m env VOLT8_CACHE_DIR="$work/ab_cache" \
-            "$carry/ab/gpu_test_large_m" --jobs="${SUITE_JOBS:-6}"
+          local ab_entry ab_model ab_tp ab_build ab_env=() other_dir="$carry/ab"
+          if [ -x "$carry/ab/volt8" ]; then
+            echo "ab: the other build is $(cat "$carry/ab/commit.txt" 2>/dev/null)" | tee "$logs/ab.txt"
+            [ "${AB_TEST:-1}" = 1 ] && step ab_large_m env VOLT8_CACHE_DIR="$work/ab_cache" \
+              "$carry/ab/gpu_test_large_m" --jobs="${SUITE_JOBS:-6}"
+          else
+            # shellcheck disable=SC2206 # AB_OTHER_ENV: NAME=VALUE words
+            other_dir="$carry/bin" ab_env=(${AB_OTHER_ENV})
+            echo "ab: the other build is this one with ${AB_OTHER_ENV}" | tee "$logs/ab.txt"
+          fi
           for ab_entry in ${AB_MODELS:-deepseek-v3:4 deepseek-v3:8 glm-4.5:4}; do
             ab_model="${ab_entry%%:*}" ab_tp="${ab_entry#*:}"
             for ab_build in bin ab; do
+              local build_dir="$carry/bin" build_env=()
+              [ "$ab_build" = ab ] && build_dir="$other_dir" build_env=("${ab_env[@]}")
               # shellcheck disable=SC2086 # AB_ARGS: bench options, split on spaces
-              step "ab.$ab_model.tp$ab_tp.$ab_build" env VOLT8_CACHE_DIR="$work/ab_cache" "$carry/$ab_build/volt8" \
-                bench --no-baselines --model "$ab_model" --tp "$ab_tp" --m "${AB_M:-512,1024,2048,16384}" \
-                --batches "${AB_BATCHES:-15}" ${AB_ARGS:-}
+              step "ab.$ab_model.tp$ab_tp.$ab_build" env VOLT8_CACHE_DIR="$work/ab_cache" "${build_env[@]}" \
+                "$build_dir/volt8" bench --no-baselines --model "$ab_model" --tp "$ab_tp" \
+                --m "${AB_M:-512,1024,2048,16384}" --batches "${AB_BATCHES:-15}" ${AB_ARGS:-}
             done
             echo "$ab_model TP$ab_tp, M: this build's us -> the other's" >>"$logs/ab.txt"
             paste <(bench_times "$logs/ab.$ab_model.tp$ab_tp.bin.log") <(bench_times "$logs/ab.$ab_model.tp$ab_tp.ab.log") |
