@@ -71,28 +71,27 @@ static volt8_cuda_driver counting_driver;
 static const volt8_cuda_driver *counted_driver;
 static _Atomic int64_t live_allocations;
 
-static CUresult counting_alloc(CUdeviceptr *pointer, size_t bytes) {
-  CUresult result = counted_driver->cuMemAlloc(pointer, bytes);
-  if (result == CUDA_SUCCESS) atomic_fetch_add(&live_allocations, 1);
+/* A driver call's result, the live count moved by `change` where it succeeded. */
+static CUresult counted(CUresult result, int64_t change) {
+  if (result == CUDA_SUCCESS) atomic_fetch_add(&live_allocations, change);
   return result;
+}
+
+static CUresult counting_alloc(CUdeviceptr *pointer, size_t bytes) {
+  return counted(counted_driver->cuMemAlloc(pointer, bytes), 1);
 }
 
 static CUresult counting_alloc_async(CUdeviceptr *pointer, size_t bytes, CUstream stream) {
-  CUresult result = counted_driver->cuMemAllocAsync(pointer, bytes, stream);
-  if (result == CUDA_SUCCESS) atomic_fetch_add(&live_allocations, 1);
-  return result;
+  return counted(counted_driver->cuMemAllocAsync(pointer, bytes, stream), 1);
 }
 
+/* Freeing 0 frees nothing. */
 static CUresult counting_free(CUdeviceptr pointer) {
-  CUresult result = counted_driver->cuMemFree(pointer);
-  if (result == CUDA_SUCCESS && pointer) atomic_fetch_sub(&live_allocations, 1);
-  return result;
+  return counted(counted_driver->cuMemFree(pointer), pointer ? -1 : 0);
 }
 
 static CUresult counting_free_async(CUdeviceptr pointer, CUstream stream) {
-  CUresult result = counted_driver->cuMemFreeAsync(pointer, stream);
-  if (result == CUDA_SUCCESS && pointer) atomic_fetch_sub(&live_allocations, 1);
-  return result;
+  return counted(counted_driver->cuMemFreeAsync(pointer, stream), pointer ? -1 : 0);
 }
 
 void gpu_count_allocations(volt8_ctx *ctx) {
