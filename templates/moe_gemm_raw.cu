@@ -205,7 +205,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   unsigned scale2[kNTiles];
   load_scales(0, scale2);
 
-  if (tid < kBlockM) pair_ids[tid] = tid < count ? sorted_pairs[first + tid] : 0;
+  if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
   __syncthreads();
 
   // This thread's x chunks: chunk q = tid + i * kThreads is row q / 4, 16-byte column q % 4 of a step.
