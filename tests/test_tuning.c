@@ -782,8 +782,6 @@ static volt8_status block_measure(void *state, int32_t m, const char *gate_up, c
 static volt8_status block_begin(void *state, int32_t m) { return VOLT8_OK; }
 static void block_end(void *state, int32_t m) {}
 
-/* --prune: the screen takes the largest items first, stops timing what is over the factor times the
- * best so far (counted apart from the rejected), and picks what the full screen picks. */
 /* Tunes m_values twice into folders PREFIX0 and PREFIX1: in full (run 0) and with prune_factor (run 1),
  * each run with its own fake state and `measure`, and reads back both runs' tables. */
 static void tune_in_full_and_pruned(volt8_ctx *ctx, const char *prefix, const int32_t *m_values, int32_t m_count,
@@ -805,6 +803,8 @@ static void tune_in_full_and_pruned(volt8_ctx *ctx, const char *prefix, const in
   }
 }
 
+/* --prune: the screen takes the largest items first, stops timing what is over the factor times the
+ * best so far (counted apart from the rejected), and picks what the full screen picks. */
 Test(tuner, pruning_screens_the_largest_items_first_and_keeps_the_pick) {
   volt8_ctx *ctx = test_cpu_ctx("sm_90");
   int32_t m_values[1] = {4096};
