@@ -140,41 +140,47 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     w_live |= (column < kN ? 1u : 0u) << i;
     w_offsets[i] = (unsigned)(kXStageBytes + row * kWRowBytes + (q % 2) * 16);
   }
-  // Step s's weights into stage s % kStages. Where K is a whole number of steps, every chunk of a step
-  // s < kSteps lies below K, and the compare goes at compile time.
-  auto load_weights_step = [&](int s) {
-    const unsigned stage = stages_base + (unsigned)((s % kStages) * kStageBytes);
+  // Step s's weights into the stage at `stage`. Where K is a whole number of steps, every chunk of a
+  // step s < kSteps lies below K, the compare goes at compile time, and a chunk past N reads from the
+  // weights' first bytes at the same k (below K, so a valid address) without a select.
+  auto load_weights_step = [&](unsigned stage, int s) {
     const int k = s * kStepK;
 #pragma unroll
     for (int i = 0; i < kWChunks; ++i) {
       const int kw = k + (int)(w_offsets[i] % 32);
       const bool valid = ((w_live >> i) & 1u) && (kK % kStepK == 0 || kw < kK);
-      copy_async_weights_16(stage + w_offsets[i], w_sources[i] + (valid ? k : 0), valid);
+      copy_async_weights_16(stage + w_offsets[i], w_sources[i] + (kK % kStepK == 0 || valid ? k : 0), valid);
     }
   };
 
-  // This lane's weight rows (row g of each n8 tile of the warp's 32) and where their scales lie.
+  // This lane's weight rows (row g of each n8 tile of the warp's 32) and where their scales lie. A row
+  // past N takes the scales of the last column: its codes are zeros (w_live), so any finite scale
+  // leaves its products zero, and it is never stored.
   unsigned w_rows[kNTiles];
   const unsigned short *row_scales[kNTiles];
 #pragma unroll
   for (int j = 0; j < kNTiles; ++j) {
     const int row = weight_tile_row(warp_n, j * 8 + g);
     const int kind = kRows == 2 && row >= kBlockN ? 1 : 0;
-    const int column = column0 + row - kind * kBlockN;
+    const int column = min(column0 + row - kind * kBlockN, kN - 1);
     w_rows[j] = (unsigned)(kXStageBytes + row * kWRowBytes + t * 8);
-    row_scales[j] = column < kN ? scales + expert * kScaleExpertStride + kind * kScaleHalfStride +
-                                      ((kScaleRowOffset + column) / kScaleBlockN) * kScaleRowStride
-                                : nullptr;
+    row_scales[j] = scales + expert * kScaleExpertStride + kind * kScaleHalfStride +
+                    ((kScaleRowOffset + column) / kScaleBlockN) * kScaleRowStride;
   }
-  // The FP16 bits (twice) of the scale of this lane's codes of step s in each of its rows.
+  // The FP16 bits (twice) of the scale of this lane's codes of step s in each of its rows. Past K (the
+  // step after the last, and a last step's chunk past K, whose codes are zeros) the last block's. Where
+  // scale blocks span whole 16-row groups (block_n 128: N, its offset and the tile's row groups are
+  // multiples of 16, the last column's included), rows g and g + 8 of a row tile share one scale, so a
+  // row tile loads one.
+  constexpr int kLastScaleBlock = (kScaleKOffset + kK - 1) / kScaleBlockK;
+  constexpr int kScaleRowsShared = kScaleBlockN % 16 == 0 && kScaleRowOffset % 16 == 0 && kN % 16 == 0 ? 2 : 1;
   auto load_scales = [&](int s, unsigned (&scale2)[kNTiles]) {
-    const int k = s * kStepK + (t >> 1) * 16;
+    const int block = min((kScaleKOffset + s * kStepK + (t >> 1) * 16) / kScaleBlockK, kLastScaleBlock);
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-      const unsigned short bits = row_scales[j] != nullptr && k < kK
-                                      ? __ldg(row_scales[j] + (kScaleKOffset + k) / kScaleBlockK)
-                                      : (unsigned short)0;
+    for (int j = 0; j < kNTiles; j += kScaleRowsShared) {
+      const unsigned bits = __ldg(row_scales[j] + block);
       scale2[j] = pack_halves(bits, bits);
+      if (kScaleRowsShared == 2) scale2[j + 1] = scale2[j];
     }
   };
   // This lane's x row of the warp's pairs: pair g of each tile of 8.
@@ -201,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   // of the steps after it, requested before it.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s)
-    if (s < kSteps) load_weights_step(s);
+    if (s < kSteps) load_weights_step(stages_base + (unsigned)(s * kStageBytes), s);
   unsigned scale2[kNTiles];
   load_scales(0, scale2);
 
@@ -219,22 +225,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     x_live |= (r < count ? 1u : 0u) << i;
     x_offsets[i] = (unsigned)(r * kXRowBytes + (q % 4) * 16);
   }
-  // Step s's x into stage s % kStages (K compared as for the weights), and from step kStages - 1 on its
-  // weights with it.
-  auto load_step = [&](int s, bool weights_too) {
-    const unsigned stage = stages_base + (unsigned)((s % kStages) * kStageBytes);
+  // Step s's x into the stage at `stage` (K compared, and the source chosen, as for the weights), and
+  // from step kStages - 1 on its weights with it.
+  auto load_step = [&](unsigned stage, int s, bool weights_too) {
     const int k = s * kStepK;
 #pragma unroll
     for (int i = 0; i < kXChunks; ++i) {
       const int kx = k + (int)(x_offsets[i] % kXRowBytes) / 2;
       const bool valid = ((x_live >> i) & 1u) && (kK % kStepK == 0 || kx < kK);
-      copy_async_16(stage + x_offsets[i], x_rows[i] + (valid ? k : 0), valid);
+      copy_async_16(stage + x_offsets[i], x_rows[i] + (kK % kStepK == 0 || valid ? k : 0), valid);
     }
-    if (weights_too) load_weights_step(s);
+    if (weights_too) load_weights_step(stage, s);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < kSteps) load_step(s, false);
+    if (s < kSteps) load_step(stages_base + (unsigned)(s * kStageBytes), s, false);
     copy_async_commit();
   }
 #if !VOLT8_GATE_UP
@@ -243,16 +248,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   const float routing_weight = tid < kBlockM && tid < count ? topk_weights[pair_ids[tid]] : 0.0f;
 #endif
 
+  // The stages of step s (s % kStages) and of step s + kStages - 1 ((s - 1) % kStages), moved on a
+  // stage a step: no division in the loop.
+  const unsigned last_stage = stages_base + (unsigned)((kStages - 1) * kStageBytes);
+  unsigned stage = stages_base, load_stage = last_stage;
   for (int s = 0; s < kSteps; ++s) {
     copy_async_wait<kStages - 2>();
     // Step s is in for every thread, and every warp is done with step s - 1, whose stage the loads of
     // step s + kStages - 1 now take.
     __syncthreads();
-    if (s + kStages - 1 < kSteps) load_step(s + kStages - 1, true);
+    if (s + kStages - 1 < kSteps) load_step(load_stage, s + kStages - 1, true);
     copy_async_commit();
     unsigned next_scale2[kNTiles];
     load_scales(s + 1, next_scale2);
-    const unsigned stage = stages_base + (unsigned)((s % kStages) * kStageBytes);
     // A fragments of both products: codes 8t .. 8t + 7 of the tile's rows g and g + 8, products 0 and
     // 1 taking a word of each (a0, a2 from row g; a1, a3 from row g + 8).
     unsigned a[2][kRowTiles][4];
@@ -283,6 +291,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     }
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) scale2[j] = next_scale2[j];
+    load_stage = stage;
+    stage = stage == last_stage ? stages_base : stage + (unsigned)kStageBytes;
   }
   copy_async_wait<0>();
 #if !VOLT8_GATE_UP
