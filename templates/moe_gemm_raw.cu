@@ -257,8 +257,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     // Step s is in for every thread, and every warp is done with step s - 1, whose stage the loads of
     // step s + kStages - 1 now take.
     __syncthreads();
-    if (s + kStages - 1 < kSteps) load_step(load_stage, s + kStages - 1, true);
-    copy_async_commit();
+    // The loads of step s + kStages - 1 go out between the products of the first and second halves of
+    // the pairs, so that the products start as soon as the A fragments are converted (the variants that
+    // skip padding, whose loop may end early, issue them here).
+    auto issue_loads = [&]() {
+      if (s + kStages - 1 < kSteps) load_step(load_stage, s + kStages - 1, true);
+      copy_async_commit();
+    };
+    constexpr int kIssueTile = kSkipPadding ? 0 : kPairTiles / 2;
+    if (kSkipPadding) issue_loads();
     unsigned next_scale2[kNTiles];
     load_scales(s + 1, next_scale2);
     // A fragments of both products: codes 8t .. 8t + 7 of the tile's rows g and g + 8, products 0 and
@@ -279,6 +286,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     }
 #pragma unroll
     for (int p = 0; p < kPairTiles; ++p) {
+      if (!kSkipPadding && p == kIssueTile) issue_loads();
       if (kSkipPadding && p % 2 == 0 && p >= live_tiles) break;
       // x[g][8t .. 8t + 7] of this tile of pairs: products 0 and 1 take two words each (b0, b1).
       const uint4 x = load_shared_16(stage + x_lane + (unsigned)(p * 8 * kXRowBytes));
