@@ -114,6 +114,7 @@ Test(codegen, list_is_sorted_and_covers_both_families_of_both_ops) {
   for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
     cr_expect_geq(count_prefix(&list, prefixes[i]), 3, "too few %s variants", prefixes[i]);
   cr_expect(contains(&list, "route"));
+  cr_expect(contains(&list, "route_parts"));
   cr_expect(contains(&list, "reduce"));
   cr_expect(contains(&list, "single"));
   volt8_codegen_names_free(list.names, list.count);
@@ -123,10 +124,10 @@ Test(codegen, list_is_sorted_and_covers_both_families_of_both_ops) {
 Test(codegen, route_and_reduce_emit) {
   volt8_ctx *ctx = test_cpu_ctx(NULL);
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
-  const char *names[] = {"route", "reduce", "single"};
-  volt8_op ops[] = {VOLT8_OP_ROUTE, VOLT8_OP_REDUCE, VOLT8_OP_SINGLE};
-  volt8_kind kinds[] = {VOLT8_KIND_ROUTE, VOLT8_KIND_REDUCE, VOLT8_KIND_SINGLE};
-  for (int i = 0; i < 3; i++) {
+  const char *names[] = {"route", "reduce", "single", "route_parts"};
+  volt8_op ops[] = {VOLT8_OP_ROUTE, VOLT8_OP_REDUCE, VOLT8_OP_SINGLE, VOLT8_OP_ROUTE_PARTS};
+  volt8_kind kinds[] = {VOLT8_KIND_ROUTE, VOLT8_KIND_REDUCE, VOLT8_KIND_SINGLE, VOLT8_KIND_ROUTE_PARTS};
+  for (int i = 0; i < 4; i++) {
     volt8_kernel_source source;
     cr_assert_eq(volt8_codegen_emit(ctx, &shape, names[i], &source), VOLT8_OK, "%s", volt8_last_error(ctx));
     cr_expect_eq(source.variant.op, ops[i]);

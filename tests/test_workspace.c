@@ -134,3 +134,50 @@ Test(workspace, the_route_counts_items_per_launch_of_the_launchers_rows) {
   volt8_kernel_source_free(&source);
   volt8_ctx_destroy(ctx);
 }
+
+/* The route of many pairs: ranges only past the one-CTA route's tile, each of about
+ * VOLT8_ROUTE_PART_PAIRS pairs and at most VOLT8_ROUTE_MAX_PARTS of them, and counts that always fit the
+ * z region they borrow (num_pairs rows of hidden floats, hidden at least 16) for every expert count the
+ * kernels take. */
+Test(workspace, route_parts_cut_the_pairs_and_fit_in_z) {
+  cr_assert_eq(volt8_route_part_count(1), 0);
+  cr_assert_eq(volt8_route_part_count(VOLT8_ROUTE_PARTS_MIN_PAIRS), 0, "the one CTA's tile is enough");
+  cr_assert_eq(volt8_route_part_count(VOLT8_ROUTE_PARTS_MIN_PAIRS + 1),
+               (VOLT8_ROUTE_PARTS_MIN_PAIRS + VOLT8_ROUTE_PART_PAIRS) / VOLT8_ROUTE_PART_PAIRS);
+  cr_assert_eq(volt8_route_part_count(131072), 64);
+  cr_assert_eq(volt8_route_part_count(VOLT8_MAX_ROUTED_PAIRS), VOLT8_ROUTE_MAX_PARTS);
+  const int64_t pair_counts[] = {VOLT8_ROUTE_PARTS_MIN_PAIRS + 1, 10000, 65536, 131072, 524288, VOLT8_MAX_ROUTED_PAIRS};
+  const int32_t expert_counts[] = {1, 256, 512, VOLT8_SHAPE_MAX_EXPERTS};
+  for (size_t i = 0; i < sizeof pair_counts / sizeof pair_counts[0]; i++) {
+    int32_t parts = volt8_route_part_count(pair_counts[i]);
+    cr_assert_gt(parts, 0);
+    cr_assert_leq(parts, VOLT8_ROUTE_MAX_PARTS);
+    for (size_t e = 0; e < sizeof expert_counts / sizeof expert_counts[0]; e++)
+      cr_assert_leq(volt8_route_part_bytes(parts, expert_counts[e]), pair_counts[i] * 16 * 4,
+                    "%lld pairs, %d experts: the counts pass z", (long long)pair_counts[i], expert_counts[e]);
+  }
+  cr_assert_eq(volt8_route_part_bytes(64, 256), (64 * 257 + 1) * 4);
+}
+
+/* route_parts' three launches: a CTA a range and one more to count, one to scan, a CTA a range to
+ * place; its template takes the route's constants. */
+Test(workspace, route_parts_launches_its_three_passes) {
+  volt8_ctx *ctx = test_cpu_ctx(NULL);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  volt8_kernel_source source = {0};
+  cr_assert_eq(volt8_codegen_emit(ctx, &shape, "route_parts", &source), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(source.variant.kind, VOLT8_KIND_ROUTE_PARTS);
+  char expected[64];
+  snprintf(expected, sizeof expected, "constexpr int kLaunchRows = %d;", VOLT8_LAUNCH_ROWS);
+  cr_assert(strstr(source.source, expected), "route_parts does not hold \"%s\"", expected);
+  const unsigned grids[3] = {64 + 1, 1, 64};
+  for (int pass = 0; pass < 3; pass++) {
+    volt8_launch_counts counts = {.num_pairs = 131072, .route_parts = 64, .route_pass = pass};
+    volt8_launch_size size = volt8_variant_launch_size(&source.variant, &shape, &counts);
+    cr_assert_eq(size.grid_x, grids[pass], "pass %d", pass);
+    cr_assert_eq(size.grid_y, 1);
+    cr_assert_eq(size.threads, (unsigned)source.threads);
+  }
+  volt8_kernel_source_free(&source);
+  volt8_ctx_destroy(ctx);
+}

@@ -321,6 +321,7 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
    * 16 than the three launches (bench/RESULTS.md), so the tables' kernels stay the default. */
   ctx->single_launch = ctx->target_arch < 80 && volt8_env_is_one("VOLT8_SINGLE_LAUNCH");
   ctx->eager_replay = ctx->has_device && !volt8_env_is_one("VOLT8_EAGER_REPLAY_DISABLE");
+  ctx->route_parts = !volt8_env_is_one("VOLT8_ROUTE_PARTS_DISABLE");
   ctx->single_ctas_per_sm = single_ctas; /* -1: as many as the kernel's launch bounds ask (moe/kernels/single.c) */
   *out_ctx = ctx;
   return VOLT8_OK;

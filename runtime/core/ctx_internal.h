@@ -23,6 +23,8 @@ struct volt8_ctx {
                                       * (templates/moe_single.cu): targets without early launch */
   int32_t eager_replay;              /* 1: eager forwards without a route pass are replayed from graphs
                                       * (moe/replay.h); VOLT8_EAGER_REPLAY_DISABLE=1 turns it off */
+  int32_t route_parts;               /* 1: forwards of many pairs route on many CTAs (route_parts,
+                                      * moe_layout.h); VOLT8_ROUTE_PARTS_DISABLE=1 keeps the one CTA */
   int32_t single_ctas_per_sm;        /* its grid: CTAs an SM (0: one CTA a work item; -1: as many as its
                                       * launch bounds ask, VOLT8_SINGLE_LAUNCH_CTAS unset) */
   int32_t sm_count;                  /* multiprocessors of the device; 0 without a device */

@@ -238,6 +238,7 @@ static const loaded_kernel *find_kernel(const volt8_experts *experts, const volt
 
 /* The support kernels as variants. */
 static const volt8_variant ROUTE = {.kind = VOLT8_KIND_ROUTE, .op = VOLT8_OP_ROUTE};
+static const volt8_variant ROUTE_PARTS = {.kind = VOLT8_KIND_ROUTE_PARTS, .op = VOLT8_OP_ROUTE_PARTS};
 static const volt8_variant REDUCE = {.kind = VOLT8_KIND_REDUCE, .op = VOLT8_OP_REDUCE};
 static const volt8_variant REDUCE_HALF = {.kind = VOLT8_KIND_REDUCE_HALF, .op = VOLT8_OP_REDUCE_HALF};
 
@@ -342,7 +343,7 @@ static volt8_status launch(volt8_experts *experts, const loaded_kernel *kernel, 
   volt8_ctx *ctx = experts->ctx;
   volt8_launch_size size = volt8_variant_launch_size(&kernel->variant, &experts->shape, counts);
   if (experts->recording) {
-    experts->recording->routed |= kernel->variant.kind == VOLT8_KIND_ROUTE;
+    experts->recording->routed |= kernel->variant.kind == VOLT8_KIND_ROUTE || kernel->variant.kind == VOLT8_KIND_ROUTE_PARTS;
     volt8_launch_record_add(experts->recording, kernel->function, kernel->name, size.grid_x, size.grid_y, size.threads,
                             early, volt8_variant_signature(&kernel->variant), params);
     return VOLT8_OK;
@@ -478,16 +479,47 @@ static volt8_status launch_in_parts(volt8_experts *experts, const loaded_kernel 
   return status;
 }
 
+/* The route of a forward's pairs: one CTA (and the CTAs that warm L2), or, past
+ * VOLT8_ROUTE_PARTS_MIN_PAIRS pairs, route_parts' three passes over ranges of the pairs, their counts at
+ * the start of z (moe_layout.h), which holds num_pairs rows of hidden floats and so always more. */
+static volt8_status launch_route(volt8_experts *experts, const volt8_route_args *args, const volt8_launch_counts *counts,
+                                 capture_state *capture) {
+  const loaded_kernel *kernel;
+  volt8_status status;
+  int32_t parts = experts->ctx->route_parts ? volt8_route_part_count(args->num_pairs) : 0;
+  if (parts > 0 && volt8_route_part_bytes(parts, experts->shape.num_experts) <=
+                       (int64_t)args->num_pairs * experts->shape.hidden * 4) {
+    if ((status = get_kernel(experts, &ROUTE_PARTS, capture, &kernel)) != VOLT8_OK) return status;
+    volt8_route_parts_args parts_args = {
+        .topk_ids = args->topk_ids, .num_pairs = args->num_pairs, .bm_gate_up = args->bm_gate_up,
+        .bm_down = args->bm_down, .sorted_pairs = args->sorted_pairs, .items_gate_up = args->items_gate_up,
+        .items_down = args->items_down, .counters = args->counters, .part_counts = experts->z, .parts = parts,
+        .top_k = args->top_k, .out = args->out};
+    for (int32_t pass = 0; pass < 3 && status == VOLT8_OK; pass++) {
+      void *params[VOLT8_MAX_KERNEL_PARAMS];
+      volt8_launch_counts pass_counts = *counts;
+      pass_counts.route_parts = parts;
+      pass_counts.route_pass = parts_args.pass = pass;
+      volt8_kernel_params_fill(volt8_variant_signature(&kernel->variant), &parts_args, params);
+      status = launch(experts, kernel, &pass_counts, capture->stream, params, 0);
+    }
+    return status;
+  }
+  if ((status = get_kernel(experts, &ROUTE, capture, &kernel)) != VOLT8_OK) return status;
+  void *params[VOLT8_MAX_KERNEL_PARAMS];
+  volt8_kernel_params_fill(volt8_variant_signature(&kernel->variant), (void *)args, params);
+  return launch(experts, kernel, counts, capture->stream, params, 0);
+}
+
 /* The kernels of a forward that is not one launch: route (when a GEMM is routed, or a down that
  * counts bad ids is cut into launches), gate_up, down, and the reduce (unless the down forms out
  * itself). */
 static volt8_status launch_kernels(volt8_experts *experts, const volt8_moe_args *args, const volt8_forward_kernels *runs,
                                    const volt8_launch_counts *counts, capture_state *capture) {
   CUstream stream = capture->stream;
-  const loaded_kernel *route, *gate_up, *down, *reduce;
+  const loaded_kernel *gate_up, *down, *reduce;
   volt8_status status;
-  if ((status = get_kernel(experts, &ROUTE, capture, &route)) != VOLT8_OK ||
-      (status = get_kernel(experts, &runs->choice.gate_up, capture, &gate_up)) != VOLT8_OK ||
+  if ((status = get_kernel(experts, &runs->choice.gate_up, capture, &gate_up)) != VOLT8_OK ||
       (status = get_kernel(experts, &runs->choice.down, capture, &down)) != VOLT8_OK ||
       (status = get_kernel(experts, reduce_after(&runs->choice.down), capture, &reduce)) != VOLT8_OK)
     return status;
@@ -516,8 +548,7 @@ static volt8_status launch_kernels(volt8_experts *experts, const volt8_moe_args 
       .num_tokens = num_tokens, .top_k = top_k, .out = out, .counters = experts->counters};
   volt8_reduce_args reduce_args = {.z = experts->z, .topk_ids = ids, .num_tokens = num_tokens, .top_k = top_k,
                                    .out = out, .counters = experts->counters};
-  void *route_params[VOLT8_MAX_KERNEL_PARAMS], *reduce_params[VOLT8_MAX_KERNEL_PARAMS];
-  volt8_kernel_params_fill(volt8_variant_signature(&route->variant), &route_args, route_params);
+  void *reduce_params[VOLT8_MAX_KERNEL_PARAMS];
   volt8_kernel_params_fill(volt8_variant_signature(&reduce->variant), &reduce_args, reduce_params);
   /* block_m == 1 kernels take their pair from topk_ids directly; the reduce (or the down that forms
    * out) counts bad ids. A fused down cut into several launches cannot count them all, so the route
@@ -532,7 +563,7 @@ static volt8_status launch_kernels(volt8_experts *experts, const volt8_moe_args 
    * the other routed kernels run one after the other and carry no waits (templates/moe_common.cu). */
   int early = !needs_route;
   int early_down = early || down->variant.kind == VOLT8_KIND_GEMM_HMMA;
-  if ((needs_route && (status = launch(experts, route, counts, stream, route_params, 0)) != VOLT8_OK) ||
+  if ((needs_route && (status = launch_route(experts, &route_args, counts, capture)) != VOLT8_OK) ||
       (status = launch_in_parts(experts, gate_up, &gate_up_args, sizeof gate_up_args, cut_gate_up, counts,
                                 gemm_rows(experts, gate_up, num_pairs), top_k, 0, stream)) != VOLT8_OK)
     return status;
@@ -580,8 +611,9 @@ volt8_status volt8_moe_forward(volt8_experts *experts, const volt8_moe_args *arg
   if (status != VOLT8_OK) return status;
   /* CTAs past the route's first warm L2 with the first experts' gate_up weights (moe_route.cu). */
   int32_t warm_ctas = ctx->l2_warm_bytes > 0 && ctx->sm_count > 1 ? ctx->sm_count / 2 : 0;
-  volt8_launch_counts counts = {args->num_tokens, args->num_tokens * args->top_k, warm_ctas, ctx->sm_count,
-                                ctx->single_ctas_per_sm};
+  volt8_launch_counts counts = {.num_tokens = args->num_tokens, .num_pairs = args->num_tokens * args->top_k,
+                                .warm_ctas = warm_ctas, .sm_count = ctx->sm_count,
+                                .ctas_per_sm = ctx->single_ctas_per_sm};
   if (runs.single) return launch_single(experts, args, &counts, &capture);
   int capturing = 0;
   if (!ctx->eager_replay || (status = stream_capturing(ctx, &capture, &capturing)) != VOLT8_OK || capturing)
@@ -671,6 +703,11 @@ volt8_status volt8_experts_prepare(volt8_experts *experts, const int32_t *m_valu
       (status = get_kernel(experts, &ROUTE, NULL, &kernel)) != VOLT8_OK ||
       (status = get_kernel(experts, &REDUCE, NULL, &kernel)) != VOLT8_OK)
     return status;
+  /* The route of many pairs, where a prepared token count reaches it. */
+  for (int32_t i = 0; i < count; i++)
+    if (ctx->route_parts && volt8_route_part_count((int64_t)m_values[i] * experts->max_top_k) > 0 &&
+        (status = get_kernel(experts, &ROUTE_PARTS, NULL, &kernel)) != VOLT8_OK)
+      return status;
   for (int32_t i = 0; i < count; i++) {
     for (int32_t top_k = 1; top_k <= experts->max_top_k; top_k++) {
       volt8_forward_kernels runs;

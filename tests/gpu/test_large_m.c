@@ -1,5 +1,6 @@
 /* GPU suite for prefill-size forwards: M = 1..8192 through the dispatch at top-k 1 and 16, skewed
  * routing (every token to one expert, then to two; the other experts get none), expert parallelism,
+ * the route of many pairs on many CTAs against the one CTA's,
  * CUDA graph replay against eager, 70000 tokens past one launch's grid through every kind of cut
  * (routed, block_m 1, the token down, the fused downs, the reduce's loop) with bad ids counted across
  * the launches, and the workspace limits: a load too large for the GPU fails naming its bytes and
@@ -126,6 +127,74 @@ Test(gpu_large_m, expert_parallel_rank_skips_other_ranks_pairs) {
   cr_assert_eq(bad, 3, "bad ids counted: %d", bad);
   gpu_free_batch(ctx, &batch);
   volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
+
+/* The route of many pairs on many CTAs (route_parts) against the one CTA's route (ctx->route_parts off,
+ * as VOLT8_ROUTE_PARTS_DISABLE=1 makes it): the same out bit for bit and the same bad-id count, each
+ * checked against the reference first, with the workspace poisoned before each forward (the parts'
+ * counts borrow z). Uniform routing from just past the one CTA's tile to 64 ranges, every pair to one
+ * expert, and an expert-parallel rank with bad ids. */
+static void check_route_parts(volt8_ctx *ctx, const host_problem *problem, int32_t num_tokens, int32_t top_k,
+                              const int32_t *all_to, int bad_ids, const char *what) {
+  volt8_experts *experts = gpu_upload(ctx, problem, num_tokens, top_k);
+  device_batch batch;
+  gpu_make_batch(ctx, problem, num_tokens, top_k, ROUTING_UNIFORM, &batch);
+  if (all_to) route_all_to(ctx, problem, &batch, all_to);
+  if (bad_ids) {
+    batch.ids[3] = problem->shape.global_experts ? problem->shape.global_experts : problem->shape.num_experts;
+    batch.ids[(size_t)num_tokens * top_k - 1] = -7;
+    gpu_update_ids(ctx, problem, &batch);
+  }
+  cr_assert_gt(volt8_route_part_count((int64_t)num_tokens * top_k), 0, "%s: %d pairs take one CTA", what,
+               num_tokens * top_k);
+  size_t elements = (size_t)num_tokens * problem->shape.hidden;
+  uint16_t *outs[2] = {malloc(elements * 2), malloc(elements * 2)};
+  int32_t bad[2] = {-1, -1};
+  cr_assert(outs[0] && outs[1]);
+  volt8_moe_args args = gpu_batch_args(&batch);
+  for (int parts = 1; parts >= 0; parts--) {
+    ctx->route_parts = parts;
+    char label[160];
+    snprintf(label, sizeof label, "%s M=%d top-%d, route on %s", what, num_tokens, top_k, parts ? "many CTAs" : "one CTA");
+    cr_assert_eq(ctx->cuda->cuMemsetD8Async(batch.d_out, 0xFF, elements * 2, NULL), CUDA_SUCCESS);
+    cr_assert_eq(volt8_experts_fill_workspace(experts, 0xFF, NULL), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_eq(volt8_moe_forward(experts, &args, NULL), VOLT8_OK, "%s: %s", label, volt8_last_error(ctx));
+    cr_assert_eq(ctx->cuda->cuCtxSynchronize(), CUDA_SUCCESS, "%s", label);
+    gpu_check_output(ctx, problem->shape.hidden, &batch, label, outs[parts]);
+    cr_assert_eq(volt8_experts_bad_id_count(experts, &bad[parts]), VOLT8_OK, "%s", volt8_last_error(ctx));
+  }
+  ctx->route_parts = 1;
+  cr_assert_eq(bad[1], bad[0], "%s: %d bad ids on many CTAs, %d on one", what, bad[1], bad[0]);
+  if (bad_ids) cr_assert_eq(bad[0], 2, "%s: %d bad ids counted", what, bad[0]);
+  for (size_t i = 0; i < elements; i++)
+    cr_assert_eq(outs[1][i], outs[0][i], "%s M=%d: out[%zu] (token %zu) = 0x%04x on many CTAs, 0x%04x on one", what,
+                 num_tokens, i, i / problem->shape.hidden, outs[1][i], outs[0][i]);
+  free(outs[0]);
+  free(outs[1]);
+  gpu_free_batch(ctx, &batch);
+  volt8_experts_destroy(experts);
+}
+
+Test(gpu_large_m, route_on_many_ctas_equals_the_one_cta_route) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(47);
+  volt8_moe_shape shape = test_shape();
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  const int32_t one[16] = {5}, two[16] = {9, 40};
+  check_route_parts(ctx, &problem, VOLT8_ROUTE_PARTS_MIN_PAIRS / 16 + 1, 16, NULL, 0, "just past one tile");
+  check_route_parts(ctx, &problem, 3001, 16, NULL, 1, "an odd count, bad ids");
+  check_route_parts(ctx, &problem, MAX_TOKENS, 16, NULL, 0, "64 ranges");
+  check_route_parts(ctx, &problem, MAX_TOKENS, 1, one, 0, "every pair to one expert");
+  check_route_parts(ctx, &problem, MAX_TOKENS, 2, two, 0, "every pair to two experts");
+  gpu_free_problem(&problem);
+  shape.num_experts = 16;
+  shape.global_experts = 64;
+  shape.expert_start = 16;
+  gpu_make_problem(ctx, &shape, &problem);
+  check_route_parts(ctx, &problem, MAX_TOKENS, 16, NULL, 1, "EP rank 16..31 of 64, bad ids");
   gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);
 }

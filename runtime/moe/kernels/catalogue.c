@@ -17,9 +17,10 @@ static const volt8_kind_spec *const KINDS[VOLT8_KIND_COUNT] = {
     [VOLT8_KIND_ROUTE] = &volt8_kind_route,         [VOLT8_KIND_REDUCE] = &volt8_kind_reduce,
     [VOLT8_KIND_SINGLE] = &volt8_kind_single,       [VOLT8_KIND_GEMM_TILE] = &volt8_kind_gemm_tile,
     [VOLT8_KIND_REDUCE_HALF] = &volt8_kind_reduce_half, [VOLT8_KIND_GEMM_RAW] = &volt8_kind_gemm_raw,
+    [VOLT8_KIND_ROUTE_PARTS] = &volt8_kind_route_parts,
 };
 
-static const char *const OP_NAMES[] = {"gate_up", "down", "route", "reduce", "single", "reduce_half"};
+static const char *const OP_NAMES[] = {"gate_up", "down", "route", "reduce", "single", "reduce_half", "route_parts"};
 
 static const volt8_kind_spec *spec_of(const volt8_variant *variant) {
   return (unsigned)variant->kind < VOLT8_KIND_COUNT ? KINDS[variant->kind] : NULL;

@@ -21,7 +21,8 @@ typedef enum volt8_op {
   VOLT8_OP_ROUTE = 2,
   VOLT8_OP_REDUCE = 3,
   VOLT8_OP_SINGLE = 4, /* the whole forward of block_m 1 work items in one launch */
-  VOLT8_OP_REDUCE_HALF = 5 /* the reduce of FP16 z rows (after a tile down) */
+  VOLT8_OP_REDUCE_HALF = 5, /* the reduce of FP16 z rows (after a tile down) */
+  VOLT8_OP_ROUTE_PARTS = 6 /* the route of many pairs on many CTAs, in three passes */
 } volt8_op;
 
 typedef enum volt8_kind {
@@ -35,7 +36,8 @@ typedef enum volt8_kind {
   VOLT8_KIND_GEMM_TILE = 7, /* 64 or 128 pairs an item, the weight tile in FP16 shared memory (tile) */
   VOLT8_KIND_REDUCE_HALF = 8,
   VOLT8_KIND_GEMM_RAW = 9, /* the tile's items with the weight tile in E4M3 shared memory, sm_80 and later (raw) */
-  VOLT8_KIND_COUNT = 10
+  VOLT8_KIND_ROUTE_PARTS = 10,
+  VOLT8_KIND_COUNT = 11
 } volt8_kind;
 
 /* One kernel variant. A GEMM tile's optional fields are 0 where the tile does not set them. */
@@ -118,6 +120,8 @@ typedef struct volt8_launch_counts {
   int32_t warm_ctas;    /* route: CTAs past the first that ask L2 for gate_up weights */
   int32_t sm_count;     /* single: the device's SMs */
   int32_t ctas_per_sm;  /* single: CTAs an SM (0: one CTA a work item; -1: as many as its launch bounds ask) */
+  int32_t route_parts;  /* route_parts: the ranges the pairs are cut into */
+  int32_t route_pass;   /* route_parts: 0 count, 1 scan, 2 place */
 } volt8_launch_counts;
 
 typedef struct volt8_launch_size {

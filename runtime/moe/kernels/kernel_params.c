@@ -3,6 +3,7 @@
 
 #define ROW VOLT8_KERNEL_PARAM_ROW
 #define ROUTE_ROW(c_type, type, name) ROW(volt8_route_args, c_type, type, name)
+#define ROUTE_PARTS_ROW(c_type, type, name) ROW(volt8_route_parts_args, c_type, type, name)
 #define GATE_UP_ROW(c_type, type, name) ROW(volt8_gate_up_args, c_type, type, name)
 #define DOWN_ROW(c_type, type, name) ROW(volt8_down_args, c_type, type, name)
 #define DOWN_TOKEN_ROW(c_type, type, name) ROW(volt8_down_token_args, c_type, type, name)
@@ -10,6 +11,7 @@
 #define SINGLE_ROW(c_type, type, name) ROW(volt8_single_args, c_type, type, name)
 
 static const volt8_kernel_param route_params[] = {VOLT8_ROUTE_PARAMS(ROUTE_ROW)};
+static const volt8_kernel_param route_parts_params[] = {VOLT8_ROUTE_PARTS_PARAMS(ROUTE_PARTS_ROW)};
 static const volt8_kernel_param gate_up_params[] = {VOLT8_GATE_UP_PARAMS(GATE_UP_ROW)};
 static const volt8_kernel_param down_params[] = {VOLT8_DOWN_FUSED_PARAMS(DOWN_ROW)};
 static const volt8_kernel_param down_token_params[] = {VOLT8_DOWN_TOKEN_PARAMS(DOWN_TOKEN_ROW)};
@@ -23,6 +25,7 @@ _Static_assert(COUNT(down_params) <= VOLT8_MAX_KERNEL_PARAMS, "raise VOLT8_MAX_K
 _Static_assert(COUNT(single_params) <= VOLT8_MAX_KERNEL_PARAMS, "raise VOLT8_MAX_KERNEL_PARAMS");
 
 const volt8_kernel_signature volt8_route_signature = {"route", route_params, COUNT(route_params)};
+const volt8_kernel_signature volt8_route_parts_signature = {"route_parts", route_parts_params, COUNT(route_parts_params)};
 const volt8_kernel_signature volt8_gate_up_signature = {"gate_up", gate_up_params, COUNT(gate_up_params)};
 /* The unfused down's list is the fused one's start. */
 const volt8_kernel_signature volt8_down_signature = {"down", down_params, 0 VOLT8_DOWN_PARAMS(ONE)};

@@ -18,6 +18,14 @@
   P(CUdeviceptr, "unsigned char *", gate_up_weights) P(long long, "long long", warm_bytes) P(int, "int", top_k) \
   P(CUdeviceptr, "unsigned short *", out)
 
+/* The route on many CTAs (templates/moe_route_parts.cu): the route's pairs and outputs, the ranges'
+ * counts (part_counts, parts * (E + 1) + 1 ints), the range count and the pass. */
+#define VOLT8_ROUTE_PARTS_PARAMS(P)                                                                            \
+  P(CUdeviceptr, "int *", topk_ids) P(int, "int", num_pairs) P(int, "int", bm_gate_up) P(int, "int", bm_down)  \
+  P(CUdeviceptr, "int *", sorted_pairs) P(CUdeviceptr, "int4 *", items_gate_up)                               \
+  P(CUdeviceptr, "int4 *", items_down) P(CUdeviceptr, "int *", counters) P(CUdeviceptr, "int *", part_counts) \
+  P(int, "int", parts) P(int, "int", pass) P(int, "int", top_k) P(CUdeviceptr, "unsigned short *", out)
+
 /* gate_up of every family (templates/moe_gemm_cc.cu, _mma.cu, _hmma.cu with VOLT8_GATE_UP). */
 #define VOLT8_GATE_UP_PARAMS(P)                                                                                 \
   P(CUdeviceptr, "unsigned short *", activations) P(CUdeviceptr, "unsigned char *", weights)                  \
@@ -60,13 +68,14 @@
   P(CUdeviceptr, "int *", flags)
 
 typedef struct volt8_route_args { VOLT8_ROUTE_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_route_args;
+typedef struct volt8_route_parts_args { VOLT8_ROUTE_PARTS_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_route_parts_args;
 typedef struct volt8_gate_up_args { VOLT8_GATE_UP_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_gate_up_args;
 typedef struct volt8_down_args { VOLT8_DOWN_FUSED_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_down_args;
 typedef struct volt8_down_token_args { VOLT8_DOWN_TOKEN_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_down_token_args;
 typedef struct volt8_reduce_args { VOLT8_REDUCE_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_reduce_args;
 typedef struct volt8_single_args { VOLT8_SINGLE_PARAMS(VOLT8_KERNEL_ARGS_FIELD) } volt8_single_args;
 
-extern const volt8_kernel_signature volt8_route_signature, volt8_gate_up_signature, volt8_down_signature,
+extern const volt8_kernel_signature volt8_route_signature, volt8_route_parts_signature, volt8_gate_up_signature, volt8_down_signature,
     volt8_down_fused_signature, volt8_down_token_signature, volt8_reduce_signature, volt8_reduce_half_signature,
     volt8_single_signature;
 

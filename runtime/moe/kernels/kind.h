@@ -57,7 +57,8 @@ typedef struct volt8_kind_spec {
 #define VOLT8_FETCH_MIN_ARCH 80
 
 extern const volt8_kind_spec volt8_kind_gemm_cc, volt8_kind_gemm_mma, volt8_kind_gemm_hmma, volt8_kind_gemm_tile,
-    volt8_kind_gemm_raw, volt8_kind_down_tok, volt8_kind_route, volt8_kind_reduce, volt8_kind_reduce_half, volt8_kind_single;
+    volt8_kind_gemm_raw, volt8_kind_down_tok, volt8_kind_route, volt8_kind_route_parts, volt8_kind_reduce,
+    volt8_kind_reduce_half, volt8_kind_single;
 
 /* What the GEMM kinds share (gemm.c): the operand geometry of an op, the values every GEMM template
  * takes, the GEMMs' parameter lists and grid. */

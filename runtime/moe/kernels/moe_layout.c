@@ -79,6 +79,16 @@ volt8_status volt8_moe_dims_compute(volt8_ctx *ctx, const volt8_moe_shape *shape
   return VOLT8_OK;
 }
 
+int32_t volt8_route_part_count(int64_t num_pairs) {
+  if (num_pairs <= VOLT8_ROUTE_PARTS_MIN_PAIRS) return 0;
+  int64_t parts = (num_pairs + VOLT8_ROUTE_PART_PAIRS - 1) / VOLT8_ROUTE_PART_PAIRS;
+  return (int32_t)(parts < VOLT8_ROUTE_MAX_PARTS ? parts : VOLT8_ROUTE_MAX_PARTS);
+}
+
+int64_t volt8_route_part_bytes(int32_t parts, int32_t num_experts) {
+  return ((int64_t)parts * (num_experts + 1) + 1) * 4;
+}
+
 volt8_status volt8_moe_workspace_plan(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t max_tokens,
                                       int32_t max_top_k, volt8_moe_workspace *out) {
   if (max_tokens <= 0)

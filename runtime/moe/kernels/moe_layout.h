@@ -75,6 +75,18 @@
  * kernel writes its item counters per launch of that many rows (its LAUNCH_ROWS value). */
 #define VOLT8_LAUNCH_ROWS 65535
 
+/* A forward of more routed pairs than VOLT8_ROUTE_PARTS_MIN_PAIRS (the route CTA's id tile at most)
+ * routes on many CTAs (route_parts, moe/kernels/route.c): the pairs cut into volt8_route_part_count
+ * ranges, one CTA each, about VOLT8_ROUTE_PART_PAIRS pairs a range and at most VOLT8_ROUTE_MAX_PARTS
+ * ranges. Its counts live at the start of z, which no kernel writes before the down. */
+#define VOLT8_ROUTE_PARTS_MIN_PAIRS 8192
+#define VOLT8_ROUTE_PART_PAIRS 2048
+#define VOLT8_ROUTE_MAX_PARTS 256
+/* The ranges route_parts cuts num_pairs pairs into (0 where the one-CTA route serves), and the bytes
+ * of their counts. */
+int32_t volt8_route_part_count(int64_t num_pairs);
+int64_t volt8_route_part_bytes(int32_t parts, int32_t num_experts);
+
 typedef struct volt8_moe_dims {
   int64_t w13_bytes_per_expert, w2_bytes_per_expert;
   int64_t s13_elems_per_expert, s2_elems_per_expert;

@@ -1,7 +1,9 @@
 /* The route (templates/moe_route.cu): one CTA groups the routed pairs by expert in pair order, skips
  * ids outside the rank's experts, and splits each expert's pairs into the GEMMs' work items; the CTAs
  * past the first ask L2 for the first experts' gate_up weights. Its shared memory holds a cursor per
- * expert, one more per expert for each placing warp, and ids. */
+ * expert, one more per expert for each placing warp, and ids. route_parts (templates/moe_route_parts.cu)
+ * makes the same outputs for many pairs on many CTAs, in three launches (count, scan, place) of ranges
+ * of the pairs; its CTAs hold what the route's CTA holds. */
 #include "moe/kernels/kind.h"
 
 #define THREADS 256
@@ -40,6 +42,22 @@ static volt8_launch_size launch_size(const volt8_variant *variant, const volt8_m
   (void)variant, (void)shape;
   return (volt8_launch_size){1u + (unsigned)counts->warm_ctas, 1, THREADS};
 }
+
+/* route_parts: count on a CTA a range (and one more for the zeros of tokens with no live id), scan on
+ * one, place on a CTA a range. */
+static volt8_launch_size parts_launch_size(const volt8_variant *variant, const volt8_moe_shape *shape,
+                                           const volt8_launch_counts *counts) {
+  (void)variant, (void)shape;
+  unsigned parts = (unsigned)counts->route_parts;
+  unsigned grid = counts->route_pass == 0 ? parts + 1u : counts->route_pass == 1 ? 1u : parts;
+  return (volt8_launch_size){grid, 1, THREADS};
+}
+
+const volt8_kind_spec volt8_kind_route_parts = {
+    .kind = VOLT8_KIND_ROUTE_PARTS, .op = VOLT8_OP_ROUTE_PARTS, .template_path = "templates/moe_route_parts.cu",
+    .expert_range = 1, .values = volt8_support_values, .fixed_threads = THREADS,
+    .fixed_signature = &volt8_route_parts_signature, .launch_size = parts_launch_size,
+};
 
 const volt8_kind_spec volt8_kind_route = {
     .kind = VOLT8_KIND_ROUTE, .op = VOLT8_OP_ROUTE, .template_path = "templates/moe_route.cu", .expert_range = 1,
