@@ -30,7 +30,9 @@
  *
  * Kernels (each kind's file in moe/kernels/ sets its grid and threads; their parameters, in order, are
  * in kernel_params.h):
- *   route                 grid (1 + the CTAs that warm L2 with gate_up weights)
+ *   route                 grid (1 + the CTAs that warm L2 with gate_up weights); past
+ *                         VOLT8_ROUTE_PARTS_MIN_PAIRS pairs route_parts instead: grids (R + 1), (1), (R)
+ *                         for its R ranges' count, scan and place
  *   gate_up               grid (ceil(I/BN), P)
  *   down                  grid (ceil(H/BN), P); one that fuses the reduce also forms out
  *   down (token)          grid (ceil(H/BN), M): one token per CTA row, forms out (no route, no reduce)
