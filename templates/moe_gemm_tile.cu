@@ -223,6 +223,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
       for (int e = 0; e < kAccumulators; ++e) acc[i][j][e] = 0.0f;
+#if __CUDA_ARCH__ < 800
+  // The rows of this lane's fragments, each as its chunk 0's offset: a row is a whole number of 32
+  // halves and a swizzled chunk's offset within it below 32, so chunk c of the row lies at key ^ c * 8
+  // (chunk_offset), one XOR a load in the steps.
+  static_assert(kRowHalves % 32 == 0 && kStepK / 8 <= 4, "chunk offsets must XOR into a row's key");
+  int b_keys[kNTiles], a_keys[kMTiles];
+  {
+    const int quad_pair = (lane >> 2) & 3, r = (lane & 3) + 4 * (lane >> 4);
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) b_keys[j] = chunk_offset(weight_tile_row(warp_n, j * 16 + (quad_pair >> 1) * 8 + r), 0);
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i) a_keys[i] = chunk_offset(warp_m * kWarpM + i * 16 + (quad_pair & 1) * 8 + r, 0);
+  }
+#endif
 
   // Prologue: steps 0 .. kAhead - 1 requested, step 0 stored. Every thread commits one cp.async group
   // a step (empty past the last), so "all but the newest kAhead - 1 groups" is always the next step's x.
@@ -272,18 +286,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
       }
     }
 #else
-    const int quad_pair = (lane >> 2) & 3, r = (lane & 3) + 4 * (lane >> 4);
 #pragma unroll
     for (int c = 0; c < kStepK / 8; ++c) {  // 8 k a chunk: two k4 products
       uint4 b[kNTiles];
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
-        b[j] = *reinterpret_cast<const uint4 *>(
-            wb + chunk_offset(weight_tile_row(warp_n, j * 16 + (quad_pair >> 1) * 8 + r), c));
+      for (int j = 0; j < kNTiles; ++j) b[j] = *reinterpret_cast<const uint4 *>(wb + (b_keys[j] ^ (c * 8)));
 #pragma unroll
       for (int i = 0; i < kMTiles; ++i) {
-        const uint4 a =
-            *reinterpret_cast<const uint4 *>(xb + chunk_offset(warp_m * kWarpM + i * 16 + (quad_pair & 1) * 8 + r, c));
+        const uint4 a = *reinterpret_cast<const uint4 *>(xb + (a_keys[i] ^ (c * 8)));
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
           mma_884(acc[i][j], a.x, a.y, b[j].x, b[j].y);
