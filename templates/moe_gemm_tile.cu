@@ -224,17 +224,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
 #pragma unroll
       for (int e = 0; e < kAccumulators; ++e) acc[i][j][e] = 0.0f;
 #if __CUDA_ARCH__ < 800
-  // The rows of this lane's fragments, each as its chunk 0's offset: a row is a whole number of 32
-  // halves and a swizzled chunk's offset within it below 32, so chunk c of the row lies at key ^ c * 8
-  // (chunk_offset), one XOR a load in the steps.
+  // The first rows of this lane's fragments, each as its chunk 0's offset: a row is a whole number of
+  // 32 halves and a swizzled chunk's offset within it below 32, so chunk c of the row lies at key ^ c *
+  // 8 (chunk_offset); the lane's other rows are whole 16-row tiles further, which the swizzle (rows' bits
+  // 1 and 3) does not see, so their offsets are the key's plus a constant.
   static_assert(kRowHalves % 32 == 0 && kStepK / 8 <= 4, "chunk offsets must XOR into a row's key");
-  int b_keys[kNTiles], a_keys[kMTiles];
+  constexpr int kBTileHalves = (VOLT8_GATE_UP ? kBlockN : 16) * kRowHalves;  // weight_tile_row of n + 16
+  constexpr int kATileHalves = 16 * kRowHalves;
+  static_assert(kBlockN % 16 == 0, "a tile of 16 weight rows keeps the swizzle");
+  int b_key, a_key;
   {
     const int quad_pair = (lane >> 2) & 3, r = (lane & 3) + 4 * (lane >> 4);
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) b_keys[j] = chunk_offset(weight_tile_row(warp_n, j * 16 + (quad_pair >> 1) * 8 + r), 0);
-#pragma unroll
-    for (int i = 0; i < kMTiles; ++i) a_keys[i] = chunk_offset(warp_m * kWarpM + i * 16 + (quad_pair & 1) * 8 + r, 0);
+    b_key = chunk_offset(weight_tile_row(warp_n, (quad_pair >> 1) * 8 + r), 0);
+    a_key = chunk_offset(warp_m * kWarpM + (quad_pair & 1) * 8 + r, 0);
   }
 #endif
 
@@ -290,10 +292,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     for (int c = 0; c < kStepK / 8; ++c) {  // 8 k a chunk: two k4 products
       uint4 b[kNTiles];
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) b[j] = *reinterpret_cast<const uint4 *>(wb + (b_keys[j] ^ (c * 8)));
+      for (int j = 0; j < kNTiles; ++j) b[j] = *reinterpret_cast<const uint4 *>(wb + (b_key ^ (c * 8)) + j * kBTileHalves);
 #pragma unroll
       for (int i = 0; i < kMTiles; ++i) {
-        const uint4 a = *reinterpret_cast<const uint4 *>(xb + (a_keys[i] ^ (c * 8)));
+        const uint4 a = *reinterpret_cast<const uint4 *>(xb + (a_key ^ (c * 8)) + i * kATileHalves);
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
           mma_884(acc[i][j], a.x, a.y, b[j].x, b[j].y);
