@@ -79,18 +79,6 @@ static __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
 }
 
-// Two E4M3 codes -> two FP16 values holding e4m3 * 2^-8, the bits of moe_common.cu's e4m3x2_to_half2 in
-// three instructions instead of four: the byte permute puts each code in the low byte of its 16-bit
-// lane and the code's sign bit, replicated, in the high byte; shifted left by 7, the lane holds the
-// sign at bit 15 and the 7 exponent-and-mantissa bits at 7..13, and the mask clears the rest (bit 14,
-// the low bits, and what the low lane pushed into the high one).
-constexpr unsigned kLowPair = 0x9180u, kHighPair = 0xB3A2u;  // codes 0, 1 and codes 2, 3 of a word
-static __device__ __forceinline__ unsigned e4m3x2_to_half2_shift(unsigned word, unsigned selector) {
-  unsigned spread;  // prmt with a selector nibble's top bit set replicates the chosen byte's sign
-  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(spread) : "r"(word), "r"(selector));
-  return (spread << 7) & 0xbf80bf80u;
-}
-
 static __device__ __forceinline__ uint2 load_shared_8(unsigned address) {
   uint2 value;
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(value.x), "=r"(value.y) : "r"(address));
@@ -275,14 +263,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     for (int r = 0; r < kRowTiles; ++r) {
       const uint2 top = load_shared_8(stage + w_rows[2 * r]), bottom = load_shared_8(stage + w_rows[2 * r + 1]);
       const unsigned top_scale = scale2[2 * r], bottom_scale = scale2[2 * r + 1];
-      a[0][r][0] = mul_half2(e4m3x2_to_half2_shift(top.x, kLowPair), top_scale);
-      a[0][r][1] = mul_half2(e4m3x2_to_half2_shift(bottom.x, kLowPair), bottom_scale);
-      a[0][r][2] = mul_half2(e4m3x2_to_half2_shift(top.x, kHighPair), top_scale);
-      a[0][r][3] = mul_half2(e4m3x2_to_half2_shift(bottom.x, kHighPair), bottom_scale);
-      a[1][r][0] = mul_half2(e4m3x2_to_half2_shift(top.y, kLowPair), top_scale);
-      a[1][r][1] = mul_half2(e4m3x2_to_half2_shift(bottom.y, kLowPair), bottom_scale);
-      a[1][r][2] = mul_half2(e4m3x2_to_half2_shift(top.y, kHighPair), top_scale);
-      a[1][r][3] = mul_half2(e4m3x2_to_half2_shift(bottom.y, kHighPair), bottom_scale);
+      a[0][r][0] = mul_half2(e4m3x2_to_half2_shift(top.x, VOLT8_E4M3_LOW_SPREAD), top_scale);
+      a[0][r][1] = mul_half2(e4m3x2_to_half2_shift(bottom.x, VOLT8_E4M3_LOW_SPREAD), bottom_scale);
+      a[0][r][2] = mul_half2(e4m3x2_to_half2_shift(top.x, VOLT8_E4M3_HIGH_SPREAD), top_scale);
+      a[0][r][3] = mul_half2(e4m3x2_to_half2_shift(bottom.x, VOLT8_E4M3_HIGH_SPREAD), bottom_scale);
+      a[1][r][0] = mul_half2(e4m3x2_to_half2_shift(top.y, VOLT8_E4M3_LOW_SPREAD), top_scale);
+      a[1][r][1] = mul_half2(e4m3x2_to_half2_shift(bottom.y, VOLT8_E4M3_LOW_SPREAD), bottom_scale);
+      a[1][r][2] = mul_half2(e4m3x2_to_half2_shift(top.y, VOLT8_E4M3_HIGH_SPREAD), top_scale);
+      a[1][r][3] = mul_half2(e4m3x2_to_half2_shift(bottom.y, VOLT8_E4M3_HIGH_SPREAD), bottom_scale);
     }
 #pragma unroll
     for (int p = 0; p < kPairTiles; ++p) {

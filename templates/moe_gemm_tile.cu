@@ -91,8 +91,13 @@ static __device__ __forceinline__ void convert_chunk(uint4 raw, unsigned scale2,
   unsigned out[8];
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
+#if __CUDA_ARCH__ < 800
+    out[2 * w] = mul_half2(e4m3x2_to_half2_shift(words[w], VOLT8_E4M3_LOW_SPREAD), scale2);
+    out[2 * w + 1] = mul_half2(e4m3x2_to_half2_shift(words[w], VOLT8_E4M3_HIGH_SPREAD), scale2);
+#else
     out[2 * w] = mul_half2(e4m3x2_to_half2(words[w], VOLT8_E4M3_LOW_PAIR), scale2);
     out[2 * w + 1] = mul_half2(e4m3x2_to_half2(words[w], VOLT8_E4M3_HIGH_PAIR), scale2);
+#endif
   }
   low = make_uint4(out[0], out[1], out[2], out[3]);
   high = make_uint4(out[4], out[5], out[6], out[7]);

@@ -21,6 +21,20 @@ static __device__ __forceinline__ unsigned shared_address(const void *pointer) {
   return (unsigned)__cvta_generic_to_shared(pointer);
 }
 
+// Two E4M3 codes -> two FP16 values holding e4m3 * 2^-8, the bits of moe_common.cu's e4m3x2_to_half2 in
+// three instructions instead of four: the byte permute puts each code in the low byte of its 16-bit
+// lane and the code's sign bit, replicated, in the high byte; shifted left by 7, the lane holds the
+// sign at bit 15 and the 7 exponent-and-mantissa bits at 7..13, and the mask clears the rest (bit 14,
+// the low bits, and what the low lane pushed into the high one). The raw family's conversion, and the
+// tile family's on sm_70.
+#define VOLT8_E4M3_LOW_SPREAD 0x9180u   // codes 0, 1 of a word
+#define VOLT8_E4M3_HIGH_SPREAD 0xB3A2u  // codes 2, 3
+static __device__ __forceinline__ unsigned e4m3x2_to_half2_shift(unsigned word, unsigned selector) {
+  unsigned spread;  // prmt with a selector nibble's top bit set replicates the chosen byte's sign
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(spread) : "r"(word), "r"(selector));
+  return (spread << 7) & 0xbf80bf80u;
+}
+
 // Two FP16 products of pairs of halves.
 static __device__ __forceinline__ unsigned mul_half2(unsigned a, unsigned b) {
   unsigned product;
