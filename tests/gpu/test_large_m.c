@@ -135,7 +135,8 @@ Test(gpu_large_m, expert_parallel_rank_skips_other_ranks_pairs) {
  * as VOLT8_ROUTE_PARTS_DISABLE=1 makes it): the same out bit for bit and the same bad-id count, each
  * checked against the reference first, with the workspace poisoned before each forward (the parts'
  * counts borrow z). Uniform routing from just past the one CTA's tile to 64 ranges, every pair to one
- * expert, and an expert-parallel rank with bad ids. */
+ * expert (top-1 at twice MAX_TOKENS tokens: top-1 at MAX_TOKENS is the one CTA's tile), and an
+ * expert-parallel rank with bad ids. */
 static void check_route_parts(volt8_ctx *ctx, const host_problem *problem, int32_t num_tokens, int32_t top_k,
                               const int32_t *all_to, int bad_ids, const char *what) {
   volt8_experts *experts = gpu_upload(ctx, problem, num_tokens, top_k);
@@ -187,7 +188,7 @@ Test(gpu_large_m, route_on_many_ctas_equals_the_one_cta_route) {
   check_route_parts(ctx, &problem, VOLT8_ROUTE_PARTS_MIN_PAIRS / 16 + 1, 16, NULL, 0, "just past one tile");
   check_route_parts(ctx, &problem, 3001, 16, NULL, 1, "an odd count, bad ids");
   check_route_parts(ctx, &problem, MAX_TOKENS, 16, NULL, 0, "64 ranges");
-  check_route_parts(ctx, &problem, MAX_TOKENS, 1, one, 0, "every pair to one expert");
+  check_route_parts(ctx, &problem, 2 * MAX_TOKENS, 1, one, 0, "every pair to one expert");
   check_route_parts(ctx, &problem, MAX_TOKENS, 2, two, 0, "every pair to two experts");
   gpu_free_problem(&problem);
   shape.num_experts = 16;
