@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a GPU tune's time goes, from its logs (`volt8 tune --log FILE`, `models_tune`'s
 logs/tune.MODEL.jsonl): per shape and M, the measurements, how many stopped after one timed forward
-(pruned), and the seconds of their wall time split into set-up (variants, workspace, a fresh handle,
+(pruned), how many were left out (`--skip-pruned`), and the seconds of their wall time split into set-up (variants, workspace, a fresh handle,
 graph captures), check (poison, one launch, the copy back, the comparison) and timed passes; the
 rest of the wall time is the tuner's own. Logs from before the split, or from the model, give no
 seconds (shown as -).
@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tunelog  # noqa: E402
 
 PARTS = ("wall", "setup", "check", "timing")
-HEADER = ["shape", "M", "measures", "pruned", "wall s", "set-up s", "check s", "timed s"]
+HEADER = ["shape", "M", "measures", "pruned", "left out", "wall s", "set-up s", "check s", "timed s"]
 
 
 def seconds_cell(sums, part):
@@ -24,13 +24,13 @@ def seconds_cell(sums, part):
 
 
 def rows(shapes):
-    """[label, m, measures, pruned, wall, setup, check, timing] per shape and M, and the totals."""
+    """[label, m, measures, pruned, left out, wall, setup, check, timing] per shape and M, and the totals."""
     table = []
     totals = {}
     for shape in shapes:
         for m in sorted(shape.seconds):
             sums = shape.seconds[m]
-            table.append([shape.label, m, sums.get("measures", 0), sums.get("pruned", 0)] +
+            table.append([shape.label, m, sums.get("measures", 0), sums.get("pruned", 0), sums.get("skipped", 0)] +
                          [seconds_cell(sums, part) for part in PARTS])
             for key, value in sums.items():
                 totals[key] = totals.get(key, 0) + value
@@ -50,7 +50,8 @@ def main(argv):
         print("tune_time: %s" % error, file=sys.stderr)
         return 2
     table, totals = rows(shapes)
-    total_row = ["all", "", totals.get("measures", 0), totals.get("pruned", 0)] + [seconds_cell(totals, part) for part in PARTS]
+    total_row = ["all", "", totals.get("measures", 0), totals.get("pruned", 0), totals.get("skipped", 0)] + \
+        [seconds_cell(totals, part) for part in PARTS]
     if args.markdown:
         print(tunelog.markdown_row(HEADER))
         print(tunelog.markdown_row(["---"] * len(HEADER)))
@@ -58,7 +59,8 @@ def main(argv):
             print(tunelog.markdown_row(row))
     else:
         for row in table + [total_row]:
-            print("%-28s M=%-6s %5s measured %5s pruned  wall %7s s  set-up %7s  check %7s  timed %7s" % tuple(row))
+            print("%-28s M=%-6s %5s measured %5s pruned %5s left out  wall %7s s  set-up %7s  check %7s  timed %7s"
+                  % tuple(row))
     return 0
 
 

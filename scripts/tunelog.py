@@ -21,7 +21,7 @@ class Shape:
         self.dispatch = {}
         self.groups = {}
         self.picks = {}
-        self.seconds = {}  # {m: {"measures", "pruned", "wall", "setup", "check", "timing"}}, from measured logs
+        self.seconds = {}  # {m: {"measures", "pruned", "skipped", "wall", "setup", "check", "timing"}}, from measured logs
 
     def group(self, m, op, pass_name="screen"):
         return self.groups.get((m, op, pass_name), {})
@@ -82,6 +82,9 @@ def read(path):
                 group = current.groups.setdefault((record["m"], record["op"], record.get("pass", "screen")), {})
                 group[record["variant"]] = (record.get("forward_us"), bool(record.get("accepted")), record.get("held"))
                 add_seconds(current.seconds.setdefault(record["m"], {}), record)
+            elif kind == "skip":
+                sums = current.seconds.setdefault(record["m"], {})
+                sums["skipped"] = sums.get("skipped", 0) + 1
             elif kind == "pick":
                 current.picks[(record["m"], record["op"])] = record["variant"]
     return shapes

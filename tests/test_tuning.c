@@ -897,6 +897,110 @@ Test(tuner, pruning_orders_each_later_m_by_the_times_before) {
   volt8_ctx_destroy(ctx);
 }
 
+/* A fake whose fastest items grow with M: 100 us times 1 + 2 |log2(block_m / C)| a GEMM, C = 32 pairs
+ * up to M = 2048 and 128 past it. */
+static volt8_status centered_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
+                                     tuner_measurement *out) {
+  double center = m <= 2048 ? 32.0 : 128.0;
+  double us = 0.0;
+  const char *names[2] = {gate_up, down};
+  for (int i = 0; i < 2; i++) us += 100.0 * (1.0 + 2.0 * fabs(log2((double)fake_block_m(names[i]) / center)));
+  fake_result(out, us);
+  return VOLT8_OK;
+}
+
+/* --skip-pruned over three M (32-pair items fastest at the first two, 128-pair items at the third): at
+ * each later M a candidate is left out, with a "skip" line in the log, exactly when it was pruned or
+ * left out at the M before with items no larger than that M's pick (32 pairs); the 128-pair items
+ * pruned at the second M are screened again at the third, where they win; every candidate is screened
+ * or left out; the picks are those of the full screen. */
+Test(tuner, skip_pruned_leaves_out_small_items_pruned_before) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
+  enum { MS = 3 };
+  int32_t m_values[MS] = {1024, 2048, 4096};
+  volt8_tuning_table picked[2][2];
+  char *log_text = NULL;
+  size_t log_size = 0;
+  for (int run = 0; run < 2; run++) {
+    char out_dir[8192];
+    snprintf(out_dir, sizeof out_dir, "%s/skip%d", temp_dir, run);
+    cr_assert_eq(mkdir(out_dir, 0755), 0);
+    FILE *log = run == 1 ? open_memstream(&log_text, &log_size) : NULL;
+    tuner_settings settings = fake_settings(m_values, MS, NULL);
+    settings.out_dir = out_dir;
+    settings.prune_factor = run == 0 ? 0 : 1.5;
+    settings.skip_pruned = run;
+    settings.log = log;
+    tuner_backend backend = {NULL, 1, block_begin, centered_measure, block_end};
+    tuner_summary summary;
+    cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
+    if (log) fclose(log);
+    cr_assert(run == 1 ? summary.skipped > 0 : summary.skipped == 0, "run %d: %d left out", run, summary.skipped);
+    picked[run][0] = parse_written(summary.tables[0], "gate_up");
+    picked[run][1] = parse_written(summary.tables[1], "down");
+  }
+  for (int op = 0; op < 2; op++) {
+    cr_assert_eq(picked[1][op].count, MS);
+    for (int e = 0; e < MS; e++) {
+      cr_assert_str_eq(picked[1][op].entries[e].variant, picked[0][op].entries[e].variant, "op %d M index %d", op, e);
+      cr_assert_eq(fake_block_m(picked[1][op].entries[e].variant), e < 2 ? 32 : 128, "op %d M index %d", op, e);
+    }
+  }
+  /* Per op, candidate and M: 0 not seen, 1 screened and kept, 2 pruned, 3 left out. */
+  enum { KEPT = 1, PRUNED = 2, LEFT_OUT = 3 };
+  const char *ops[2] = {"gate_up", "down"};
+  char **names[2] = {NULL, NULL};
+  int32_t counts[2] = {0, 0};
+  for (int op = 0; op < 2; op++)
+    cr_assert_eq(tuner_candidates(ctx, &(volt8_moe_shape)VOLT8_MOE_SHAPE_INIT, op == 0 ? VOLT8_OP_GATE_UP : VOLT8_OP_DOWN,
+                                  &names[op], &counts[op]), VOLT8_OK);
+  unsigned char *marks[2] = {calloc((size_t)counts[0], MS), calloc((size_t)counts[1], MS)};
+  cr_assert(marks[0] && marks[1]);
+  for (char *line = strtok(log_text, "\n"); line; line = strtok(NULL, "\n")) {
+    cJSON *item = cJSON_Parse(line);
+    cr_assert_not_null(item, "not JSON: %s", line);
+    const char *kind = cJSON_GetObjectItem(item, "kind")->valuestring;
+    const cJSON *pass = cJSON_GetObjectItem(item, "pass");
+    int skip = strcmp(kind, "skip") == 0;
+    if (skip || (strcmp(kind, "measure") == 0 && strcmp(pass->valuestring, "screen") == 0)) {
+      int op = strcmp(cJSON_GetObjectItem(item, "op")->valuestring, "down") == 0;
+      const char *variant = cJSON_GetObjectItem(item, "variant")->valuestring;
+      int32_t m = cJSON_GetObjectItem(item, "m")->valueint, i = 0, at = 0;
+      while (i < counts[op] && strcmp(names[op][i], variant) != 0) i++;
+      while (at < MS && m_values[at] != m) at++;
+      cr_assert(i < counts[op] && at < MS, "%s", line);
+      const cJSON *reason = cJSON_GetObjectItem(item, "reason");
+      if (skip) cr_assert(at > 0 && strstr(reason->valuestring, at == 1 ? "M=1024" : "M=2048"), "%s", line);
+      cr_assert_eq(marks[op][i * MS + at], 0, "seen twice at M=%d: %s", m, line);
+      marks[op][i * MS + at] = skip ? LEFT_OUT : reason && strncmp(reason->valuestring, "pruned", 6) == 0 ? PRUNED : KEPT;
+    }
+    cJSON_Delete(item);
+  }
+  for (int op = 0; op < 2; op++) {
+    int left_out = 0, screened_again = 0;
+    for (int32_t i = 0; i < counts[op]; i++) {
+      const unsigned char *mark = &marks[op][i * MS];
+      long block_m = fake_block_m(names[op][i]);
+      for (int at = 0; at < MS; at++) {
+        cr_assert_neq(mark[at], 0, "%s %s neither screened nor left out at M=%d", ops[op], names[op][i], m_values[at]);
+        int expected = at > 0 && mark[at - 1] >= PRUNED && block_m <= 32;
+        cr_assert_eq(mark[at] == LEFT_OUT, expected, "%s %s at M=%d: %d (before %d, %ld pairs)", ops[op], names[op][i],
+                     m_values[at], mark[at], at > 0 ? mark[at - 1] : 0, block_m);
+        left_out += mark[at] == LEFT_OUT;
+      }
+      screened_again += mark[1] == PRUNED && block_m == 128 && mark[2] != LEFT_OUT;
+    }
+    cr_assert_gt(left_out, 0, "%s: none left out", ops[op]);
+    cr_assert_gt(screened_again, 0, "%s: no 128-pair item pruned at the second M was screened at the third", ops[op]);
+    free(marks[op]);
+    volt8_codegen_names_free(names[op], counts[op]);
+  }
+  free(log_text);
+  for (int run = 0; run < 2; run++)
+    for (int op = 0; op < 2; op++) volt8_tuning_table_free(&picked[run][op]);
+  volt8_ctx_destroy(ctx);
+}
+
 /* ---- derived tables ---- */
 
 TestSuite(derive, .init = make_temp_dir, .fini = remove_temp_dir, .timeout = 120);

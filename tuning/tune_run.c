@@ -28,6 +28,7 @@ void tune_options_default(tune_options *options) {
   options->final_batches = 30;
   options->finalists = 3;
   options->prune_factor = 4;
+  options->skip_pruned = 1;
 }
 
 const char *tune_usage(void) {
@@ -46,6 +47,8 @@ const char *tune_usage(void) {
          "  --prune F             a candidate whose first timed forward takes more than F times the best screened\n"
          "                        so far at its M is timed no further; candidates go largest block_m first,\n"
          "                        then fastest at the M before first (default 4; 0: every candidate timed in full)\n"
+         "  --skip-pruned 0|1     1: a candidate pruned at a smaller M, its items no larger than the pick's there,\n"
+         "                        is not measured at later M (default 1; needs --prune)\n"
          "  --jobs N              compile threads (default: processors, at most 16)\n"
          "  --log FILE            every measurement and the dispatch's own picks, as JSON Lines\n"
          "  --derive sm_70        no GPU: derive the tables from the V100 model (tuning/derive_model.h), with each\n"
@@ -79,7 +82,8 @@ static int add_tp_shapes(const volt8_model *model, const char *text, tune_option
 static int is_tune_option(const char *name) {
   static const char *const names[] = {"--tp",     "--model",  "--shape", "--m",      "--top-k",     "--out",
                                       "--target-arch", "--device", "--seed", "--sets", "--screen", "--final",
-                                      "--finalists",   "--jobs",   "--derive", "--log", "--model-device", "--prune"};
+                                      "--finalists",   "--jobs",   "--derive", "--log", "--model-device", "--prune",
+                                      "--skip-pruned"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(name, names[i]) == 0) return 1;
   return 0;
@@ -145,6 +149,8 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
       bad = volt8_tools_flag_number(name, next, "count of finalists", 0, 64, &out->finalists, error, error_size);
     } else if (strcmp(name, "--prune") == 0) {
       bad = volt8_tools_flag_number(name, next, "prune factor", 0, 1000, &out->prune_factor, error, error_size);
+    } else if (strcmp(name, "--skip-pruned") == 0) {
+      bad = volt8_tools_flag_number(name, next, "switch", 0, 1, &out->skip_pruned, error, error_size);
     } else if (strcmp(name, "--jobs") == 0) {
       bad = volt8_tools_flag_number(name, next, "compile thread count", 1, 256, &out->jobs, error, error_size);
     } else if (strcmp(name, "--log") == 0) {
@@ -226,8 +232,9 @@ static void shape_label(const volt8_moe_shape *shape, char *buf, size_t size) {
 
 static void report_summary(FILE *progress, const tuner_summary *summary) {
   if (!progress) return;
-  fprintf(progress, "tune: %d token counts done, %d measurements, %d rejected, %d timed no further\n  %s\n  %s\n",
-          summary->m_done, summary->measurements, summary->rejected, summary->pruned, summary->tables[0],
+  fprintf(progress,
+          "tune: %d token counts done, %d measurements, %d rejected, %d timed no further, %d left out\n  %s\n  %s\n",
+          summary->m_done, summary->measurements, summary->rejected, summary->pruned, summary->skipped, summary->tables[0],
           summary->tables[1]);
   if (summary->failures[0]) fprintf(progress, "tune: failures:\n%s", summary->failures);
   fflush(progress);
@@ -327,15 +334,19 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, i
   nvrtc_version(ctx, nvrtc, sizeof nvrtc);
   snprintf(method, sizeof method,
            "measured: each candidate checked against the reference (relative L2 <= 1e-3), then the median of "
-           "%d (finalists: %d) graph-replayed passes over rotating input sets%s", options->screen_batches,
+           "%d (finalists: %d) graph-replayed passes over rotating input sets%s%s", options->screen_batches,
            options->final_batches,
            options->prune_factor > 0 ? "; a candidate whose first timed forward was over the prune factor times the "
-                                       "best so far timed no further" : "");
+                                       "best so far timed no further" : "",
+           options->prune_factor > 0 && options->skip_pruned
+               ? ", and not measured at later M where its items were no larger than that M's pick's"
+               : "");
   tuner_backend backend = tuner_gpu_backend(gpu);
   tuner_settings settings = {
       .shape = *shape, .top_k = options->top_k, .m_values = options->m_values, .m_count = options->m_count,
       .screen_batches = options->screen_batches, .final_batches = options->final_batches,
-      .finalists = options->finalists, .prune_factor = options->prune_factor, .out_dir = options->out_dir,
+      .finalists = options->finalists, .prune_factor = options->prune_factor,
+      .skip_pruned = options->skip_pruned, .out_dir = options->out_dir,
       .arch = volt8_tools_ctx(ctx).target_arch, .device = volt8_tools_ctx(ctx).device_name, .device_token = device_token, .method = method, .command = command,
       .nvrtc_version = nvrtc, .progress = progress, .progress_tty = tty, .log = log,
       .label = options->labels[index]};

@@ -181,6 +181,20 @@ static void log_measure(const tuner_settings *settings, int32_t m, volt8_op op, 
   log_line(settings, line);
 }
 
+/* A candidate left out at this M (skip_pruned), with the M and the pick it was measured against. */
+static void log_skip(const tuner_settings *settings, int32_t m, volt8_op op, const char *variant, int32_t before_m,
+                     int32_t pick_block_m) {
+  if (!settings->log) return;
+  cJSON *line = log_object("skip", m);
+  cJSON_AddStringToObject(line, "op", volt8_tuning_op_name(op));
+  cJSON_AddStringToObject(line, "variant", variant);
+  char reason[160];
+  snprintf(reason, sizeof reason, "pruned at M=%d or before, its items no larger than the pick's at M=%d (%d pairs)",
+           before_m, before_m, pick_block_m);
+  cJSON_AddStringToObject(line, "reason", reason);
+  log_line(settings, line);
+}
+
 static void log_pick(const tuner_settings *settings, volt8_op op, const tuning_result_entry *entry) {
   if (!settings->log) return;
   cJSON *line = log_object("pick", entry->m);
@@ -206,7 +220,26 @@ typedef struct op_phase {
    * it; INFINITY when rejected or not yet timed), and the order of the next screen, fastest first. */
   double *last_us;
   int32_t *order;
+  /* With skip_pruned: which names were pruned (or left out) at the M before, that M, and the block_m of
+   * its pick (-1: none yet, or the M before found none). */
+  unsigned char *pruned_before;
+  int32_t before_m, pick_block_m;
 } op_phase;
+
+/* The block_m of a candidate (a name of the catalogue's). */
+static int32_t name_block_m(const char *name) {
+  volt8_variant variant;
+  return volt8_variant_parse(name, &variant) ? variant.block_m : 0;
+}
+
+/* skip_pruned: a name pruned at a smaller M before this one, whose items are no larger than that M's
+ * pick's, is not measured. With more tokens an expert's items fill up: items no larger than the pick's
+ * gain nothing on it, so one over the prune factor there stays over it. Larger items may gain, and are
+ * screened again. */
+static int skipped_here(const op_phase *phase, int32_t m, int32_t i) {
+  return phase->pruned_before && phase->pruned_before[i] && phase->pick_block_m > 0 && m > phase->before_m &&
+         name_block_m(phase->names[i]) <= phase->pick_block_m;
+}
 
 static volt8_status measure_one(const tuner_settings *settings, const tuner_backend *backend, int32_t m,
                                 const op_phase *phase, const char *candidate, int32_t batches, double limit_us,
@@ -245,6 +278,12 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
   double best_us = INFINITY; /* the best screen time accepted so far */
   for (int32_t n = 0; n < phase->count && status == VOLT8_OK; n++) {
     int32_t i = phase->order ? phase->order[n] : n;
+    if (skipped_here(phase, m, i)) {
+      summary->skipped++;
+      log_skip(settings, m, phase->op, phase->names[i], phase->before_m, phase->pick_block_m);
+      progress_step(state, m, phase->names[i]);
+      continue; /* stays marked for the next M */
+    }
     tuner_measurement result;
     double limit_us = prune && isfinite(best_us) ? settings->prune_factor * best_us : INFINITY;
     status = measure_one(settings, backend, m, phase, phase->names[i], settings->screen_batches, limit_us, &result);
@@ -255,6 +294,7 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
     if (status != VOLT8_OK) break;
     if (phase->last_us)
       phase->last_us[i] = (result.accepted || result.pruned) && result.forward_us > 0 ? result.forward_us : INFINITY;
+    if (phase->pruned_before) phase->pruned_before[i] = (unsigned char)result.pruned;
     if (result.accepted) {
       accepted[accepted_count++] = (scored){phase->names[i], i, result};
       if (result.forward_us < best_us) best_us = result.forward_us;
@@ -334,6 +374,13 @@ static void note_failure(tuner_summary *summary, int32_t m, const char *op, cons
   summary->m_failed++;
 }
 
+/* skip_pruned: the M just screened, and its pick's block_m (-1: none), for the next M's screen. */
+static void note_pick(op_phase *phase, int32_t m, int found, const tuning_result_entry *entry) {
+  if (!phase->pruned_before) return;
+  phase->before_m = m;
+  phase->pick_block_m = found ? name_block_m(entry->variant) : -1;
+}
+
 /* One M: gate_up with the dispatch's down, then down with the winning gate_up. */
 static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend, int32_t m,
                            op_phase phases[2], progress *state, tuner_summary *summary, tuning_result_entry *gate_up,
@@ -348,23 +395,19 @@ static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const
   int found = 0;
   phases[0].held = start.down;
   status = tune_op(settings, backend, m, &phases[0], state, summary, gate_up, &found, reason, sizeof reason);
+  if (status == VOLT8_OK) note_pick(&phases[0], m, found, gate_up);
   if (status == VOLT8_OK && found) progress_result(state, m, "gate_up", gate_up);
   if (status == VOLT8_OK && !found) note_failure(summary, m, "gate_up", reason);
   if (status == VOLT8_OK && found) {
     phases[1].held = gate_up->variant;
     status = tune_op(settings, backend, m, &phases[1], state, summary, down, &found, reason, sizeof reason);
+    if (status == VOLT8_OK) note_pick(&phases[1], m, found, down);
     if (status == VOLT8_OK && found) progress_result(state, m, "down", down);
     if (status == VOLT8_OK && !found) note_failure(summary, m, "down", reason);
     *out_done = status == VOLT8_OK && found;
   }
   backend->end_m(backend->state, m);
   return status;
-}
-
-/* The block_m of a candidate (a name of the catalogue's). */
-static int32_t name_block_m(const char *name) {
-  volt8_variant variant;
-  return volt8_variant_parse(name, &variant) ? variant.block_m : 0;
 }
 
 /* The next screen's order: by each name's time at the M before, fastest first, so that the prune's
@@ -394,7 +437,8 @@ static void order_largest_items_first(char **names, int32_t count) {
 volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend,
                        tuner_summary *out_summary) {
   memset(out_summary, 0, sizeof *out_summary);
-  op_phase phases[2] = {{VOLT8_OP_GATE_UP, NULL, 0, NULL, NULL, NULL}, {VOLT8_OP_DOWN, NULL, 0, NULL, NULL, NULL}};
+  op_phase phases[2] = {{VOLT8_OP_GATE_UP, NULL, 0, NULL, NULL, NULL, NULL, 0, -1},
+                        {VOLT8_OP_DOWN, NULL, 0, NULL, NULL, NULL, NULL, 0, -1}};
   volt8_status status = tuner_candidates(ctx, &settings->shape, VOLT8_OP_GATE_UP, &phases[0].names, &phases[0].count);
   if (status == VOLT8_OK) status = tuner_candidates(ctx, &settings->shape, VOLT8_OP_DOWN, &phases[1].names, &phases[1].count);
   /* Pruning screens the largest items first at the first M (at large M they are the fastest), and at
@@ -409,6 +453,13 @@ volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tun
       break;
     }
     for (int32_t n = 0; n < phases[i].count; n++) phases[i].last_us[n] = INFINITY;
+    if (settings->skip_pruned) {
+      phases[i].pruned_before = calloc((size_t)phases[i].count, 1);
+      if (!phases[i].pruned_before) {
+        status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "tuner: out of memory");
+        break;
+      }
+    }
   }
   tuning_result_entry *entries[2] = {calloc((size_t)settings->m_count + 1, sizeof(tuning_result_entry)),
                                      calloc((size_t)settings->m_count + 1, sizeof(tuning_result_entry))};
@@ -437,6 +488,7 @@ volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tun
     volt8_codegen_names_free(phases[i].names, phases[i].count);
     free(phases[i].last_us);
     free(phases[i].order);
+    free(phases[i].pruned_before);
   }
   free(entries[0]);
   free(entries[1]);

@@ -1,5 +1,5 @@
 """scripts/tune_time.py on a small hand-made tune log: the seconds per M and in all, the pruned
-count, a log without the split, and a FIFO given for a log."""
+and left-out counts, a log without the split, and a FIFO given for a log."""
 import json
 import os
 import pathlib
@@ -29,7 +29,9 @@ def write_log(tmp_path, split=True):
                {"kind": "m", "m": 512, "dispatch_gate_up": "gate_up.raw.a", "dispatch_down": "down.raw"}]
     records += [measure(512, "gate_up.raw.a", 800.0, split), measure(512, "gate_up.tile.b", 480.0, split, pruned=True)]
     records += [{"kind": "m", "m": 16384, "dispatch_gate_up": "gate_up.raw.a", "dispatch_down": "down.raw"},
-                measure(16384, "gate_up.raw.a", 4000.0, split)]
+                measure(16384, "gate_up.raw.a", 4000.0, split),
+                {"kind": "skip", "m": 16384, "op": "gate_up", "variant": "gate_up.hmma.c",
+                 "reason": "pruned at M=512 or before, its items no larger than the pick's at M=512 (64 pairs)"}]
     path = tmp_path / "tune.jsonl"
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
     return path
@@ -44,10 +46,10 @@ def test_seconds_per_m_and_in_all(tmp_path):
     result = run(write_log(tmp_path), "--markdown")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("| shape | M | measures | pruned | wall s")
-    assert "| deepseek-v3 tp4 rank 1 | 512 | 2 | 1 | 1.3 | 0.6 | 0.3 | 0.2 |" in lines
-    assert "| deepseek-v3 tp4 rank 1 | 16384 | 1 | 0 | 4.0 | 2.0 | 1.0 | 0.5 |" in lines
-    assert lines[-1] == "| all |  | 3 | 1 | 5.3 | 2.6 | 1.3 | 0.7 |"
+    assert lines[0].startswith("| shape | M | measures | pruned | left out | wall s")
+    assert "| deepseek-v3 tp4 rank 1 | 512 | 2 | 1 | 0 | 1.3 | 0.6 | 0.3 | 0.2 |" in lines
+    assert "| deepseek-v3 tp4 rank 1 | 16384 | 1 | 0 | 1 | 4.0 | 2.0 | 1.0 | 0.5 |" in lines
+    assert lines[-1] == "| all |  | 3 | 1 | 1 | 5.3 | 2.6 | 1.3 | 0.7 |"
 
 
 def test_a_log_without_the_split_gives_its_wall_time_alone(tmp_path):
