@@ -401,7 +401,8 @@ run() {
       pinned)
         # PINNED: entries "M:GATE_UP,DOWN", each timed alone (volt8 bench --no-baselines --variants,
         # with the tables just tuned when there are any), all of them in turn PINNED_REPEAT times
-        # (default 2), so the runs of one entry are interleaved with the others'.
+        # (default 2), so the runs of one entry are interleaved with the others'. PINNED_ARGS: more volt8
+        # bench options, e.g. "--model deepseek-v3 --tp 4 --batches 10" (default: the reference TP4 rank).
         local pinned_tables=() entry m variants us
         [ -d "$logs/tables" ] && pinned_tables=(env VOLT8_TUNING_DIR="$logs/tables")
         : >"$logs/pinned.txt"
@@ -409,8 +410,9 @@ run() {
           for entry in ${PINNED:-}; do
             m="${entry%%:*}"
             variants="${entry#*:}"
+            # shellcheck disable=SC2086 # PINNED_ARGS: bench options, split on spaces
             us="$(timeout "${STEP_TIMEOUT:-300}" "${pinned_tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" \
-              bench --no-baselines --m "$m" --variants "$variants" 2>&1 | bench_times | cut -d ' ' -f 2)"
+              bench --no-baselines --m "$m" --variants "$variants" ${PINNED_ARGS:-} 2>&1 | bench_times | cut -d ' ' -f 2)"
             printf 'M=%s %s %s\n' "$m" "$variants" "${us:+$us us}${us:-failed}" | tee -a "$logs/pinned.txt"
           done
         done

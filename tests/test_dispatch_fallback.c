@@ -340,3 +340,62 @@ Test(dispatch_fallback, every_candidate_is_ranked_however_many) {
   free(variants);
   volt8_ctx_destroy(ctx);
 }
+
+/* A table of large M alone (this device's, measured from M = 256) speaks for counts from half its
+ * smallest M up; below that the next candidate serves, here the built-in H200 table of the same shape,
+ * past this device's own and its other shape's tables that also begin above the count. */
+Test(dispatch_fallback, a_table_of_large_m_alone_gives_way_below_its_range) {
+  volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
+  volt8_moe_shape shape = model_shape("glm-4.5-air", 4); /* gate_up N = 704, K = 4096 */
+  int32_t count = 0;
+  volt8_variant *variants = variants_of(ctx, &shape, &count);
+  char raw[VOLT8_VARIANT_NAME_BYTES] = "", tile[VOLT8_VARIANT_NAME_BYTES] = "";
+  for (int32_t i = 0; i < count; i++) {
+    if (variants[i].op != VOLT8_OP_GATE_UP) continue;
+    if (!raw[0] && variants[i].kind == VOLT8_KIND_GEMM_RAW) volt8_variant_format(&variants[i], raw, sizeof raw);
+    if (!tile[0] && variants[i].kind == VOLT8_KIND_GEMM_TILE) volt8_variant_format(&variants[i], tile, sizeof tile);
+  }
+  cr_assert(raw[0] && tile[0], "sm_90 lists raw and tile gate_ups for this shape");
+  char text[512];
+  snprintf(text, sizeof text,
+           "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"256\": \"%s\", \"512\": \"%s\"}", raw, tile);
+  test_write_text(temp_dir, "op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"512\": \"%s\"}", tile);
+  test_write_text(temp_dir, "op=gate_up,N=700,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  volt8_tuning_table h200;
+  const char *path = H200_TABLE("gate_up", 704, 4096);
+  const volt8_embedded_file *file = volt8_embedded_find(path);
+  cr_assert_not_null(file, "%s is not built in", path);
+  cr_assert_eq(volt8_tuning_table_parse(NULL, file->data, file->size, path, "gate_up", &h200), VOLT8_OK);
+  cr_assert_eq(h200.entries[0].m, 1, "the built-in table begins at M = 1");
+  volt8_dispatch_plan *plan = NULL;
+  cr_assert_eq(volt8_dispatch_plan_create(ctx, &shape, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
+  const int32_t below[] = {1, 8, 64, 127};
+  for (size_t i = 0; i < sizeof below / sizeof below[0]; i++) {
+    volt8_variant_choice choice;
+    volt8_choice_origin origins[2];
+    cr_assert_eq(volt8_dispatch_plan_choose(plan, below[i], 8, &choice, origins), VOLT8_OK);
+    cr_assert_eq(origins[0].source, VOLT8_TUNING_SOURCE_NEAREST, "M=%d", below[i]);
+    cr_assert_not_null(strstr(origins[0].origin, "device=NVIDIA_H200"), "M=%d: %s", below[i], origins[0].origin);
+    cr_assert_str_eq(names_of(&choice).gate_up, volt8_tuning_table_nearest(&h200, below[i], 8)->variant, "M=%d",
+                     below[i]);
+  }
+  const struct {
+    int32_t tokens;
+    const char *variant;
+  } own[] = {{128, raw}, {300, raw}, {384, raw}, {385, tile}, {1024, tile}}; /* a tie keeps the smaller M */
+  for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+    volt8_variant_choice choice;
+    volt8_choice_origin origins[2];
+    cr_assert_eq(volt8_dispatch_plan_choose(plan, own[i].tokens, 8, &choice, origins), VOLT8_OK);
+    cr_assert_not_null(origins[0].origin, "M=%d: the heuristic served", own[i].tokens);
+    cr_assert_not_null(strstr(origins[0].origin, "device=Test_GPU"), "M=%d: %s", own[i].tokens, origins[0].origin);
+    cr_assert_not_null(strstr(origins[0].origin, "N=704,K=4096"), "M=%d: %s", own[i].tokens, origins[0].origin);
+    cr_assert_str_eq(names_of(&choice).gate_up, own[i].variant, "M=%d", own[i].tokens);
+  }
+  volt8_dispatch_plan_destroy(plan);
+  volt8_tuning_table_free(&h200);
+  free(variants);
+  volt8_ctx_destroy(ctx);
+}

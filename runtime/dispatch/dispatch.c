@@ -117,7 +117,8 @@ static volt8_status plan_op_read(volt8_ctx *ctx, const volt8_moe_shape *shape, v
     target->own_index[i] = volt8_variant_find(plan->variants, plan->count, target->own.table.entries[i].variant);
     all_offered &= target->own_index[i] >= 0;
   }
-  if (all_offered) return VOLT8_OK; /* the own table serves every token count */
+  /* the own table serves every token count when it offers every entry and begins at M = 1 or 2 */
+  if (all_offered && !volt8_tuning_table_begins_above(&target->own.table, 1, 0)) return VOLT8_OK;
   return volt8_tuning_nearest_load(ctx, shape, op, plan->variants, plan->count, &target->nearest);
 }
 
@@ -170,12 +171,15 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
 /* Replaces the heuristic's pick for `op` with the shape's tuning table's, when it names a listed
  * variant, else with the nearest tabled shape's. Where the heuristic's class is a large-item family's, a
  * table whose nearest entry was measured at less than half the token count does not speak for it (the
- * tables' buckets double, so within a table's range the nearest entry is never that far). */
+ * tables' buckets double, so within a table's range the nearest entry is never that far); nor, for any
+ * class, does one whose smallest M is more than twice the count (its range begins above it: a table
+ * of large M alone, beside another device's or shape's that holds the small). */
 static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k,
                          int large_class, volt8_variant *chosen, volt8_choice_origin *origin) {
   const plan_op *tables = &plan->ops[op];
   const volt8_tuning_entry *entry = NULL;
-  if (tables->own.source != VOLT8_TUNING_SOURCE_NONE) {
+  if (tables->own.source != VOLT8_TUNING_SOURCE_NONE &&
+      !volt8_tuning_table_begins_above(&tables->own.table, num_tokens, top_k)) {
     entry = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
     if (large_class && entry->m < num_tokens / 2) return;
     int32_t index = tables->own_index[entry - tables->own.table.entries];

@@ -142,10 +142,11 @@ static int read_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *t
   return read;
 }
 
-static int all_usable(const volt8_nearest_table *table) {
+/* 1 when the table serves every count: each entry usable, and its range begins at M = 1 or 2. */
+static int serves_every_count(const volt8_nearest_table *table) {
   for (int32_t i = 0; i < table->loaded.table.count; i++)
     if (table->usable[i] < 0) return 0;
-  return 1;
+  return !volt8_tuning_table_begins_above(&table->loaded.table, 1, 0);
 }
 
 void volt8_tuning_nearest_free(volt8_nearest_tables *tables) {
@@ -178,12 +179,12 @@ volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *sh
   int gathered = scratch && gather(&wanted, dir, &candidates);
   out->tables = gathered ? calloc(candidates.count > 0 ? (size_t)candidates.count : 1, sizeof *out->tables) : NULL;
   if (!out->tables) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table's candidates");
-  /* In the candidates' order, up to the first whose every entry may serve: no later one is ever read. */
+  /* In the candidates' order, up to the first that serves every count: no later one is ever read. */
   for (int32_t i = 0; i < candidates.count && status == VOLT8_OK; i++) {
     int read =
         read_candidate(ctx, scratch, &candidates.items[i], dir, wanted.op_name, variants, count, &out->tables[out->count]);
     if (read < 0) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table");
-    if (read > 0 && all_usable(&out->tables[out->count++])) break;
+    if (read > 0 && serves_every_count(&out->tables[out->count++])) break;
   }
   free(candidates.items);
   free(scratch);
@@ -199,6 +200,7 @@ const volt8_tuning_entry *volt8_tuning_nearest_pick(const volt8_nearest_tables *
     const volt8_tuning_table *table = &candidate->loaded.table;
     int32_t table_top_k = table->top_k > 0 ? table->top_k : top_k;
     int32_t tokens = scaled_tokens(num_tokens, top_k, tables->experts, table_top_k, table->num_experts);
+    if (volt8_tuning_table_begins_above(table, tokens, table_top_k)) continue; /* its range begins above */
     const volt8_tuning_entry *entry = volt8_tuning_table_nearest(table, tokens, table_top_k);
     if (candidate->usable[entry - table->entries] < 0) {
       /* A tile that does not fit here (its shared memory at this K, say) gives way to the same

@@ -12,7 +12,8 @@
  * the scaled token count (num_tokens * top_k / E, in the table's top_k and E from its __metadata__)
  * serves when it is one of `variants` (the shape's) and of a family the arch does not emulate; when
  * it is not, the candidate's nearest such entry serves if its M is within a factor of two of the
- * scaled count; else the next candidate is tried. out_match->source = NEAREST when one served, else NONE.
+ * scaled count; else the next candidate is tried. A candidate whose smallest M is more than twice the
+ * scaled count does not speak for it (volt8_tuning_table_begins_above): the next is tried. out_match->source = NEAREST when one served, else NONE.
  * Unreadable or invalid candidates are skipped with a warning. Errors only for memory. */
 volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
                                   int32_t top_k, const volt8_variant *variants, int32_t count,
@@ -20,7 +21,8 @@ volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, 
 
 /* The same in two steps, so that the tables are read once and any token count is then served without
  * reading a file: the candidates read in their order, up to the first whose every entry may serve
- * (no later one could ever serve), each with the entries ctx's target arch may serve marked. */
+ * and whose range begins at M = 1 or 2 (no later one could ever serve), each with the entries ctx's
+ * target arch may serve marked. */
 typedef struct volt8_nearest_table {
   volt8_tuning_loaded loaded; /* source NEAREST */
   int32_t *usable;            /* per entry: its index in `variants`, -1 when it is none of them or of a
