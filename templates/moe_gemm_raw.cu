@@ -299,33 +299,59 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   // The warp's outputs: weight row n = r * 16 + g + 8 * (e >> 1) is output column column0 + warp_n * 16
   // + n % 16 of gate (r 0) and up (r 1) in gate_up, column0 + warp_n * 32 + n in down. gate_up stores
   // h = FP16(silu(gate) * up), down z = FP16(weight * sum) into out read as FP16 (reduce_half adds
-  // them). Pad pairs are never stored.
-#if !VOLT8_GATE_UP
-  unsigned short *z_half = reinterpret_cast<unsigned short *>(out);
-#endif
+  // them). Pad pairs are never stored. A lane holds single FP16 values of four pairs' rows, so where
+  // the rows split into 16-byte chunks (N a multiple of 8) the tile goes through shared memory (the
+  // stages, free once every warp is past the last step) and leaves in 16-byte stores, a row's
+  // columns of the tile contiguous; else each value is stored where it lies.
+  unsigned short *out_half = reinterpret_cast<unsigned short *>(out);
+  constexpr int kOutColumns = kBlockN;  // the tile's output columns (gate_up: its gate and up rows pair up)
+  constexpr int kOutPitch = 2 * kOutColumns + 16;  // bytes a staged row: rows 2 apart 8 banks apart
+  constexpr bool kStaged = kN % 8 == 0 && kBlockM * kOutPitch <= kStages * kStageBytes;
+  // Where the value of tile pair m, tile column c goes: staged, or straight to out.
+  auto put = [&](int m, int c, unsigned short value) {
+    if (kStaged) {
+      *reinterpret_cast<unsigned short *>(stages + m * kOutPitch + 2 * c) = value;
+    } else if (column0 + c < kN) {
+      out_half[(long long)pair_ids[m] * kN + column0 + c] = value;
+    }
+  };
+  if (kStaged && VOLT8_GATE_UP) __syncthreads();  // every warp is done reading the stages (down: done above)
 #pragma unroll
   for (int p = 0; p < kPairTiles; ++p)
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       const int m = warp_m * kWarpM + p * 8 + 2 * t + q;
       if (m >= count) continue;
-      const long long pair = pair_ids[m];
 #if VOLT8_GATE_UP
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int column = column0 + warp_n * 16 + g + 8 * half;
-        if (column < kN)
-          out[pair * kN + column] = float_to_half(silu_times(acc[0][p][2 * half + q], acc[1][p][2 * half + q]));
-      }
+      for (int half = 0; half < 2; ++half)
+        put(m, warp_n * 16 + g + 8 * half, float_to_half(silu_times(acc[0][p][2 * half + q], acc[1][p][2 * half + q])));
 #else
       const float weight = pair_weights[m];
 #pragma unroll
       for (int r = 0; r < kRowTiles; ++r)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int column = column0 + warp_n * 32 + r * 16 + g + 8 * half;
-          if (column < kN) z_half[pair * kN + column] = float_to_half(weight * acc[r][p][2 * half + q]);
-        }
+        for (int half = 0; half < 2; ++half)
+          put(m, warp_n * 32 + r * 16 + g + 8 * half, float_to_half(weight * acc[r][p][2 * half + q]));
 #endif
     }
+  if (kStaged) {
+    __syncthreads();
+    constexpr int kRowChunks = kOutColumns / 8;  // 16-byte chunks of a staged row
+    // (the workspace's parts start on 256 bytes; a buffer that does not takes the values one by one)
+    const bool aligned = (reinterpret_cast<unsigned long long>(out_half) & 15ull) == 0;
+    for (int q = tid; q < count * kRowChunks; q += kThreads) {
+      const int m = q / kRowChunks, column = column0 + (q % kRowChunks) * 8;
+      if (column >= kN) continue;
+      const uint4 chunk = *reinterpret_cast<const uint4 *>(stages + m * kOutPitch + 2 * (column - column0));
+      unsigned short *target = out_half + (long long)pair_ids[m] * kN + column;
+      if (aligned) {
+        *reinterpret_cast<uint4 *>(target) = chunk;
+      } else {
+        const unsigned words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) target[e] = (unsigned short)(words[e / 2] >> (16 * (e % 2)));
+      }
+    }
+  }
 }
