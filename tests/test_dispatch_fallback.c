@@ -109,7 +109,9 @@ Test(dispatch_fallback, never_an_emulated_family_on_sm_90) {
   }
 }
 
-/* Online (1x128) scale blocks have no table at all: the heuristic alone serves. */
+/* Online (1x128) scale blocks have no table at all: the heuristic alone serves, m16n8k16 on sm_90 up
+ * to a mean of 4 pairs an expert (GLM-4.5-Air, 128 experts at top-8: M = 64), the raw family's 32-pair
+ * items at a mean of 8 (M = 128, a busiest expert of 14.7). */
 Test(dispatch_fallback, heuristic_alone_uses_hmma_on_sm_90_and_mma_on_sm_70) {
   volt8_moe_shape shape = model_shape("glm-4.5-air", 8);
   shape.block_n = 1;
@@ -122,8 +124,10 @@ Test(dispatch_fallback, heuristic_alone_uses_hmma_on_sm_90_and_mma_on_sm_70) {
     cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NONE, "no table has 1x128 blocks");
     volt8_variant_choice choice;
     cr_assert_eq(volt8_dispatch_choose(sm90, &shape, tokens, 8, &choice), VOLT8_OK, "%s", volt8_last_error(sm90));
-    cr_assert(choice.gate_up.kind == VOLT8_KIND_GEMM_HMMA && choice.down.kind == VOLT8_KIND_GEMM_HMMA,
-              "sm_90 M=%d: %s / %s", tokens, names_of(&choice).gate_up, names_of(&choice).down);
+    volt8_kind kind = tokens <= 64 ? VOLT8_KIND_GEMM_HMMA : VOLT8_KIND_GEMM_RAW;
+    cr_assert(choice.gate_up.kind == kind && choice.down.kind == kind, "sm_90 M=%d: %s / %s", tokens,
+              names_of(&choice).gate_up, names_of(&choice).down);
+    if (kind == VOLT8_KIND_GEMM_RAW) cr_assert(choice.gate_up.block_m == 32 && choice.down.block_m == 32);
     cr_assert_eq(volt8_dispatch_choose(sm70, &shape, tokens, 8, &choice), VOLT8_OK, "%s", volt8_last_error(sm70));
     sm70_used_mma |= is_mma(&choice.gate_up) && is_mma(&choice.down);
   }
@@ -343,7 +347,8 @@ Test(dispatch_fallback, every_candidate_is_ranked_however_many) {
 
 /* A table of large M alone (this device's, measured from M = 256) speaks for counts from half its
  * smallest M up; below that the next candidate serves, here the built-in H200 table of the same shape,
- * past this device's own and its other shape's tables that also begin above the count. */
+ * past this device's own and its other shape's tables that also begin above the count. From twice its
+ * largest M on (a large-item class there) it does not speak either. */
 Test(dispatch_fallback, a_table_of_large_m_alone_gives_way_below_its_range) {
   volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
   volt8_moe_shape shape = model_shape("glm-4.5-air", 4); /* gate_up N = 704, K = 4096 */
@@ -384,7 +389,7 @@ Test(dispatch_fallback, a_table_of_large_m_alone_gives_way_below_its_range) {
   const struct {
     int32_t tokens;
     const char *variant;
-  } own[] = {{128, raw}, {300, raw}, {384, raw}, {385, tile}, {1024, tile}}; /* a tie keeps the smaller M */
+  } own[] = {{128, raw}, {300, raw}, {384, raw}, {385, tile}, {1023, tile}}; /* a tie keeps the smaller M */
   for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
     volt8_variant_choice choice;
     volt8_choice_origin origins[2];
@@ -394,6 +399,12 @@ Test(dispatch_fallback, a_table_of_large_m_alone_gives_way_below_its_range) {
     cr_assert_not_null(strstr(origins[0].origin, "N=704,K=4096"), "M=%d: %s", own[i].tokens, origins[0].origin);
     cr_assert_str_eq(names_of(&choice).gate_up, own[i].variant, "M=%d", own[i].tokens);
   }
+  /* At twice its last M (a large-item class there) the table no longer speaks: the heuristic serves. */
+  volt8_variant_choice choice;
+  volt8_choice_origin origins[2];
+  cr_assert_eq(volt8_dispatch_plan_choose(plan, 1024, 8, &choice, origins), VOLT8_OK);
+  cr_assert_eq(origins[0].source, VOLT8_TUNING_SOURCE_NONE, "M=1024: %s", origins[0].origin);
+  cr_assert_eq(choice.gate_up.kind, VOLT8_KIND_GEMM_RAW, "M=1024: %s", names_of(&choice).gate_up);
   volt8_dispatch_plan_destroy(plan);
   volt8_tuning_table_free(&h200);
   free(variants);

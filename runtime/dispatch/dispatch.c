@@ -38,8 +38,14 @@ typedef struct heuristic_class {
  * 325 / 370 / 702, at two 862 / 914 / 1395 and 352 / 398 / 731, against the tile family's classes'
  * 860 / 1081 / 1604 and 349 / 443 / 680 (GLM-4.5's M = 2048 in 128-pair tiles); its 128-pair items of 4
  * warps (one along the pairs) 7554 and 4332 us at M = 16384 and 647 at GLM-4.5's M = 2048, against the
- * tile family's 7902, 4487 and 679. sm_70 runs 64-pair items of 8 warps from the first bound on. */
+ * tile family's 7902, 4487 and 679. sm_70 runs 64-pair items of 8 warps from the first bound on.
+ * sm_80 and later take the raw family from a lower bound, 14 (a mean of about 8 pairs an expert), since
+ * its items keep the weights as codes: on an H100 (2026-12-06, the tuner's forward times at M = 256)
+ * the best raw pair took 1071 us against the m16n8k16 pair the tables and this heuristic served, 1785,
+ * at DeepSeek-V3 TP4 (busiest 14.7), and 407 against 630 at GLM-4.5 TP4 (21.0); and at a busiest of 17.3
+ * (the reference and Qwen3-Next, M = 512) the m16n8k16 pair took as long as the raw pair at M = 1024. */
 #define VOLT8_LARGE_ITEMS_FROM_BUSIEST 22.0
+#define VOLT8_SM80_LARGE_ITEMS_FROM_BUSIEST 14.0
 #define VOLT8_SM80_ITEMS_64_FROM_BUSIEST 40.0
 #define VOLT8_SM80_ITEMS_128_FROM_BUSIEST 117.0
 static const heuristic_class SM70_CLASSES[] = {{4.0, VOLT8_KIND_GEMM_CC, 4, 0, 0},
@@ -49,7 +55,7 @@ static const heuristic_class SM70_CLASSES[] = {{4.0, VOLT8_KIND_GEMM_CC, 4, 0, 0
 static const heuristic_class SM80_CLASSES[] = {{3.0, VOLT8_KIND_GEMM_HMMA, 1, 0, 0},
                                                {4.0, VOLT8_KIND_GEMM_HMMA, 2, 0, 0},
                                                {8.0, VOLT8_KIND_GEMM_HMMA, 4, 0, 0},
-                                               {VOLT8_LARGE_ITEMS_FROM_BUSIEST, VOLT8_KIND_GEMM_HMMA, 8, 0, 0},
+                                               {VOLT8_SM80_LARGE_ITEMS_FROM_BUSIEST, VOLT8_KIND_GEMM_HMMA, 8, 0, 0},
                                                {VOLT8_SM80_ITEMS_64_FROM_BUSIEST, VOLT8_KIND_GEMM_RAW, 32, 4, 0},
                                                {VOLT8_SM80_ITEMS_128_FROM_BUSIEST, VOLT8_KIND_GEMM_RAW, 64, 4, 4},
                                                {INFINITY, VOLT8_KIND_GEMM_RAW, 128, 4, 0}};
@@ -170,8 +176,9 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
 
 /* Replaces the heuristic's pick for `op` with the shape's tuning table's, when it names a listed
  * variant, else with the nearest tabled shape's. Where the heuristic's class is a large-item family's, a
- * table whose nearest entry was measured at less than half the token count does not speak for it (the
- * tables' buckets double, so within a table's range the nearest entry is never that far); nor, for any
+ * table whose nearest entry was measured at half the token count or less does not speak for it (the
+ * tables' buckets double, so within a table's range the nearest entry is never that far: a table that
+ * ends at M = 128 does not speak for 256); nor, for any
  * class, does one whose smallest M is more than twice the count (its range begins above it: a table
  * of large M alone, beside another device's or shape's that holds the small). */
 static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k,
@@ -181,7 +188,7 @@ static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t n
   if (tables->own.source != VOLT8_TUNING_SOURCE_NONE &&
       !volt8_tuning_table_begins_above(&tables->own.table, num_tokens, top_k)) {
     entry = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
-    if (large_class && entry->m < num_tokens / 2) return;
+    if (large_class && 2 * (int64_t)entry->m <= num_tokens) return;
     int32_t index = tables->own_index[entry - tables->own.table.entries];
     if (index >= 0) {
       *chosen = plan->variants[index];
@@ -193,7 +200,7 @@ static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t n
   int32_t index = -1;
   const volt8_tuning_entry *nearest =
       volt8_tuning_nearest_pick(&tables->nearest, num_tokens, top_k, &index, &nearest_origin);
-  if (nearest && !entry && large_class && nearest->m < num_tokens / 2) return;
+  if (nearest && !entry && large_class && 2 * (int64_t)nearest->m <= num_tokens) return;
   if (nearest) {
     *chosen = plan->variants[index];
     *origin = (volt8_choice_origin){VOLT8_TUNING_SOURCE_NEAREST, nearest->m, nearest_origin};
