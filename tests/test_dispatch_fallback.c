@@ -410,3 +410,24 @@ Test(dispatch_fallback, a_table_of_large_m_alone_gives_way_below_its_range) {
   free(variants);
   volt8_ctx_destroy(ctx);
 }
+
+/* The shipped H100 tables of DeepSeek-V3 TP4 hold M = 256..8192 alone: on that GPU the decode sizes
+ * keep the H200 tables' picks (the same shape, another device), and from M = 128 the H100's own serve. */
+Test(dispatch_fallback, shipped_h100_tables_of_large_m_leave_decode_sizes_to_the_h200_tables) {
+  volt8_ctx *ctx = ctx_on("sm_90", "NVIDIA H100 80GB HBM3");
+  volt8_moe_shape shape = model_shape("deepseek-v3", 4);
+  volt8_dispatch_plan *plan = NULL;
+  cr_assert_eq(volt8_dispatch_plan_create(ctx, &shape, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
+  for (int32_t tokens = 1; tokens <= 8192; tokens *= 2) {
+    volt8_variant_choice choice;
+    volt8_choice_origin origins[2];
+    cr_assert_eq(volt8_dispatch_plan_choose(plan, tokens, 8, &choice, origins), VOLT8_OK);
+    const char *device = tokens < 128 ? "device=NVIDIA_H200." : "device=NVIDIA_H100_80GB_HBM3.";
+    for (int op = 0; op < 2; op++) {
+      cr_assert_not_null(origins[op].origin, "M=%d: the heuristic served", tokens);
+      cr_assert_not_null(strstr(origins[op].origin, device), "M=%d: %s", tokens, origins[op].origin);
+    }
+  }
+  volt8_dispatch_plan_destroy(plan);
+  volt8_ctx_destroy(ctx);
+}
