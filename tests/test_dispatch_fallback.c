@@ -209,6 +209,15 @@ Test(dispatch_fallback, nearest_tabled_shape_at_the_same_pairs_per_expert) {
   volt8_ctx_destroy(ctx);
 }
 
+/* The name of the shape's first (last: the last) gate_up variant of `kind` into name ("" when none). */
+static void gate_up_of_kind(const volt8_variant *variants, int32_t count, volt8_kind kind, int last,
+                            char name[VOLT8_VARIANT_NAME_BYTES]) {
+  name[0] = '\0';
+  for (int32_t i = 0; i < count; i++)
+    if (variants[i].op == VOLT8_OP_GATE_UP && variants[i].kind == kind && (last || !name[0]))
+      volt8_variant_format(&variants[i], name, VOLT8_VARIANT_NAME_BYTES);
+}
+
 /* A nearer table that names mma is passed over for the next one; this device's tables come before
  * other devices' even when those are nearer. */
 Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) {
@@ -216,12 +225,9 @@ Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) 
   volt8_moe_shape shape = model_shape("glm-4.5-air", 8); /* gate_up N = 352, K = 4096 */
   int32_t count = 0;
   volt8_variant *variants = variants_of(ctx, &shape, &count);
-  char mma[VOLT8_VARIANT_NAME_BYTES] = "", hmma[VOLT8_VARIANT_NAME_BYTES] = "";
-  for (int32_t i = 0; i < count; i++) {
-    if (variants[i].op != VOLT8_OP_GATE_UP) continue;
-    if (!mma[0] && variants[i].kind == VOLT8_KIND_GEMM_MMA) volt8_variant_format(&variants[i], mma, sizeof mma);
-    if (variants[i].kind == VOLT8_KIND_GEMM_HMMA) volt8_variant_format(&variants[i], hmma, sizeof hmma);
-  }
+  char mma[VOLT8_VARIANT_NAME_BYTES], hmma[VOLT8_VARIANT_NAME_BYTES];
+  gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_MMA, 0, mma);
+  gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_HMMA, 1, hmma);
   cr_assert(mma[0] && hmma[0], "sm_90 lists both gate_up families for this shape");
   char text[512];
   snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"64\": \"%s\"}", mma);
@@ -354,12 +360,9 @@ Test(dispatch_fallback, a_table_of_large_m_alone_gives_way_below_its_range) {
   volt8_moe_shape shape = model_shape("glm-4.5-air", 4); /* gate_up N = 704, K = 4096 */
   int32_t count = 0;
   volt8_variant *variants = variants_of(ctx, &shape, &count);
-  char raw[VOLT8_VARIANT_NAME_BYTES] = "", tile[VOLT8_VARIANT_NAME_BYTES] = "";
-  for (int32_t i = 0; i < count; i++) {
-    if (variants[i].op != VOLT8_OP_GATE_UP) continue;
-    if (!raw[0] && variants[i].kind == VOLT8_KIND_GEMM_RAW) volt8_variant_format(&variants[i], raw, sizeof raw);
-    if (!tile[0] && variants[i].kind == VOLT8_KIND_GEMM_TILE) volt8_variant_format(&variants[i], tile, sizeof tile);
-  }
+  char raw[VOLT8_VARIANT_NAME_BYTES], tile[VOLT8_VARIANT_NAME_BYTES];
+  gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_RAW, 0, raw);
+  gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_TILE, 0, tile);
   cr_assert(raw[0] && tile[0], "sm_90 lists raw and tile gate_ups for this shape");
   char text[512];
   snprintf(text, sizeof text,
