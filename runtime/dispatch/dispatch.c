@@ -178,9 +178,9 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
  * variant, else with the nearest tabled shape's. Where the heuristic's class is a large-item family's, a
  * table whose nearest entry was measured at half the token count or less does not speak for it (the
  * tables' buckets double, so within a table's range the nearest entry is never that far: a table that
- * ends at M = 128 does not speak for 256); nor, for any
- * class, does one whose smallest M is more than twice the count (its range begins above it: a table
- * of large M alone, beside another device's or shape's that holds the small). */
+ * ends at M = 128 does not speak for 256); nor, for any class, does one whose smallest M is more than
+ * twice the count (its range begins above it: a table of large M alone, beside another device's or
+ * shape's that holds the small). */
 static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k,
                          int large_class, volt8_variant *chosen, volt8_choice_origin *origin) {
   const plan_op *tables = &plan->ops[op];
