@@ -138,8 +138,15 @@ static int print_cache(volt8_ctx *ctx) {
   return 0;
 }
 
-/* The (model, TP) ranks whose gate_up or down weights have the table's N x K: bit 0 gate_up, bit 1
- * down, in covered[model][tp]. */
+/* A (model, TP) rank's coverage: bit 0 gate_up, bit 1 down; the smallest and largest M of the tables
+ * that cover it. */
+typedef struct rank_cover {
+  unsigned char ops;
+  int32_t m_min, m_max;
+} rank_cover;
+
+/* The (model, TP) ranks whose gate_up or down weights have the table's N x K: their bits in
+ * covered[model][tp], and the table's M range. */
 static void cover(const volt8_tuning_table_info *table, unsigned char covered[][MAX_TP + 1]) {
   if (table->block_n != 128 || table->block_k != 128) return;
   int is_gate_up = strcmp(table->op, "gate_up") == 0;
@@ -154,19 +161,39 @@ static void cover(const volt8_tuning_table_info *table, unsigned char covered[][
   }
 }
 
-static void print_coverage(unsigned char covered[][MAX_TP + 1]) {
+static void add_cover(rank_cover *rank, unsigned char ops, const volt8_tuning_table_info *table) {
+  if (!ops) return;
+  rank->m_min = rank->ops && rank->m_min < table->m_min ? rank->m_min : table->m_min;
+  rank->m_max = rank->ops && rank->m_max > table->m_max ? rank->m_max : table->m_max;
+  rank->ops |= ops;
+}
+
+/* Each model's covered TP sizes, with the M their tables hold: once after the list where every TP
+ * holds the same, else after each TP. */
+static void print_coverage(const rank_cover (*covered)[MAX_TP + 1]) {
   for (int32_t m = 0; m < volt8_model_count(); m++) {
-    char both[256] = "", one[256] = "";
-    size_t both_used = 0, one_used = 0;
+    const rank_cover *ranks = covered[m];
+    int32_t first = 0, same = 1;
     for (int32_t tp = 1; tp <= MAX_TP; tp++) {
-      if (covered[m][tp] == 3)
-        both_used += (size_t)snprintf(both + both_used, sizeof both - both_used, " %d", (int)tp);
-      else if (covered[m][tp])
-        one_used += (size_t)snprintf(one + one_used, sizeof one - one_used, " %d (%s only)", (int)tp,
-                                     covered[m][tp] == 1 ? "gate_up" : "down");
+      if (!ranks[tp].ops) continue;
+      if (!first) first = tp;
+      same &= ranks[tp].m_min == ranks[first].m_min && ranks[tp].m_max == ranks[first].m_max;
     }
-    if (both[0] || one[0])
-      printf("      %-12s TP%s%s%s\n", volt8_model_at(m)->name, both[0] ? both : "", both[0] && one[0] ? ";" : "", one);
+    if (!first) continue;
+    char line[512] = "";
+    size_t used = 0;
+    for (int32_t tp = 1; tp <= MAX_TP && used < sizeof line; tp++) {
+      if (!ranks[tp].ops) continue;
+      used += (size_t)snprintf(line + used, sizeof line - used, " %d", (int)tp);
+      if (ranks[tp].ops != 3 && used < sizeof line)
+        used += (size_t)snprintf(line + used, sizeof line - used, " (%s only)", ranks[tp].ops == 1 ? "gate_up" : "down");
+      if (!same && used < sizeof line)
+        used += (size_t)snprintf(line + used, sizeof line - used, " (M = %d..%d)", (int)ranks[tp].m_min,
+                                 (int)ranks[tp].m_max);
+    }
+    if (same) printf("      %-12s TP%s, M = %d..%d\n", volt8_model_at(m)->name, line, (int)ranks[first].m_min,
+                     (int)ranks[first].m_max);
+    else printf("      %-12s TP%s\n", volt8_model_at(m)->name, line);
   }
 }
 
@@ -176,7 +203,7 @@ static int print_tables(int32_t arch, const char *device_name, const char *headi
   volt8_status status = volt8_tuning_table_count(arch, device_name, &count);
   if (status != VOLT8_OK) return cli_report(NULL, "doctor", status);
   int32_t models = volt8_model_count();
-  unsigned char (*covered)[MAX_TP + 1] = calloc((size_t)models, sizeof *covered);
+  rank_cover (*covered)[MAX_TP + 1] = calloc((size_t)models, sizeof *covered);
   unsigned char (*mark)[MAX_TP + 1] = calloc((size_t)models, sizeof *mark);
   if (!covered || !mark) {
     free(covered);
@@ -203,7 +230,7 @@ static int print_tables(int32_t arch, const char *device_name, const char *headi
     for (int32_t m = 0; m < models; m++)
       for (int32_t tp = 1; tp <= MAX_TP; tp++) {
         any |= mark[m][tp];
-        covered[m][tp] |= mark[m][tp];
+        add_cover(&covered[m][tp], mark[m][tp], &table);
       }
     if (!any && other++ < 4) {
       size_t used = strlen(others);
@@ -215,7 +242,7 @@ static int print_tables(int32_t arch, const char *device_name, const char *headi
     printf("    %d table%s (%d from %s, %d built in), %d measured on a GPU, the others derived from a model\n", (int)count,
            count == 1 ? "" : "s", from_dir, "VOLT8_TUNING_DIR", (int)count - from_dir, measured);
     if (count > 0) printf("    the models' ranks they cover (both ops unless said):\n");
-    print_coverage(covered);
+    print_coverage((const rank_cover (*)[MAX_TP + 1])covered);
     if (other) printf("    %d of no known model's shape: %s%s\n", other, others, other > 4 ? ", ..." : "");
   }
   free(covered);

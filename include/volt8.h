@@ -556,8 +556,10 @@ typedef struct volt8_tuning_table_info {
   int32_t measured;     /* 1 measured, 0 derived from a model, -1 not said */
   int32_t top_k;        /* the top-k it was measured at; 0 not said */
   char problem[512];    /* why it does not parse, else "" */
+  int32_t m_min, m_max; /* its smallest and largest M (0 when it does not parse): the counts it speaks for
+                         * run from half the smallest up (a table of large M alone leaves the small to others) */
 } volt8_tuning_table_info;
-#define VOLT8_TUNING_TABLE_INFO_INIT {sizeof(volt8_tuning_table_info), "", 0, "", 0, 0, 0, 0, 0, "", 0, 0, 0, 0, ""}
+#define VOLT8_TUNING_TABLE_INFO_INIT {sizeof(volt8_tuning_table_info), "", 0, "", 0, 0, 0, 0, 0, "", 0, 0, 0, 0, "", 0, 0}
 
 /* The tables for target `arch` (70) on a device named `device_name` (NULL: device=any only), in
  * lookup order: $VOLT8_TUNING_DIR's, then the built-in ones, each group by name. The list is made at

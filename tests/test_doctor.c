@@ -208,11 +208,31 @@ Test(doctor, tuning_tables_are_listed_in_lookup_order_with_what_they_hold, .init
                 good.block_n == 128 && good.arch == 70 && strcmp(good.device, "any") == 0,
             "%s", good.origin);
   cr_assert(good.token_counts == 3 && good.measured == 1 && good.top_k == 8 && good.problem[0] == '\0', "%s", good.problem);
+  cr_assert(good.m_min == 1 && good.m_max == 3 && broken.m_min == 0 && broken.m_max == 0, "M %d..%d, broken %d..%d",
+            good.m_min, good.m_max, broken.m_min, broken.m_max);
   cr_assert(last.built_in && last.valid && strncmp(last.origin, "built-in:tuning/tables/", 23) == 0, "%s", last.origin);
   cr_assert_eq(volt8_tuning_table_count(70, NULL, &count), VOLT8_OK);
   cr_assert_eq(count, 1 + built_in, "device=any only: %d", count);
   cr_assert_eq(volt8_tuning_table_get(70, NULL, count, &last), VOLT8_ERR_INVALID_ARGUMENT);
   cr_assert(strstr(volt8_last_error(NULL), "outside 0.."), "%s", volt8_last_error(NULL));
+}
+
+/* The ranks the tables cover, with the M they hold: once after the TP list where every TP holds the
+ * same, after each TP where they differ (a table of large M alone at GLM-4.5 TP3, gate_up only). */
+Test(doctor, the_covered_ranks_say_the_m_their_tables_hold, .init = make_scratch, .fini = remove_scratch) {
+  setenv("VOLT8_DISABLE_CUDA", "1", 1);
+  test_write_text(scratch, "op=gate_up,N=1024,K=5120,block=128x128,arch=sm_70,device=any.json",
+                  "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"256\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\", "
+                  "\"512\": \"gate_up.cc.bm1.bn4.w4.sk1.l32\"}");
+  setenv("VOLT8_TUNING_DIR", scratch, 1);
+  static char out[65536], err[16384];
+  int status = test_run_volt8((char *[]){"doctor", NULL}, out, sizeof out, err, sizeof err);
+  unsetenv("VOLT8_TUNING_DIR");
+  cr_assert_eq(status, 0, "volt8 doctor exited %d:\n%s\n%s", status, out, err);
+  cr_assert(strstr(out, "      glm-4.5      TP 1 (M = 1..16384) 2 (M = 1..16384) 3 (gate_up only) (M = 256..512) 4 (M = "
+                        "1..16384) 8 (M = 1..16384)\n"),
+            "%s", out);
+  cr_assert(strstr(out, "      reference    TP 1 2 4 8, M = 1..16384\n"), "%s", out);
 }
 
 /* The library names its own file: the program it is linked into, or libvolt8.so. */
@@ -266,7 +286,7 @@ Test(doctor, the_command_reports_every_section_without_a_gpu, .init = make_scrat
   const char *sections[] = {"volt8 doctor\n", "library: volt8 ", "driver: none (the CUDA driver is disabled by VOLT8_DISABLE_CUDA=1)",
                             "GPUs: none", "NVRTC candidates, in search order", "  [0] ", "  compute_70 (", cache_line,
                             "tuning tables (", "  no GPU; those a V100 reads (sm_70, device=any):",
-                            "      reference    TP 1 2 4 8", "torch: ", "verdict: no GPU here"};
+                            "      reference    TP 1 2 4 8, M = 1..16384", "torch: ", "verdict: no GPU here"};
   const char *at = out;
   for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
     const char *found = strstr(at, sections[i]);

@@ -125,6 +125,8 @@ static void read_table(const listed_table *table, volt8_tuning_table_info *info)
     info->token_counts = parsed.count;
     info->measured = parsed.measured;
     info->top_k = parsed.top_k;
+    info->m_min = parsed.entries[0].m; /* parse sorts the entries by M and refuses a table of none */
+    info->m_max = parsed.entries[parsed.count - 1].m;
     volt8_tuning_table_free(&parsed);
   } else {
     snprintf(info->problem, sizeof info->problem, "%.*s", (int)sizeof info->problem - 1, scratch->last_error);
