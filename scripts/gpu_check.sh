@@ -470,7 +470,8 @@ run() {
       models_tune)
         local tune_m=() model
         [ -n "${TUNE_M:-}" ] && tune_m=(--m "$TUNE_M")
-        # Tables of an earlier, cut call (prepare with TUNE_SEED_DIR): the tune merges into them.
+        # Tables of an earlier, cut call (prepare with TUNE_SEED_DIR): the tune merges into them, and
+        # with TUNE_ARGS="--resume 1" leaves the token counts they hold as they are.
         mkdir -p "$logs/tables"
         [ -d "$carry/tables_seed" ] && cp "$carry/tables_seed"/*.json "$logs/tables/" 2>/dev/null
         for model in $(model_names "$carry/bin/volt8"); do

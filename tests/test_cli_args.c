@@ -521,6 +521,7 @@ static const bad_argument BAD_ARGUMENTS[] = {
     {{"tune", "--finalists", "65"}, {"volt8 tune: --finalists 65 is not a valid count of finalists", "0..64"}},
     {{"tune", "--prune", "1001"}, {"volt8 tune: --prune 1001 is not a valid prune factor", "0..1000"}},
     {{"tune", "--skip-pruned", "2"}, {"volt8 tune: --skip-pruned 2 is not a valid switch", "0..1"}},
+    {{"tune", "--resume", "-1"}, {"volt8 tune: --resume -1 is not a valid switch", "0..1"}},
     {{"tune", "--jobs", "0"}, {"volt8 tune: --jobs 0 is not a valid compile thread count", "1..256"}},
     {{"tune", "--log", ""}, {"volt8 tune: --log \"\" names no file"}},
     {{"tune", "--derive", "sm_80"}, {"volt8 tune: --derive \"sm_80\": only sm_70 has a model"}},

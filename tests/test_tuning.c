@@ -909,6 +909,76 @@ static volt8_status centered_measure(void *state, int32_t m, const char *gate_up
   return VOLT8_OK;
 }
 
+/* Measurements a fake makes at each M (resume's test). */
+typedef struct counted_ms {
+  int32_t m[4], count[4];
+} counted_ms;
+
+static volt8_status counted_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
+                                    tuner_measurement *out) {
+  counted_ms *counted = state;
+  for (int i = 0; i < 4; i++)
+    if (counted->m[i] == m) counted->count[i]++;
+  return centered_measure(NULL, m, gate_up, down, batches, out);
+}
+
+/* --resume 1: a second run over more M leaves the M both tables hold as they were (no measurement, a
+ * "resume" line in the log) and tunes the others into the same tables; with one table gone, nothing is
+ * held and every M is tuned again; a table derived where the backend measures is not resumed from. */
+Test(tuner, resume_goes_on_where_the_tables_stop) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
+  char out_dir[8192];
+  snprintf(out_dir, sizeof out_dir, "%s/resume", temp_dir);
+  cr_assert_eq(mkdir(out_dir, 0755), 0);
+  int32_t m_values[3] = {8, 64, 512};
+  counted_ms counted = {{8, 64, 512, 0}, {0, 0, 0, 0}};
+  tuner_backend backend = {&counted, 1, block_begin, counted_measure, block_end};
+  tuner_settings settings = fake_settings(m_values, 2, NULL);
+  settings.out_dir = out_dir;
+  tuner_summary first, second, third;
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &first), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(counted.count[0] > 0 && counted.count[1] > 0 && first.resumed == 0);
+  volt8_tuning_table before = parse_written(first.tables[1], "down");
+
+  memset(counted.count, 0, sizeof counted.count);
+  char *log_text = NULL;
+  size_t log_size = 0;
+  settings.m_count = 3;
+  settings.resume = 1;
+  settings.log = open_memstream(&log_text, &log_size);
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &second), VOLT8_OK, "%s", volt8_last_error(ctx));
+  fclose(settings.log);
+  settings.log = NULL;
+  cr_assert(counted.count[0] == 0 && counted.count[1] == 0 && counted.count[2] > 0, "measured %d, %d, %d",
+            counted.count[0], counted.count[1], counted.count[2]);
+  cr_assert(second.resumed == 2 && second.m_done == 1, "resumed %d, done %d", second.resumed, second.m_done);
+  cr_assert(strstr(log_text, "{\"kind\":\"resume\",\"m\":8}") && strstr(log_text, "{\"kind\":\"resume\",\"m\":64}") &&
+                !strstr(log_text, "\"resume\",\"m\":512"),
+            "%s", log_text);
+  free(log_text);
+  volt8_tuning_table after = parse_written(second.tables[1], "down");
+  cr_assert_eq(after.count, 3);
+  for (int e = 0; e < 2; e++) {
+    cr_assert_eq(after.entries[e].m, before.entries[e].m);
+    cr_assert_str_eq(after.entries[e].variant, before.entries[e].variant, "M=%d", after.entries[e].m);
+  }
+  cr_assert_eq(after.entries[2].m, 512);
+  volt8_tuning_table_free(&before);
+  volt8_tuning_table_free(&after);
+
+  cr_assert_eq(unlink(second.tables[1]), 0, "%s", second.tables[1]);
+  memset(counted.count, 0, sizeof counted.count);
+  settings.m_count = 2;
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &third), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(third.resumed == 0 && counted.count[0] > 0 && counted.count[1] > 0, "resumed %d", third.resumed);
+
+  memset(counted.count, 0, sizeof counted.count);
+  backend.measured = 0; /* the tables were measured: a deriving run makes its own */
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &third), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert(third.resumed == 0 && counted.count[0] > 0, "resumed %d", third.resumed);
+  volt8_ctx_destroy(ctx);
+}
+
 /* --skip-pruned over three M (32-pair items fastest at the first two, 128-pair items at the third): at
  * each later M a candidate is left out, with a "skip" line in the log, exactly when it was pruned or
  * left out at the M before with items no larger than that M's pick (32 pairs); the 128-pair items

@@ -49,6 +49,8 @@ const char *tune_usage(void) {
          "                        then fastest at the M before first (default 4; 0: every candidate timed in full)\n"
          "  --skip-pruned 0|1     1: a candidate pruned at a smaller M, its items no larger than the pick's there,\n"
          "                        is not measured at later M (default 1; needs --prune)\n"
+         "  --resume 0|1          1: an M that both of a shape's tables in --out already hold is not tuned again,\n"
+         "                        so a tune cut short goes on where it stopped (default 0)\n"
          "  --jobs N              compile threads (default: processors, at most 16)\n"
          "  --log FILE            every measurement and the dispatch's own picks, as JSON Lines\n"
          "  --derive sm_70        no GPU: derive the tables from the V100 model (tuning/derive_model.h), with each\n"
@@ -83,7 +85,7 @@ static int is_tune_option(const char *name) {
   static const char *const names[] = {"--tp",     "--model",  "--shape", "--m",      "--top-k",     "--out",
                                       "--target-arch", "--device", "--seed", "--sets", "--screen", "--final",
                                       "--finalists",   "--jobs",   "--derive", "--log", "--model-device", "--prune",
-                                      "--skip-pruned"};
+                                      "--skip-pruned", "--resume"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(name, names[i]) == 0) return 1;
   return 0;
@@ -151,6 +153,8 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
       bad = volt8_tools_flag_number(name, next, "prune factor", 0, 1000, &out->prune_factor, error, error_size);
     } else if (strcmp(name, "--skip-pruned") == 0) {
       bad = volt8_tools_flag_number(name, next, "switch", 0, 1, &out->skip_pruned, error, error_size);
+    } else if (strcmp(name, "--resume") == 0) {
+      bad = volt8_tools_flag_number(name, next, "switch", 0, 1, &out->resume, error, error_size);
     } else if (strcmp(name, "--jobs") == 0) {
       bad = volt8_tools_flag_number(name, next, "compile thread count", 1, 256, &out->jobs, error, error_size);
     } else if (strcmp(name, "--log") == 0) {
@@ -236,6 +240,9 @@ static void report_summary(FILE *progress, const tuner_summary *summary) {
           "tune: %d token counts done, %d measurements, %d rejected, %d timed no further, %d left out\n  %s\n  %s\n",
           summary->m_done, summary->measurements, summary->rejected, summary->pruned, summary->skipped, summary->tables[0],
           summary->tables[1]);
+  if (summary->resumed)
+    fprintf(progress, "tune: %d token count%s already in the tables, not tuned again (--resume 1)\n", summary->resumed,
+            summary->resumed == 1 ? "" : "s");
   if (summary->failures[0]) fprintf(progress, "tune: failures:\n%s", summary->failures);
   fflush(progress);
 }
@@ -346,7 +353,7 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, i
       .shape = *shape, .top_k = options->top_k, .m_values = options->m_values, .m_count = options->m_count,
       .screen_batches = options->screen_batches, .final_batches = options->final_batches,
       .finalists = options->finalists, .prune_factor = options->prune_factor,
-      .skip_pruned = options->skip_pruned, .out_dir = options->out_dir,
+      .skip_pruned = options->skip_pruned, .resume = options->resume, .out_dir = options->out_dir,
       .arch = volt8_tools_ctx(ctx).target_arch, .device = volt8_tools_ctx(ctx).device_name, .device_token = device_token, .method = method, .command = command,
       .nvrtc_version = nvrtc, .progress = progress, .progress_tty = tty, .log = log,
       .label = options->labels[index]};

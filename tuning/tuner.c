@@ -381,6 +381,41 @@ static void note_pick(op_phase *phase, int32_t m, int found, const tuning_result
   phase->pick_block_m = found ? name_block_m(entry->variant) : -1;
 }
 
+/* resume: held[i] = 1 where both of out_dir's tables of this shape hold M = m_values[i], made as this
+ * backend makes them (measured or derived). A missing table holds nothing; one that does not parse
+ * holds nothing here (the merge names its problem when it writes). */
+static volt8_status held_m_values(volt8_ctx *ctx, const tuner_settings *settings, int measured, unsigned char *held) {
+  static const volt8_op ops[2] = {VOLT8_OP_GATE_UP, VOLT8_OP_DOWN};
+  memset(held, 1, (size_t)settings->m_count);
+  for (int i = 0; i < 2; i++) {
+    const char *op_name = volt8_tuning_op_name(ops[i]);
+    int32_t n = 0, k = 0;
+    char name[VOLT8_TUNING_NAME_BYTES], path[VOLT8_TUNING_ORIGIN_BYTES];
+    volt8_status status = volt8_tuning_op_dims(ctx, &settings->shape, ops[i], &n, &k);
+    if (status == VOLT8_OK)
+      status = volt8_tuning_table_name(ctx, op_name, n, k, settings->shape.block_n, settings->shape.block_k,
+                                       settings->arch, settings->device_token, name, sizeof name);
+    if (status != VOLT8_OK) return status;
+    if (snprintf(path, sizeof path, "%s/%s", settings->out_dir, name) >= (int)sizeof path)
+      return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "tuner: the table path in %s is too long", settings->out_dir);
+    /* A table that cannot be read or parsed is not resumed from: its messages go to no context (NULL). */
+    char *text = NULL;
+    size_t length = 0;
+    int missing = 0;
+    volt8_tuning_table table = {0};
+    int parsed = volt8_tuning_read_file(NULL, path, &text, &length, &missing) == VOLT8_OK && !missing &&
+                 volt8_tuning_table_parse(NULL, text, length, path, op_name, &table) == VOLT8_OK;
+    free(text);
+    for (int32_t j = 0; j < settings->m_count; j++) {
+      int has = 0;
+      for (int32_t e = 0; parsed && e < table.count && !has; e++) has = table.entries[e].m == settings->m_values[j];
+      if (!has || !parsed || table.measured != measured) held[j] = 0;
+    }
+    if (parsed) volt8_tuning_table_free(&table);
+  }
+  return VOLT8_OK;
+}
+
 /* One M: gate_up with the dispatch's down, then down with the winning gate_up. */
 static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend, int32_t m,
                            op_phase phases[2], progress *state, tuner_summary *summary, tuning_result_entry *gate_up,
@@ -472,8 +507,17 @@ volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tun
   char date[32];
   utc_now(date, sizeof date);
   if (status == VOLT8_OK) log_shape(settings, backend->measured);
+  unsigned char *held = calloc((size_t)settings->m_count + 1, 1);
+  if (status == VOLT8_OK && !held) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "tuner: out of memory");
+  if (status == VOLT8_OK && settings->resume) status = held_m_values(ctx, settings, backend->measured, held);
   int32_t written = 0;
   for (int32_t i = 0; i < settings->m_count && status == VOLT8_OK; i++) {
+    if (held[i]) {
+      if (settings->log) log_line(settings, log_object("resume", settings->m_values[i]));
+      for (int p = 0; p < 2; p++) state.done += phases[p].count + (finals < phases[p].count ? finals : phases[p].count);
+      out_summary->resumed++;
+      continue;
+    }
     int done = 0;
     for (int p = 0; p < 2 && phases[p].order; p++) order_by_last_times(&phases[p]);
     status = tune_m(ctx, settings, backend, settings->m_values[i], phases, &state, out_summary, &entries[0][written],
@@ -492,5 +536,6 @@ volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tun
   }
   free(entries[0]);
   free(entries[1]);
+  free(held);
   return status;
 }

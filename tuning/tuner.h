@@ -61,6 +61,9 @@ typedef struct tuner_settings {
   /* 1 (with prune_factor): from the second M on, a candidate pruned at a smaller M before, whose items
    * are no larger than the pick's there, is not measured (tuner.c, skipped_here). */
   int32_t skip_pruned;
+  /* 1: an M that both tables in out_dir already hold (measured, or derived, as this backend makes
+   * them) is not tuned again: a tune cut short goes on where it stopped. */
+  int32_t resume;
   const char *out_dir;
   int32_t arch;             /* the tables' arch */
   const char *device;       /* the tables' device description */
@@ -80,6 +83,7 @@ typedef struct tuner_summary {
   int32_t measurements, rejected;
   int32_t pruned;           /* screened candidates timed no further (prune_factor) */
   int32_t skipped;          /* candidates not measured at an M (skip_pruned) */
+  int32_t resumed;          /* M left as out_dir's tables held them (resume) */
   char tables[2][1024];     /* the gate_up and down tables written */
   char failures[2048];      /* one line per M that found no valid candidate */
 } tuner_summary;
@@ -91,7 +95,8 @@ volt8_status tuner_candidates(volt8_ctx *ctx, const volt8_moe_shape *shape, volt
  * settings->log, one JSON object a line: {"kind":"shape",...} first, then per M {"kind":"m"} with the
  * dispatch's own choice (with no table of this shape loaded: the fallback's), every measurement
  * {"kind":"measure", "pass":"screen"|"final", "held": the other op's variant}, each candidate left out
- * {"kind":"skip", "reason"} (skip_pruned), and each op's {"kind":"pick"}. docs/testing.md describes the
+ * {"kind":"skip", "reason"} (skip_pruned), each op's {"kind":"pick"}, and {"kind":"resume"} for an M the
+ * tables already held (resume). docs/testing.md describes the
  * fields. */
 volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend,
                        tuner_summary *out_summary);
