@@ -91,12 +91,32 @@ def read(path):
 
 
 def read_all(paths):
-    """Shapes of several logs by key, a later log's replacing an earlier one's."""
+    """Shapes of several logs by key. Where two logs hold the same shape (a tune resumed over several
+    calls, `volt8 tune --resume 1`), they join: a later log's M replaces the same M of an earlier one's,
+    and the other M of both are kept."""
     shapes = {}
     for path in paths:
         for shape in read(path):
-            shapes[shape.key] = shape
+            if shape.key in shapes:
+                merge(shapes[shape.key], shape)
+            else:
+                shapes[shape.key] = shape
     return shapes
+
+
+def merge(into, later):
+    """Joins `later` (the same shape, from a later log) into `into`: every M `later` holds replaces
+    that M's dispatch, groups, picks and seconds in `into`."""
+    m_values = set(later.dispatch) | {m for m, _, _ in later.groups} | {m for m, _ in later.picks} | set(later.seconds)
+    into.groups = {key: value for key, value in into.groups.items() if key[0] not in m_values}
+    into.picks = {key: value for key, value in into.picks.items() if key[0] not in m_values}
+    for m in m_values:
+        into.dispatch.pop(m, None)
+        into.seconds.pop(m, None)
+    into.dispatch.update(later.dispatch)
+    into.groups.update(later.groups)
+    into.picks.update(later.picks)
+    into.seconds.update(later.seconds)
 
 
 def family(variant):

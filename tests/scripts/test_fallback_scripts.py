@@ -68,6 +68,22 @@ def test_distance_flags_the_fallback_over_fifteen_percent(tmp_path):
     assert "M=8" not in markdown.stdout and "| 8 |" not in markdown.stdout
 
 
+def test_logs_of_one_shape_join_a_later_m_replacing_the_same_m(tmp_path):
+    """A tune resumed over two calls: the second log's M = 1 (the fallback now the tuned pair) replaces
+    the first's (+20%), and the first's M = 8 stays."""
+    first = write_log(tmp_path)
+    later = tmp_path / "later.jsonl"
+    records = [shape("glm-4.5-air tp8 rank 1", 4096, 176), {"kind": "resume", "m": 8}]
+    records += one_m(1, (G1, D1), {G0: 12.0, G1: 10.0}, G1, {D0: 10.5, D1: 10.0}, D1)
+    later.write_text("".join(json.dumps(record) + "\n" for record in records))
+    result = run("fallback_distance.py", first, later)
+    assert result.returncode == 0, result.stderr
+    glm = [line for line in result.stdout.splitlines() if line.startswith("glm-4.5-air tp8 rank 1")]
+    assert any("M=1 " in line and "+0.0%" in line for line in glm), result.stdout
+    assert not any("+20.0%" in line for line in glm), result.stdout
+    assert "gate_up.mma.bm8.bn16.w2.sk1 was not among the candidates timed" in result.stdout
+
+
 def test_a_fifo_for_a_log_is_refused_without_waiting_for_a_writer(tmp_path):
     fifo = tmp_path / "tune.jsonl"
     os.mkfifo(fifo)
