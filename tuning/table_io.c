@@ -170,17 +170,26 @@ static volt8_status load_existing(volt8_ctx *ctx, const char *path, const char *
   return status;
 }
 
+volt8_status tuning_table_path(volt8_ctx *ctx, const char *dir, const char *op, int32_t n, int32_t k, int32_t block_n,
+                               int32_t block_k, int32_t arch, const char *device_token, char *out_path,
+                               size_t out_path_size) {
+  char name[VOLT8_TUNING_NAME_BYTES];
+  volt8_status status =
+      volt8_tuning_table_name(ctx, op, n, k, block_n, block_k, arch, device_token, name, sizeof name);
+  if (status != VOLT8_OK) return status;
+  int written = snprintf(out_path, out_path_size, "%s/%s", dir, name);
+  if (written < 0 || (size_t)written >= out_path_size)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "tuning table directory %s: path too long", dir);
+  return VOLT8_OK;
+}
+
 volt8_status tuning_table_merge_write(volt8_ctx *ctx, const char *dir, const tuning_table_metadata *metadata,
                                       const tuning_result_entry *entries, int32_t count, char *out_path,
                                       size_t out_path_size) {
-  char name[VOLT8_TUNING_NAME_BYTES], path[VOLT8_TUNING_ORIGIN_BYTES];
-  volt8_status status = volt8_tuning_table_name(ctx, metadata->op, metadata->n, metadata->k, metadata->block_n,
-                                                metadata->block_k, metadata->arch, metadata->device_token, name,
-                                                sizeof name);
+  char path[VOLT8_TUNING_ORIGIN_BYTES];
+  volt8_status status = tuning_table_path(ctx, dir, metadata->op, metadata->n, metadata->k, metadata->block_n,
+                                          metadata->block_k, metadata->arch, metadata->device_token, path, sizeof path);
   if (status != VOLT8_OK) return status;
-  int written = snprintf(path, sizeof path, "%s/%s", dir, name);
-  if (written < 0 || (size_t)written >= sizeof path)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "tuning table directory %s: path too long", dir);
   if (out_path) snprintf(out_path, out_path_size, "%s", path);
   cJSON *existing = NULL;
   int missing = 0;

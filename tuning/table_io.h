@@ -36,6 +36,10 @@ typedef struct tuning_table_metadata {
   int32_t top_k;
 } tuning_table_metadata;
 
+/* dir/<the table's name> for an op's table of these dimensions, arch and device token. */
+volt8_status tuning_table_path(volt8_ctx *ctx, const char *dir, const char *op, int32_t n, int32_t k, int32_t block_n,
+                               int32_t block_k, int32_t arch, const char *device_token, char *out_path,
+                               size_t out_path_size);
 /* Merges `entries` into dir/<table name> (created if missing; M values already there and not in
  * `entries` are kept) and writes it through a temporary file and rename. An existing file that is
  * not a valid table is left alone and is an error (VOLT8_ERR_FORMAT, naming it). `out_path` (may be

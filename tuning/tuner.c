@@ -381,6 +381,11 @@ static void note_pick(op_phase *phase, int32_t m, int found, const tuning_result
   phase->pick_block_m = found ? name_block_m(entry->variant) : -1;
 }
 
+/* The progress steps of an op at one M: each candidate's screen and each finalist's final passes. */
+static int64_t steps_per_m(const op_phase *phase, int32_t finals) {
+  return phase->count + (finals < phase->count ? finals : phase->count);
+}
+
 /* resume: held[i] = 1 where both of out_dir's tables of this shape hold M = m_values[i], made as this
  * backend makes them (measured or derived). A missing table holds nothing; one that does not parse
  * holds nothing here (the merge names its problem when it writes). */
@@ -390,14 +395,12 @@ static volt8_status held_m_values(volt8_ctx *ctx, const tuner_settings *settings
   for (int i = 0; i < 2; i++) {
     const char *op_name = volt8_tuning_op_name(ops[i]);
     int32_t n = 0, k = 0;
-    char name[VOLT8_TUNING_NAME_BYTES], path[VOLT8_TUNING_ORIGIN_BYTES];
+    char path[VOLT8_TUNING_ORIGIN_BYTES];
     volt8_status status = volt8_tuning_op_dims(ctx, &settings->shape, ops[i], &n, &k);
     if (status == VOLT8_OK)
-      status = volt8_tuning_table_name(ctx, op_name, n, k, settings->shape.block_n, settings->shape.block_k,
-                                       settings->arch, settings->device_token, name, sizeof name);
+      status = tuning_table_path(ctx, settings->out_dir, op_name, n, k, settings->shape.block_n, settings->shape.block_k,
+                                 settings->arch, settings->device_token, path, sizeof path);
     if (status != VOLT8_OK) return status;
-    if (snprintf(path, sizeof path, "%s/%s", settings->out_dir, name) >= (int)sizeof path)
-      return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "tuner: the table path in %s is too long", settings->out_dir);
     /* A table that cannot be read or parsed is not resumed from: its messages go to no context (NULL). */
     char *text = NULL;
     size_t length = 0;
@@ -502,8 +505,7 @@ volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tun
     status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "tuner: out of memory");
   int32_t finals = backend->measured ? settings->finalists : 0;
   progress state = {settings, now_seconds(settings), 0, 0};
-  for (int i = 0; i < 2; i++)
-    state.total += (int64_t)settings->m_count * (phases[i].count + (finals < phases[i].count ? finals : phases[i].count));
+  for (int i = 0; i < 2; i++) state.total += (int64_t)settings->m_count * steps_per_m(&phases[i], finals);
   char date[32];
   utc_now(date, sizeof date);
   if (status == VOLT8_OK) log_shape(settings, backend->measured);
@@ -514,7 +516,7 @@ volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tun
   for (int32_t i = 0; i < settings->m_count && status == VOLT8_OK; i++) {
     if (held[i]) {
       if (settings->log) log_line(settings, log_object("resume", settings->m_values[i]));
-      for (int p = 0; p < 2; p++) state.done += phases[p].count + (finals < phases[p].count ? finals : phases[p].count);
+      for (int p = 0; p < 2; p++) state.done += steps_per_m(&phases[p], finals);
       out_summary->resumed++;
       continue;
     }
