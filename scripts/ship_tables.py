@@ -9,9 +9,11 @@ tune cut short by its time limit leaves some out) and its N and K are a registry
 (`volt8 models --tp N`): no table for a shape that only the tests use. Derived tables (sm_70) are
 made here by `volt8 tune --derive sm_70`, not copied. --merge: the run measured other token counts
 (`TUNE_M`, large M, say): its entries are merged into the shipped table of the same name, as the
-tuner merges (the run's entries replace those of the same M, its run is added to the runs, its
-metadata heads the table), and a table ships whatever token counts it holds. Prints one line per
-table, copied, merged or skipped and why; exits 1 when a table cannot be read."""
+tuner merges (the run's entries replace those of the same M, its runs are added to the runs, a run
+of the same date and command as one already there in its place, its metadata heads the table), and
+a table ships whatever token counts it holds; a run table that a later call's tune was seeded with
+and added nothing to leaves the shipped table as it is. Prints one line per table, copied, merged,
+unchanged or skipped and why; exits 1 when a table cannot be read."""
 import argparse
 import json
 import os
@@ -57,10 +59,17 @@ def verdict(table, shapes, merge=False):
 MAX_RUNS_KEPT = 64  # tuning/table_io.c keeps as many
 
 
+def run_key(run):
+    """What names a tune run, as tuning/table_io.c's same_run compares them."""
+    return (run.get("date"), run.get("command"))
+
+
 def merged(shipped, run):
-    """The shipped table with the run's entries and run merged in (tuning/table_io.c's merge)."""
+    """The shipped table with the run's entries and runs merged in (tuning/table_io.c's merge): a run
+    the shipped table already holds is replaced, not added again."""
     meta = dict(run["__metadata__"])
-    old_runs = shipped.get("__metadata__", {}).get("runs", [])
+    new_keys = {run_key(item) for item in run["__metadata__"].get("runs", [])}
+    old_runs = [item for item in shipped.get("__metadata__", {}).get("runs", []) if run_key(item) not in new_keys]
     meta["runs"] = (old_runs[-(MAX_RUNS_KEPT - 1):] if len(old_runs) > MAX_RUNS_KEPT - 1 else list(old_runs)) + \
         run["__metadata__"].get("runs", [])
     if shipped.get("__metadata__", {}).get("measured") is False:
@@ -116,7 +125,11 @@ def main(argv):
         target = os.path.join(args.into, name)
         if args.merge and os.path.isfile(target):
             with open(target, encoding="utf-8") as stream:
-                table = merged(json.load(stream), table)
+                before = json.load(stream)
+            table = merged(before, table)
+            if table == before:
+                print(f"unchanged {name}: the shipped table holds every entry and run of it")
+                continue
             if not args.dry_run:
                 with open(target, "w", encoding="utf-8") as stream:
                     stream.write(render(table))

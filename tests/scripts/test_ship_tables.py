@@ -56,3 +56,29 @@ def test_dry_run_copies_nothing_and_an_unreadable_table_fails(tmp_path):
     assert result.returncode == 1
     assert shipped == []
     assert "would copy a.json" in result.stdout and "unreadable z.json" in result.stdout
+
+
+def test_merge_adds_new_token_counts_once_and_leaves_a_seeded_copy_alone(tmp_path):
+    seed_run = {"date": "2026-12-06T04:22:49Z", "command": "volt8 tune --m 256", "m": [256]}
+    shipped = table("down", 2048, 64, m=(256,))
+    shipped["__metadata__"]["runs"] = [seed_run]
+    # The run's table: the shipped one it was seeded with, plus M = 512 from a later tune.
+    later_run = {"date": "2026-12-06T06:00:00Z", "command": "volt8 tune --m 256,512 --resume 1", "m": [512]}
+    grown = table("down", 2048, 64, m=(256, 512))
+    grown["__metadata__"]["runs"] = [seed_run, later_run]
+    result, _ = run(tmp_path, {"a.json": grown, "b.json": shipped}, "--merge")
+    into = tmp_path / "into"
+    # (into/ started empty: a.json and b.json were copied.) Merge each again into what is now shipped.
+    (tmp_path / "run" / "a.json").write_text(json.dumps(grown))
+    result = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "run"), "--into", str(into), "--volt8",
+                             str(tmp_path / "volt8"), "--merge"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "unchanged a.json" in result.stdout and "unchanged b.json" in result.stdout
+    # A shipped table holding the seed alone takes the later run's M = 512 and its run, once each.
+    (into / "a.json").write_text(json.dumps(shipped))
+    result = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "run"), "--into", str(into), "--volt8",
+                             str(tmp_path / "volt8"), "--merge"], capture_output=True, text=True)
+    assert "merged a.json: M 256,512" in result.stdout, result.stdout
+    merged = json.loads((into / "a.json").read_text())
+    assert merged["__metadata__"]["runs"] == [seed_run, later_run]
+    assert sorted(key for key in merged if key != "__metadata__") == ["256", "512"]
