@@ -264,13 +264,14 @@ Test(dispatch_fallback, nearest_table_gives_its_nearest_fitting_entry) {
   snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"32\": \"%s\", \"64\": \"%s\"}",
            fits, too_large);
   test_write_text(temp_dir, "op=gate_up,N=2816,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
-  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"128\": \"%s\"}", farther);
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"64\": \"%s\", \"128\": \"%s\"}",
+           farther, farther);
   test_write_text(temp_dir, "op=gate_up,N=4096,K=7168,block=128x128,arch=sm_90,device=Test_GPU.json", text);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   const struct {
     int32_t tokens;
     const char *variant, *table;
-  } cases[] = {{16, fits, "N=2816,K=4096"},      /* its nearest entry (32) fits */
+  } cases[] = {{32, fits, "N=2816,K=4096"},      /* its nearest entry (32) fits; below 32 it does not speak */
                {56, fits, "N=2816,K=4096"},      /* 64 does not fit; 32 is within 2x of 56 */
                {64, fits, "N=2816,K=4096"},      {65, farther, "N=4096,K=7168"}, /* 32 is not within 2x */
                {128, farther, "N=4096,K=7168"}};
@@ -432,5 +433,35 @@ Test(dispatch_fallback, shipped_h100_tables_of_large_m_leave_decode_sizes_to_the
     }
   }
   volt8_dispatch_plan_destroy(plan);
+  volt8_ctx_destroy(ctx);
+}
+
+/* On an H100, GLM-4.5-Air has no table of its own below M = 256, and the H100 tables of other shapes
+ * begin at M = 256 too. Another shape's table does not speak below its range (reach 1, where a
+ * shape's own table reaches twice below it): at a decode size the same shape's table measured on
+ * the H200 serves, as it did before any H100 table shipped. (At M = 64 the H100 table of DeepSeek-V3
+ * TP8, whose M = 256 entry is the same routed pairs per expert as 128 here, took GLM-4.5-Air TP4's
+ * forward from 224 to 245 us.) */
+Test(dispatch_fallback, another_shapes_table_does_not_speak_below_its_range) {
+  volt8_ctx *ctx = ctx_on("sm_90", "NVIDIA H100 80GB HBM3");
+  for (int32_t tp = 4; tp <= 8; tp *= 2) {
+    volt8_moe_shape shape = model_shape("glm-4.5-air", tp);
+    volt8_dispatch_plan *plan = NULL;
+    cr_assert_eq(volt8_dispatch_plan_create(ctx, &shape, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
+    for (int32_t tokens = 1; tokens <= 64; tokens *= 2) {
+      volt8_variant_choice choice;
+      volt8_choice_origin origins[2];
+      cr_assert_eq(volt8_dispatch_plan_choose(plan, tokens, 8, &choice, origins), VOLT8_OK);
+      for (int op = 0; op < 2; op++) {
+        cr_assert_not_null(origins[op].origin, "TP%d M=%d: the heuristic served", tp, tokens);
+        cr_assert_not_null(strstr(origins[op].origin, "device=NVIDIA_H200."), "TP%d M=%d: %s", tp, tokens,
+                           origins[op].origin);
+        cr_assert_not_null(strstr(origins[op].origin, op == 0 ? (tp == 4 ? "N=704,K=4096" : "N=352,K=4096")
+                                                              : (tp == 4 ? "N=4096,K=352" : "N=4096,K=176")),
+                           "TP%d M=%d: %s", tp, tokens, origins[op].origin);
+      }
+    }
+    volt8_dispatch_plan_destroy(plan);
+  }
   volt8_ctx_destroy(ctx);
 }

@@ -124,7 +124,7 @@ static volt8_status plan_op_read(volt8_ctx *ctx, const volt8_moe_shape *shape, v
     all_offered &= target->own_index[i] >= 0;
   }
   /* the own table serves every token count when it offers every entry and begins at M = 1 or 2 */
-  if (all_offered && !volt8_tuning_table_begins_above(&target->own.table, 1, 0)) return VOLT8_OK;
+  if (all_offered && !volt8_tuning_table_begins_above(&target->own.table, 1, 0, 2)) return VOLT8_OK;
   return volt8_tuning_nearest_load(ctx, shape, op, plan->variants, plan->count, &target->nearest);
 }
 
@@ -186,7 +186,7 @@ static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t n
   const plan_op *tables = &plan->ops[op];
   const volt8_tuning_entry *entry = NULL;
   if (tables->own.source != VOLT8_TUNING_SOURCE_NONE &&
-      !volt8_tuning_table_begins_above(&tables->own.table, num_tokens, top_k)) {
+      !volt8_tuning_table_begins_above(&tables->own.table, num_tokens, top_k, 2)) {
     entry = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
     if (large_class && 2 * (int64_t)entry->m <= num_tokens) return;
     int32_t index = tables->own_index[entry - tables->own.table.entries];

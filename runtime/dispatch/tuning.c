@@ -280,13 +280,13 @@ const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_ta
   return best;
 }
 
-int volt8_tuning_table_begins_above(const volt8_tuning_table *table, int32_t num_tokens, int32_t top_k) {
+int volt8_tuning_table_begins_above(const volt8_tuning_table *table, int32_t num_tokens, int32_t top_k, int32_t reach) {
   if (!table || table->count == 0) return 0;
   int32_t smallest = table->entries[0].m; /* parse sorts the entries by M */
   int by_pairs = table->top_k > 0 && top_k > 0 && table->top_k != top_k;
   int64_t wanted = by_pairs ? (int64_t)num_tokens * top_k : num_tokens;
   int64_t key = by_pairs ? (int64_t)smallest * table->top_k : smallest;
-  return key > 2 * wanted;
+  return key > (int64_t)reach * wanted;
 }
 
 const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *table, int32_t num_tokens,

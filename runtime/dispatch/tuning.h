@@ -101,10 +101,11 @@ void volt8_tuning_table_free(volt8_tuning_table *table);
  * top_k and it differs), ties to the smaller M. NULL for an empty table. */
 const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *table, int32_t num_tokens,
                                                      int32_t top_k);
-/* 1 when the table's smallest M is more than twice num_tokens (in routed pairs as above): its
- * range begins above the count, so it does not speak for it (a table measured from M = 1 or 2 speaks
- * for every count; one measured from M = 256 only from 128 up). */
-int volt8_tuning_table_begins_above(const volt8_tuning_table *table, int32_t num_tokens, int32_t top_k);
+/* 1 when the table's smallest M is more than `reach` times num_tokens (in routed pairs as above):
+ * its range begins above the count, so it does not speak for it. The shape's own table reaches twice
+ * below its range (reach 2: a table measured from M = 1 or 2 speaks for every count, one measured
+ * from M = 256 from 128 up); another shape's, already a step away in N and K, not below it (reach 1). */
+int volt8_tuning_table_begins_above(const volt8_tuning_table *table, int32_t num_tokens, int32_t top_k, int32_t reach);
 /* The same among the entries i with usable[i] >= 0 (usable NULL: all); NULL when none is. */
 const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_table *table, const int32_t *usable,
                                                            int32_t num_tokens, int32_t top_k);

@@ -146,7 +146,7 @@ static int read_candidate(volt8_ctx *ctx, volt8_ctx *scratch, const candidate *t
 static int serves_every_count(const volt8_nearest_table *table) {
   for (int32_t i = 0; i < table->loaded.table.count; i++)
     if (table->usable[i] < 0) return 0;
-  return !volt8_tuning_table_begins_above(&table->loaded.table, 1, 0);
+  return !volt8_tuning_table_begins_above(&table->loaded.table, 1, 0, 2);
 }
 
 void volt8_tuning_nearest_free(volt8_nearest_tables *tables) {
@@ -200,7 +200,7 @@ const volt8_tuning_entry *volt8_tuning_nearest_pick(const volt8_nearest_tables *
     const volt8_tuning_table *table = &candidate->loaded.table;
     int32_t table_top_k = table->top_k > 0 ? table->top_k : top_k;
     int32_t tokens = scaled_tokens(num_tokens, top_k, tables->experts, table_top_k, table->num_experts);
-    if (volt8_tuning_table_begins_above(table, tokens, table_top_k)) continue; /* its range begins above */
+    if (volt8_tuning_table_begins_above(table, tokens, table_top_k, 1)) continue; /* its range begins above */
     const volt8_tuning_entry *entry = volt8_tuning_table_nearest(table, tokens, table_top_k);
     if (candidate->usable[entry - table->entries] < 0) {
       /* A tile that does not fit here (its shared memory at this K, say) gives way to the same

@@ -12,8 +12,9 @@
  * the scaled token count (num_tokens * top_k / E, in the table's top_k and E from its __metadata__)
  * serves when it is one of `variants` (the shape's) and of a family the arch does not emulate; when
  * it is not, the candidate's nearest such entry serves if its M is within a factor of two of the
- * scaled count; else the next candidate is tried. A candidate whose smallest M is more than twice the
- * scaled count does not speak for it (volt8_tuning_table_begins_above): the next is tried.
+ * scaled count; else the next candidate is tried. A candidate whose smallest M is above the scaled
+ * count does not speak for it (volt8_tuning_table_begins_above, reach 1: a shape's own table reaches
+ * twice below its range, another's not at all): the next is tried.
  * out_match->source = NEAREST when one served, else NONE.
  * Unreadable or invalid candidates are skipped with a warning. Errors only for memory. */
 volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
