@@ -66,10 +66,9 @@ def test_merge_adds_new_token_counts_once_and_leaves_a_seeded_copy_alone(tmp_pat
     later_run = {"date": "2026-12-06T06:00:00Z", "command": "volt8 tune --m 256,512 --resume 1", "m": [512]}
     grown = table("down", 2048, 64, m=(256, 512))
     grown["__metadata__"]["runs"] = [seed_run, later_run]
-    result, _ = run(tmp_path, {"a.json": grown, "b.json": shipped}, "--merge")
+    run(tmp_path, {"a.json": grown, "b.json": shipped}, "--merge")  # into/ was empty: both are copied
     into = tmp_path / "into"
-    # (into/ started empty: a.json and b.json were copied.) Merge each again into what is now shipped.
-    (tmp_path / "run" / "a.json").write_text(json.dumps(grown))
+    # Merged again into what now ships, each adds nothing.
     result = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "run"), "--into", str(into), "--volt8",
                              str(tmp_path / "volt8"), "--merge"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
