@@ -344,7 +344,7 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, i
            "%d (finalists: %d) graph-replayed passes over rotating input sets%s%s", options->screen_batches,
            options->final_batches,
            options->prune_factor > 0 ? "; a candidate whose first timed forward was over the prune factor times the "
-                                       "best so far timed no further" : "",
+                                       "best so far timed no further nor checked" : "",
            options->prune_factor > 0 && options->skip_pruned
                ? ", and not measured at later M where its items were no larger than that M's pick's"
                : "");
