@@ -256,7 +256,8 @@ prepare() {
 # the model_check_shapes: scripts/model_check.py's Spearman and regret into logs/model_check.txt and .md;
 # MODEL_CHECK_M, MODEL_CHECK_SCREEN, MODEL_CHECK_ARGS),
 # models_bench (volt8 bench --model NAME at TP 4 and TP 8 (BENCH_TPS) for each model, with the tables just tuned
-# when there are any, at BENCH_M if set; JSON and Markdown per run in logs/), tp (examples/tp_mtp_step.py under torchrun
+# when there are any, at BENCH_M if set, BENCH_ARGS more options (e.g. "--batches 10"); JSON and Markdown per
+# run in logs/), tp (examples/tp_mtp_step.py under torchrun
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
 # one GPU runs only N = 2, both on it), probe (the floor probe of bench/probes, as is and with the
 # loads of compute_70 code; prepare with PROBE=1 builds them), compute_probe (bench/probes' mma peak
@@ -498,8 +499,9 @@ run() {
         [ -n "${BENCH_M:-}" ] && bench_m=(--m "$BENCH_M")
         for model in $(model_names "$carry/bin/volt8"); do
           for tp in ${BENCH_TPS:-4 8}; do
+            # shellcheck disable=SC2086 # BENCH_ARGS: bench options, split on spaces
             step "bench.$model.tp$tp" "${model_tables[@]}" env VOLT8_CACHE_DIR="$work/native" "$carry/bin/volt8" bench \
-              --model "$model" --tp "$tp" "${bench_m[@]}" --json "$logs/bench.$model.tp$tp.json" --markdown "$logs/bench.$model.tp$tp.md"
+              --model "$model" --tp "$tp" "${bench_m[@]}" ${BENCH_ARGS:-} --json "$logs/bench.$model.tp$tp.json" --markdown "$logs/bench.$model.tp$tp.md"
             cat "$logs/bench.$model.tp$tp.log"
             # BENCH_VARIANTS="G,D G,D": the same token counts again with each pair pinned (no baselines).
             local pinned_pair pinned_index=0
