@@ -2,6 +2,7 @@
  * racing processes, cache-only loading without NVRTC). */
 #include <criterion/criterion.h>
 
+#include "tools/tools.h"
 #include "jit/cache.h"
 #include "core/ctx_internal.h"
 #include "jit/jit.h"
@@ -722,4 +723,47 @@ Test(jit_cache, a_publish_names_what_blocks_its_folders) {
   cr_assert_eq(volt8_cache_publish(cache_dir, &inputs, "12.9", "ptx", 4, why, sizeof why), VOLT8_ERR_IO);
   snprintf(expected, sizeof expected, "is a regular file (%s)", strerror(ENOTDIR));
   cr_assert(strstr(why, v1) && strstr(why, expected), "%s", why);
+}
+
+/* The tuner's variants (volt8_tools_ctx_variant_cubin): a variant compiles to an sm_XX CUBIN under its
+ * own cache key, never to the PTX entry the library's own contexts use and find. */
+Test(jit_cache, variant_cubin_ctx_caches_cubins_apart_from_ptx, .timeout = 300) {
+  volt8_ctx *ptx_ctx = new_ctx("sm_70", cache_dir);
+  require_nvrtc(ptx_ctx, 70);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  char name[128];
+  cr_assert_eq(volt8_variant_name(ptx_ctx, &shape, 0, name, sizeof name), VOLT8_OK, "%s", volt8_last_error(ptx_ctx));
+  int32_t from_cache = -1;
+  cr_assert_eq(volt8_variant_compile(ptx_ctx, &shape, name, &from_cache), VOLT8_OK, "%s", volt8_last_error(ptx_ctx));
+  cr_assert_eq(from_cache, 0);
+  cr_assert_eq(volt8_tools_ctx(ptx_ctx).variant_cubin, 0);
+
+  volt8_ctx *cubin_ctx = new_ctx("sm_70", cache_dir);
+  cr_assert_eq(volt8_tools_ctx_variant_cubin(cubin_ctx), VOLT8_OK, "%s", volt8_last_error(cubin_ctx));
+  cr_assert_eq(volt8_tools_ctx(cubin_ctx).variant_cubin, 1);
+  cr_assert_eq(volt8_variant_compile(cubin_ctx, &shape, name, &from_cache), VOLT8_OK, "%s", volt8_last_error(cubin_ctx));
+  cr_assert_eq(from_cache, 0, "the CUBIN context took the PTX entry");
+  cr_assert_eq(scan_entries(cache_dir), 2, "expected a PTX and a CUBIN entry, found %d", found_count);
+  cr_assert_eq(volt8_variant_compile(cubin_ctx, &shape, name, &from_cache), VOLT8_OK, "%s", volt8_last_error(cubin_ctx));
+  cr_assert_eq(from_cache, 1, "the CUBIN entry was not found again");
+
+  /* The entry is the sm_70 CUBIN of the variant's source, as volt8_jit_compile asks for it. */
+  volt8_kernel_source source = {0};
+  cr_assert_eq(volt8_codegen_emit(cubin_ctx, &shape, name, &source), VOLT8_OK, "%s", volt8_last_error(cubin_ctx));
+  volt8_jit_request request = {source.entry, source.source, 70, VOLT8_IMAGE_CUBIN, NULL, 0};
+  volt8_jit_image image = {0};
+  cr_assert_eq(volt8_jit_compile(cubin_ctx, &request, &image), VOLT8_OK, "%s", volt8_last_error(cubin_ctx));
+  cr_assert_eq(image.from_cache, 1);
+  cr_assert(image.size > 4 && memcmp(image.data, "\177ELF", 4) == 0, "the cached image is not an ELF CUBIN");
+  volt8_jit_image_free(&image);
+  volt8_kernel_source_free(&source);
+  cr_assert_eq(volt8_variant_compile(ptx_ctx, &shape, name, &from_cache), VOLT8_OK, "%s", volt8_last_error(ptx_ctx));
+  cr_assert_eq(from_cache, 1, "the PTX context lost its entry");
+  volt8_ctx_destroy(cubin_ctx);
+  volt8_ctx_destroy(ptx_ctx);
+}
+
+Test(jit_cache, variant_cubin_needs_a_ctx) {
+  cr_assert_eq(volt8_tools_ctx_variant_cubin(NULL), VOLT8_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(volt8_last_error(NULL), "ctx is NULL"), "%s", volt8_last_error(NULL));
 }

@@ -373,6 +373,11 @@ static volt8_status measure_all(const tune_options *options, const char *command
   volt8_ctx *ctx = NULL;
   volt8_status status = volt8_ctx_create(&context_options, &ctx);
   if (status == VOLT8_OK) status = volt8_ctx_require_device(ctx);
+  /* Kernels for the device's own arch load as CUBINs, which tuner_precompile's threads make: as PTX the
+   * driver compiled each at its first load, on this one thread (20-28 s of a rank's first token count
+   * in the H100 tunes of 2026-12-06). */
+  if (status == VOLT8_OK && volt8_tools_ctx(ctx).target_arch == volt8_tools_ctx(ctx).device_arch)
+    status = volt8_tools_ctx_variant_cubin(ctx);
   for (int32_t s = 0; s < options->shape_count && status == VOLT8_OK; s++) {
     char label[160];
     shape_label(&options->shapes[s], label, sizeof label);

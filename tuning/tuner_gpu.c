@@ -187,6 +187,7 @@ tuner_backend tuner_gpu_backend(tuner_gpu *tuner) {
 typedef struct compile_job {
   const char *cache_dir;
   char target_arch[16];
+  int32_t variant_cubin;
   const volt8_moe_shape *shape;
   char *const *names;
   int32_t count, first, stride;
@@ -200,7 +201,8 @@ static void *compile_worker(void *argument) {
   options.target_arch = job->target_arch;
   volt8_ctx *ctx = NULL;
   if (volt8_ctx_create(&options, &ctx) != VOLT8_OK) return NULL;
-  for (int32_t i = job->first; i < job->count; i += job->stride) volt8_variant_compile(ctx, job->shape, job->names[i], NULL);
+  if (!job->variant_cubin || volt8_tools_ctx_variant_cubin(ctx) == VOLT8_OK)
+    for (int32_t i = job->first; i < job->count; i += job->stride) volt8_variant_compile(ctx, job->shape, job->names[i], NULL);
   volt8_ctx_destroy(ctx);
   return NULL;
 }
@@ -214,7 +216,8 @@ void tuner_precompile(volt8_ctx *ctx, const volt8_moe_shape *shape, char *const 
   int *started = calloc((size_t)jobs, sizeof *started);
   if (!work || !threads || !started) jobs = 0;
   for (int32_t j = 0; j < jobs; j++) {
-    work[j] = (compile_job){volt8_tools_ctx(ctx).cache_dir, "", shape, names, count, j, jobs};
+    work[j] = (compile_job){volt8_tools_ctx(ctx).cache_dir, "", volt8_tools_ctx(ctx).variant_cubin, shape, names, count, j,
+                            jobs};
     snprintf(work[j].target_arch, sizeof work[j].target_arch, "sm_%d", volt8_tools_ctx(ctx).target_arch);
     started[j] = pthread_create(&threads[j], NULL, compile_worker, &work[j]) == 0;
     if (!started[j]) compile_worker(&work[j]);

@@ -28,7 +28,8 @@ tuner_backend tuner_gpu_backend(tuner_gpu *gpu);
 const char *tuner_gpu_device_name(const tuner_gpu *gpu);
 
 /* Compiles `names` into ctx's disk cache with `jobs` threads, each on its own device-less context
- * for ctx's target arch, so the tuning pass only loads. Does nothing without a disk cache.
+ * for ctx's target arch and image (PTX, or the CUBIN of volt8_tools_ctx_variant_cubin), so the tuning
+ * pass only loads. Does nothing without a disk cache.
  * Failures are left for the tuning pass to report per candidate. */
 void tuner_precompile(volt8_ctx *ctx, const volt8_moe_shape *shape, char *const *names, int32_t count, int32_t jobs);
 

@@ -17,6 +17,9 @@ struct volt8_ctx {
   int32_t has_device;                /* 1 when the driver, a device and its primary context are up */
   int32_t device_arch;               /* e.g. 90; 0 without a device */
   int32_t target_arch;               /* arch kernels are generated and compiled for, e.g. 70 */
+  int32_t variant_cubin;             /* 0: kernel variants compile to PTX, whose SASS the driver makes
+                                      * at module load (the library's way); 1: to an sm_XX CUBIN from
+                                      * NVRTC, which a tool's threads can make ahead (tools.h) */
   int32_t early_launch;              /* 1: down and the reduce of forwards without a route pass, and
                                       * a routed hmma down, get programmatic dependent launch */
   int32_t single_launch;             /* 1: forwards of block_m 1 cc kernels run as one launch

@@ -292,7 +292,7 @@ static volt8_status get_kernel(volt8_experts *experts, const volt8_variant *vari
   if (status != VOLT8_OK) return status;
   loaded_kernel *slot = &experts->kernels[experts->kernel_count];
   const char *const entries[1] = {source.entry};
-  volt8_kernel_load_request request = {source.entry, source.source, ctx->target_arch, VOLT8_IMAGE_PTX, 0, entries, 1, NULL};
+  volt8_kernel_load_request request = volt8_variant_load_request(ctx, &source, entries, 1);
   status = volt8_kernel_load(ctx, &request, &slot->module, &slot->function, NULL);
   if (status == VOLT8_OK) {
     slot->variant = *variant;

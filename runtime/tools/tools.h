@@ -39,9 +39,16 @@ typedef struct volt8_tools_ctx_info {
   const char *device_name;       /* "" without a device */
   const char *cache_dir;         /* NULL when the disk cache is off */
   int64_t nvrtc_compiles;        /* NVRTC compiles run so far, each image the disk cache may keep */
+  int32_t variant_cubin;         /* 1: kernel variants compile to an sm_XX CUBIN (below) */
 } volt8_tools_ctx_info;
 
 volt8_tools_ctx_info volt8_tools_ctx(const volt8_ctx *ctx);
+/* From now on ctx's kernel variants compile to an sm_XX CUBIN for its target arch (PTX still where no
+ * NVRTC makes that CUBIN), not to PTX, whose machine code the driver makes when the module loads, on
+ * the loading thread. A tool that compiles many variants ahead on threads (the tuner) then loads them
+ * at once. A ctx with a device takes it only when its target arch is the device's; otherwise
+ * VOLT8_ERR_INVALID_ARGUMENT, naming both, and ctx is as it was. */
+volt8_status volt8_tools_ctx_variant_cubin(volt8_ctx *ctx);
 
 /* ---- the text of the tools' arguments (tools/arguments.c): one strict reading for every command ---- */
 

@@ -335,6 +335,14 @@ int32_t volt8_variant_find(const volt8_variant *variants, int32_t count, const c
 
 int32_t volt8_codegen_arch(const volt8_ctx *ctx) { return ctx && ctx->target_arch ? ctx->target_arch : 70; }
 
+volt8_kernel_load_request volt8_variant_load_request(const volt8_ctx *ctx, const volt8_kernel_source *source,
+                                                     const char *const *entries, int32_t num_entries) {
+  int32_t cubin = ctx->variant_cubin != 0;
+  volt8_kernel_load_request request = {source->entry, source->source, ctx->target_arch,
+                                       cubin ? VOLT8_IMAGE_CUBIN : VOLT8_IMAGE_PTX, cubin, entries, num_entries, NULL};
+  return request;
+}
+
 void volt8_codegen_names_free(char **names, int32_t count) {
   if (!names) return;
   for (int32_t i = 0; i < count; i++) free(names[i]);

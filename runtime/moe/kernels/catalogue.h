@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jit/kernel_load.h"
 #include "jit/kernel_signature.h"
 #include "jit/template.h"
 #include "volt8.h"
@@ -113,6 +114,10 @@ volt8_status volt8_codegen_emit(volt8_ctx *ctx, const volt8_moe_shape *shape, co
                                 volt8_kernel_source *out_source);
 /* The target arch a ctx's kernels are for: its own; sm_70 without a ctx. */
 int32_t volt8_codegen_arch(const volt8_ctx *ctx);
+/* How a variant's source loads under ctx (volt8_kernel_load): for ctx's target arch, as PTX; or as an
+ * sm_XX CUBIN where a tool asked for one (ctx->variant_cubin), PTX again where NVRTC makes none. */
+volt8_kernel_load_request volt8_variant_load_request(const volt8_ctx *ctx, const volt8_kernel_source *source,
+                                                     const char *const *entries, int32_t num_entries);
 
 /* What a launch of a variant covers. */
 typedef struct volt8_launch_counts {

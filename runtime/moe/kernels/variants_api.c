@@ -44,7 +44,7 @@ volt8_status volt8_variant_compile(volt8_ctx *ctx, const volt8_moe_shape *shape,
   volt8_kernel_source source = {0};
   volt8_status status = volt8_codegen_emit(ctx, shape, name, &source);
   if (status != VOLT8_OK) return status;
-  volt8_kernel_load_request request = {source.entry, source.source, ctx->target_arch, VOLT8_IMAGE_PTX, 0, NULL, 0, NULL};
+  volt8_kernel_load_request request = volt8_variant_load_request(ctx, &source, NULL, 0);
   status = volt8_kernel_load(ctx, &request, NULL, NULL, out_from_cache);
   volt8_kernel_source_free(&source);
   return status;
