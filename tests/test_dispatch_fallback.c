@@ -219,8 +219,10 @@ static void gate_up_of_kind(const volt8_variant *variants, int32_t count, volt8_
 }
 
 /* A nearer table that names mma is passed over for the next one; this device's tables come before
- * other devices' even when those are nearer. */
+ * other devices' even when those are nearer. (Built-in tables off: the shape's own H200 table would
+ * come first, below.) */
 Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) {
+  volt8_tuning_set_built_in(0);
   volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
   volt8_moe_shape shape = model_shape("glm-4.5-air", 8); /* gate_up N = 352, K = 4096 */
   int32_t count = 0;
@@ -248,10 +250,56 @@ Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) 
   volt8_ctx_destroy(ctx);
 }
 
+/* The exception to this device first: the shape's own table from another device serves the counts in
+ * its range (from half its smallest M to its largest), where another shape's table of this device,
+ * scaled, would otherwise speak; past its range this device's table serves again. */
+Test(dispatch_fallback, own_shape_elsewhere_serves_inside_its_range) {
+  volt8_tuning_set_built_in(0);
+  volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
+  volt8_moe_shape shape = model_shape("glm-4.5-air", 8); /* gate_up N = 352, K = 4096 */
+  int32_t count = 0;
+  volt8_variant *variants = variants_of(ctx, &shape, &count);
+  char here[VOLT8_VARIANT_NAME_BYTES], own[VOLT8_VARIANT_NAME_BYTES];
+  gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_HMMA, 0, here);
+  gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_HMMA, 1, own);
+  cr_assert(here[0] && own[0] && strcmp(here, own) != 0);
+  char text[512];
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"16\": \"%s\"}", here);
+  test_write_text(temp_dir, "op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"8\": \"%s\", \"128\": \"%s\"}",
+           own, own);
+  test_write_text(temp_dir, "op=gate_up,N=352,K=4096,block=128x128,arch=sm_90,device=Other_GPU.json", text);
+  setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
+  const struct {
+    int32_t tokens;
+    const char *variant, *table; /* NULL: no table serves */
+  } cases[] = {{4, own, "Other_GPU"},     /* half its smallest M */
+               {16, own, "Other_GPU"},    /* where this device's table of another shape was measured */
+               {128, own, "Other_GPU"},   /* its largest M */
+               {129, here, "Test_GPU"},   /* past its range */
+               {4096, here, "Test_GPU"},
+               {2, NULL, NULL}};          /* below both ranges */
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    volt8_tuning_match match;
+    cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, cases[i].tokens, 8, variants, count, &match),
+                 VOLT8_OK);
+    if (!cases[i].variant) {
+      cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NONE, "M=%d: %s", cases[i].tokens, match.origin);
+      continue;
+    }
+    cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NEAREST, "M=%d", cases[i].tokens);
+    cr_assert_str_eq(match.variant, cases[i].variant, "M=%d: %s", cases[i].tokens, match.origin);
+    cr_assert_not_null(strstr(match.origin, cases[i].table), "M=%d: %s", cases[i].tokens, match.origin);
+  }
+  free(variants);
+  volt8_ctx_destroy(ctx);
+}
+
 /* GLM-4.5 TP1's gate_up (N 3072, K 5120): where the nearest table's entry at the scaled count is a
  * tile too large for K = 5120 (shared memory), that table's entry at the nearest M that fits serves
  * when it is within a factor of two of the scaled count; beyond that the next table serves. */
 Test(dispatch_fallback, nearest_table_gives_its_nearest_fitting_entry) {
+  volt8_tuning_set_built_in(0); /* the shape's own H200 table would serve M <= 128 (below) */
   volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
   volt8_moe_shape shape = model_shape("glm-4.5", 1);
   int32_t count = 0;
@@ -459,3 +507,4 @@ Test(dispatch_fallback, another_shapes_table_does_not_speak_below_its_range) {
   }
   volt8_ctx_destroy(ctx);
 }
+

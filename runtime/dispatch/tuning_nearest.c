@@ -184,6 +184,8 @@ volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *sh
     int read =
         read_candidate(ctx, scratch, &candidates.items[i], dir, wanted.op_name, variants, count, &out->tables[out->count]);
     if (read < 0) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table");
+    if (read > 0) out->tables[out->count].same_shape_elsewhere =
+                      candidates.items[i].distance == 0.0 && candidates.items[i].device_rank == 2;
     if (read > 0 && serves_every_count(&out->tables[out->count++])) break;
   }
   free(candidates.items);
@@ -192,29 +194,43 @@ volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *sh
   return status;
 }
 
+/* The entry of one candidate for num_tokens (at top_k, of a model of `experts`), or NULL: reach as in
+ * volt8_tuning_table_begins_above; within_range also leaves out counts above its largest M. */
+static const volt8_tuning_entry *candidate_pick(const volt8_nearest_table *candidate, int32_t num_tokens, int32_t top_k,
+                                                int32_t experts, int32_t reach, int within_range) {
+  const volt8_tuning_table *table = &candidate->loaded.table;
+  int32_t table_top_k = table->top_k > 0 ? table->top_k : top_k;
+  int32_t tokens = scaled_tokens(num_tokens, top_k, experts, table_top_k, table->num_experts);
+  if (volt8_tuning_table_begins_above(table, tokens, table_top_k, reach)) return NULL; /* its range begins above */
+  if (within_range && table->count > 0 && table->entries[table->count - 1].m < tokens) return NULL; /* sorted by M */
+  const volt8_tuning_entry *entry = volt8_tuning_table_nearest(table, tokens, table_top_k);
+  if (candidate->usable[entry - table->entries] < 0) {
+    /* A tile that does not fit here (its shared memory at this K, say) gives way to the same
+     * table's entry at the nearest M whose tile fits, within a factor of two of the scaled
+     * count; otherwise the next table serves. */
+    entry = volt8_tuning_table_nearest_among(table, candidate->usable, tokens, table_top_k);
+    if (entry && ((int64_t)entry->m > 2 * (int64_t)tokens || 2 * (int64_t)entry->m < tokens)) entry = NULL;
+  }
+  return entry;
+}
+
 const volt8_tuning_entry *volt8_tuning_nearest_pick(const volt8_nearest_tables *tables, int32_t num_tokens,
                                                    int32_t top_k, int32_t *out_index, const char **out_origin) {
   if (num_tokens <= 0 || top_k <= 0) return NULL;
-  for (int32_t i = 0; i < tables->count; i++) {
-    const volt8_nearest_table *candidate = &tables->tables[i];
-    const volt8_tuning_table *table = &candidate->loaded.table;
-    int32_t table_top_k = table->top_k > 0 ? table->top_k : top_k;
-    int32_t tokens = scaled_tokens(num_tokens, top_k, tables->experts, table_top_k, table->num_experts);
-    if (volt8_tuning_table_begins_above(table, tokens, table_top_k, 1)) continue; /* its range begins above */
-    const volt8_tuning_entry *entry = volt8_tuning_table_nearest(table, tokens, table_top_k);
-    if (candidate->usable[entry - table->entries] < 0) {
-      /* A tile that does not fit here (its shared memory at this K, say) gives way to the same
-       * table's entry at the nearest M whose tile fits, within a factor of two of the scaled
-       * count; otherwise the next table serves. */
-      entry = volt8_tuning_table_nearest_among(table, candidate->usable, tokens, table_top_k);
-      if (entry && ((int64_t)entry->m > 2 * (int64_t)tokens || 2 * (int64_t)entry->m < tokens)) entry = NULL;
+  /* Pass 0: the shape's own tables from other devices, inside their range; pass 1: every candidate
+   * in its order, another shape's from its smallest M on. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t i = 0; i < tables->count; i++) {
+      const volt8_nearest_table *candidate = &tables->tables[i];
+      if (pass == 0 && !candidate->same_shape_elsewhere) continue;
+      const volt8_tuning_entry *entry =
+          candidate_pick(candidate, num_tokens, top_k, tables->experts, pass == 0 ? 2 : 1, pass == 0);
+      if (entry) {
+        if (out_index) *out_index = candidate->usable[entry - candidate->loaded.table.entries];
+        if (out_origin) *out_origin = candidate->loaded.origin;
+        return entry;
+      }
     }
-    if (entry) {
-      if (out_index) *out_index = candidate->usable[entry - table->entries];
-      if (out_origin) *out_origin = candidate->loaded.origin;
-      return entry;
-    }
-  }
   return NULL;
 }
 

@@ -15,6 +15,10 @@
  * scaled count; else the next candidate is tried. A candidate whose smallest M is above the scaled
  * count does not speak for it (volt8_tuning_table_begins_above, reach 1: a shape's own table reaches
  * twice below its range, another's not at all): the next is tried.
+ * One exception to that order: the shape's own table from another device (its own N and K) comes
+ * first wherever the count lies in its range (from half its smallest M to its largest). There it was
+ * measured at this shape's counts, which another shape's table of this device, scaled, was not: on an
+ * H100, DeepSeek-V3 TP2's table from M = 64 would otherwise pick for GLM-4.5-Air's decode sizes.
  * out_match->source = NEAREST when one served, else NONE.
  * Unreadable or invalid candidates are skipped with a warning. Errors only for memory. */
 volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
@@ -29,6 +33,7 @@ typedef struct volt8_nearest_table {
   volt8_tuning_loaded loaded; /* source NEAREST */
   int32_t *usable;            /* per entry: its index in `variants`, -1 when it is none of them or of a
                                * family the arch emulates */
+  int32_t same_shape_elsewhere; /* 1: the shape's own N and K, measured on another device */
 } volt8_nearest_table;
 
 typedef struct volt8_nearest_tables {
