@@ -3,7 +3,9 @@
 logs/tune.MODEL.jsonl): per shape and M, the measurements, how many stopped after one timed forward
 (pruned), how many were left out (`--skip-pruned`), and the seconds of their wall time split into set-up (variants, workspace, a fresh handle,
 graph captures), check (poison, one launch, the copy back, the comparison) and timed passes; the
-rest of the wall time is the tuner's own. Logs from before the split, or from the model, give no
+rest of the wall time is the tuner's own. Outside the measurements: the shape's set-up before its
+first M (compiling its variants, making and loading its experts; on that M's row) and each M's
+inputs (the input sets and their reference). Logs from before the split, or from the model, give no
 seconds (shown as -).
 
     scripts/tune_time.py LOG.jsonl [LOG2 ...] [--markdown]
@@ -15,8 +17,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tunelog  # noqa: E402
 
-PARTS = ("wall", "setup", "check", "timing")
-HEADER = ["shape", "M", "measures", "pruned", "left out", "wall s", "set-up s", "check s", "timed s"]
+PARTS = ("wall", "setup", "check", "timing", "prepare", "inputs")
+HEADER = ["shape", "M", "measures", "pruned", "left out", "wall s", "set-up s", "check s", "timed s", "shape set-up s",
+          "inputs s"]
 
 
 def seconds_cell(sums, part):
@@ -24,12 +27,15 @@ def seconds_cell(sums, part):
 
 
 def rows(shapes):
-    """[label, m, measures, pruned, left out, wall, setup, check, timing] per shape and M, and the totals."""
+    """[label, m, measures, pruned, left out, wall, setup, check, timing, prepare, inputs] per shape and M,
+    and the totals."""
     table = []
     totals = {}
     for shape in shapes:
-        for m in sorted(shape.seconds):
-            sums = shape.seconds[m]
+        for index, m in enumerate(sorted(shape.seconds)):
+            sums = dict(shape.seconds[m])
+            if index == 0 and shape.prepare is not None:
+                sums["prepare"] = shape.prepare
             table.append([shape.label, m, sums.get("measures", 0), sums.get("pruned", 0), sums.get("skipped", 0)] +
                          [seconds_cell(sums, part) for part in PARTS])
             for key, value in sums.items():
@@ -60,7 +66,7 @@ def main(argv):
     else:
         for row in table + [total_row]:
             print("%-28s M=%-6s %5s measured %5s pruned %5s left out  wall %7s s  set-up %7s  check %7s  timed %7s"
-                  % tuple(row))
+                  "  shape set-up %7s  inputs %7s" % tuple(row))
     return 0
 
 

@@ -21,7 +21,9 @@ class Shape:
         self.dispatch = {}
         self.groups = {}
         self.picks = {}
-        self.seconds = {}  # {m: {"measures", "pruned", "skipped", "wall", "setup", "check", "timing"}}, from measured logs
+        self.seconds = {}  # {m: {"measures", "pruned", "skipped", "wall", "setup", "check", "timing", "inputs"}}, from measured logs
+        prepare = record.get("prepare_ms")
+        self.prepare = prepare / 1e3 if is_number(prepare) else None  # seconds before the first M (compiling, the experts)
 
     def group(self, m, op, pass_name="screen"):
         return self.groups.get((m, op, pass_name), {})
@@ -39,6 +41,10 @@ class Shape:
         return sorted({m for m, _, _ in self.groups})
 
 
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def add_seconds(sums, record):
     """Adds one measure record's wall time and its split (milliseconds in the log; absent or null in a
     log from before them, or from the model) to an M's sums, in seconds."""
@@ -46,7 +52,7 @@ def add_seconds(sums, record):
     sums["pruned"] = sums.get("pruned", 0) + (1 if str(record.get("reason", "")).startswith("pruned") else 0)
     for part in ("wall", "setup", "check", "timing"):
         value = record.get(part + "_ms")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if is_number(value):
             sums[part] = sums.get(part, 0.0) + value / 1e3
 
 
@@ -78,6 +84,8 @@ def read(path):
                 raise ValueError("%s:%d: a %s record before any shape record" % (path, number, kind))
             elif kind == "m":
                 current.dispatch[record["m"]] = (record.get("dispatch_gate_up"), record.get("dispatch_down"))
+                if is_number(record.get("inputs_ms")):
+                    current.seconds.setdefault(record["m"], {})["inputs"] = record["inputs_ms"] / 1e3
             elif kind == "measure":
                 group = current.groups.setdefault((record["m"], record["op"], record.get("pass", "screen")), {})
                 group[record["variant"]] = (record.get("forward_us"), bool(record.get("accepted")), record.get("held"))

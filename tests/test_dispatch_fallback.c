@@ -477,14 +477,16 @@ static void assert_tables_serve(const volt8_dispatch_plan *plan, int32_t tokens,
   }
 }
 
-/* The shipped H100 tables of DeepSeek-V3 TP4 hold M = 256..8192 alone: on that GPU the decode sizes
- * keep the H200 tables' picks (the same shape, another device), and from M = 128 the H100's own serve. */
+/* The shipped H100 tables of DeepSeek-V3 TP4 hold M = 256..16384 alone: on that GPU the decode sizes
+ * keep the H200 tables' picks (the same shape, another device), and from M = 128 the H100's own serve.
+ * DeepSeek-V3 TP2's H100 tables, from M = 64, would speak for M = 32..64 at TP4 (the same pairs per
+ * expert) but for the shape's own table from the H200, which serves inside its range first. */
 Test(dispatch_fallback, shipped_h100_tables_of_large_m_leave_decode_sizes_to_the_h200_tables) {
   volt8_ctx *ctx = ctx_on("sm_90", "NVIDIA H100 80GB HBM3");
   volt8_moe_shape shape = model_shape("deepseek-v3", 4);
   volt8_dispatch_plan *plan = NULL;
   cr_assert_eq(volt8_dispatch_plan_create(ctx, &shape, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
-  for (int32_t tokens = 1; tokens <= 8192; tokens *= 2)
+  for (int32_t tokens = 1; tokens <= 16384; tokens *= 2)
     assert_tables_serve(plan, tokens, tokens < 128 ? "device=NVIDIA_H200." : "device=NVIDIA_H100_80GB_HBM3.", NULL);
   volt8_dispatch_plan_destroy(plan);
   volt8_ctx_destroy(ctx);

@@ -627,7 +627,8 @@ static volt8_status split_measure(void *state, int32_t m, const char *gate_up, c
 }
 
 /* Each measure line of the log gives the measurement's wall time on the tuner's clock and the
- * backend's split of it; a backend without a split logs nulls. */
+ * backend's split of it; a backend without a split logs nulls. Each M's line gives the time of the
+ * backend's begin (its inputs and reference), and the shape's line its set-up when the caller timed it. */
 Test(tuner, log_gives_each_measurement_its_time) {
   volt8_ctx *ctx = test_cpu_ctx("sm_90");
   for (int split = 0; split < 2; split++) {
@@ -642,16 +643,27 @@ Test(tuner, log_gives_each_measurement_its_time) {
     tuner_settings settings = fake_settings(m_values, 1, NULL);
     settings.log = log;
     settings.clock = stepping_clock;
+    settings.prepare_seconds = split ? 2.5 : 0.0;
     stepping_seconds = 0.0;
     tuner_backend backend = {&fake, 1, fake_begin, split ? split_measure : fake_measure, fake_end};
     tuner_summary summary;
     cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
     fclose(log);
-    int measures = 0;
+    int measures = 0, m_lines = 0;
     for (char *line = strtok(log_text, "\n"); line; line = strtok(NULL, "\n")) {
       cJSON *item = cJSON_Parse(line);
       cr_assert_not_null(item, "not JSON: %s", line);
-      if (strcmp(cJSON_GetObjectItem(item, "kind")->valuestring, "measure") == 0) {
+      const char *kind = cJSON_GetObjectItem(item, "kind")->valuestring;
+      if (strcmp(kind, "shape") == 0) {
+        const cJSON *prepare = cJSON_GetObjectItem(item, "prepare_ms");
+        cr_assert(split ? cJSON_IsNumber(prepare) && prepare->valuedouble == 2500.0 : !prepare, "%s", line);
+      }
+      if (strcmp(kind, "m") == 0) {
+        m_lines++;
+        const cJSON *inputs = cJSON_GetObjectItem(item, "inputs_ms");
+        cr_assert(cJSON_IsNumber(inputs) && inputs->valuedouble == 250.0, "one clock step around the begin: %s", line);
+      }
+      if (strcmp(kind, "measure") == 0) {
         measures++;
         const cJSON *wall = cJSON_GetObjectItem(item, "wall_ms");
         cr_assert(cJSON_IsNumber(wall) && wall->valuedouble == 250.0, "one clock step around the measurement: %s", line);
@@ -668,6 +680,7 @@ Test(tuner, log_gives_each_measurement_its_time) {
     }
     cr_assert_eq(measures, fake.measured, "a line for each of the backend's %d measurements", fake.measured);
     cr_assert_gt(measures, 2);
+    cr_assert_eq(m_lines, 1);
     free(log_text);
   }
   volt8_ctx_destroy(ctx);

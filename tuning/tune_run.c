@@ -328,6 +328,7 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, i
   if (status != VOLT8_OK) return status;
   int32_t jobs = options->jobs ? options->jobs : bench_host_threads(16);
   if (progress) fprintf(progress, "tune: compiling %d variants with %d threads\n", count, jobs);
+  double prepare_start = bench_wall_seconds();
   tuner_precompile(ctx, shape, names, count, jobs);
   volt8_codegen_names_free(names, count);
 
@@ -336,6 +337,7 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, i
   tuner_gpu *gpu = NULL;
   status = tuner_gpu_open(ctx, &gpu_settings, &gpu);
   if (status != VOLT8_OK) return status;
+  double prepare_seconds = bench_wall_seconds() - prepare_start;
   char device_token[128], nvrtc[64], method[512];
   volt8_tuning_device_token(volt8_tools_ctx(ctx).device_name, device_token, sizeof device_token);
   nvrtc_version(ctx, nvrtc, sizeof nvrtc);
@@ -356,7 +358,7 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, i
       .skip_pruned = options->skip_pruned, .resume = options->resume, .out_dir = options->out_dir,
       .arch = volt8_tools_ctx(ctx).target_arch, .device = volt8_tools_ctx(ctx).device_name, .device_token = device_token, .method = method, .command = command,
       .nvrtc_version = nvrtc, .progress = progress, .progress_tty = tty, .log = log,
-      .label = options->labels[index]};
+      .label = options->labels[index], .prepare_seconds = prepare_seconds};
   tuner_summary summary;
   status = tuner_run(ctx, &settings, &backend, &summary);
   report_summary(progress, &summary);

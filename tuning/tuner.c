@@ -150,14 +150,17 @@ static void log_shape(const tuner_settings *settings, int32_t measured) {
   cJSON_AddNumberToObject(line, "arch", settings->arch);
   cJSON_AddNumberToObject(line, "measured", measured);
   cJSON_AddStringToObject(line, "device", settings->device ? settings->device : "");
+  if (settings->prepare_seconds > 0) cJSON_AddNumberToObject(line, "prepare_ms", settings->prepare_seconds * 1e3);
   log_line(settings, line);
 }
 
-static void log_dispatch(const tuner_settings *settings, int32_t m, const volt8_forward_info *choice) {
+/* inputs_ms: the backend's begin of the M (its input sets and their reference). */
+static void log_dispatch(const tuner_settings *settings, int32_t m, const volt8_forward_info *choice, double inputs_ms) {
   if (!settings->log) return;
   cJSON *line = log_object("m", m);
   cJSON_AddStringToObject(line, "dispatch_gate_up", choice->gate_up);
   cJSON_AddStringToObject(line, "dispatch_down", choice->down);
+  cJSON_AddNumberToObject(line, "inputs_ms", inputs_ms);
   log_line(settings, line);
 }
 
@@ -426,9 +429,10 @@ static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const
   *out_done = 0;
   volt8_forward_info start = VOLT8_FORWARD_INFO_INIT;
   volt8_status status = volt8_forward_describe(ctx, &settings->shape, NULL, m, settings->top_k, &start);
+  double begun = now_seconds(settings);
   if (status == VOLT8_OK) status = backend->begin_m(backend->state, m);
   if (status != VOLT8_OK) return status;
-  log_dispatch(settings, m, &start);
+  log_dispatch(settings, m, &start, (now_seconds(settings) - begun) * 1e3);
   char reason[512] = "";
   int found = 0;
   phases[0].held = start.down;

@@ -76,6 +76,8 @@ typedef struct tuner_settings {
   const char *label;        /* the shape's name in the log ("GLM-4.5-Air tp8 rank 1"); NULL: none */
   int32_t progress_tty;     /* 1: one self-updating line; 0: a line per finished op */
   double (*clock)(void);    /* seconds; NULL: the monotonic clock */
+  double prepare_seconds;   /* the shape's set-up before tuner_run (compiling its variants, making and
+                             * loading its experts), for the log's shape line; 0: not measured */
 } tuner_settings;
 
 typedef struct tuner_summary {
