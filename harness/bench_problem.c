@@ -3,7 +3,6 @@
 #include "bench_problem.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,75 +263,12 @@ void bench_inputs_destroy(volt8_ctx *ctx, bench_inputs *inputs) {
   memset(inputs, 0, sizeof *inputs);
 }
 
-typedef struct reference_slice {
-  const bench_experts_host *experts;
-  const bench_input_set *set;
-  int32_t num_tokens, top_k;
-  const int32_t *rows; /* this slice's rows of the set's tokens */
-  int32_t row_count;
-  double *out;
-  volt8_status status;
-  char error[512];
-} reference_slice;
-
-static void *reference_worker(void *argument) {
-  reference_slice *slice = argument;
-  /* A private context: workers must not race on the caller's last-error text. */
-  volt8_ctx_options options = VOLT8_CTX_OPTIONS_INIT;
-  options.device = -1;
-  options.cache_disable = 1;
-  volt8_ctx *scratch = NULL;
-  slice->status = volt8_ctx_create(&options, &scratch);
-  if (slice->status != VOLT8_OK) {
-    snprintf(slice->error, sizeof slice->error, "%.500s", volt8_last_error(NULL));
-    return NULL;
-  }
-  volt8_host_experts view = bench_experts_view(slice->experts);
-  slice->status = volt8_reference_moe_rows(scratch, &slice->experts->shape, &view, slice->set->x, slice->set->ids,
-                                           slice->set->weights, slice->num_tokens, slice->top_k, slice->rows,
-                                           slice->row_count, slice->out);
-  if (slice->status != VOLT8_OK) snprintf(slice->error, sizeof slice->error, "%.500s", volt8_last_error(scratch));
-  volt8_ctx_destroy(scratch);
-  return NULL;
-}
-
 volt8_status bench_reference_forward(volt8_ctx *ctx, const bench_experts_host *experts, const bench_input_set *set,
                                      int32_t num_tokens, int32_t top_k, const int32_t *rows, int32_t row_count,
                                      int32_t threads, double *out) {
-  if (threads > row_count) threads = row_count;
-  if (threads < 1) threads = 1;
-  reference_slice *slices = calloc((size_t)threads, sizeof *slices);
-  pthread_t *workers = calloc((size_t)threads, sizeof *workers);
-  if (!slices || !workers) {
-    free(slices);
-    free(workers);
-    return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for the reference threads");
-  }
-  int *joinable = calloc((size_t)threads, sizeof *joinable);
-  for (int32_t i = 0; i < threads; i++) {
-    int32_t first = (int32_t)((int64_t)row_count * i / threads), last = (int32_t)((int64_t)row_count * (i + 1) / threads);
-    slices[i] = (reference_slice){experts, set, num_tokens, top_k, rows + first, last - first,
-                                  out + (size_t)first * experts->shape.hidden, VOLT8_OK, ""};
-  }
-  /* Slice 0 runs on this thread, and so does any slice no thread could be made for. */
-  for (int32_t i = 1; i < threads; i++) {
-    if (joinable && pthread_create(&workers[i], NULL, reference_worker, &slices[i]) == 0)
-      joinable[i] = 1;
-    else
-      reference_worker(&slices[i]);
-  }
-  reference_worker(&slices[0]);
-  for (int32_t i = 1; i < threads; i++)
-    if (joinable && joinable[i]) pthread_join(workers[i], NULL);
-  free(joinable);
-  volt8_status status = VOLT8_OK;
-  for (int32_t i = 0; i < threads && status == VOLT8_OK; i++)
-    if (slices[i].status != VOLT8_OK)
-      status = volt8_fail(ctx, slices[i].status, "bench: reference of %d rows from token %d: %s", slices[i].row_count,
-                          slices[i].row_count > 0 ? slices[i].rows[0] : 0, slices[i].error);
-  free(slices);
-  free(workers);
-  return status;
+  volt8_host_experts view = bench_experts_view(experts);
+  return volt8_reference_moe_rows(ctx, &experts->shape, &view, set->x, set->ids, set->weights, num_tokens, top_k, rows,
+                                  row_count, out, threads);
 }
 
 volt8_status bench_inputs_check(volt8_ctx *ctx, const bench_inputs *inputs, int32_t index, double *out_relative_l2) {

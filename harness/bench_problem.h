@@ -59,8 +59,8 @@ volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *exper
                                  int32_t count, uint64_t seed, int upload, int with_reference, int32_t threads,
                                  bench_inputs *out);
 void bench_inputs_destroy(volt8_ctx *ctx, bench_inputs *inputs);
-/* The reference forward of tokens rows[0..row_count) of the set's num_tokens, split over `threads`
- * host threads by rows (each token is independent); out: [row_count][H]. */
+/* The reference forward of tokens rows[0..row_count) of the set's num_tokens on up to `threads` host
+ * threads, which share each expert's weight rows (volt8_reference_moe_rows); out: [row_count][H]. */
 volt8_status bench_reference_forward(volt8_ctx *ctx, const bench_experts_host *experts, const bench_input_set *set,
                                      int32_t num_tokens, int32_t top_k, const int32_t *rows, int32_t row_count,
                                      int32_t threads, double *out);

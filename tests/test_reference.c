@@ -476,9 +476,59 @@ static void sampled_problem_free(sampled_problem *p) {
   free(p->x), free(p->ids), free(p->weights);
 }
 
-static volt8_status rows_of(const sampled_problem *p, const int32_t *rows, int32_t count, double *out) {
+static volt8_status rows_on(const sampled_problem *p, const int32_t *rows, int32_t count, double *out, int32_t threads) {
   return volt8_reference_moe_rows(NULL, &p->moe.shape, &p->moe.experts, p->x, p->ids, p->weights, p->num_tokens,
-                                  p->top_k, rows, count, out);
+                                  p->top_k, rows, count, out, threads);
+}
+
+static volt8_status rows_of(const sampled_problem *p, const int32_t *rows, int32_t count, double *out) {
+  return rows_on(p, rows, count, out, 1);
+}
+
+/* Threads share each expert's rows and columns: every count gives the bits of one thread, uneven
+ * slices (3 and 7 of I = 128, H = 256) and more threads than rows of I included. */
+Test(reference, rows_on_threads_are_the_bits_of_one_thread) {
+  unsigned seed = test_seed();
+  sampled_problem p;
+  sampled_problem_make(&p, 300, 8, seed);
+  int32_t rows[40];
+  for (int32_t r = 0; r < 40; r++) rows[r] = (r * 37) % 300;
+  double *alone = malloc(40 * 256 * sizeof *alone), *shared = malloc(40 * 256 * sizeof *shared);
+  cr_assert(alone && shared);
+  cr_assert_eq(rows_on(&p, rows, 40, alone, 1), VOLT8_OK, "%s", volt8_last_error(NULL));
+  const int32_t threads[] = {2, 3, 7, 200};
+  for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++) {
+    memset(shared, 0xFF, 40 * 256 * sizeof *shared); /* NaN: a column no thread wrote shows */
+    cr_assert_eq(rows_on(&p, rows, 40, shared, threads[i]), VOLT8_OK, "%s", volt8_last_error(NULL));
+    cr_assert_eq(memcmp(alone, shared, 40 * 256 * sizeof *shared), 0, "seed %u: %d threads differ from one", seed,
+                 threads[i]);
+  }
+  free(alone), free(shared);
+  sampled_problem_free(&p);
+}
+
+/* A NaN code met by one of several threads: the error one thread gives, naming the same expert, row
+ * and column, and no thread left waiting. */
+Test(reference, a_nan_code_on_threads_is_the_error_of_one_thread) {
+  sampled_problem p;
+  sampled_problem_make(&p, 64, 4, 5);
+  int32_t rows[16];
+  for (int32_t r = 0; r < 16; r++) rows[r] = r * 4;
+  int32_t expert = p.ids[0], row = 100, column = 17; /* a down row of token 0's first expert: not thread 0's */
+  p.moe.w2[(size_t)expert * p.moe.dims.w2_bytes_per_expert + (size_t)row * 128 + column] = 0x7F;
+  double out[16 * 256];
+  char alone[1024];
+  cr_assert_eq(rows_on(&p, rows, 16, out, 1), VOLT8_ERR_INVALID_ARGUMENT);
+  snprintf(alone, sizeof alone, "%s", volt8_last_error(NULL));
+  char expected[128];
+  snprintf(expected, sizeof expected, "w2 of expert %d holds the E4M3 NaN code 0x7F at row %d, column %d", expert, row,
+           column);
+  cr_assert(strstr(alone, expected), "\"%s\" lacks \"%s\"", alone, expected);
+  for (int32_t threads = 2; threads <= 8; threads *= 2) {
+    cr_assert_eq(rows_on(&p, rows, 16, out, threads), VOLT8_ERR_INVALID_ARGUMENT);
+    cr_assert_str_eq(volt8_last_error(NULL), alone, "%d threads", threads);
+  }
+  sampled_problem_free(&p);
 }
 
 /* Each sampled row is, bit for bit, that row of the forward of all tokens, in any order and repeated. */

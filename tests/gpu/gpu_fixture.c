@@ -209,7 +209,7 @@ static void compute_reference(volt8_ctx *ctx, const host_problem *problem, devic
   volt8_host_experts host = {sizeof host, problem->w13, problem->s13, problem->w2, problem->s2};
   volt8_status status = volt8_reference_moe_rows(ctx, &problem->shape, &host, batch->x, batch->ids, batch->weights,
                                                  batch->num_tokens, batch->top_k, batch->rows, batch->row_count,
-                                                 batch->reference);
+                                                 batch->reference, 4);
   cr_assert_eq(status, VOLT8_OK, "reference: %s", volt8_last_error(ctx));
 }
 
