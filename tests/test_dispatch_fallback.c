@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +219,17 @@ static void gate_up_of_kind(const volt8_variant *variants, int32_t count, volt8_
       volt8_variant_format(&variants[i], name, VOLT8_VARIANT_NAME_BYTES);
 }
 
+/* A top-k 8 tuning table `name` in temp_dir, its entries ("\"64\": \"%s\"", ...) formatted. */
+static void write_table(const char *name, const char *entries, ...) {
+  char formatted[400], text[512];
+  va_list args;
+  va_start(args, entries);
+  vsnprintf(formatted, sizeof formatted, entries, args);
+  va_end(args);
+  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, %s}", formatted);
+  test_write_text(temp_dir, name, text);
+}
+
 /* A nearer table that names mma is passed over for the next one; this device's tables come before
  * other devices' even when those are nearer. (Built-in tables off: the shape's own H200 table would
  * come first, below.) */
@@ -231,12 +243,9 @@ Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) 
   gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_MMA, 0, mma);
   gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_HMMA, 1, hmma);
   cr_assert(mma[0] && hmma[0], "sm_90 lists both gate_up families for this shape");
-  char text[512];
-  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"64\": \"%s\"}", mma);
-  test_write_text(temp_dir, "op=gate_up,N=352,K=4000,block=128x128,arch=sm_90,device=Test_GPU.json", text);
-  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"64\": \"%s\"}", hmma);
-  test_write_text(temp_dir, "op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
-  test_write_text(temp_dir, "op=gate_up,N=340,K=4096,block=128x128,arch=sm_70,device=Test_GPU.json", text);
+  write_table("op=gate_up,N=352,K=4000,block=128x128,arch=sm_90,device=Test_GPU.json", "\"64\": \"%s\"", mma);
+  write_table("op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", "\"64\": \"%s\"", hmma);
+  write_table("op=gate_up,N=340,K=4096,block=128x128,arch=sm_70,device=Test_GPU.json", "\"64\": \"%s\"", hmma);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   volt8_tuning_match match;
   cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, 64, 8, variants, count, &match), VOLT8_OK);
@@ -263,12 +272,9 @@ Test(dispatch_fallback, own_shape_elsewhere_serves_inside_its_range) {
   gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_HMMA, 0, here);
   gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_HMMA, 1, own);
   cr_assert(here[0] && own[0] && strcmp(here, own) != 0);
-  char text[512];
-  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"16\": \"%s\"}", here);
-  test_write_text(temp_dir, "op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
-  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"8\": \"%s\", \"128\": \"%s\"}",
-           own, own);
-  test_write_text(temp_dir, "op=gate_up,N=352,K=4096,block=128x128,arch=sm_90,device=Other_GPU.json", text);
+  write_table("op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", "\"16\": \"%s\"", here);
+  write_table("op=gate_up,N=352,K=4096,block=128x128,arch=sm_90,device=Other_GPU.json", "\"8\": \"%s\", \"128\": \"%s\"",
+              own, own);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   const struct {
     int32_t tokens;
@@ -308,13 +314,10 @@ Test(dispatch_fallback, nearest_table_gives_its_nearest_fitting_entry) {
              *farther = "gate_up.hmma.bm2.bn16.w4.sk4.f128";
   cr_assert(volt8_variant_find(variants, count, too_large) < 0, "%s fits K = 5120", too_large);
   cr_assert(volt8_variant_find(variants, count, fits) >= 0 && volt8_variant_find(variants, count, farther) >= 0);
-  char text[512];
-  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"32\": \"%s\", \"64\": \"%s\"}",
-           fits, too_large);
-  test_write_text(temp_dir, "op=gate_up,N=2816,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
-  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"64\": \"%s\", \"128\": \"%s\"}",
-           farther, farther);
-  test_write_text(temp_dir, "op=gate_up,N=4096,K=7168,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  write_table("op=gate_up,N=2816,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", "\"32\": \"%s\", \"64\": \"%s\"",
+              fits, too_large);
+  write_table("op=gate_up,N=4096,K=7168,block=128x128,arch=sm_90,device=Test_GPU.json", "\"64\": \"%s\", \"128\": \"%s\"",
+              farther, farther);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   const struct {
     int32_t tokens;
@@ -413,12 +416,9 @@ Test(dispatch_fallback, a_table_of_large_m_alone_gives_way_below_its_range) {
   gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_RAW, 0, raw);
   gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_TILE, 0, tile);
   cr_assert(raw[0] && tile[0], "sm_90 lists raw and tile gate_ups for this shape");
-  char text[512];
-  snprintf(text, sizeof text,
-           "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"256\": \"%s\", \"512\": \"%s\"}", raw, tile);
-  test_write_text(temp_dir, "op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
-  snprintf(text, sizeof text, "{\"__metadata__\": {\"schema_version\": 1, \"top_k\": 8}, \"512\": \"%s\"}", tile);
-  test_write_text(temp_dir, "op=gate_up,N=700,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", text);
+  write_table("op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", "\"256\": \"%s\", \"512\": \"%s\"",
+              raw, tile);
+  write_table("op=gate_up,N=700,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", "\"512\": \"%s\"", tile);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
   volt8_tuning_table h200;
   const char *path = H200_TABLE("gate_up", 704, 4096);
