@@ -108,7 +108,9 @@ static volt8_status set_up(bench_state *state, const char *command, bench_report
   if (status == VOLT8_OK) status = bench_launch_floor(&state->gpu, 2, 0x2u, &floor_plan, &report->launch_floor[0]);
   if (status == VOLT8_OK) status = bench_launch_floor(&state->gpu, 3, 0x6u, &floor_plan, &report->launch_floor[1]);
   if (status == VOLT8_OK) status = bench_launch_floor(&state->gpu, 4, 0x4u, &floor_plan, &report->launch_floor[2]);
-  if (status == VOLT8_OK) status = bench_experts_generate(ctx, &options->shape, options->seed, &state->host);
+  if (status == VOLT8_OK) status = bench_experts_generate(ctx, &options->shape, options->seed,
+                                                           options->threads > 0 ? options->threads : bench_host_threads(64),
+                                                           &state->host);
   int32_t max_tokens = options->m_values[options->m_count - 1];
   volt8_host_experts view = bench_experts_view(&state->host);
   if (status == VOLT8_OK)

@@ -3,6 +3,7 @@
 #include "bench_problem.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,13 +48,67 @@ static double *normal_quantiles(uint64_t *state) {
   return values;
 }
 
-static void fill_codes(uint8_t *codes, int64_t count, const uint8_t *code_table, uint64_t *state) {
-  int64_t i = 0;
-  for (; i + 4 <= count; i += 4) {
-    uint64_t bits = bench_random_next(state);
-    for (int j = 0; j < 4; j++) codes[i + j] = code_table[(bits >> (16 * j)) & 0xFFFF];
+/* splitmix64 adds a constant to its state at every draw: the state `draws` draws on, so that a thread
+ * can start its share of a stream where one thread would have reached it. */
+static uint64_t stream_ahead(uint64_t state, int64_t draws) { return state + (uint64_t)draws * 0x9E3779B97F4A7C15ull; }
+
+/* body(begin, end, user) over [0, count) in up to `threads` contiguous ranges, this thread taking the
+ * first (and any a thread could not be made for). */
+typedef void (*range_body)(int64_t begin, int64_t end, void *user);
+
+typedef struct range_job {
+  range_body body;
+  void *user;
+  int64_t begin, end;
+} range_job;
+
+static void *range_worker(void *argument) {
+  range_job *job = argument;
+  job->body(job->begin, job->end, job->user);
+  return NULL;
+}
+
+static void parallel_ranges(int64_t count, int32_t threads, range_body body, void *user) {
+  if (threads > 64) threads = 64;
+  if (count < (int64_t)threads * 65536) threads = (int32_t)(count / 65536); /* small fills: one thread */
+  if (threads <= 1) {
+    body(0, count, user);
+    return;
   }
-  for (; i < count; i++) codes[i] = code_table[bench_random_next(state) & 0xFFFF];
+  range_job jobs[64];
+  pthread_t handles[64];
+  int started[64] = {0};
+  for (int32_t t = 0; t < threads; t++) jobs[t] = (range_job){body, user, count * t / threads, count * (t + 1) / threads};
+  for (int32_t t = 1; t < threads; t++) started[t] = pthread_create(&handles[t], NULL, range_worker, &jobs[t]) == 0;
+  for (int32_t t = 0; t < threads; t++)
+    if (!started[t]) range_worker(&jobs[t]);
+  for (int32_t t = 1; t < threads; t++)
+    if (started[t]) pthread_join(handles[t], NULL);
+}
+
+/* codes[4c .. 4c + 4) from draw c, for the chunks c in [begin, end) */
+typedef struct code_fill {
+  uint8_t *codes;
+  const uint8_t *code_table;
+  uint64_t state;
+} code_fill;
+
+static void fill_code_chunks(int64_t begin, int64_t end, void *user) {
+  const code_fill *fill = user;
+  uint64_t state = stream_ahead(fill->state, begin);
+  for (int64_t c = begin; c < end; c++) {
+    uint64_t bits = bench_random_next(&state);
+    for (int j = 0; j < 4; j++) fill->codes[4 * c + j] = fill->code_table[(bits >> (16 * j)) & 0xFFFF];
+  }
+}
+
+/* Four codes a draw, then a draw each for the last count % 4: the same codes on any count of threads. */
+static void fill_codes(uint8_t *codes, int64_t count, const uint8_t *code_table, uint64_t *state, int32_t threads) {
+  code_fill fill = {codes, code_table, *state};
+  int64_t chunks = count / 4;
+  parallel_ranges(chunks, threads, fill_code_chunks, &fill);
+  *state = stream_ahead(*state, chunks);
+  for (int64_t i = 4 * chunks; i < count; i++) codes[i] = code_table[bench_random_next(state) & 0xFFFF];
 }
 
 /* Scale blocks around 1 / (sigma * sqrt(K)), spread over half an octave each way, stored * 2^8. */
@@ -62,7 +117,7 @@ static void fill_scales(uint16_t *scales, int64_t count, int32_t k, uint64_t *st
   for (int64_t i = 0; i < count; i++) scales[i] = volt8_half_from_double(base * exp2(random_unit(state) - 0.5));
 }
 
-volt8_status bench_experts_generate(volt8_ctx *ctx, const volt8_moe_shape *shape, uint64_t seed,
+volt8_status bench_experts_generate(volt8_ctx *ctx, const volt8_moe_shape *shape, uint64_t seed, int32_t threads,
                                     bench_experts_host *out) {
   memset(out, 0, sizeof *out);
   volt8_status status = volt8_moe_dims_compute(ctx, shape, &out->dims);
@@ -85,8 +140,8 @@ volt8_status bench_experts_generate(volt8_ctx *ctx, const volt8_moe_shape *shape
   uint8_t code_table[QUANTILE_COUNT];
   for (int i = 0; i < QUANTILE_COUNT; i++) code_table[i] = volt8_e4m3_from_float((float)(quantiles[i] * CODE_SIGMA));
   free(quantiles);
-  fill_codes(out->w13, dims->w13_bytes_per_expert * experts, code_table, &state);
-  fill_codes(out->w2, dims->w2_bytes_per_expert * experts, code_table, &state);
+  fill_codes(out->w13, dims->w13_bytes_per_expert * experts, code_table, &state, threads);
+  fill_codes(out->w2, dims->w2_bytes_per_expert * experts, code_table, &state, threads);
   fill_scales(out->s13, dims->s13_elems_per_expert * experts, shape->hidden, &state);
   fill_scales(out->s2, dims->s2_elems_per_expert * experts, shape->intermediate, &state);
   return VOLT8_OK;
@@ -158,6 +213,19 @@ static void draw_routing(bench_input_set *set, int32_t num_tokens, int32_t top_k
   }
 }
 
+/* x[i] from draw i, for i in [begin, end) */
+typedef struct x_fill {
+  uint16_t *x;
+  const double *quantiles;
+  uint64_t state;
+} x_fill;
+
+static void fill_x(int64_t begin, int64_t end, void *user) {
+  const x_fill *fill = user;
+  uint64_t state = stream_ahead(fill->state, begin);
+  for (int64_t i = begin; i < end; i++) fill->x[i] = volt8_half_from_double(fill->quantiles[bench_random_next(&state) & 0xFFFF]);
+}
+
 static volt8_status upload_set(volt8_ctx *ctx, bench_input_set *set, int32_t num_tokens, int32_t top_k,
                                int32_t hidden) {
   const volt8_cuda_driver *cuda = volt8_tools_ctx(ctx).cuda;
@@ -206,8 +274,9 @@ volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *exper
       status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for input set %d", s);
       break;
     }
-    for (size_t i = 0; i < x_count; i++)
-      set->x[i] = volt8_half_from_double(quantiles[bench_random_next(&state) & 0xFFFF]);
+    x_fill fill = {set->x, quantiles, state};
+    parallel_ranges((int64_t)x_count, threads, fill_x, &fill);
+    state = stream_ahead(state, (int64_t)x_count);
     draw_routing(set, num_tokens, top_k, shape->num_experts, &state, seen);
     out->active_experts_mean += (double)set->active_experts / count;
     if (upload) status = upload_set(ctx, set, num_tokens, top_k, shape->hidden);

@@ -16,8 +16,10 @@ typedef struct bench_experts_host {
 } bench_experts_host;
 
 /* Weights drawn as FP8 checkpoints hold them: codes of a normal distribution spread over the
- * E4M3 range, block scales around 1/(448/4 * sqrt(K)) so activations stay near unit size. */
-volt8_status bench_experts_generate(volt8_ctx *ctx, const volt8_moe_shape *shape, uint64_t seed,
+ * E4M3 range, block scales around 1/(448/4 * sqrt(K)) so activations stay near unit size. The codes
+ * are drawn on up to `threads` host threads, each starting its share of the one stream where a single
+ * thread would reach it: the same bytes for any count. */
+volt8_status bench_experts_generate(volt8_ctx *ctx, const volt8_moe_shape *shape, uint64_t seed, int32_t threads,
                                     bench_experts_host *out);
 void bench_experts_free(bench_experts_host *experts);
 volt8_host_experts bench_experts_view(const bench_experts_host *experts);
@@ -54,7 +56,8 @@ int32_t bench_input_set_count(const bench_experts_host *experts, int32_t num_tok
                               double l2_multiple, int32_t min_sets, int32_t max_sets);
 /* `count` input sets of num_tokens tokens, uploaded (ctx needs a device unless upload is 0), the
  * reference of set 0 (of every row, or of BENCH_REFERENCE_ROWS of them) computed with `threads` host
- * threads when with_reference is 1. */
+ * threads when with_reference is 1. Each set's x is drawn on those threads too, as the experts' codes
+ * are: the same inputs for any count. */
 volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *experts, int32_t num_tokens, int32_t top_k,
                                  int32_t count, uint64_t seed, int upload, int with_reference, int32_t threads,
                                  bench_inputs *out);

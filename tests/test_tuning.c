@@ -21,6 +21,7 @@
 #include "core/ctx_internal.h"
 #include "dispatch/dispatch.h"
 #include "core/embedded_files.h"
+#include "core/sha256.h"
 #include "dispatch/tuning.h"
 #include "dispatch/tuning_nearest.h"
 
@@ -1737,3 +1738,52 @@ Test(bench_support, first_not_finite_names_the_first_nan_or_infinity) {
 }
 
 #endif /* HAVE_BENCH: the bench support kernels are the bench library's */
+
+/* The bench's and the tuner's problem, hashed: experts of the default shape with 16 experts, seed 7,
+ * and three input sets of 1001 tokens at top-k 4. */
+static void problem_digests(int32_t threads, char experts_hex[VOLT8_SHA256_HEX_BYTES],
+                            char inputs_hex[VOLT8_SHA256_HEX_BYTES]) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 16;
+  bench_experts_host host;
+  cr_assert_eq(bench_experts_generate(ctx, &shape, 7, threads, &host), VOLT8_OK, "%s", volt8_last_error(ctx));
+  bench_inputs inputs;
+  cr_assert_eq(bench_inputs_create(ctx, &host, 1001, 4, 3, 7, 0, 0, threads, &inputs), VOLT8_OK, "%s",
+               volt8_last_error(ctx));
+  volt8_sha256 hasher;
+  uint8_t digest[VOLT8_SHA256_BYTES];
+  volt8_sha256_init(&hasher);
+  volt8_sha256_update(&hasher, host.w13, (size_t)host.dims.w13_bytes_per_expert * 16);
+  volt8_sha256_update(&hasher, host.w2, (size_t)host.dims.w2_bytes_per_expert * 16);
+  volt8_sha256_update(&hasher, host.s13, (size_t)host.dims.s13_elems_per_expert * 16 * 2);
+  volt8_sha256_update(&hasher, host.s2, (size_t)host.dims.s2_elems_per_expert * 16 * 2);
+  volt8_sha256_final(&hasher, digest);
+  volt8_sha256_hex(digest, experts_hex);
+  volt8_sha256_init(&hasher);
+  for (int32_t s = 0; s < 3; s++) {
+    volt8_sha256_update(&hasher, inputs.sets[s].x, (size_t)1001 * (size_t)shape.hidden * 2);
+    volt8_sha256_update(&hasher, inputs.sets[s].ids, 1001 * 4 * sizeof(int32_t));
+    volt8_sha256_update(&hasher, inputs.sets[s].weights, 1001 * 4 * sizeof(float));
+  }
+  volt8_sha256_final(&hasher, digest);
+  volt8_sha256_hex(digest, inputs_hex);
+  bench_inputs_destroy(ctx, &inputs);
+  bench_experts_free(&host);
+  volt8_ctx_destroy(ctx);
+}
+
+/* Codes and x are drawn on threads, each starting its share of the stream where one thread would
+ * reach it: the bytes of one thread for any count, and the bytes the single-threaded draw gave before
+ * (the digests below are of that draw, as the H100 tables and benches of 2026-12-06 were measured on). */
+Test(bench_problem, draws_the_same_problem_on_any_count_of_threads, .timeout = 120) {
+  const char *experts_before = "e1c31d4072c3f64d658660e800ec2d6ade0399163aaf9835964e4e60b86bfb66";
+  const char *inputs_before = "5b84d9a84975ece9e5ef2df6263f8a615a687dbea60d61f174bee4cededf5d16";
+  const int32_t threads[] = {1, 3, 8};
+  for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++) {
+    char experts_hex[VOLT8_SHA256_HEX_BYTES], inputs_hex[VOLT8_SHA256_HEX_BYTES];
+    problem_digests(threads[i], experts_hex, inputs_hex);
+    cr_assert_str_eq(experts_hex, experts_before, "%d threads: the experts differ", threads[i]);
+    cr_assert_str_eq(inputs_hex, inputs_before, "%d threads: the inputs differ", threads[i]);
+  }
+}

@@ -47,7 +47,9 @@ volt8_status tuner_gpu_open(volt8_ctx *ctx, const tuner_gpu_settings *settings, 
   tuner->ctx = ctx;
   tuner->settings = *settings;
   volt8_status status = bench_gpu_open(ctx, &tuner->gpu);
-  if (status == VOLT8_OK) status = bench_experts_generate(ctx, &settings->shape, settings->seed, &tuner->host);
+  if (status == VOLT8_OK) status = bench_experts_generate(ctx, &settings->shape, settings->seed,
+                                                           settings->threads > 0 ? settings->threads : bench_host_threads(64),
+                                                           &tuner->host);
   if (status == VOLT8_OK) status = create_experts(tuner);
   if (status != VOLT8_OK) {
     tuner_gpu_close(tuner);

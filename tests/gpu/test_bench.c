@@ -124,7 +124,7 @@ Test(bench, the_reference_of_a_prefill_covers_a_sample_of_rows) {
   volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   shape.hidden = 256, shape.intermediate = 128, shape.num_experts = 16, shape.intermediate_offset = 0;
   bench_experts_host host;
-  cr_assert_eq(bench_experts_generate(ctx, &shape, 3, &host), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(bench_experts_generate(ctx, &shape, 3, 2, &host), VOLT8_OK, "%s", volt8_last_error(ctx));
   bench_inputs inputs;
   int32_t tokens = 3 * BENCH_REFERENCE_ROWS + 5;
   cr_assert_eq(bench_inputs_create(ctx, &host, tokens, 4, 1, 3, 0, 1, 2, &inputs), VOLT8_OK, "%s", volt8_last_error(ctx));
