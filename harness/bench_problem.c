@@ -86,27 +86,35 @@ static void parallel_ranges(int64_t count, int32_t threads, range_body body, voi
     if (started[t]) pthread_join(handles[t], NULL);
 }
 
-/* codes[4c .. 4c + 4) from draw c, for the chunks c in [begin, end) */
-typedef struct code_fill {
-  uint8_t *codes;
-  const uint8_t *code_table;
-  uint64_t state;
-} code_fill;
+/* Draws d in [begin, end) of one stream, each giving `per_draw` items (its 16-bit fields, lowest
+ * first) looked up in a 65536-entry table of 1- or 2-byte elements: out[d * per_draw + j]. */
+typedef struct table_draws {
+  void *out;
+  const void *table;
+  int element_bytes, per_draw;
+  uint64_t state; /* before draw 0 */
+} table_draws;
 
-static void fill_code_chunks(int64_t begin, int64_t end, void *user) {
-  const code_fill *fill = user;
+static void fill_table_draws(int64_t begin, int64_t end, void *user) {
+  const table_draws *fill = user;
   uint64_t state = stream_ahead(fill->state, begin);
-  for (int64_t c = begin; c < end; c++) {
+  for (int64_t d = begin; d < end; d++) {
     uint64_t bits = bench_random_next(&state);
-    for (int j = 0; j < 4; j++) fill->codes[4 * c + j] = fill->code_table[(bits >> (16 * j)) & 0xFFFF];
+    for (int j = 0; j < fill->per_draw; j++) {
+      size_t index = (bits >> (16 * j)) & 0xFFFF, at = (size_t)d * (size_t)fill->per_draw + (size_t)j;
+      if (fill->element_bytes == 1)
+        ((uint8_t *)fill->out)[at] = ((const uint8_t *)fill->table)[index];
+      else
+        ((uint16_t *)fill->out)[at] = ((const uint16_t *)fill->table)[index];
+    }
   }
 }
 
 /* Four codes a draw, then a draw each for the last count % 4: the same codes on any count of threads. */
 static void fill_codes(uint8_t *codes, int64_t count, const uint8_t *code_table, uint64_t *state, int32_t threads) {
-  code_fill fill = {codes, code_table, *state};
+  table_draws fill = {codes, code_table, 1, 4, *state};
   int64_t chunks = count / 4;
-  parallel_ranges(chunks, threads, fill_code_chunks, &fill);
+  parallel_ranges(chunks, threads, fill_table_draws, &fill);
   *state = stream_ahead(*state, chunks);
   for (int64_t i = 4 * chunks; i < count; i++) codes[i] = code_table[bench_random_next(state) & 0xFFFF];
 }
@@ -213,19 +221,6 @@ static void draw_routing(bench_input_set *set, int32_t num_tokens, int32_t top_k
   }
 }
 
-/* x[i] from draw i, for i in [begin, end) */
-typedef struct x_fill {
-  uint16_t *x;
-  const double *quantiles;
-  uint64_t state;
-} x_fill;
-
-static void fill_x(int64_t begin, int64_t end, void *user) {
-  const x_fill *fill = user;
-  uint64_t state = stream_ahead(fill->state, begin);
-  for (int64_t i = begin; i < end; i++) fill->x[i] = volt8_half_from_double(fill->quantiles[bench_random_next(&state) & 0xFFFF]);
-}
-
 static volt8_status upload_set(volt8_ctx *ctx, bench_input_set *set, int32_t num_tokens, int32_t top_k,
                                int32_t hidden) {
   const volt8_cuda_driver *cuda = volt8_tools_ctx(ctx).cuda;
@@ -262,7 +257,10 @@ volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *exper
   uint8_t *seen = malloc((size_t)shape->num_experts);
   uint64_t state = seed ^ ((uint64_t)num_tokens << 32) ^ 0x1A9D75ull;
   double *quantiles = normal_quantiles(&state);
-  if (!out->sets || !seen || !quantiles) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
+  uint16_t *half_quantiles = malloc(QUANTILE_COUNT * sizeof *half_quantiles); /* x's values, as FP16 */
+  if (!out->sets || !seen || !quantiles || !half_quantiles)
+    status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
+  for (int i = 0; status == VOLT8_OK && i < QUANTILE_COUNT; i++) half_quantiles[i] = volt8_half_from_double(quantiles[i]);
   size_t x_count = (size_t)num_tokens * shape->hidden, pair_count = (size_t)num_tokens * top_k;
   for (int32_t s = 0; s < count && status == VOLT8_OK; s++) {
     bench_input_set *set = &out->sets[s];
@@ -274,8 +272,8 @@ volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *exper
       status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for input set %d", s);
       break;
     }
-    x_fill fill = {set->x, quantiles, state};
-    parallel_ranges((int64_t)x_count, threads, fill_x, &fill);
+    table_draws fill = {set->x, half_quantiles, 2, 1, state}; /* x[i] from draw i */
+    parallel_ranges((int64_t)x_count, threads, fill_table_draws, &fill);
     state = stream_ahead(state, (int64_t)x_count);
     draw_routing(set, num_tokens, top_k, shape->num_experts, &state, seen);
     out->active_experts_mean += (double)set->active_experts / count;
@@ -283,6 +281,7 @@ volt8_status bench_inputs_create(volt8_ctx *ctx, const bench_experts_host *exper
   }
   free(seen);
   free(quantiles);
+  free(half_quantiles);
   double activation_bytes = (double)x_count * 2 * 2 + (double)pair_count * 8;
   out->bytes_fp8 = out->active_experts_mean * (double)bench_expert_fp8_bytes(experts) + activation_bytes;
   out->bytes_fp16 = out->active_experts_mean * (double)bench_expert_fp16_bytes(experts) + activation_bytes;
