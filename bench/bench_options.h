@@ -25,7 +25,7 @@ typedef struct bench_options {
   const char *target_arch;   /* NULL: the device's */
   const char *gate_up, *down; /* pinned variants (NULL: dispatch) */
   int32_t baselines;         /* 1: run the cuBLAS baselines */
-  int32_t threads;           /* host threads for the reference */
+  int32_t threads;           /* host threads for drawing the problem and its reference (0: one a processor, at most 64) */
   const char *json_path, *svg_path, *markdown_path;
   char variant_storage[256]; /* --variants' text, split in place */
 } bench_options;

@@ -1739,6 +1739,7 @@ Test(bench_support, first_not_finite_names_the_first_nan_or_infinity) {
 
 #endif /* HAVE_BENCH: the bench support kernels are the bench library's */
 
+#ifdef HAVE_BENCH
 /* The bench's and the tuner's problem, hashed: experts of the default shape with 16 experts, seed 7,
  * and three input sets of 1001 tokens at top-k 4. */
 static void problem_digests(int32_t threads, char experts_hex[VOLT8_SHA256_HEX_BYTES],
@@ -1787,3 +1788,4 @@ Test(bench_problem, draws_the_same_problem_on_any_count_of_threads, .timeout = 1
     cr_assert_str_eq(inputs_hex, inputs_before, "%d threads: the inputs differ", threads[i]);
   }
 }
+#endif /* HAVE_BENCH */

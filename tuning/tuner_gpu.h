@@ -16,7 +16,7 @@ typedef struct tuner_gpu_settings {
   int32_t input_sets;      /* 0: by the L2 size, as the bench does */
   int32_t warmup_batches;
   double spin_ms;
-  int32_t threads;         /* host threads for the reference */
+  int32_t threads;         /* host threads for drawing the problem and its reference (0: one a processor, at most 64) */
 } tuner_gpu_settings;
 
 typedef struct tuner_gpu tuner_gpu;
