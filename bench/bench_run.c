@@ -108,9 +108,9 @@ static volt8_status set_up(bench_state *state, const char *command, bench_report
   if (status == VOLT8_OK) status = bench_launch_floor(&state->gpu, 2, 0x2u, &floor_plan, &report->launch_floor[0]);
   if (status == VOLT8_OK) status = bench_launch_floor(&state->gpu, 3, 0x6u, &floor_plan, &report->launch_floor[1]);
   if (status == VOLT8_OK) status = bench_launch_floor(&state->gpu, 4, 0x4u, &floor_plan, &report->launch_floor[2]);
-  if (status == VOLT8_OK) status = bench_experts_generate(ctx, &options->shape, options->seed,
-                                                           options->threads > 0 ? options->threads : bench_host_threads(64),
-                                                           &state->host);
+  if (status == VOLT8_OK)
+    status = bench_experts_generate(ctx, &options->shape, options->seed, bench_problem_threads(options->threads),
+                                    &state->host);
   int32_t max_tokens = options->m_values[options->m_count - 1];
   volt8_host_experts view = bench_experts_view(&state->host);
   if (status == VOLT8_OK)
@@ -249,7 +249,7 @@ static volt8_status run_m(bench_state *state, int32_t m, bench_m_result *result)
   if (result->input_sets < options->chain) result->input_sets = options->chain; /* a chain needs its own sets */
   bench_inputs inputs;
   volt8_status status = bench_inputs_create(ctx, &state->host, m, options->top_k, result->input_sets, options->seed, 1, 1,
-                                            options->threads > 0 ? options->threads : bench_host_threads(64), &inputs);
+                                            bench_problem_threads(options->threads), &inputs);
   if (status != VOLT8_OK) return status;
   result->active_experts = inputs.active_experts_mean;
   result->bytes_fp8 = inputs.bytes_fp8;

@@ -30,6 +30,8 @@ int32_t bench_host_threads(int32_t limit) {
   return threads < limit ? threads : (limit > 0 ? limit : 1);
 }
 
+int32_t bench_problem_threads(int32_t requested) { return requested > 0 ? requested : bench_host_threads(64); }
+
 static int compare_doubles(const void *a, const void *b) {
   double left = *(const double *)a, right = *(const double *)b;
   return (left > right) - (left < right);

@@ -80,5 +80,8 @@ volt8_status bench_inputs_poison(volt8_ctx *ctx, const bench_inputs *inputs, int
 uint64_t bench_random_next(uint64_t *state);
 /* Processors online, at least 1, at most `limit`. */
 int32_t bench_host_threads(int32_t limit);
+/* The host threads that draw a problem and its reference: `requested`, or with 0 one a processor
+ * (at most 64). */
+int32_t bench_problem_threads(int32_t requested);
 
 #endif

@@ -47,9 +47,9 @@ volt8_status tuner_gpu_open(volt8_ctx *ctx, const tuner_gpu_settings *settings, 
   tuner->ctx = ctx;
   tuner->settings = *settings;
   volt8_status status = bench_gpu_open(ctx, &tuner->gpu);
-  if (status == VOLT8_OK) status = bench_experts_generate(ctx, &settings->shape, settings->seed,
-                                                           settings->threads > 0 ? settings->threads : bench_host_threads(64),
-                                                           &tuner->host);
+  if (status == VOLT8_OK)
+    status = bench_experts_generate(ctx, &settings->shape, settings->seed, bench_problem_threads(settings->threads),
+                                    &tuner->host);
   if (status == VOLT8_OK) status = create_experts(tuner);
   if (status != VOLT8_OK) {
     tuner_gpu_close(tuner);
@@ -77,8 +77,7 @@ static volt8_status gpu_begin(void *user, int32_t m) {
                                       : bench_input_set_count(&tuner->host, m, settings->top_k, tuner->gpu.l2_bytes,
                                                               L2_MULTIPLE, MIN_SETS, MAX_SETS);
   volt8_status status = bench_inputs_create(tuner->ctx, &tuner->host, m, settings->top_k, sets, settings->seed, 1, 1,
-                                            settings->threads > 0 ? settings->threads : bench_host_threads(64),
-                                            &tuner->inputs);
+                                            bench_problem_threads(settings->threads), &tuner->inputs);
   tuner->inputs_ready = status == VOLT8_OK;
   return status;
 }
