@@ -261,7 +261,9 @@ Test(dispatch_fallback, nearest_skips_emulated_entries_and_prefers_this_device) 
 
 /* The exception to this device first: the shape's own table from another device serves the counts in
  * its range (from half its smallest M to its largest), where another shape's table of this device,
- * scaled, would otherwise speak; past its range this device's table serves again. */
+ * scaled, would otherwise speak; past its range this device's table serves again. The same when this
+ * device's table begins at M = 1, so that it serves every count and no candidate after it is needed
+ * for pass 1: the shape's own table from elsewhere, ranked after it, is still read. */
 Test(dispatch_fallback, own_shape_elsewhere_serves_inside_its_range) {
   volt8_tuning_set_built_in(0);
   volt8_ctx *ctx = ctx_on("sm_90", "Test GPU");
@@ -272,30 +274,34 @@ Test(dispatch_fallback, own_shape_elsewhere_serves_inside_its_range) {
   gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_HMMA, 0, here);
   gate_up_of_kind(variants, count, VOLT8_KIND_GEMM_HMMA, 1, own);
   cr_assert(here[0] && own[0] && strcmp(here, own) != 0);
-  write_table("op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json", "\"16\": \"%s\"", here);
   write_table("op=gate_up,N=352,K=4096,block=128x128,arch=sm_90,device=Other_GPU.json", "\"8\": \"%s\", \"128\": \"%s\"",
               own, own);
   setenv(VOLT8_TUNING_DIR_ENV, temp_dir, 1);
-  const struct {
-    int32_t tokens;
-    const char *variant, *table; /* NULL: no table serves */
-  } cases[] = {{4, own, "Other_GPU"},     /* half its smallest M */
-               {16, own, "Other_GPU"},    /* where this device's table of another shape was measured */
-               {128, own, "Other_GPU"},   /* its largest M */
-               {129, here, "Test_GPU"},   /* past its range */
-               {4096, here, "Test_GPU"},
-               {2, NULL, NULL}};          /* below both ranges */
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    volt8_tuning_match match;
-    cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, cases[i].tokens, 8, variants, count, &match),
-                 VOLT8_OK);
-    if (!cases[i].variant) {
-      cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NONE, "M=%d: %s", cases[i].tokens, match.origin);
-      continue;
+  for (int from_one = 0; from_one < 2; from_one++) {
+    write_table("op=gate_up,N=704,K=4096,block=128x128,arch=sm_90,device=Test_GPU.json",
+                from_one ? "\"1\": \"%s\", \"16\": \"%s\"" : "\"16\": \"%s\"", here, here);
+    const struct {
+      int32_t tokens;
+      const char *variant, *table; /* NULL: no table serves */
+    } cases[] = {{4, own, "Other_GPU"},     /* half its smallest M */
+                 {16, own, "Other_GPU"},    /* where this device's table of another shape was measured */
+                 {128, own, "Other_GPU"},   /* its largest M */
+                 {129, here, "Test_GPU"},   /* past its range */
+                 {4096, here, "Test_GPU"},
+                 {2, from_one ? here : NULL, from_one ? "Test_GPU" : NULL}}; /* below the own table's range */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      volt8_tuning_match match;
+      cr_assert_eq(volt8_tuning_nearest(ctx, &shape, VOLT8_OP_GATE_UP, cases[i].tokens, 8, variants, count, &match),
+                   VOLT8_OK);
+      if (!cases[i].variant) {
+        cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NONE, "M=%d: %s", cases[i].tokens, match.origin);
+        continue;
+      }
+      cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NEAREST, "M=%d", cases[i].tokens);
+      cr_assert_str_eq(match.variant, cases[i].variant, "M=%d (from M = 1: %d): %s", cases[i].tokens, from_one,
+                       match.origin);
+      cr_assert_not_null(strstr(match.origin, cases[i].table), "M=%d: %s", cases[i].tokens, match.origin);
     }
-    cr_assert_eq(match.source, VOLT8_TUNING_SOURCE_NEAREST, "M=%d", cases[i].tokens);
-    cr_assert_str_eq(match.variant, cases[i].variant, "M=%d: %s", cases[i].tokens, match.origin);
-    cr_assert_not_null(strstr(match.origin, cases[i].table), "M=%d: %s", cases[i].tokens, match.origin);
   }
   free(variants);
   volt8_ctx_destroy(ctx);
@@ -463,13 +469,13 @@ Test(dispatch_fallback, a_table_of_large_m_alone_gives_way_below_its_range) {
   volt8_ctx_destroy(ctx);
 }
 
-/* Asserts that both ops of the plan's choice at `tokens` (top-k 8) come from a table whose origin
+/* Asserts that both ops of the plan's choice at `tokens` and `top_k` come from a table whose origin
  * holds `device` and the op's `table` part ("N=..,K=..", NULL: any). */
-static void assert_tables_serve(const volt8_dispatch_plan *plan, int32_t tokens, const char *device,
+static void assert_tables_serve(const volt8_dispatch_plan *plan, int32_t tokens, int32_t top_k, const char *device,
                                 const char *const table[2]) {
   volt8_variant_choice choice;
   volt8_choice_origin origins[2];
-  cr_assert_eq(volt8_dispatch_plan_choose(plan, tokens, 8, &choice, origins), VOLT8_OK);
+  cr_assert_eq(volt8_dispatch_plan_choose(plan, tokens, top_k, &choice, origins), VOLT8_OK);
   for (int op = 0; op < 2; op++) {
     cr_assert_not_null(origins[op].origin, "M=%d: the heuristic served", tokens);
     cr_assert_not_null(strstr(origins[op].origin, device), "M=%d: %s", tokens, origins[op].origin);
@@ -479,7 +485,7 @@ static void assert_tables_serve(const volt8_dispatch_plan *plan, int32_t tokens,
 
 /* The shipped H100 tables of DeepSeek-V3 TP4 hold M = 256..16384 alone: on that GPU the decode sizes
  * keep the H200 tables' picks (the same shape, another device), and from M = 128 the H100's own serve.
- * DeepSeek-V3 TP2's H100 tables, from M = 64, would speak for M = 32..64 at TP4 (the same pairs per
+ * DeepSeek-V3 TP2's H100 tables, from M = 1, would speak for the decode sizes at TP4 (the same pairs per
  * expert) but for the shape's own table from the H200, which serves inside its range first. */
 Test(dispatch_fallback, shipped_h100_tables_of_large_m_leave_decode_sizes_to_the_h200_tables) {
   volt8_ctx *ctx = ctx_on("sm_90", "NVIDIA H100 80GB HBM3");
@@ -487,25 +493,35 @@ Test(dispatch_fallback, shipped_h100_tables_of_large_m_leave_decode_sizes_to_the
   volt8_dispatch_plan *plan = NULL;
   cr_assert_eq(volt8_dispatch_plan_create(ctx, &shape, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
   for (int32_t tokens = 1; tokens <= 16384; tokens *= 2)
-    assert_tables_serve(plan, tokens, tokens < 128 ? "device=NVIDIA_H200." : "device=NVIDIA_H100_80GB_HBM3.", NULL);
+    assert_tables_serve(plan, tokens, 8, tokens < 128 ? "device=NVIDIA_H200." : "device=NVIDIA_H100_80GB_HBM3.", NULL);
   volt8_dispatch_plan_destroy(plan);
   volt8_ctx_destroy(ctx);
 }
 
-/* On an H100, GLM-4.5-Air has no table of its own below M = 256, and the H100 tables of other shapes
- * begin at M = 256 too. Another shape's table does not speak below its range (reach 1, where a
- * shape's own table reaches twice below it): at a decode size the same shape's table measured on
- * the H200 serves, as it did before any H100 table shipped. (At M = 64 the old rule, reach 2, served
- * GLM-4.5-Air TP4 from DeepSeek-V3's H100 tables: 247.1 us against 223.3 on the same H100.) */
-Test(dispatch_fallback, another_shapes_table_does_not_speak_below_its_range) {
+/* On an H100, a decode size of every registry rank is served by its own shape's table: from the
+ * H200 where the H100 tables of the shape begin at M = 256, and from the H100 where they begin at
+ * M = 1 (DeepSeek-V3 and GLM-4.5 at TP2). Another shape's table does not speak below its range
+ * (reach 1, where a shape's own table reaches twice below it): at M = 64 the old rule, reach 2,
+ * served GLM-4.5-Air TP4 from DeepSeek-V3's H100 tables, 247.1 us against 223.3 on the same H100.
+ * Nor does another shape's H100 table that begins at M = 1 hide the shape's own H200 table: it
+ * served Qwen3-Next TP8 at M = 1 from DeepSeek-V3 TP2's H100 entries until the shape's own tables
+ * from other devices were read past the first table that serves every count. */
+Test(dispatch_fallback, a_decode_size_is_served_by_its_own_shapes_table) {
   volt8_ctx *ctx = ctx_on("sm_90", "NVIDIA H100 80GB HBM3");
-  for (int32_t tp = 4; tp <= 8; tp *= 2) {
-    volt8_moe_shape shape = model_shape("glm-4.5-air", tp);
-    volt8_dispatch_plan *plan = NULL;
-    cr_assert_eq(volt8_dispatch_plan_create(ctx, &shape, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
-    const char *const own[2] = {tp == 4 ? "N=704,K=4096" : "N=352,K=4096", tp == 4 ? "N=4096,K=352" : "N=4096,K=176"};
-    for (int32_t tokens = 1; tokens <= 64; tokens *= 2) assert_tables_serve(plan, tokens, "device=NVIDIA_H200.", own);
-    volt8_dispatch_plan_destroy(plan);
+  for (int32_t index = 0; index < volt8_model_count(); index++) {
+    const volt8_model *model = volt8_model_at(index);
+    for (int32_t tp = 1; tp <= 8; tp *= 2) {
+      volt8_moe_shape shape = model_shape(model->name, tp);
+      volt8_dispatch_plan *plan = NULL;
+      cr_assert_eq(volt8_dispatch_plan_create(ctx, &shape, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
+      char own[2][48];
+      snprintf(own[0], sizeof own[0], "N=%d,K=%d,", 2 * shape.intermediate, shape.hidden);
+      snprintf(own[1], sizeof own[1], "N=%d,K=%d,", shape.hidden, shape.intermediate);
+      const char *const tables[2] = {own[0], own[1]};
+      for (int32_t tokens = 1; tokens <= 64; tokens *= 2)
+        assert_tables_serve(plan, tokens, model->top_k, "device=NVIDIA_H", tables);
+      volt8_dispatch_plan_destroy(plan);
+    }
   }
   volt8_ctx_destroy(ctx);
 }

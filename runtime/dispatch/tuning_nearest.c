@@ -179,14 +179,18 @@ volt8_status volt8_tuning_nearest_load(volt8_ctx *ctx, const volt8_moe_shape *sh
   int gathered = scratch && gather(&wanted, dir, &candidates);
   out->tables = gathered ? calloc(candidates.count > 0 ? (size_t)candidates.count : 1, sizeof *out->tables) : NULL;
   if (!out->tables) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table's candidates");
-  /* In the candidates' order, up to the first that serves every count: no later one is ever read. */
+  /* In the candidates' order, up to the first that serves every count (no later one is ever picked in
+   * pass 1), and past it the shape's own tables from other devices, which pass 0 serves first: a table
+   * of this device for another shape that serves every count must not hide them. */
+  int complete = 0;
   for (int32_t i = 0; i < candidates.count && status == VOLT8_OK; i++) {
+    int own_elsewhere = candidates.items[i].distance == 0.0 && candidates.items[i].device_rank == 2;
+    if (complete && !own_elsewhere) continue;
     int read =
         read_candidate(ctx, scratch, &candidates.items[i], dir, wanted.op_name, variants, count, &out->tables[out->count]);
     if (read < 0) status = volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the nearest tuning table");
-    if (read > 0) out->tables[out->count].same_shape_elsewhere =
-                      candidates.items[i].distance == 0.0 && candidates.items[i].device_rank == 2;
-    if (read > 0 && serves_every_count(&out->tables[out->count++])) break;
+    if (read > 0) out->tables[out->count].same_shape_elsewhere = own_elsewhere;
+    if (read > 0 && serves_every_count(&out->tables[out->count++])) complete = 1;
   }
   free(candidates.items);
   free(scratch);
