@@ -614,6 +614,52 @@ Test(tuner, writes_both_tables_with_metadata_and_progress) {
   volt8_ctx_destroy(ctx);
 }
 
+/* A screen that misleads: the dispatch's variants (the incumbents) screen 10 us slower than the rest
+ * and time 10 us faster in the final passes. */
+typedef struct misleading_timer {
+  char incumbent[2][96];
+  int32_t screen_batches;
+} misleading_timer;
+
+static volt8_status misleading_begin(void *state, int32_t m) { return VOLT8_OK; }
+static void misleading_end(void *state, int32_t m) {}
+
+static volt8_status misleading_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
+                                       tuner_measurement *out) {
+  misleading_timer *timer = state;
+  const char *names[2] = {gate_up, down};
+  out->accepted = 1;
+  out->relative_l2 = 1e-4;
+  out->forward_us = 100.0 + 0.01 * (double)(strlen(gate_up) + strlen(down));
+  for (int i = 0; i < 2; i++)
+    if (strcmp(names[i], timer->incumbent[i]) == 0) out->forward_us += batches == timer->screen_batches ? 10.0 : -10.0;
+  return VOLT8_OK;
+}
+
+/* The dispatch's variant of each op reaches the final passes even when its screen ranks it below the
+ * finalists, so that a pick is never one the final would have found slower than what is served. */
+Test(tuner, the_dispatchs_variant_reaches_the_final) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
+  int32_t m_values[1] = {64};
+  tuner_settings settings = fake_settings(m_values, 1, NULL);
+  volt8_forward_info served = VOLT8_FORWARD_INFO_INIT;
+  cr_assert_eq(volt8_forward_describe(ctx, &settings.shape, NULL, 64, settings.top_k, &served), VOLT8_OK, "%s",
+               volt8_last_error(ctx));
+  misleading_timer timer = {.screen_batches = settings.screen_batches};
+  snprintf(timer.incumbent[0], sizeof timer.incumbent[0], "%s", served.gate_up);
+  snprintf(timer.incumbent[1], sizeof timer.incumbent[1], "%s", served.down);
+  tuner_backend backend = {&timer, 1, misleading_begin, misleading_measure, misleading_end};
+  tuner_summary summary;
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
+  volt8_tuning_table gate_up = parse_written(summary.tables[0], "gate_up");
+  volt8_tuning_table down = parse_written(summary.tables[1], "down");
+  cr_assert_str_eq(gate_up.entries[0].variant, served.gate_up);
+  cr_assert_str_eq(down.entries[0].variant, served.down);
+  volt8_tuning_table_free(&gate_up);
+  volt8_tuning_table_free(&down);
+  volt8_ctx_destroy(ctx);
+}
+
 /* A clock that moves 0.25 s at each reading, and a backend that reports a split of its time. */
 static double stepping_seconds;
 static double stepping_clock(void) { return stepping_seconds += 0.25; }

@@ -43,7 +43,7 @@ const char *tune_usage(void) {
          "  --device N            CUDA device (default 0)\n"
          "  --seed N --sets N     problem seed and input sets per M (default 1 and by the L2 size)\n"
          "  --screen N --final N --finalists N   timed passes per candidate, per finalist, and how many\n"
-         "                        finalists (default 8, 30, 3)\n"
+         "                        finalists (default 8, 30, 3); the variant served today joins them\n"
          "  --prune F             a candidate whose first timed forward takes more than F times the best screened\n"
          "                        so far at its M is timed no further; candidates go largest block_m first,\n"
          "                        then fastest at the M before first (default 4; 0: every candidate timed in full)\n"

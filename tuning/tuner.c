@@ -1,5 +1,6 @@
-/* The tuning loop: per M, screen every candidate of gate_up (down held), time the finalists again,
- * then the same for down with the winning gate_up; write both tables after every M. */
+/* The tuning loop: per M, screen every candidate of gate_up (down held), time the finalists (and the
+ * dispatch's own gate_up) again, then the same for down with the winning gate_up; write both tables
+ * after every M. */
 #include "tuner.h"
 
 #include "bench_gpu.h"
@@ -218,7 +219,8 @@ typedef struct op_phase {
   volt8_op op;
   char **names;
   int32_t count;
-  const char *held; /* the other op's variant */
+  const char *held;      /* the other op's variant */
+  const char *incumbent; /* this op's variant as the dispatch serves it at this M (NULL: none) */
   /* With pruning: each name's first timing at the M before (its screen, or the forward that pruned
    * it; INFINITY when rejected or not yet timed), and the order of the next screen, fastest first. */
   double *last_us;
@@ -314,6 +316,17 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
   int32_t finalists = backend->measured ? settings->finalists : 0;
   if (finalists > accepted_count) finalists = accepted_count;
   state->total -= (backend->measured ? settings->finalists : 0) - finalists;
+  /* The dispatch's own variant joins the finalists when its screen ranked it below them: a screen of a
+   * few passes can put it 0.3% behind others that the final then finds slower, and a pick must beat
+   * what is served today in the same passes. */
+  for (int32_t i = finalists; finalists > 0 && phase->incumbent && i < accepted_count; i++)
+    if (strcmp(accepted[i].name, phase->incumbent) == 0) {
+      scored incumbent = accepted[i];
+      accepted[i] = accepted[finalists];
+      accepted[finalists++] = incumbent;
+      state->total++;
+      break;
+    }
   for (int32_t i = 0; i < finalists && status == VOLT8_OK; i++) {
     tuner_measurement again;
     status = measure_one(settings, backend, m, phase, accepted[i].name, settings->final_batches, INFINITY, &again);
@@ -436,6 +449,8 @@ static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const
   char reason[512] = "";
   int found = 0;
   phases[0].held = start.down;
+  phases[0].incumbent = start.gate_up;
+  phases[1].incumbent = start.down;
   status = tune_op(settings, backend, m, &phases[0], state, summary, gate_up, &found, reason, sizeof reason);
   if (status == VOLT8_OK) note_pick(&phases[0], m, found, gate_up);
   if (status == VOLT8_OK && found) progress_result(state, m, "gate_up", gate_up);
@@ -479,8 +494,7 @@ static void order_largest_items_first(char **names, int32_t count) {
 volt8_status tuner_run(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend,
                        tuner_summary *out_summary) {
   memset(out_summary, 0, sizeof *out_summary);
-  op_phase phases[2] = {{VOLT8_OP_GATE_UP, NULL, 0, NULL, NULL, NULL, NULL, 0, -1},
-                        {VOLT8_OP_DOWN, NULL, 0, NULL, NULL, NULL, NULL, 0, -1}};
+  op_phase phases[2] = {{.op = VOLT8_OP_GATE_UP, .pick_block_m = -1}, {.op = VOLT8_OP_DOWN, .pick_block_m = -1}};
   volt8_status status = tuner_candidates(ctx, &settings->shape, VOLT8_OP_GATE_UP, &phases[0].names, &phases[0].count);
   if (status == VOLT8_OK) status = tuner_candidates(ctx, &settings->shape, VOLT8_OP_DOWN, &phases[1].names, &phases[1].count);
   /* Pruning screens the largest items first at the first M (at large M they are the fastest), and at
