@@ -8,7 +8,8 @@ fallback's.
 
 Per shape and M: the fallback pair's forward time is the screen time of the dispatch's gate_up in the
 gate_up group (its down held, the dispatch's down); the tuned pair's is the screen time of the picked
-down in the down group (the picked gate_up held). Distance = fallback / tuned - 1."""
+down in the down group (the picked gate_up held). Distance = fallback / tuned - 1; 0 where the tables
+kept the served pair (the log's "kept" line: the tuned pair no faster in the final passes)."""
 import argparse
 import os
 import sys
@@ -31,6 +32,9 @@ def distance(shape, m):
     fallback_us, accepted, _ = screened[gate_up]
     if not accepted or fallback_us is None:
         return "the dispatch's gate_up %s was rejected" % gate_up
+    if m in shape.kept:  # the tables kept the served pair: the fallback is the tuned pair
+        return {"fallback": (gate_up, down), "fallback_us": fallback_us, "tuned": shape.kept[m],
+                "tuned_us": fallback_us, "distance": 0.0}
     tuned_us = shape.accepted_times(m, "down").get(tuned_down)
     if tuned_us is None:
         return "the picked down %s has no screen time" % tuned_down

@@ -11,7 +11,8 @@ DIR: the tables `volt8 tune` wrote for the logs' shapes (models_tune's logs/tabl
 (g, d) that was never timed together, by additivity of the two ops' launches:
     t(g, d) ~ t_gate_up(g | d0) + t_down(d | g*) - t_gate_up(g* | d0)
 with d0 the down held while gate_up was screened and g* the gate_up picked (held while down was
-screened). Distance = that estimate / the tuned pair's time - 1."""
+screened). Distance = that estimate / the tuned pair's time - 1; where the tables kept the served pair
+(the log's "kept" line), the tuned pair is that one, timed as g* was, with d0 held."""
 import argparse
 import os
 import subprocess
@@ -72,8 +73,11 @@ def estimate(shape, m, pair):
         if variant not in times:
             return "%s has no screen time (not a candidate, or rejected)" % variant
     estimated = gate_up_times[gate_up] + down_times[down] - gate_up_times[tuned_gate_up]
-    tuned = down_times[tuned_down]
-    return {"fallback": pair, "fallback_us": estimated, "tuned": (tuned_gate_up, tuned_down), "tuned_us": tuned,
+    tuned_pair, tuned = (tuned_gate_up, tuned_down), down_times[tuned_down]
+    kept = shape.kept.get(m)
+    if kept and kept[0] in gate_up_times:  # the tables kept the served pair: its time with the served down held
+        tuned_pair, tuned = kept, gate_up_times[kept[0]]
+    return {"fallback": pair, "fallback_us": estimated, "tuned": tuned_pair, "tuned_us": tuned,
             "distance": estimated / tuned - 1.0}
 
 

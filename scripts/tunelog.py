@@ -12,7 +12,8 @@ SHAPE_KEYS = ("hidden", "intermediate", "intermediate_offset", "num_experts", "b
 
 class Shape:
     """One tuned shape of a log: its record, the dispatch picks per M, every screen/final time by
-    (m, op, pass) as {variant: (forward_us or None, accepted, held)}, and the picks by (m, op)."""
+    (m, op, pass) as {variant: (forward_us or None, accepted, held)}, the picks by (m, op), and the
+    served pairs kept in their place by m."""
 
     def __init__(self, record):
         self.record = record
@@ -21,6 +22,7 @@ class Shape:
         self.dispatch = {}
         self.groups = {}
         self.picks = {}
+        self.kept = {}  # {m: (gate_up, down)}: the served pair the tables kept, the tuned pair no faster in the finals
         self.seconds = {}  # {m: {"measures", "pruned", "skipped", "wall", "setup", "check", "timing", "inputs"}}, from measured logs
         prepare = record.get("prepare_ms")
         self.prepare = prepare / 1e3 if is_number(prepare) else None  # seconds before the first M (compiling, the experts)
@@ -95,6 +97,8 @@ def read(path):
                 sums["skipped"] = sums.get("skipped", 0) + 1
             elif kind == "pick":
                 current.picks[(record["m"], record["op"])] = record["variant"]
+            elif kind == "kept":
+                current.kept[record["m"]] = (record["gate_up"], record["down"])
     return shapes
 
 
@@ -121,9 +125,11 @@ def merge(into, later):
     for m in m_values:
         into.dispatch.pop(m, None)
         into.seconds.pop(m, None)
+        into.kept.pop(m, None)
     into.dispatch.update(later.dispatch)
     into.groups.update(later.groups)
     into.picks.update(later.picks)
+    into.kept.update(later.kept)
     into.seconds.update(later.seconds)
 
 

@@ -660,6 +660,75 @@ Test(tuner, the_dispatchs_variant_reaches_the_final) {
   volt8_ctx_destroy(ctx);
 }
 
+/* Times that drift between the two ops' passes: a gate_up X that ties the served down beats the
+ * served pair in gate_up's passes (99.5 against 100 us) and loses to it in down's (100.5), and every
+ * other down with X is slower still. */
+typedef struct drifting_timer {
+  char served[2][96], faster_gate_up[96];
+  int32_t x_with_served_down;
+} drifting_timer;
+
+static volt8_status drifting_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
+                                     tuner_measurement *out) {
+  drifting_timer *timer = state;
+  int served_down = strcmp(down, timer->served[1]) == 0, x = strcmp(gate_up, timer->faster_gate_up) == 0;
+  out->accepted = 1;
+  out->relative_l2 = 1e-4;
+  if (strcmp(gate_up, timer->served[0]) == 0 && served_down) out->forward_us = 100.0;
+  else if (x && served_down) out->forward_us = timer->x_with_served_down++ < 2 ? 99.5 : 100.5;
+  else out->forward_us = 101.0 + 0.01 * (double)(strlen(gate_up) + strlen(down));
+  return VOLT8_OK;
+}
+
+/* When the tuned pair's final is no faster than the served pair's, the served pair is kept and the
+ * tuned picks become the runners-up; the log's "kept" line names it, its pick lines stay the ops'. */
+Test(tuner, the_served_pair_is_kept_unless_beaten) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
+  int32_t m_values[1] = {64};
+  char *log_text = NULL;
+  size_t log_size = 0;
+  FILE *log = open_memstream(&log_text, &log_size);
+  tuner_settings settings = fake_settings(m_values, 1, NULL);
+  settings.log = log;
+  volt8_forward_info served = VOLT8_FORWARD_INFO_INIT;
+  cr_assert_eq(volt8_forward_describe(ctx, &settings.shape, NULL, 64, settings.top_k, &served), VOLT8_OK, "%s",
+               volt8_last_error(ctx));
+  drifting_timer timer = {0};
+  snprintf(timer.served[0], sizeof timer.served[0], "%s", served.gate_up);
+  snprintf(timer.served[1], sizeof timer.served[1], "%s", served.down);
+  char **names = NULL;
+  int32_t count = 0;
+  cr_assert_eq(tuner_candidates(ctx, &settings.shape, VOLT8_OP_GATE_UP, &names, &count), VOLT8_OK);
+  snprintf(timer.faster_gate_up, sizeof timer.faster_gate_up, "%s", strcmp(names[0], served.gate_up) ? names[0] : names[1]);
+  volt8_codegen_names_free(names, count);
+  tuner_backend backend = {&timer, 1, misleading_begin, drifting_measure, misleading_end};
+  tuner_summary summary;
+  cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
+  fclose(log);
+  cr_assert_eq(timer.x_with_served_down, 4, "X with the served down: gate_up's screen and final, down's screen and final");
+  volt8_tuning_table gate_up = parse_written(summary.tables[0], "gate_up");
+  volt8_tuning_table down = parse_written(summary.tables[1], "down");
+  cr_assert_str_eq(gate_up.entries[0].variant, served.gate_up, "X's pair took 100.5 us in the final against 100");
+  cr_assert_str_eq(down.entries[0].variant, served.down);
+  volt8_tuning_table_free(&gate_up);
+  volt8_tuning_table_free(&down);
+  char *text = read_text(summary.tables[0]);
+  char runner_up[160];
+  snprintf(runner_up, sizeof runner_up, "\"runner_up\":\"%s\"", timer.faster_gate_up);
+  cr_assert_not_null(strstr(text, runner_up), "the tuned gate_up is the runner-up: %s", text);
+  cr_assert_not_null(strstr(text, "\"forward_us\":100,"), "the served pair's final time: %s", text);
+  free(text);
+  char kept[512];
+  snprintf(kept, sizeof kept, "\"kind\":\"kept\",\"m\":64,\"gate_up\":\"%s\",\"down\":\"%s\",\"forward_us\":100,",
+           served.gate_up, served.down);
+  cr_assert_not_null(strstr(log_text, kept), "%s", log_text);
+  char pick[256];
+  snprintf(pick, sizeof pick, "\"kind\":\"pick\",\"m\":64,\"op\":\"gate_up\",\"variant\":\"%s\"", timer.faster_gate_up);
+  cr_assert_not_null(strstr(log_text, pick), "the pick line stays the op's pick: %s", log_text);
+  free(log_text);
+  volt8_ctx_destroy(ctx);
+}
+
 /* A clock that moves 0.25 s at each reading, and a backend that reports a split of its time. */
 static double stepping_seconds;
 static double stepping_clock(void) { return stepping_seconds += 0.25; }

@@ -274,7 +274,10 @@ static void progress_rejection(progress *state, int32_t m, const char *op, const
 /* Screens every candidate, times the finalists again, fills `entry`. *out_found = 0 when none passed. */
 static volt8_status tune_op(const tuner_settings *settings, const tuner_backend *backend, int32_t m,
                             const op_phase *phase, progress *state, tuner_summary *summary,
-                            tuning_result_entry *entry, int *out_found, char *last_reason, size_t reason_size) {
+                            tuning_result_entry *entry, int *out_found, char *last_reason, size_t reason_size,
+                            tuner_measurement *out_incumbent) {
+  out_incumbent->accepted = 0;
+  out_incumbent->forward_us = INFINITY;
   scored *accepted = calloc((size_t)phase->count, sizeof *accepted);
   if (!accepted) return VOLT8_ERR_OUT_OF_MEMORY;
   int32_t accepted_count = 0, rejected = 0;
@@ -336,6 +339,8 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
     progress_step(state, m, accepted[i].name);
     if (status == VOLT8_OK && again.accepted) accepted[i].result = again;
     else if (status == VOLT8_OK) accepted[i].result.forward_us = INFINITY; /* failed on the second run: last */
+    if (status == VOLT8_OK && again.accepted && phase->incumbent && strcmp(accepted[i].name, phase->incumbent) == 0)
+      *out_incumbent = again;
   }
   qsort(accepted, (size_t)finalists, sizeof *accepted, compare_scored);
   *out_found = status == VOLT8_OK && accepted_count > 0 && isfinite(accepted[0].result.forward_us);
@@ -435,6 +440,41 @@ static volt8_status held_m_values(volt8_ctx *ctx, const tuner_settings *settings
   return VOLT8_OK;
 }
 
+/* The served pair's final time (gate_up's final, the served down held) is no slower than the tuned
+ * pair's (down's final): the served pair is kept, each op's tuned pick its runner-up. The two finals
+ * time the same passes over the same input sets, so a pick must beat what is served in them. The log's
+ * pick lines stay the ops' picks, which its measurements of each op were made against; a "kept" line
+ * names the pair the tables hold. */
+static void keep_served_pair(const tuner_settings *settings, const volt8_forward_info *served_pair,
+                             const tuner_measurement *served, tuning_result_entry *gate_up, tuning_result_entry *down) {
+  if (strcmp(gate_up->variant, served_pair->gate_up) == 0 && strcmp(down->variant, served_pair->down) == 0) return;
+  if (settings->log) {
+    cJSON *line = log_object("kept", gate_up->m);
+    cJSON_AddStringToObject(line, "gate_up", served_pair->gate_up);
+    cJSON_AddStringToObject(line, "down", served_pair->down);
+    log_number_or_null(line, "forward_us", served->forward_us);
+    cJSON_AddStringToObject(line, "tuned_gate_up", gate_up->variant);
+    cJSON_AddStringToObject(line, "tuned_down", down->variant);
+    log_number_or_null(line, "tuned_us", down->forward_us);
+    log_line(settings, line);
+  }
+  tuning_result_entry *entries[2] = {gate_up, down};
+  const char *names[2] = {served_pair->gate_up, served_pair->down};
+  for (int op = 0; op < 2; op++) {
+    tuning_result_entry *entry = entries[op];
+    if (strcmp(entry->variant, names[op]) != 0) {
+      snprintf(entry->runner_up, sizeof entry->runner_up, "%s", entry->variant);
+      entry->runner_up_us = entry->forward_us;
+      snprintf(entry->variant, sizeof entry->variant, "%s", names[op]);
+    }
+    snprintf(entry->paired_with, sizeof entry->paired_with, "%s", names[1 - op]);
+  }
+  for (int op = 0; op < 2; op++) {
+    entries[op]->forward_us = served->forward_us;
+    entries[op]->relative_l2 = served->relative_l2;
+  }
+}
+
 /* One M: gate_up with the dispatch's down, then down with the winning gate_up. */
 static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const tuner_backend *backend, int32_t m,
                            op_phase phases[2], progress *state, tuner_summary *summary, tuning_result_entry *gate_up,
@@ -448,16 +488,21 @@ static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const
   log_dispatch(settings, m, &start, (now_seconds(settings) - begun) * 1e3);
   char reason[512] = "";
   int found = 0;
+  tuner_measurement served, unused;
   phases[0].held = start.down;
   phases[0].incumbent = start.gate_up;
   phases[1].incumbent = start.down;
-  status = tune_op(settings, backend, m, &phases[0], state, summary, gate_up, &found, reason, sizeof reason);
+  status = tune_op(settings, backend, m, &phases[0], state, summary, gate_up, &found, reason, sizeof reason, &served);
   if (status == VOLT8_OK) note_pick(&phases[0], m, found, gate_up);
   if (status == VOLT8_OK && found) progress_result(state, m, "gate_up", gate_up);
   if (status == VOLT8_OK && !found) note_failure(summary, m, "gate_up", reason);
   if (status == VOLT8_OK && found) {
     phases[1].held = gate_up->variant;
-    status = tune_op(settings, backend, m, &phases[1], state, summary, down, &found, reason, sizeof reason);
+    status = tune_op(settings, backend, m, &phases[1], state, summary, down, &found, reason, sizeof reason, &unused);
+    if (status == VOLT8_OK && found && served.accepted && served.forward_us <= down->forward_us) {
+      keep_served_pair(settings, &start, &served, gate_up, down);
+      note_pick(&phases[0], m, 1, gate_up); /* the block_m that skip_pruned compares with at the next M */
+    }
     if (status == VOLT8_OK) note_pick(&phases[1], m, found, down);
     if (status == VOLT8_OK && found) progress_result(state, m, "down", down);
     if (status == VOLT8_OK && !found) note_failure(summary, m, "down", reason);

@@ -84,6 +84,27 @@ def test_logs_of_one_shape_join_a_later_m_replacing_the_same_m(tmp_path):
     assert "gate_up.mma.bm8.bn16.w2.sk1 was not among the candidates timed" in result.stdout
 
 
+def test_a_kept_served_pair_is_the_tuned_pair(tmp_path):
+    """The tuner kept the served pair (G0, D0) over its picks (G1, D1): the distance is 0, not the +20% the
+    picks' screen times give."""
+    path = tmp_path / "kept.jsonl"
+    records = [shape("glm-4.5-air tp8 rank 1", 4096, 176)]
+    records += one_m(1, (G0, D0), {G0: 12.0, G1: 10.0}, G1, {D0: 10.5, D1: 10.0}, D1)
+    records.append({"kind": "kept", "m": 1, "gate_up": G0, "down": D0, "forward_us": 9.9, "tuned_gate_up": G1,
+                    "tuned_down": D1, "tuned_us": 10.1})
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    result = run("fallback_distance.py", path, "--markdown")
+    assert result.returncode == 0, result.stderr
+    assert "| glm-4.5-air tp8 rank 1 | 1 | %s / %s | 12.00 | %s / %s | 12.00 | +0.0%% |" % (G0, D0, G0, D0) \
+        in result.stdout, result.stdout
+    # The evaluator: the stand-in's G0 + D1, 12 + 10 - 10 = 12 us, against the kept pair's 12 (G0 | D0), not 10.
+    tables, volt8 = stand_in(tmp_path)
+    result = run("fallback_eval.py", "--tables", tables, "--volt8", volt8, path)
+    assert result.returncode == 0, result.stderr
+    glm = next(line for line in result.stdout.splitlines() if line.startswith("glm"))
+    assert "+0.0%" in glm and "+20.0%" not in glm, result.stdout
+
+
 def test_a_fifo_for_a_log_is_refused_without_waiting_for_a_writer(tmp_path):
     fifo = tmp_path / "tune.jsonl"
     os.mkfifo(fifo)
@@ -106,7 +127,8 @@ STAND_IN = textwrap.dedent("""\
     """) % (sys.executable, G0, D1)
 
 
-def test_eval_leaves_the_own_tables_out_and_estimates_by_additivity(tmp_path):
+def stand_in(tmp_path):
+    """A tables folder with the two shapes' own tables and one other, and the stand-in volt8."""
     tables = tmp_path / "tables"
     tables.mkdir()
     for name in ("op=down,N=4096,K=176,block=128x128,arch=sm_90,device=NVIDIA_H200.json",
@@ -116,6 +138,11 @@ def test_eval_leaves_the_own_tables_out_and_estimates_by_additivity(tmp_path):
     volt8 = tmp_path / "volt8"
     volt8.write_text(STAND_IN)
     volt8.chmod(volt8.stat().st_mode | stat.S_IXUSR)
+    return tables, volt8
+
+
+def test_eval_leaves_the_own_tables_out_and_estimates_by_additivity(tmp_path):
+    tables, volt8 = stand_in(tmp_path)
     result = run("fallback_eval.py", "--tables", tables, "--volt8", volt8, "--m", "1", write_log(tmp_path))
     assert result.returncode == 0, result.stderr
     # glm: G0 | D0 12 + D1 | G1 10 - G1 | D0 10 = 12 against 10; qwen: 9 + 8 - 8 = 9 against 8
