@@ -447,7 +447,6 @@ static volt8_status held_m_values(volt8_ctx *ctx, const tuner_settings *settings
  * names the pair the tables hold. */
 static void keep_served_pair(const tuner_settings *settings, const volt8_forward_info *served_pair,
                              const tuner_measurement *served, tuning_result_entry *gate_up, tuning_result_entry *down) {
-  if (strcmp(gate_up->variant, served_pair->gate_up) == 0 && strcmp(down->variant, served_pair->down) == 0) return;
   if (settings->log) {
     cJSON *line = log_object("kept", gate_up->m);
     cJSON_AddStringToObject(line, "gate_up", served_pair->gate_up);
@@ -499,7 +498,10 @@ static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const
   if (status == VOLT8_OK && found) {
     phases[1].held = gate_up->variant;
     status = tune_op(settings, backend, m, &phases[1], state, summary, down, &found, reason, sizeof reason, &unused);
-    if (status == VOLT8_OK && found && served.accepted && served.forward_us <= down->forward_us) {
+    /* Where gate_up's pick is the served one, down's final already timed the served down against the
+     * rest with it held; else the served pair's time is gate_up's final of it. */
+    if (status == VOLT8_OK && found && served.accepted && strcmp(gate_up->variant, start.gate_up) != 0 &&
+        served.forward_us <= down->forward_us) {
       keep_served_pair(settings, &start, &served, gate_up, down);
       note_pick(&phases[0], m, 1, gate_up); /* the block_m that skip_pruned compares with at the next M */
     }
