@@ -467,10 +467,8 @@ static void keep_served_pair(const tuner_settings *settings, const volt8_forward
       snprintf(entry->variant, sizeof entry->variant, "%s", names[op]);
     }
     snprintf(entry->paired_with, sizeof entry->paired_with, "%s", names[1 - op]);
-  }
-  for (int op = 0; op < 2; op++) {
-    entries[op]->forward_us = served->forward_us;
-    entries[op]->relative_l2 = served->relative_l2;
+    entry->forward_us = served->forward_us;
+    entry->relative_l2 = served->relative_l2;
   }
 }
 

@@ -18,7 +18,8 @@
  * One exception to that order: the shape's own table from another device (its own N and K) comes
  * first wherever the count lies in its range (from half its smallest M to its largest). There it was
  * measured at this shape's counts, which another shape's table of this device, scaled, was not: on an
- * H100, DeepSeek-V3 TP2's table from M = 64 would otherwise pick for GLM-4.5-Air's decode sizes.
+ * H100, DeepSeek-V3 TP2's table from M = 1 would otherwise pick for every model's decode sizes. So
+ * those tables are read even past the first candidate that serves every count.
  * out_match->source = NEAREST when one served, else NONE.
  * Unreadable or invalid candidates are skipped with a warning. Errors only for memory. */
 volt8_status volt8_tuning_nearest(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
