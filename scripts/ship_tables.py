@@ -11,8 +11,10 @@ made here by `volt8 tune --derive sm_70`, not copied. --merge: the run measured 
 (`TUNE_M`, large M, say): its entries are merged into the shipped table of the same name, as the
 tuner merges (the run's entries replace those of the same M, its runs are added to the runs, a run
 of the same date and command as one already there in its place, its metadata heads the table), and
-a table ships whatever token counts it holds; a run table that a later call's tune was seeded with
-and added nothing to leaves the shipped table as it is. Prints one line per table, copied, merged,
+a table ships whatever token counts it holds; of a run table that a call's tune was seeded with, only
+the token counts its new runs measured are taken (the seed's entries may be older than what ships
+now, after another call's merge), and one to which the tune added nothing leaves the shipped table
+as it is. Prints one line per table, copied, merged,
 unchanged or skipped and why; exits 1 when a table cannot be read."""
 import argparse
 import json
@@ -66,16 +68,27 @@ def run_key(run):
 
 def merged(shipped, run):
     """The shipped table with the run's entries and runs merged in (tuning/table_io.c's merge): a run
-    the shipped table already holds is replaced, not added again."""
+    the shipped table already holds is replaced, not added again. Only the token counts measured by
+    the run table's runs that the shipped table does not hold are taken: the rest of a seeded run
+    table are its seed's entries, which another call's merge may since have replaced. A run table
+    whose every run is shipped adds nothing, and one whose new runs do not say what they measured
+    (no "m") gives all its entries, as before runs said it."""
+    shipped_keys = {run_key(item) for item in shipped.get("__metadata__", {}).get("runs", [])}
+    run_runs = run["__metadata__"].get("runs", [])
+    fresh = [item for item in run_runs if run_key(item) not in shipped_keys]
+    if run_runs and not fresh:
+        return shipped
+    taken = None if not run_runs or any("m" not in item for item in fresh) else \
+        {str(value) for item in fresh for value in item["m"]}
     meta = dict(run["__metadata__"])
-    new_keys = {run_key(item) for item in run["__metadata__"].get("runs", [])}
+    new_keys = {run_key(item) for item in run_runs}
     old_runs = [item for item in shipped.get("__metadata__", {}).get("runs", []) if run_key(item) not in new_keys]
     meta["runs"] = (old_runs[-(MAX_RUNS_KEPT - 1):] if len(old_runs) > MAX_RUNS_KEPT - 1 else list(old_runs)) + \
         run["__metadata__"].get("runs", [])
     if shipped.get("__metadata__", {}).get("measured") is False:
         meta["measured"] = False
     entries = {key: value for key, value in shipped.items() if key != "__metadata__"}
-    entries.update({key: value for key, value in run.items() if key != "__metadata__"})
+    entries.update({key: value for key, value in run.items() if key != "__metadata__" and (taken is None or key in taken)})
     out = {"__metadata__": meta}
     for key in sorted(entries, key=int):
         out[key] = entries[key]

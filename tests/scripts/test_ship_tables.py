@@ -81,3 +81,34 @@ def test_merge_adds_new_token_counts_once_and_leaves_a_seeded_copy_alone(tmp_pat
     merged = json.loads((into / "a.json").read_text())
     assert merged["__metadata__"]["runs"] == [seed_run, later_run]
     assert sorted(key for key in merged if key != "__metadata__") == ["256", "512"]
+
+
+def test_a_seeded_copy_does_not_undo_another_calls_merge(tmp_path):
+    seed_run = {"date": "2026-12-06T04:22:49Z", "command": "volt8 tune --m 256,512", "m": [256, 512]}
+    seeded = table("down", 2048, 64, m=(256, 512))
+    seeded["__metadata__"]["runs"] = [seed_run]
+    # Two calls seeded with the same table: the first measured this shape again, the second another
+    # shape, so its copy of this one holds the seed alone.
+    again_run = {"date": "2026-12-06T10:53:40Z", "command": "volt8 tune --m 256,512 (again)", "m": [256, 512]}
+    again = table("down", 2048, 64, m=(256, 512))
+    again["__metadata__"]["runs"] = [seed_run, again_run]
+    for key in ("256", "512"):
+        again[key] = {"variant": "down.raw.bm64.bn128.w4.sk1.o2.f256"}
+    # A third call measured M = 512 of this shape after the seed: its 256 entry is the seed's.
+    later_run = {"date": "2026-12-06T11:30:00Z", "command": "volt8 tune --m 512", "m": [512]}
+    later = table("down", 2048, 64, m=(256, 512))
+    later["__metadata__"]["runs"] = [seed_run, later_run]
+    later["512"] = {"variant": "down.raw.bm128.bn128.w4.sk1.o2.f256"}
+    into = tmp_path / "into"
+    run(tmp_path, {"a.json": seeded}, "--merge")  # what ships: the seed
+    args = ["--into", str(into), "--volt8", str(tmp_path / "volt8"), "--merge"]
+    for body in (again, seeded, later):
+        (tmp_path / "run" / "a.json").write_text(json.dumps(body))
+        result = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "run"), *args], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    shipped = json.loads((into / "a.json").read_text())
+    # The second call's seed copy changed nothing; the third took its M = 512 alone.
+    assert shipped["256"]["variant"] == "down.raw.bm64.bn128.w4.sk1.o2.f256"
+    assert shipped["512"]["variant"] == "down.raw.bm128.bn128.w4.sk1.o2.f256"
+    runs = shipped["__metadata__"]["runs"]
+    assert sorted(runs, key=lambda item: item["date"]) == [seed_run, again_run, later_run] and len(runs) == 3
