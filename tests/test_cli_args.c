@@ -522,6 +522,7 @@ static const bad_argument BAD_ARGUMENTS[] = {
     {{"tune", "--prune", "1001"}, {"volt8 tune: --prune 1001 is not a valid prune factor", "0..1000"}},
     {{"tune", "--skip-pruned", "2"}, {"volt8 tune: --skip-pruned 2 is not a valid switch", "0..1"}},
     {{"tune", "--resume", "-1"}, {"volt8 tune: --resume -1 is not a valid switch", "0..1"}},
+    {{"tune", "--keep-within", "101"}, {"volt8 tune: --keep-within 101 is not a valid percent", "0..100"}},
     {{"tune", "--jobs", "0"}, {"volt8 tune: --jobs 0 is not a valid compile thread count", "1..256"}},
     {{"tune", "--log", ""}, {"volt8 tune: --log \"\" names no file"}},
     {{"tune", "--derive", "sm_80"}, {"volt8 tune: --derive \"sm_80\": only sm_70 has a model"}},

@@ -729,6 +729,74 @@ Test(tuner, the_served_pair_is_kept_unless_beaten) {
   volt8_ctx_destroy(ctx);
 }
 
+/* The served pair takes 100 us; gate_up X with the served down takes x_first_us in its first two
+ * measurements (gate_up's screen and final) and x_later_us after (down's); every other pair 101 us or
+ * more. */
+typedef struct margin_timer {
+  char served[2][96], x[96];
+  double x_first_us, x_later_us;
+  int32_t x_with_served_down;
+} margin_timer;
+
+static volt8_status margin_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
+                                   tuner_measurement *out) {
+  margin_timer *timer = state;
+  int served_down = strcmp(down, timer->served[1]) == 0;
+  out->accepted = 1;
+  out->relative_l2 = 1e-4;
+  if (strcmp(gate_up, timer->served[0]) == 0 && served_down) out->forward_us = 100.0;
+  else if (strcmp(gate_up, timer->x) == 0 && served_down)
+    out->forward_us = timer->x_with_served_down++ < 2 ? timer->x_first_us : timer->x_later_us;
+  else out->forward_us = 101.0 + 0.01 * (double)(strlen(gate_up) + strlen(down));
+  return VOLT8_OK;
+}
+
+/* A final time within keep_within of the served one does not move a table: gate_up X at 99.5 us against
+ * the served 100 (the op's rule), and X ahead by 2% in gate_up's final but its pair at 99.5 in down's
+ * (the pair's rule). With keep_within 0 both take X. */
+Test(tuner, a_tie_within_the_margin_keeps_what_is_served) {
+  volt8_ctx *ctx = test_cpu_ctx("sm_90");
+  int32_t m_values[1] = {64};
+  volt8_forward_info served = VOLT8_FORWARD_INFO_INIT;
+  tuner_settings probe = fake_settings(m_values, 1, NULL);
+  cr_assert_eq(volt8_forward_describe(ctx, &probe.shape, NULL, 64, probe.top_k, &served), VOLT8_OK, "%s",
+               volt8_last_error(ctx));
+  char **names = NULL;
+  int32_t count = 0;
+  cr_assert_eq(tuner_candidates(ctx, &probe.shape, VOLT8_OP_GATE_UP, &names, &count), VOLT8_OK);
+  char x[96];
+  snprintf(x, sizeof x, "%s", strcmp(names[0], served.gate_up) ? names[0] : names[1]);
+  volt8_codegen_names_free(names, count);
+  const double first_us[2] = {99.5, 98.0};
+  for (int rule = 0; rule < 2; rule++)
+    for (int margin = 0; margin < 2; margin++) {
+      margin_timer timer = {.x_first_us = first_us[rule], .x_later_us = 99.5};
+      snprintf(timer.served[0], sizeof timer.served[0], "%s", served.gate_up);
+      snprintf(timer.served[1], sizeof timer.served[1], "%s", served.down);
+      snprintf(timer.x, sizeof timer.x, "%s", x);
+      tuner_settings settings = fake_settings(m_values, 1, NULL);
+      settings.keep_within = margin ? 0.01 : 0.0;
+      tuner_backend backend = {&timer, 1, misleading_begin, margin_measure, misleading_end};
+      tuner_summary summary;
+      cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
+      volt8_tuning_table gate_up = parse_written(summary.tables[0], "gate_up");
+      volt8_tuning_table down = parse_written(summary.tables[1], "down");
+      cr_assert_str_eq(gate_up.entries[0].variant, margin ? served.gate_up : x, "%s rule, keep_within %s",
+                       rule ? "the pair's" : "the op's", margin ? "1%" : "0");
+      cr_assert_str_eq(down.entries[0].variant, served.down);
+      volt8_tuning_table_free(&gate_up);
+      volt8_tuning_table_free(&down);
+      char *text = read_text(summary.tables[0]);
+      char runner_up[160];
+      snprintf(runner_up, sizeof runner_up, "\"runner_up\":\"%s\"", margin ? x : served.gate_up);
+      cr_assert_not_null(strstr(text, runner_up), "%s", text);
+      free(text);
+      remove(summary.tables[0]);
+      remove(summary.tables[1]);
+    }
+  volt8_ctx_destroy(ctx);
+}
+
 /* A clock that moves 0.25 s at each reading, and a backend that reports a split of its time. */
 static double stepping_seconds;
 static double stepping_clock(void) { return stepping_seconds += 0.25; }

@@ -29,6 +29,7 @@ void tune_options_default(tune_options *options) {
   options->finalists = 3;
   options->prune_factor = 4;
   options->skip_pruned = 1;
+  options->keep_within = 1;
 }
 
 const char *tune_usage(void) {
@@ -49,6 +50,8 @@ const char *tune_usage(void) {
          "                        then fastest at the M before first (default 4; 0: every candidate timed in full)\n"
          "  --skip-pruned 0|1     1: a candidate pruned at a smaller M, its items no larger than the pick's there,\n"
          "                        is not measured at later M (default 1; needs --prune)\n"
+         "  --keep-within P       the served variant, and the served pair, stay unless a final time beats theirs\n"
+         "                        by more than P percent (default 1; 0: any faster time wins)\n"
          "  --resume 0|1          1: an M that both of a shape's tables in --out already hold is not tuned again,\n"
          "                        so a tune cut short goes on where it stopped (default 0)\n"
          "  --jobs N              compile threads (default: processors, at most 16)\n"
@@ -85,7 +88,7 @@ static int is_tune_option(const char *name) {
   static const char *const names[] = {"--tp",     "--model",  "--shape", "--m",      "--top-k",     "--out",
                                       "--target-arch", "--device", "--seed", "--sets", "--screen", "--final",
                                       "--finalists",   "--jobs",   "--derive", "--log", "--model-device", "--prune",
-                                      "--skip-pruned", "--resume"};
+                                      "--skip-pruned", "--resume", "--keep-within"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(name, names[i]) == 0) return 1;
   return 0;
@@ -151,6 +154,8 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
       bad = volt8_tools_flag_number(name, next, "count of finalists", 0, 64, &out->finalists, error, error_size);
     } else if (strcmp(name, "--prune") == 0) {
       bad = volt8_tools_flag_number(name, next, "prune factor", 0, 1000, &out->prune_factor, error, error_size);
+    } else if (strcmp(name, "--keep-within") == 0) {
+      bad = volt8_tools_flag_number(name, next, "percent", 0, 100, &out->keep_within, error, error_size);
     } else if (strcmp(name, "--skip-pruned") == 0) {
       bad = volt8_tools_flag_number(name, next, "switch", 0, 1, &out->skip_pruned, error, error_size);
     } else if (strcmp(name, "--resume") == 0) {
@@ -341,10 +346,13 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, i
   char device_token[128], nvrtc[64], method[512];
   volt8_tuning_device_token(volt8_tools_ctx(ctx).device_name, device_token, sizeof device_token);
   nvrtc_version(ctx, nvrtc, sizeof nvrtc);
+  char keep[96] = "";
+  if (options->keep_within > 0)
+    snprintf(keep, sizeof keep, "; the served variant and pair kept unless beaten by more than %d%%", options->keep_within);
   snprintf(method, sizeof method,
            "measured: each candidate checked against the reference (relative L2 <= 1e-3), then the median of "
-           "%d (finalists: %d) graph-replayed passes over rotating input sets%s%s", options->screen_batches,
-           options->final_batches,
+           "%d (finalists: %d) graph-replayed passes over rotating input sets%s%s%s", options->screen_batches,
+           options->final_batches, keep,
            options->prune_factor > 0 ? "; a candidate whose first timed forward was over the prune factor times the "
                                        "best so far timed no further nor checked" : "",
            options->prune_factor > 0 && options->skip_pruned
@@ -355,7 +363,8 @@ static volt8_status measure_shape(volt8_ctx *ctx, const tune_options *options, i
       .shape = *shape, .top_k = options->top_k, .m_values = options->m_values, .m_count = options->m_count,
       .screen_batches = options->screen_batches, .final_batches = options->final_batches,
       .finalists = options->finalists, .prune_factor = options->prune_factor,
-      .skip_pruned = options->skip_pruned, .resume = options->resume, .out_dir = options->out_dir,
+      .skip_pruned = options->skip_pruned, .keep_within = options->keep_within / 100.0, .resume = options->resume,
+      .out_dir = options->out_dir,
       .arch = volt8_tools_ctx(ctx).target_arch, .device = volt8_tools_ctx(ctx).device_name, .device_token = device_token, .method = method, .command = command,
       .nvrtc_version = nvrtc, .progress = progress, .progress_tty = tty, .log = log,
       .label = options->labels[index], .prepare_seconds = prepare_seconds};

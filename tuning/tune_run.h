@@ -23,6 +23,7 @@ typedef struct tune_options {
   int32_t warmup_batches, screen_batches, final_batches, finalists;
   int32_t prune_factor;     /* --prune: tuner_settings.prune_factor (0: off) */
   int32_t skip_pruned;      /* --skip-pruned: tuner_settings.skip_pruned (default 1) */
+  int32_t keep_within;      /* --keep-within: percent, tuner_settings.keep_within (default 1) */
   int32_t resume;           /* --resume: tuner_settings.resume (default 0) */
   int32_t jobs;             /* compile threads; 0: one per processor, at most 16 */
   const char *derive_arch;  /* "sm_70": no GPU, the model of tuning/derive_model.h */

@@ -343,6 +343,16 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
       *out_incumbent = again;
   }
   qsort(accepted, (size_t)finalists, sizeof *accepted, compare_scored);
+  /* The served variant heads the finalists unless the best beats it by more than keep_within. */
+  for (int32_t i = 1; i < finalists && phase->incumbent && isfinite(accepted[0].result.forward_us); i++)
+    if (strcmp(accepted[i].name, phase->incumbent) == 0) {
+      if (accepted[i].result.forward_us <= accepted[0].result.forward_us * (1.0 + settings->keep_within)) {
+        scored served = accepted[i];
+        memmove(accepted + 1, accepted, (size_t)i * sizeof *accepted);
+        accepted[0] = served;
+      }
+      break;
+    }
   *out_found = status == VOLT8_OK && accepted_count > 0 && isfinite(accepted[0].result.forward_us);
   if (*out_found) {
     memset(entry, 0, sizeof *entry);
@@ -441,8 +451,9 @@ static volt8_status held_m_values(volt8_ctx *ctx, const tuner_settings *settings
 }
 
 /* The served pair's final time (gate_up's final, the served down held) is no slower than the tuned
- * pair's (down's final): the served pair is kept, each op's tuned pick its runner-up. The two finals
- * time the same passes over the same input sets, so a pick must beat what is served in them. The log's
+ * pair's (down's final) by more than keep_within: the served pair is kept, each op's tuned pick its
+ * runner-up. The two finals time the same passes over the same input sets, so a pick must beat what
+ * is served in them, by more than their spread. The log's
  * pick lines stay the ops' picks, which its measurements of each op were made against; a "kept" line
  * names the pair the tables hold. */
 static void keep_served_pair(const tuner_settings *settings, const volt8_forward_info *served_pair,
@@ -499,7 +510,7 @@ static volt8_status tune_m(volt8_ctx *ctx, const tuner_settings *settings, const
     /* Where gate_up's pick is the served one, down's final already timed the served down against the
      * rest with it held; else the served pair's time is gate_up's final of it. */
     if (status == VOLT8_OK && found && served.accepted && strcmp(gate_up->variant, start.gate_up) != 0 &&
-        served.forward_us <= down->forward_us) {
+        served.forward_us <= down->forward_us * (1.0 + settings->keep_within)) {
       keep_served_pair(settings, &start, &served, gate_up, down);
       note_pick(&phases[0], m, 1, gate_up); /* the block_m that skip_pruned compares with at the next M */
     }

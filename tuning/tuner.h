@@ -61,6 +61,10 @@ typedef struct tuner_settings {
   /* 1 (with prune_factor): from the second M on, a candidate pruned at a smaller M before, whose items
    * are no larger than the pick's there, is not measured (tuner.c, skipped_here). */
   int32_t skip_pruned;
+  /* The served variant of an op (and the served pair) stays where the best final time beats its own by
+   * no more than this fraction (0.01: 1%): a tie within the passes' spread does not move a table. 0:
+   * any faster time wins. */
+  double keep_within;
   /* 1: an M that both tables in out_dir already hold (measured, or derived, as this backend makes
    * them) is not tuned again: a tune cut short goes on where it stopped. */
   int32_t resume;
