@@ -236,7 +236,7 @@ prepare() {
 # BENCH_SINGLE=1 with the one-launch forward), pinned (PINNED="M:G,D ..."
 # timed with those variants pinned, PINNED_REPEAT rounds, interleaved), ab (the carried build against
 # the one prepare's AB_TREE put in .carry/ab: that build's large_m suite, then volt8 bench of both in
-# turn for each "model:tp" of AB_MODELS at AB_M, into logs/ab.txt; without AB_TREE, AB_OTHER_ENV="NAME=VALUE
+# turn for each "model:tp" of AB_MODELS at AB_M, AB_ROUNDS rounds (default 2) in swapped order, into logs/ab.txt; without AB_TREE, AB_OTHER_ENV="NAME=VALUE
 # ..." makes the other build the carried one with those variables, e.g. VOLT8_EAGER_REPLAY_DISABLE=1),
 # order (scripts/check_wait_order.py: in the sm_90 SASS, each kernel that can start early reads what
 # the kernel before wrote only after its griddepcontrol.wait, and the other kernels have no wait), demo (volt8 demo on the GPU),
@@ -384,19 +384,27 @@ run() {
             other_dir="$carry/bin" ab_env=(${AB_OTHER_ENV})
             echo "ab: the other build is this one with ${AB_OTHER_ENV}" | tee "$logs/ab.txt"
           fi
+          # AB_ROUNDS (default 2) rounds, the builds' order swapped each round: the process that runs
+          # first can be a few percent slow at large M (2026-12-06, H100), so each build runs first once.
+          local ab_round ab_order ab_first
           for ab_entry in ${AB_MODELS:-deepseek-v3:4 deepseek-v3:8 glm-4.5:4}; do
             ab_model="${ab_entry%%:*}" ab_tp="${ab_entry#*:}"
-            for ab_build in bin ab; do
-              local build_dir="$carry/bin" build_env=()
-              [ "$ab_build" = ab ] && build_dir="$other_dir" build_env=("${ab_env[@]}")
-              # shellcheck disable=SC2086 # AB_ARGS: bench options, split on spaces
-              step "ab.$ab_model.tp$ab_tp.$ab_build" env VOLT8_CACHE_DIR="$work/ab_cache" "${build_env[@]}" \
-                "$build_dir/volt8" bench --no-baselines --model "$ab_model" --tp "$ab_tp" \
-                --m "${AB_M:-512,1024,2048,16384}" --batches "${AB_BATCHES:-15}" ${AB_ARGS:-}
+            for ab_round in $(seq 1 "${AB_ROUNDS:-2}"); do
+              ab_order="bin ab" ab_first="this build first"
+              [ $((ab_round % 2)) = 0 ] && ab_order="ab bin" ab_first="the other first"
+              for ab_build in $ab_order; do
+                local build_dir="$carry/bin" build_env=()
+                [ "$ab_build" = ab ] && build_dir="$other_dir" build_env=("${ab_env[@]}")
+                # shellcheck disable=SC2086 # AB_ARGS: bench options, split on spaces
+                step "ab.$ab_model.tp$ab_tp.$ab_build.r$ab_round" env VOLT8_CACHE_DIR="$work/ab_cache" "${build_env[@]}" \
+                  "$build_dir/volt8" bench --no-baselines --model "$ab_model" --tp "$ab_tp" \
+                  --m "${AB_M:-512,1024,2048,16384}" --batches "${AB_BATCHES:-15}" ${AB_ARGS:-}
+              done
+              echo "$ab_model TP$ab_tp, round $ab_round ($ab_first), M: this build's us -> the other's" >>"$logs/ab.txt"
+              paste <(bench_times "$logs/ab.$ab_model.tp$ab_tp.bin.r$ab_round.log") \
+                <(bench_times "$logs/ab.$ab_model.tp$ab_tp.ab.r$ab_round.log") |
+                awk '{printf "  M = %s: %s -> %s us\n", $1, $2, ($3 == $1 ? $4 : "(its rows differ)")}' >>"$logs/ab.txt"
             done
-            echo "$ab_model TP$ab_tp, M: this build's us -> the other's" >>"$logs/ab.txt"
-            paste <(bench_times "$logs/ab.$ab_model.tp$ab_tp.bin.log") <(bench_times "$logs/ab.$ab_model.tp$ab_tp.ab.log") |
-              awk '{printf "  M = %s: %s -> %s us\n", $1, $2, ($3 == $1 ? $4 : "(its rows differ)")}' >>"$logs/ab.txt"
           done
           cat "$logs/ab.txt"
         fi ;;
