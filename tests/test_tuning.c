@@ -660,28 +660,31 @@ Test(tuner, the_dispatchs_variant_reaches_the_final) {
   volt8_ctx_destroy(ctx);
 }
 
-/* Times that drift between the two ops' passes: a gate_up X that ties the served down beats the
- * served pair in gate_up's passes (99.5 against 100 us) and loses to it in down's (100.5), and every
- * other down with X is slower still. */
+/* Times that may drift between the two ops' passes: the served pair takes 100 us; gate_up X with the
+ * served down takes x_first_us in its first two measurements (gate_up's screen and final) and
+ * x_later_us after (down's); every other pair 101 us or more. */
 typedef struct drifting_timer {
-  char served[2][96], faster_gate_up[96];
+  char served[2][96], x[96];
+  double x_first_us, x_later_us;
   int32_t x_with_served_down;
 } drifting_timer;
 
 static volt8_status drifting_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
-                                     tuner_measurement *out) {
+                                   tuner_measurement *out) {
   drifting_timer *timer = state;
-  int served_down = strcmp(down, timer->served[1]) == 0, x = strcmp(gate_up, timer->faster_gate_up) == 0;
+  int served_down = strcmp(down, timer->served[1]) == 0;
   out->accepted = 1;
   out->relative_l2 = 1e-4;
   if (strcmp(gate_up, timer->served[0]) == 0 && served_down) out->forward_us = 100.0;
-  else if (x && served_down) out->forward_us = timer->x_with_served_down++ < 2 ? 99.5 : 100.5;
+  else if (strcmp(gate_up, timer->x) == 0 && served_down)
+    out->forward_us = timer->x_with_served_down++ < 2 ? timer->x_first_us : timer->x_later_us;
   else out->forward_us = 101.0 + 0.01 * (double)(strlen(gate_up) + strlen(down));
   return VOLT8_OK;
 }
 
 /* When the tuned pair's final is no faster than the served pair's, the served pair is kept and the
- * tuned picks become the runners-up; the log's "kept" line names it, its pick lines stay the ops'. */
+ * tuned picks become the runners-up; the log's "kept" line names it, its pick lines stay the ops'.
+ * Gate_up X beats the served pair in gate_up's passes (99.5 against 100 us) and loses in down's (100.5). */
 Test(tuner, the_served_pair_is_kept_unless_beaten) {
   volt8_ctx *ctx = test_cpu_ctx("sm_90");
   int32_t m_values[1] = {64};
@@ -693,13 +696,13 @@ Test(tuner, the_served_pair_is_kept_unless_beaten) {
   volt8_forward_info served = VOLT8_FORWARD_INFO_INIT;
   cr_assert_eq(volt8_forward_describe(ctx, &settings.shape, NULL, 64, settings.top_k, &served), VOLT8_OK, "%s",
                volt8_last_error(ctx));
-  drifting_timer timer = {0};
+  drifting_timer timer = {.x_first_us = 99.5, .x_later_us = 100.5};
   snprintf(timer.served[0], sizeof timer.served[0], "%s", served.gate_up);
   snprintf(timer.served[1], sizeof timer.served[1], "%s", served.down);
   char **names = NULL;
   int32_t count = 0;
   cr_assert_eq(tuner_candidates(ctx, &settings.shape, VOLT8_OP_GATE_UP, &names, &count), VOLT8_OK);
-  snprintf(timer.faster_gate_up, sizeof timer.faster_gate_up, "%s", strcmp(names[0], served.gate_up) ? names[0] : names[1]);
+  snprintf(timer.x, sizeof timer.x, "%s", strcmp(names[0], served.gate_up) ? names[0] : names[1]);
   volt8_codegen_names_free(names, count);
   tuner_backend backend = {&timer, 1, misleading_begin, drifting_measure, misleading_end};
   tuner_summary summary;
@@ -714,7 +717,7 @@ Test(tuner, the_served_pair_is_kept_unless_beaten) {
   volt8_tuning_table_free(&down);
   char *text = read_text(summary.tables[0]);
   char runner_up[160];
-  snprintf(runner_up, sizeof runner_up, "\"runner_up\":\"%s\"", timer.faster_gate_up);
+  snprintf(runner_up, sizeof runner_up, "\"runner_up\":\"%s\"", timer.x);
   cr_assert_not_null(strstr(text, runner_up), "the tuned gate_up is the runner-up: %s", text);
   cr_assert_not_null(strstr(text, "\"forward_us\":100,"), "the served pair's final time: %s", text);
   free(text);
@@ -723,32 +726,10 @@ Test(tuner, the_served_pair_is_kept_unless_beaten) {
            served.gate_up, served.down);
   cr_assert_not_null(strstr(log_text, kept), "%s", log_text);
   char pick[256];
-  snprintf(pick, sizeof pick, "\"kind\":\"pick\",\"m\":64,\"op\":\"gate_up\",\"variant\":\"%s\"", timer.faster_gate_up);
+  snprintf(pick, sizeof pick, "\"kind\":\"pick\",\"m\":64,\"op\":\"gate_up\",\"variant\":\"%s\"", timer.x);
   cr_assert_not_null(strstr(log_text, pick), "the pick line stays the op's pick: %s", log_text);
   free(log_text);
   volt8_ctx_destroy(ctx);
-}
-
-/* The served pair takes 100 us; gate_up X with the served down takes x_first_us in its first two
- * measurements (gate_up's screen and final) and x_later_us after (down's); every other pair 101 us or
- * more. */
-typedef struct margin_timer {
-  char served[2][96], x[96];
-  double x_first_us, x_later_us;
-  int32_t x_with_served_down;
-} margin_timer;
-
-static volt8_status margin_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
-                                   tuner_measurement *out) {
-  margin_timer *timer = state;
-  int served_down = strcmp(down, timer->served[1]) == 0;
-  out->accepted = 1;
-  out->relative_l2 = 1e-4;
-  if (strcmp(gate_up, timer->served[0]) == 0 && served_down) out->forward_us = 100.0;
-  else if (strcmp(gate_up, timer->x) == 0 && served_down)
-    out->forward_us = timer->x_with_served_down++ < 2 ? timer->x_first_us : timer->x_later_us;
-  else out->forward_us = 101.0 + 0.01 * (double)(strlen(gate_up) + strlen(down));
-  return VOLT8_OK;
 }
 
 /* A final time within keep_within of the served one does not move a table: gate_up X at 99.5 us against
@@ -770,13 +751,13 @@ Test(tuner, a_tie_within_the_margin_keeps_what_is_served) {
   const double first_us[2] = {99.5, 98.0};
   for (int rule = 0; rule < 2; rule++)
     for (int margin = 0; margin < 2; margin++) {
-      margin_timer timer = {.x_first_us = first_us[rule], .x_later_us = 99.5};
+      drifting_timer timer = {.x_first_us = first_us[rule], .x_later_us = 99.5};
       snprintf(timer.served[0], sizeof timer.served[0], "%s", served.gate_up);
       snprintf(timer.served[1], sizeof timer.served[1], "%s", served.down);
       snprintf(timer.x, sizeof timer.x, "%s", x);
       tuner_settings settings = fake_settings(m_values, 1, NULL);
       settings.keep_within = margin ? 0.01 : 0.0;
-      tuner_backend backend = {&timer, 1, misleading_begin, margin_measure, misleading_end};
+      tuner_backend backend = {&timer, 1, misleading_begin, drifting_measure, misleading_end};
       tuner_summary summary;
       cr_assert_eq(tuner_run(ctx, &settings, &backend, &summary), VOLT8_OK, "%s", volt8_last_error(ctx));
       volt8_tuning_table gate_up = parse_written(summary.tables[0], "gate_up");

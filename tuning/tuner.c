@@ -271,6 +271,11 @@ static void progress_rejection(progress *state, int32_t m, const char *op, const
   fflush(stream);
 }
 
+/* Whether `name` is the op's variant as the dispatch serves it at this M. */
+static int is_served(const op_phase *phase, const char *name) {
+  return phase->incumbent && strcmp(name, phase->incumbent) == 0;
+}
+
 /* Screens every candidate, times the finalists again, fills `entry`. *out_found = 0 when none passed. */
 static volt8_status tune_op(const tuner_settings *settings, const tuner_backend *backend, int32_t m,
                             const op_phase *phase, progress *state, tuner_summary *summary,
@@ -322,8 +327,8 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
   /* The dispatch's own variant joins the finalists when its screen ranked it below them: a screen of a
    * few passes can put it 0.3% behind others that the final then finds slower, and a pick must beat
    * what is served today in the same passes. */
-  for (int32_t i = finalists; finalists > 0 && phase->incumbent && i < accepted_count; i++)
-    if (strcmp(accepted[i].name, phase->incumbent) == 0) {
+  for (int32_t i = finalists; finalists > 0 && i < accepted_count; i++)
+    if (is_served(phase, accepted[i].name)) {
       scored incumbent = accepted[i];
       accepted[i] = accepted[finalists];
       accepted[finalists++] = incumbent;
@@ -339,13 +344,12 @@ static volt8_status tune_op(const tuner_settings *settings, const tuner_backend 
     progress_step(state, m, accepted[i].name);
     if (status == VOLT8_OK && again.accepted) accepted[i].result = again;
     else if (status == VOLT8_OK) accepted[i].result.forward_us = INFINITY; /* failed on the second run: last */
-    if (status == VOLT8_OK && again.accepted && phase->incumbent && strcmp(accepted[i].name, phase->incumbent) == 0)
-      *out_incumbent = again;
+    if (status == VOLT8_OK && again.accepted && is_served(phase, accepted[i].name)) *out_incumbent = again;
   }
   qsort(accepted, (size_t)finalists, sizeof *accepted, compare_scored);
   /* The served variant heads the finalists unless the best beats it by more than keep_within. */
-  for (int32_t i = 1; i < finalists && phase->incumbent && isfinite(accepted[0].result.forward_us); i++)
-    if (strcmp(accepted[i].name, phase->incumbent) == 0) {
+  for (int32_t i = 1; i < finalists && isfinite(accepted[0].result.forward_us); i++)
+    if (is_served(phase, accepted[i].name)) {
       if (accepted[i].result.forward_us <= accepted[0].result.forward_us * (1.0 + settings->keep_within)) {
         scored served = accepted[i];
         memmove(accepted + 1, accepted, (size_t)i * sizeof *accepted);
