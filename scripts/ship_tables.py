@@ -73,8 +73,9 @@ def merged(shipped, run):
     table are its seed's entries, which another call's merge may since have replaced. A run table
     whose every run is shipped adds nothing, and one whose new runs do not say what they measured
     (no "m") gives all its entries, as before runs said it."""
-    shipped_keys = {run_key(item) for item in shipped.get("__metadata__", {}).get("runs", [])}
+    shipped_runs = shipped.get("__metadata__", {}).get("runs", [])
     run_runs = run["__metadata__"].get("runs", [])
+    shipped_keys = {run_key(item) for item in shipped_runs}
     fresh = [item for item in run_runs if run_key(item) not in shipped_keys]
     if run_runs and not fresh:
         return shipped
@@ -82,9 +83,8 @@ def merged(shipped, run):
         {str(value) for item in fresh for value in item["m"]}
     meta = dict(run["__metadata__"])
     new_keys = {run_key(item) for item in run_runs}
-    old_runs = [item for item in shipped.get("__metadata__", {}).get("runs", []) if run_key(item) not in new_keys]
-    meta["runs"] = (old_runs[-(MAX_RUNS_KEPT - 1):] if len(old_runs) > MAX_RUNS_KEPT - 1 else list(old_runs)) + \
-        run["__metadata__"].get("runs", [])
+    old_runs = [item for item in shipped_runs if run_key(item) not in new_keys]
+    meta["runs"] = (old_runs[-(MAX_RUNS_KEPT - 1):] if len(old_runs) > MAX_RUNS_KEPT - 1 else list(old_runs)) + run_runs
     if shipped.get("__metadata__", {}).get("measured") is False:
         meta["measured"] = False
     entries = {key: value for key, value in shipped.items() if key != "__metadata__"}
