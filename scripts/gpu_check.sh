@@ -4,7 +4,7 @@
 #                                  fills a compute_70 kernel cache for every shape the GPU suite uses,
 #                                  and gathers binaries, that cache and the shared libraries a bare
 #                                  CUDA machine lacks into .carry/. CARRY_SUITES, MODEL_CHECK=0,
-#                                  CARRY_WHEEL=0 and NATIVE_SEED=0 leave parts out (a run carries
+#                                  CARRY_WHEEL=0, NATIVE_SEED=0 and CARRY_CACHE70=0 leave parts out (a run carries
 #                                  at most 64 MiB with the tree; prepare warns past it).
 #   scripts/gpu_check.sh run       on the GPU machine (only the CUDA toolkit, no network): runs the GPU
 #                                  suite with the carried compute_70 PTX (JIT-compiled by the driver),
@@ -131,10 +131,14 @@ prepare() {
     for shape in "$@"; do shape_args+=(--shape "$shape"); done
     "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${shape_args[@]}" | tail -n 1
   }
-  compile70 "${gpu_test_shapes[@]}"
-  # shellcheck disable=SC2046 # one shape a word
-  compile70 $(model_test_shapes "$root/build/volt8")
-  compile70 "${ep_test_shapes[@]}"
+  # CARRY_CACHE70=0: no compute_70 cache (for calls that only tune, bench or probe natively), which
+  # leaves room under the 64 MiB for the probes.
+  if [ "${CARRY_CACHE70:-1}" = 1 ]; then
+    compile70 "${gpu_test_shapes[@]}"
+    # shellcheck disable=SC2046 # one shape a word
+    compile70 $(model_test_shapes "$root/build/volt8")
+    compile70 "${ep_test_shapes[@]}"
+  fi
   # MODEL_CHECK=0: no model_check phase (its kernels and predictions are most of a full .carry's
   # compute_70 cache).
   if [ "${MODEL_CHECK:-1}" = 1 ]; then
@@ -152,11 +156,13 @@ prepare() {
         --log "$carry/model_check/predicted.$check_index.jsonl" >/dev/null
     done < <(model_check_shapes "$root/build/volt8")
   fi
-  find "$carry/cache70" -type f ! -newerat 2001-01-01 -delete
-  rm -rf "$seed"
-  cp -a "$carry/cache70" "$seed"
-  # PTX compresses about tenfold; the carried folder must stay small.
-  tar -C "$carry" -czf "$carry/cache70.tgz" cache70
+  if [ "${CARRY_CACHE70:-1}" = 1 ]; then
+    find "$carry/cache70" -type f ! -newerat 2001-01-01 -delete
+    rm -rf "$seed"
+    cp -a "$carry/cache70" "$seed"
+    # PTX compresses about tenfold; the carried folder must stay small.
+    tar -C "$carry" -czf "$carry/cache70.tgz" cache70
+  fi
   rm -rf "$carry/cache70"
   # The library by its soname only (what the binaries and VOLT8_LIBRARY load): versioned files an
   # older build left in build/ would only weigh on the carried folder.
