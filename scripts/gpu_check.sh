@@ -488,8 +488,13 @@ run() {
         [ -n "${TUNE_M:-}" ] && tune_m=(--m "$TUNE_M")
         # Tables of an earlier, cut call (prepare with TUNE_SEED_DIR): the tune merges into them, and
         # with TUNE_ARGS="--resume 1" leaves the token counts they hold as they are.
+        # The seed also goes to logs/tables_seed, so that ship_tables.py --merge tells the tune's own
+        # runs from the seed's (a seed may hold a run that was measured but not shipped).
         mkdir -p "$logs/tables"
-        [ -d "$carry/tables_seed" ] && cp "$carry/tables_seed"/*.json "$logs/tables/" 2>/dev/null
+        if [ -d "$carry/tables_seed" ]; then
+          cp "$carry/tables_seed"/*.json "$logs/tables/" 2>/dev/null
+          cp -r "$carry/tables_seed" "$logs/tables_seed"
+        fi
         for model in $(model_names "$carry/bin/volt8"); do
           # shellcheck disable=SC2086 # TUNE_ARGS: extra tune options, split on spaces
           step_timeout="${MODELS_TIMEOUT:-600}" step "tune.$model" env VOLT8_CACHE_DIR="$work/native" \

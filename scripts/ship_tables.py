@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Copies the measured tables of a GPU run that may ship into tuning/tables.
 
-    scripts/ship_tables.py RUN_TABLES [--into tuning/tables] [--volt8 build/volt8] [--merge] [--dry-run]
+    scripts/ship_tables.py RUN_TABLES [--into tuning/tables] [--volt8 build/volt8] [--merge] [--seed DIR]
+                           [--dry-run]
 
 RUN_TABLES: the tables a `models_tune` call of scripts/gpu_check.sh wrote (logs/tables in its
 logs.tgz). A measured table ships when it holds every token count the tuner measures by default (a
@@ -14,7 +15,10 @@ of the same date and command as one already there in its place, its metadata hea
 a table ships whatever token counts it holds; of a run table that a call's tune was seeded with, only
 the token counts its new runs measured are taken (the seed's entries may be older than what ships
 now, after another call's merge), and one to which the tune added nothing leaves the shipped table
-as it is. Prints one line per table, copied, merged,
+as it is. --seed DIR (default: tables_seed beside RUN_TABLES, which such a call writes when it has
+a seed): the tables the tune was seeded with; a run a seed table holds is not the tune's, so a run
+measured by another call and not shipped (or taken back) does not come in with a later call's seed
+copy of it. Prints one line per table, copied, merged,
 unchanged or skipped and why; exits 1 when a table cannot be read."""
 import argparse
 import json
@@ -66,16 +70,19 @@ def run_key(run):
     return (run.get("date"), run.get("command"))
 
 
-def merged(shipped, run):
+def merged(shipped, run, seed=None):
     """The shipped table with the run's entries and runs merged in (tuning/table_io.c's merge): a run
     the shipped table already holds is replaced, not added again. Only the token counts measured by
     the run table's runs that the shipped table does not hold are taken: the rest of a seeded run
     table are its seed's entries, which another call's merge may since have replaced. A run table
     whose every run is shipped adds nothing, and one whose new runs do not say what they measured
-    (no "m") gives all its entries, as before runs said it."""
+    (no "m") gives all its entries, as before runs said it. seed: the table the tune was seeded
+    with, if any: its runs are not the tune's, and those the shipped table lacks are left out."""
     shipped_runs = shipped.get("__metadata__", {}).get("runs", [])
-    run_runs = run["__metadata__"].get("runs", [])
     shipped_keys = {run_key(item) for item in shipped_runs}
+    seed_keys = {run_key(item) for item in (seed or {}).get("__metadata__", {}).get("runs", [])}
+    run_runs = [item for item in run["__metadata__"].get("runs", [])
+                if run_key(item) not in seed_keys or run_key(item) in shipped_keys]
     fresh = [item for item in run_runs if run_key(item) not in shipped_keys]
     if run_runs and not fresh:
         return shipped
@@ -114,8 +121,12 @@ def main(argv):
     parser.add_argument("--into", default="tuning/tables")
     parser.add_argument("--volt8", default="build/volt8")
     parser.add_argument("--merge", action="store_true", help="merge into the shipped tables")
+    parser.add_argument("--seed", help="the tables the tune was seeded with (default: RUN_TABLES/../tables_seed)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
+    seed_dir = args.seed or os.path.join(os.path.dirname(os.path.abspath(args.run_tables)), "tables_seed")
+    if args.seed and not os.path.isdir(args.seed):
+        parser.error(f"--seed {args.seed} is not a folder")
     if not os.path.isdir(args.run_tables) or not os.path.isdir(args.into):
         parser.error(f"{args.run_tables} and {args.into} must be folders")
     shapes = model_op_shapes(args.volt8)
@@ -139,7 +150,17 @@ def main(argv):
         if args.merge and os.path.isfile(target):
             with open(target, encoding="utf-8") as stream:
                 before = json.load(stream)
-            table = merged(before, table)
+            seed = None
+            seed_path = os.path.join(seed_dir, name)
+            if os.path.isfile(seed_path):
+                try:
+                    with open(seed_path, encoding="utf-8") as stream:
+                        seed = json.load(stream)
+                except (OSError, ValueError) as error:
+                    print(f"unreadable seed {seed_path}: {error}")
+                    status = 1
+                    continue
+            table = merged(before, table, seed)
             if table == before:
                 print(f"unchanged {name}: the shipped table holds every entry and run of it")
                 continue

@@ -112,3 +112,44 @@ def test_a_seeded_copy_does_not_undo_another_calls_merge(tmp_path):
     assert shipped["512"]["variant"] == "down.raw.bm128.bn128.w4.sk1.o2.f256"
     runs = shipped["__metadata__"]["runs"]
     assert sorted(runs, key=lambda item: item["date"]) == [seed_run, again_run, later_run] and len(runs) == 3
+
+
+def test_a_run_taken_back_does_not_return_with_a_later_calls_seed(tmp_path):
+    old_run = {"date": "2026-12-06T04:22:49Z", "command": "volt8 tune --m 256,512", "m": [256, 512]}
+    shipped = table("down", 2048, 64, m=(256, 512))
+    shipped["__metadata__"]["runs"] = [old_run]
+    # A call measured M = 512 again and was merged, then taken back (git checkout): it lives on in the
+    # seed of the next call, which measured M = 256 only.
+    taken_back = {"date": "2026-12-06T12:16:34Z", "command": "volt8 tune --m 512", "m": [512]}
+    seed = table("down", 2048, 64, m=(256, 512))
+    seed["__metadata__"]["runs"] = [old_run, taken_back]
+    seed["512"] = {"variant": "down.raw.bm128.bn128.w4.sk1.o2.f256"}
+    new_run = {"date": "2026-12-06T12:39:19Z", "command": "volt8 tune --m 256", "m": [256]}
+    tuned = json.loads(json.dumps(seed))
+    tuned["__metadata__"]["runs"].append(new_run)
+    tuned["256"] = {"variant": "down.raw.bm64.bn128.w4.sk1.o4.f256"}
+    run(tmp_path, {"a.json": tuned})  # the run folder and the stand-in volt8
+    (tmp_path / "into_explicit").mkdir()
+    for into in ("into", "into_explicit"):
+        (tmp_path / into / "a.json").write_text(json.dumps(shipped))
+    (tmp_path / "tables_seed").mkdir()
+    (tmp_path / "tables_seed" / "a.json").write_text(json.dumps(seed))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "a.json").write_text(json.dumps(seed))
+    # tables_seed beside the run folder, then --seed naming a folder anywhere
+    for into, extra in (("into", []), ("into_explicit", ["--seed", str(tmp_path / "elsewhere")])):
+        result = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "run"), "--into", str(tmp_path / into),
+                                 "--volt8", str(tmp_path / "volt8"), "--merge", *extra], capture_output=True, text=True)
+        assert result.returncode == 0 and "merged a.json" in result.stdout, result.stdout + result.stderr
+        if into == "into":
+            (tmp_path / "tables_seed" / "a.json").unlink()
+    for into in ("into", "into_explicit"):
+        merged = json.loads((tmp_path / into / "a.json").read_text())
+        assert merged["256"]["variant"] == "down.raw.bm64.bn128.w4.sk1.o4.f256"
+        assert merged["512"] == shipped["512"]
+        assert merged["__metadata__"]["runs"] == [old_run, new_run]
+
+
+def test_a_seed_folder_that_is_not_one_is_named(tmp_path):
+    result, _ = run(tmp_path, {"a.json": table("down", 2048, 64)}, "--merge", "--seed", str(tmp_path / "nowhere"))
+    assert result.returncode == 2 and f"--seed {tmp_path / 'nowhere'} is not a folder" in result.stderr
