@@ -115,6 +115,15 @@ def render(table):
     return "\n".join(lines + ["}"]) + "\n"
 
 
+def read_table(path):
+    """(the table, None), or (None, what went wrong)."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return json.load(stream), None
+    except (OSError, ValueError) as error:
+        return None, error
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_tables")
@@ -135,10 +144,8 @@ def main(argv):
         path = os.path.join(args.run_tables, name)
         if not name.endswith(".json") or not os.path.isfile(path):
             continue
-        try:
-            with open(path, encoding="utf-8") as stream:
-                table = json.load(stream)
-        except (OSError, ValueError) as error:
+        table, error = read_table(path)
+        if error:
             print(f"unreadable {name}: {error}")
             status = 1
             continue
@@ -150,13 +157,10 @@ def main(argv):
         if args.merge and os.path.isfile(target):
             with open(target, encoding="utf-8") as stream:
                 before = json.load(stream)
-            seed = None
-            seed_path = os.path.join(seed_dir, name)
+            seed, seed_path = None, os.path.join(seed_dir, name)
             if os.path.isfile(seed_path):
-                try:
-                    with open(seed_path, encoding="utf-8") as stream:
-                        seed = json.load(stream)
-                except (OSError, ValueError) as error:
+                seed, error = read_table(seed_path)
+                if error:
                     print(f"unreadable seed {seed_path}: {error}")
                     status = 1
                     continue
