@@ -71,7 +71,7 @@ def run_key(run):
 
 
 def merged(shipped, run, seed=None):
-    """The shipped table with the run's entries and runs merged in (tuning/table_io.c's merge): a run
+    """The shipped table with the run's entries and runs merged in, and the token counts taken from the run (tuning/table_io.c's merge): a run
     the shipped table already holds is replaced, not added again. Only the token counts measured by
     the run table's runs that the shipped table does not hold are taken: the rest of a seeded run
     table are its seed's entries, which another call's merge may since have replaced. A run table
@@ -85,7 +85,7 @@ def merged(shipped, run, seed=None):
                 if run_key(item) not in seed_keys or run_key(item) in shipped_keys]
     fresh = [item for item in run_runs if run_key(item) not in shipped_keys]
     if run_runs and not fresh:
-        return shipped
+        return shipped, []
     taken = None if not run_runs or any("m" not in item for item in fresh) else \
         {str(value) for item in fresh for value in item["m"]}
     meta = dict(run["__metadata__"])
@@ -99,7 +99,7 @@ def merged(shipped, run, seed=None):
     out = {"__metadata__": meta}
     for key in sorted(entries, key=int):
         out[key] = entries[key]
-    return out
+    return out, sorted((key for key in run if key != "__metadata__" and (taken is None or key in taken)), key=int)
 
 
 def render(table):
@@ -164,14 +164,14 @@ def main(argv):
                     print(f"unreadable seed {seed_path}: {error}")
                     status = 1
                     continue
-            table = merged(before, table, seed)
+            table, taken = merged(before, table, seed)
             if table == before:
                 print(f"unchanged {name}: the shipped table holds every entry and run of it")
                 continue
             if not args.dry_run:
                 with open(target, "w", encoding="utf-8") as stream:
                     stream.write(render(table))
-            print(f"{'would merge' if args.dry_run else 'merged'} {name}: M {','.join(k for k in table if k != '__metadata__')}")
+            print(f"{'would merge' if args.dry_run else 'merged'} {name}: M {','.join(taken)} of the run")
             continue
         if not args.dry_run:
             shutil.copyfile(path, target)

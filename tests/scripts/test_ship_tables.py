@@ -77,7 +77,7 @@ def test_merge_adds_new_token_counts_once_and_leaves_a_seeded_copy_alone(tmp_pat
     (into / "a.json").write_text(json.dumps(shipped))
     result = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "run"), "--into", str(into), "--volt8",
                              str(tmp_path / "volt8"), "--merge"], capture_output=True, text=True)
-    assert "merged a.json: M 256,512" in result.stdout, result.stdout
+    assert "merged a.json: M 512 of the run" in result.stdout, result.stdout
     merged = json.loads((into / "a.json").read_text())
     assert merged["__metadata__"]["runs"] == [seed_run, later_run]
     assert sorted(key for key in merged if key != "__metadata__") == ["256", "512"]
@@ -140,7 +140,7 @@ def test_a_run_taken_back_does_not_return_with_a_later_calls_seed(tmp_path):
     for into, extra in (("into", []), ("into_explicit", ["--seed", str(tmp_path / "elsewhere")])):
         result = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "run"), "--into", str(tmp_path / into),
                                  "--volt8", str(tmp_path / "volt8"), "--merge", *extra], capture_output=True, text=True)
-        assert result.returncode == 0 and "merged a.json" in result.stdout, result.stdout + result.stderr
+        assert result.returncode == 0 and "merged a.json: M 256 of the run" in result.stdout, result.stdout + result.stderr
         if into == "into":
             (tmp_path / "tables_seed" / "a.json").unlink()
     for into in ("into", "into_explicit"):
