@@ -71,8 +71,9 @@ def run_key(run):
 
 
 def merged(shipped, run, seed=None):
-    """The shipped table with the run's entries and runs merged in, and the token counts taken from the run (tuning/table_io.c's merge): a run
-    the shipped table already holds is replaced, not added again. Only the token counts measured by
+    """The shipped table with the run's entries and runs merged in (tuning/table_io.c's merge), and
+    the token counts taken from the run: a run the shipped table already holds is replaced, not
+    added again. Only the token counts measured by
     the run table's runs that the shipped table does not hold are taken: the rest of a seeded run
     table are its seed's entries, which another call's merge may since have replaced. A run table
     whose every run is shipped adds nothing, and one whose new runs do not say what they measured
