@@ -120,8 +120,10 @@ prepare() {
   # The previous prepare's kernels seed this one's (the cache is keyed by each kernel's source and
   # options, so a changed kernel is compiled anew); their access times are set far back, and those a
   # compile below does not read are dropped afterwards, so the carried cache holds only today's.
-  local seed="$root/build/cache70_seed"
-  if [ -d "$seed" ]; then
+  # CARRY_CACHE70=0: no compute_70 cache (for calls that only tune, bench or probe natively), which
+  # leaves room under the 64 MiB for the probes; the seed is then neither read nor replaced.
+  local seed="$root/build/cache70_seed" cache70="${CARRY_CACHE70:-1}"
+  if [ "$cache70" = 1 ] && [ -d "$seed" ]; then
     cp -a "$seed/." "$carry/cache70/"
     find "$carry/cache70" -type f -exec touch -a -d 2000-01-01 {} +
   fi
@@ -131,9 +133,7 @@ prepare() {
     for shape in "$@"; do shape_args+=(--shape "$shape"); done
     "$root/build/volt8" compile --arch sm_70 --cache "$carry/cache70" "${shape_args[@]}" | tail -n 1
   }
-  # CARRY_CACHE70=0: no compute_70 cache (for calls that only tune, bench or probe natively), which
-  # leaves room under the 64 MiB for the probes.
-  if [ "${CARRY_CACHE70:-1}" = 1 ]; then
+  if [ "$cache70" = 1 ]; then
     compile70 "${gpu_test_shapes[@]}"
     # shellcheck disable=SC2046 # one shape a word
     compile70 $(model_test_shapes "$root/build/volt8")
@@ -156,7 +156,7 @@ prepare() {
         --log "$carry/model_check/predicted.$check_index.jsonl" >/dev/null
     done < <(model_check_shapes "$root/build/volt8")
   fi
-  if [ "${CARRY_CACHE70:-1}" = 1 ]; then
+  if [ "$cache70" = 1 ]; then
     find "$carry/cache70" -type f ! -newerat 2001-01-01 -delete
     rm -rf "$seed"
     cp -a "$carry/cache70" "$seed"
