@@ -73,9 +73,9 @@ def run_key(run):
 def merged(shipped, run, seed=None):
     """The shipped table with the run's entries and runs merged in (tuning/table_io.c's merge), and
     the token counts taken from the run: a run the shipped table already holds is replaced, not
-    added again. Only the token counts measured by
-    the run table's runs that the shipped table does not hold are taken: the rest of a seeded run
-    table are its seed's entries, which another call's merge may since have replaced. A run table
+    added again. Only the token counts measured by the run table's runs that the shipped table does
+    not hold are taken: the rest of a seeded run table are its seed's entries, which another call's
+    merge may since have replaced. A run table
     whose every run is shipped adds nothing, and one whose new runs do not say what they measured
     (no "m") gives all its entries, as before runs said it. seed: the table the tune was seeded
     with, if any: its runs are not the tune's, and those the shipped table lacks are left out."""
@@ -95,12 +95,13 @@ def merged(shipped, run, seed=None):
     meta["runs"] = (old_runs[-(MAX_RUNS_KEPT - 1):] if len(old_runs) > MAX_RUNS_KEPT - 1 else list(old_runs)) + run_runs
     if shipped.get("__metadata__", {}).get("measured") is False:
         meta["measured"] = False
+    from_run = {key: value for key, value in run.items() if key != "__metadata__" and (taken is None or key in taken)}
     entries = {key: value for key, value in shipped.items() if key != "__metadata__"}
-    entries.update({key: value for key, value in run.items() if key != "__metadata__" and (taken is None or key in taken)})
+    entries.update(from_run)
     out = {"__metadata__": meta}
     for key in sorted(entries, key=int):
         out[key] = entries[key]
-    return out, sorted((key for key in run if key != "__metadata__" and (taken is None or key in taken)), key=int)
+    return out, sorted(from_run, key=int)
 
 
 def render(table):
