@@ -264,7 +264,8 @@ prepare() {
 # MODEL_CHECK_M, MODEL_CHECK_SCREEN, MODEL_CHECK_ARGS),
 # models_bench (volt8 bench --model NAME at TP 4 and TP 8 (BENCH_TPS) for each model, with the tables just tuned
 # when there are any, at BENCH_M if set, BENCH_ARGS more options (e.g. "--batches 10"); JSON and Markdown per
-# run in logs/), tp (examples/tp_mtp_step.py under torchrun
+# run in logs/; logs/large_m.md, scripts/large_m_table.py's table against BENCH_PEAK or the carried mma_peak's
+# peak), tp (examples/tp_mtp_step.py under torchrun
 # for TP_SIZES processes, default "2 4", on TP_SHAPES, default the reference shape and GLM-4.5-Air's;
 # one GPU runs only N = 2, both on it), probe (the floor probe of bench/probes, as is and with the
 # loads of compute_70 code; prepare with PROBE=1 builds them), compute_probe (bench/probes' mma peak
@@ -533,7 +534,21 @@ run() {
               cat "$logs/bench.$model.tp$tp.pinned$pinned_index.log"
             done
           done
-        done ;;
+        done
+        # RESULTS' "Large M" table, the targets and the top-k sum's bound (scripts/large_m_table.py),
+        # against this GPU's m16n8k16 peak: BENCH_PEAK (TFLOP/s), else mma_peak's, measured here when
+        # prepare carried it (PROBE=1).
+        local bench_peak="${BENCH_PEAK:-}"
+        if [ -z "$bench_peak" ] && [ -x "$carry/bin/mma_peak" ]; then
+          step bench_mma_peak "$carry/bin/mma_peak"
+          bench_peak="$(awk '/^peak m16n8k16 registers/ {print $4}' "$logs/bench_mma_peak.log" 2>/dev/null)"
+        fi
+        if [ -n "$bench_peak" ]; then
+          python3 "$root/scripts/large_m_table.py" "$logs"/bench.*.tp?.json --peak "$bench_peak" >"$logs/large_m.md" 2>&1
+          cat "$logs/large_m.md"
+        else
+          echo "gpu_check run models_bench: no large_m.md (no peak: BENCH_PEAK, or prepare with PROBE=1)" | tee -a "$summary"
+        fi ;;
       model_check)
         # The derivation model against the compute_70 PTX on this GPU (issue 27): every variant of
         # the model_check_shapes at MODEL_CHECK_M (default 1,2,4,8,16) timed by `volt8 tune
