@@ -1,11 +1,12 @@
 """scripts/gpu_check.sh's ab phase, with stand-ins for the two builds' volt8 and for nvidia-smi: each
 round runs both builds, the order swapped from one round to the next, and logs/ab.txt gives each
 round's times side by side."""
-import os
 import pathlib
 import shutil
 import subprocess
 import tarfile
+
+from gpu_check_stand_ins import fake_gpu_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -30,14 +31,8 @@ def test_each_round_swaps_which_build_runs_first(tmp_path):
         volt8.write_text(BENCH.format(name=build, order=order, small=small, large=large))
         volt8.chmod(0o755)
     (tree / ".carry" / "ab" / "commit.txt").write_text("abc1234 the other build\n")
-    fake_bin = tmp_path / "fake_bin"
-    fake_bin.mkdir()
-    smi = fake_bin / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'Fake GPU, 1.0, 1 MiB, 1 MHz'\n")
-    smi.chmod(0o755)
     out = tmp_path / "out"
-    env = dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}", OUT=str(out), AB_TEST="0",
-               AB_MODELS="toy:4", AB_M="512,16384", AB_ROUNDS="3")
+    env = fake_gpu_env(tmp_path, OUT=str(out), AB_TEST="0", AB_MODELS="toy:4", AB_M="512,16384", AB_ROUNDS="3")
     result = subprocess.run(["bash", str(tree / "scripts" / "gpu_check.sh"), "run", "ab"], env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,11 +1,12 @@
 """scripts/gpu_check.sh's models_bench phase, with stand-ins for volt8 bench, mma_peak and
 nvidia-smi: each model's TP4 and TP8 reports land in logs/, and logs/large_m.md holds
 scripts/large_m_table.py's table against the peak that the carried mma_peak measured, or BENCH_PEAK."""
-import os
 import pathlib
 import shutil
 import subprocess
 import tarfile
+
+from gpu_check_stand_ins import fake_gpu_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -38,13 +39,8 @@ def run_phase(tmp_path, with_probe, **env_extra):
     if with_probe:
         (carry_bin / "mma_peak").write_text("#!/bin/sh\necho 'peak m16n8k16 registers 500.0 TFLOP/s at 1 MHz'\n")
         (carry_bin / "mma_peak").chmod(0o755)
-    fake_bin = tmp_path / "fake_bin"
-    fake_bin.mkdir()
-    smi = fake_bin / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'Fake GPU, 1.0, 1 MiB, 1 MHz'\n")
-    smi.chmod(0o755)
     out = tmp_path / "out"
-    env = dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}", OUT=str(out), MODELS="toy", **env_extra)
+    env = fake_gpu_env(tmp_path, OUT=str(out), MODELS="toy", **env_extra)
     result = subprocess.run(["bash", str(tree / "scripts" / "gpu_check.sh"), "run", "models_bench"], env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
