@@ -75,8 +75,11 @@ class Rank:
                 volt8, baseline = result["volt8"], result.get("cublas_grouped_fp16") or {}
                 if not volt8.get("ran"):
                     raise Bad(f"{path}: volt8 did not run at M = {result['m']}")
-                self.times[int(result["m"])] = (float(volt8["median_us"]),
-                                                float(baseline["median_us"]) if baseline.get("ran") else None)
+                m, times = int(result["m"]), (float(volt8["median_us"]),
+                                              float(baseline["median_us"]) if baseline.get("ran") else None)
+                if m <= 0 or not all(time > 0 for time in times if time is not None):
+                    raise Bad(f"{path}: M = {m} with times {times}: M and every time must be above 0")
+                self.times[m] = times
         except (KeyError, TypeError, ValueError) as error:
             raise Bad(f"{path} is not a volt8 bench report: {error!r} missing or wrong") from None
         if not self.times:

@@ -79,6 +79,9 @@ def test_bad_input_is_named(tmp_path):
     notes.write_text("{")
     result = run(notes, "--peak", "500")
     assert result.returncode == 2 and f"{notes} is not JSON" in result.stderr
+    zero = report(tmp_path, "zero.json", "small", 4, {4096: (0.0, 150.0)})
+    result = run(zero, "--peak", "500")
+    assert result.returncode == 2 and "M = 4096 with times (0.0, 150.0): M and every time must be above 0" in result.stderr
     result = run(good, "--peak", "0")
     assert result.returncode == 2 and "--peak 0.0: must be above 0" in result.stderr
     result = run(good, "--peak", "500", "--goal", "120")
