@@ -22,6 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import regular_file  # noqa: E402
+import tunelog  # noqa: E402
 
 PEAK_LINE = re.compile(r"^peak m16n8k16 registers ([0-9.]+) TFLOP/s", re.M)
 
@@ -92,9 +93,13 @@ class Rank:
     def share(self, m, peak_tflops):
         return self.flop(m) / (self.times[m][0] * 1e-6) / (peak_tflops * 1e12)
 
+    def sum_bytes(self, m):
+        """The top-k sum's traffic: the pairs' FP16 rows read, the FP16 output written."""
+        return (m * self.top_k + m) * self.hidden * 2
+
     def sum_floor_us(self, m):
-        """The top-k sum's least time at the copy rate: the pairs' FP16 rows read, the FP16 output written."""
-        return (m * self.top_k + m) * self.hidden * 2 / (self.copy_gbps * 1e9) * 1e6
+        """The top-k sum's least time, its traffic at the copy rate."""
+        return self.sum_bytes(m) / (self.copy_gbps * 1e9) * 1e6
 
     def gemm_need(self, m, peak_tflops, goal):
         """The share of the peak the GEMMs need for the forward to reach `goal` (a fraction), or None
@@ -107,7 +112,7 @@ class Rank:
 
 def table(ranks, peak, share_from):
     ms = sorted({m for rank in ranks for m in rank.times})
-    lines = ["| rank | " + " | ".join("M = %d" % m for m in ms) + " |", "|---" * (len(ms) + 1) + "|"]
+    lines = [tunelog.markdown_row(["rank"] + ["M = %d" % m for m in ms]), "|---" * (len(ms) + 1) + "|"]
     for rank in ranks:
         cells = []
         for m in ms:
@@ -119,7 +124,7 @@ def table(ranks, peak, share_from):
             if m >= share_from:
                 cell += " (%.1f%%)" % (100 * rank.share(m, peak))
             cells.append(cell)
-        lines.append("| %s | %s |" % (rank.name, " | ".join(cells)))
+        lines.append(tunelog.markdown_row([rank.name] + cells))
     return lines
 
 
@@ -155,7 +160,7 @@ def targets(ranks, peak, share_from, goal):
         need, now = rank.gemm_need(m, peak, goal)
         lines.append("%s M = %d: the top-k sum %.2f GB, at least %.0f us at %.0f GB/s; for %.0f%% the GEMMs need %s, "
                      "now %s" %
-                     (rank.name, m, (m * rank.top_k + m) * rank.hidden * 2 / 1e9, rank.sum_floor_us(m), rank.copy_gbps,
+                     (rank.name, m, rank.sum_bytes(m) / 1e9, rank.sum_floor_us(m), rank.copy_gbps,
                       100 * goal, need_text(need),
                       "%.0f%%" % (100 * now) if now else "-"))
     return lines

@@ -30,7 +30,7 @@ echo "bench ran"
 def run_phase(tmp_path, with_probe, **env_extra):
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)
-    for name in ("gpu_check.sh", "large_m_table.py", "regular_file.py"):
+    for name in ("gpu_check.sh", "large_m_table.py", "regular_file.py", "tunelog.py"):
         shutil.copy(ROOT / "scripts" / name, tree / "scripts" / name)
     carry_bin = tree / ".carry" / "bin"
     carry_bin.mkdir(parents=True)
