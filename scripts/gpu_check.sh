@@ -87,6 +87,11 @@ model_check_shapes() {
 }
 
 # The registry's model names (MODELS narrows them: "deepseek-v3 glm-4.5-air").
+# The m16n8k16 peak in TFLOP/s from mma_peak's log (bench/probes/mma_peak.cu), or nothing.
+mma_peak_of() {
+  awk '/^peak m16n8k16 registers/ {print $4}' "$1" 2>/dev/null
+}
+
 model_names() {
   if [ -n "${MODELS:-}" ]; then echo "$MODELS"; else "$1" models | awk '{print $1}'; fi
 }
@@ -541,7 +546,7 @@ run() {
         local bench_peak="${BENCH_PEAK:-}"
         if [ -z "$bench_peak" ] && [ -x "$carry/bin/mma_peak" ]; then
           step bench_mma_peak "$carry/bin/mma_peak"
-          bench_peak="$(awk '/^peak m16n8k16 registers/ {print $4}' "$logs/bench_mma_peak.log" 2>/dev/null)"
+          bench_peak="$(mma_peak_of "$logs/bench_mma_peak.log")"
         fi
         if [ -n "$bench_peak" ]; then
           python3 "$root/scripts/large_m_table.py" "$logs"/bench.*.tp?.json --peak "$bench_peak" >"$logs/large_m.md" 2>&1
@@ -620,7 +625,7 @@ run() {
         else
           echo "gpu_check run compute_probe: mma_peak was not built (prepare with PROBE=1)" | tee -a "$summary"
         fi
-        peak="$(awk '/^peak m16n8k16 registers/ {print $4}' "$logs/mma_peak.log" 2>/dev/null)"
+        peak="$(mma_peak_of "$logs/mma_peak.log")"
         local baseline=()
         for name in moe_tile_probe moe_tile_probe_cvt; do
           if [ -x "$carry/bin/$name" ]; then
