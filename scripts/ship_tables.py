@@ -157,8 +157,11 @@ def main(argv):
             continue
         target = os.path.join(args.into, name)
         if args.merge and os.path.isfile(target):
-            with open(target, encoding="utf-8") as stream:
-                before = json.load(stream)
+            before, error = read_table(target)
+            if error:
+                print(f"unreadable shipped {target}: {error}")
+                status = 1
+                continue
             seed, seed_path = None, os.path.join(seed_dir, name)
             if os.path.isfile(seed_path):
                 seed, error = read_table(seed_path)

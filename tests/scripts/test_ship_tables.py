@@ -153,3 +153,20 @@ def test_a_run_taken_back_does_not_return_with_a_later_calls_seed(tmp_path):
 def test_a_seed_folder_that_is_not_one_is_named(tmp_path):
     result, _ = run(tmp_path, {"a.json": table("down", 2048, 64)}, "--merge", "--seed", str(tmp_path / "nowhere"))
     assert result.returncode == 2 and f"--seed {tmp_path / 'nowhere'} is not a folder" in result.stderr
+
+
+def test_an_unreadable_shipped_table_is_named_and_left_as_it_is(tmp_path):
+    into = tmp_path / "into"
+    into.mkdir()
+    (into / "a.json").write_text("{not json")
+    volt8 = tmp_path / "volt8"
+    volt8.write_text(STAND_IN)
+    volt8.chmod(volt8.stat().st_mode | stat.S_IXUSR)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "a.json").write_text(json.dumps(table("gate_up", 256, 2048)))
+    result = subprocess.run([sys.executable, SCRIPT, str(run_dir), "--into", str(into), "--volt8", str(volt8), "--merge"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"unreadable shipped {into / 'a.json'}" in result.stdout
+    assert (into / "a.json").read_text() == "{not json"
