@@ -670,7 +670,7 @@ typedef struct drifting_timer {
 } drifting_timer;
 
 static volt8_status drifting_measure(void *state, int32_t m, const char *gate_up, const char *down, int32_t batches,
-                                   tuner_measurement *out) {
+                                     tuner_measurement *out) {
   drifting_timer *timer = state;
   int served_down = strcmp(down, timer->served[1]) == 0;
   out->accepted = 1;
