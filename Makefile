@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 # bootstrap of the same make run.
 VENV_NVRTC = root="$(CURDIR)" && . "$(CURDIR)/scripts/venv_nvrtc.sh" &&
 
-.PHONY: all bootstrap build demo test test-slow test-vllm wheel wheel-check clean
+.PHONY: all bootstrap build demo test test-slow test-vllm test-1cat wheel wheel-check clean
 
 all: build
 
@@ -43,6 +43,12 @@ test-slow: build
 # VLLM_VENV=DIR uses a venv that has it already). CPU only; scripts/vllm_tests.sh says what it does.
 test-vllm: bootstrap
 	@scripts/vllm_tests.sh
+
+# The vLLM plugin inside 1Cat-vLLM, the fork V100 fleets run (opt-in: SRC=DIR, a checkout of it; its pinned
+# torch and the fork, installed without kernels, go once into .venv-1cat, or ONECAT_VENV=DIR). CPU only;
+# scripts/onecat_tests.sh says what it does.
+test-1cat: bootstrap
+	@SRC="$(SRC)" scripts/onecat_tests.sh
 
 # The manylinux wheel, into dist/ (`pip install dist/volt8-*.whl`).
 wheel: bootstrap

@@ -111,13 +111,17 @@ def test_nothing_changes_until_it_is_turned_on(plugin, monkeypatch):
 
 
 def test_gpus_below_sm89_by_default_any_gpu_when_forced(monkeypatch):
-    wrapper = lambda mode, capability: method_module.Volt8MtpQuantConfig(
-        None, settings.read({settings.ENABLE: mode}), 61, capability)
+    wrapper = lambda mode, capability, layers="mtp": method_module.Volt8QuantConfig(
+        None, settings.Settings(**dict(vars(settings.read({settings.ENABLE: mode})), layers=layers)), 61, capability)
     prefix = "model.layers.61.mlp.experts"
-    assert wrapper("1", 70).serves(prefix) == 0 and wrapper("1", 86).serves(prefix) == 0
-    assert wrapper("1", 89).serves(prefix) is None and wrapper("1", 90).serves(prefix) is None
-    assert wrapper("force", 90).serves(prefix) == 0
-    assert wrapper("1", None).serves(prefix) is None and wrapper("force", None).serves(prefix) == 0
+    mtp_layer = lambda role: None if role is None else role.mtp_layer
+    assert mtp_layer(wrapper("1", 70).role(prefix)) == 0 and mtp_layer(wrapper("1", 86).role(prefix)) == 0
+    assert wrapper("1", 89).role(prefix) is None and wrapper("1", 90).role(prefix) is None
+    assert mtp_layer(wrapper("force", 90).role(prefix)) == 0
+    assert wrapper("1", None).role(prefix) is None and mtp_layer(wrapper("force", None).role(prefix)) == 0
+    target = "model.layers.3.mlp.experts"
+    assert wrapper("1", 70).role(target) is None  # a target layer: only with VOLT8_VLLM_LAYERS=all
+    assert wrapper("1", 70, "all").role(target) == method_module.Role(target, None)
 
 
 # ---- which layers volt8 serves ----
@@ -197,10 +201,10 @@ def test_every_other_layer_goes_to_the_wrapped_config(plugin):
         assert isinstance(layer.quant_method, SentinelMethod) and layer.sentinel, prefix
     layer = make_layer("model.layers.61.mlp.experts", 256, 640, 8, quant_config=inner)
     assert isinstance(layer.quant_method, method_module.Volt8MoEMethod)
-    wrapper = method_module.Volt8MtpQuantConfig(inner, settings.Settings(enabled=True, force=True), 61, None)
+    wrapper = method_module.Volt8QuantConfig(inner, settings.Settings(enabled=True, force=True), 61, None)
     assert wrapper.get_quant_method(object(), "model.layers.61.self_attn.o_proj") == "linear method"
     assert wrapper.get_name() == "fp8" and wrapper.packed_modules_mapping is inner.packed_modules_mapping
-    assert method_module.Volt8MtpQuantConfig(None, settings.Settings(), 61, None).get_quant_method(
+    assert method_module.Volt8QuantConfig(None, settings.Settings(), 61, None).get_quant_method(
         object(), "model.layers.0.mlp") is None
 
 
@@ -372,3 +376,49 @@ def test_token_counts_follow_vllms_capture_sizes(monkeypatch):
     monkeypatch.setenv("VOLT8_VLLM_MAX_TOKENS", "lots")
     with pytest.raises(ValueError, match="VOLT8_VLLM_MAX_TOKENS='lots'"):
         method_module.token_counts(config, moe)
+
+
+# ---- vLLM's real MTP model classes, on simulated GPUs (tests/engines/real_models.py: what it stubs) ----
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engines"))
+import real_models  # noqa: E402
+from ranks import expect_all_ok, run_ranks  # noqa: E402
+
+CHECKS = sum(14 + len(targets) for _, _, _, _, targets in real_models.MODELS.values())
+
+
+def test_what_is_stubbed():
+    print("stubbed on the CPU:\n  " + "\n  ".join(real_models.STUBS))
+    assert real_models.STUBS
+
+
+def test_on_a_v100_upstream_vllm_refuses_fp8_before_any_layer(tmp_path):
+    """docs/vllm.md: vLLM 0.33 refuses an FP8 checkpoint below compute capability 7.5 when it builds its
+    config, before the plugin sees a layer; V100s run the fork."""
+    run_ranks(tmp_path, 1, "--capability", "70", expect_error="Minimum capability: 75. Current capability: 70")
+
+
+@pytest.mark.parametrize("capability", [75, 80])
+def test_on_t4_and_a100_class_gpus_volt8_serves_the_layers(tmp_path, capability):
+    results = run_ranks(tmp_path, 1, "--capability", str(capability))
+    expect_all_ok(results, CHECKS + len(real_models.MODELS))
+    assert not [line for line in results[0]["volt8_log"] if "FP8 tensor cores" in line]
+
+
+def test_on_fp8_gpus_volt8_leaves_the_layers_to_vllm_and_says_so_once(tmp_path):
+    results = run_ranks(tmp_path, 1, "--capability", "90")
+    expect_all_ok(results)
+    assert not [check for check in results[0]["checks"] if "staged bytes" in check["check"]]
+    said = [line for line in results[0]["volt8_log"] if "FP8 tensor cores" in line]
+    assert said == ["volt8: VOLT8_VLLM=1 leaves the MoE layers to vLLM: this GPU (compute capability 9.0) has FP8 "
+                    "tensor cores; VOLT8_VLLM=force serves them on volt8 all the same"], said
+
+
+def test_on_fp8_gpus_force_serves_them(tmp_path):
+    expect_all_ok(run_ranks(tmp_path, 1, "--capability", "90", "--enable", "force"),
+                  CHECKS + len(real_models.MODELS))
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_real_classes_at_tp(tmp_path, tp):
+    expect_all_ok(run_ranks(tmp_path, tp, "--capability", "80"), CHECKS)

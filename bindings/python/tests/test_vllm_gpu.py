@@ -219,3 +219,48 @@ def test_operator_refuses_other_dtypes(torch, mtp):
     with pytest.raises(volt8.InvalidArgumentError, match="topk_ids: dtype torch.int16"):
         experts.apply(x, ids.to(torch.int16), weights)
     assert np.isfinite(experts.apply(x, ids, weights).float().cpu().numpy()).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layer_set", ["mtp", "all"])
+def test_the_layer_sets_on_one_gpu(torch, mtp, layer_set):
+    """VOLT8_VLLM_LAYERS: mtp gives volt8 one layer (the MTP layer's experts); all also the target's block-FP8
+    ones, so one process holds several layers at once, of different ranks' widths and offsets, run one
+    after the other as a model does (each layer's input the one before's output), eagerly and replayed
+    from one CUDA graph; every layer matches the float64 reference on its own input."""
+    made = [mtp(tp=4, rank=1)]
+    if layer_set == "all":
+        made += [mtp(tp=4, rank=0), mtp(tp=2, rank=1), mtp(case="fp8_runtime_names", tp=8, rank=5)]
+    tokens = 6
+    hidden = made[0][1].shape.hidden
+    assert all(host.shape.hidden == hidden for _, host in made)
+    for experts, _ in made:
+        experts.prepare([tokens])
+    inputs = [router_inputs(torch, host.shape, tokens, seed=600 + index) for index, (_, host) in enumerate(made)]
+    x0 = inputs[0][0].clone()
+
+    def model(x):
+        for (experts, _), (_, ids, weights) in zip(made, inputs):
+            x = experts.apply(x, ids, weights)
+        return x
+
+    eager_inputs = [x0]
+    for (experts, _), (_, ids, weights) in zip(made, inputs):
+        eager_inputs.append(experts.apply(eager_inputs[-1], ids, weights))
+    torch.cuda.synchronize()
+    for index, ((experts, host), (_, ids, weights)) in enumerate(zip(made, inputs)):
+        error = relative_l2(torch, reference(torch, host, eager_inputs[index], ids, weights), eager_inputs[index + 1])
+        assert error <= 5e-3, f"{layer_set} layer {index}: relative L2 {error:.3g}"
+    x = x0.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        model(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = model(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager_inputs[-1]), f"{layer_set}: the replayed layers differ from eager"
+    graph.reset()

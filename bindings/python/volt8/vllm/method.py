@@ -1,22 +1,32 @@
 """The vLLM half of the plugin: which MoE layers volt8 serves, and the quantization method that serves
 them (weights in, volt8 experts out, apply).
 
-install() registers, through vLLM's out-of-tree layer mechanism, a RoutedExperts whose quantization
-method is chosen by Volt8MtpQuantConfig: a wrapper around the target's quantization config (or
-around none) that gives the MTP layers' routed experts to Volt8MoEMethod and leaves every other
-layer to the wrapped config, exactly as without the plugin.
+install() registers, through vLLM's out-of-tree layer mechanism, a subclass of the routed-experts layer
+class (vLLM 0.33's RoutedExperts; FusedMoE in engines of the 0.2x line such as 1Cat-vLLM, where
+RoutedExperts is an alias of it). Before the layer is built, the subclass decides whether volt8 serves
+it: when it does, the layer is built with Volt8QuantConfig, a wrapper around the target's quantization
+config whose get_quant_method gives the layer a Volt8MoEMethod, and the layer gets its own config back
+once built; every other layer is built exactly as without the plugin.
 
-The MTP experts volt8 takes: 128x128 block-FP8 E4M3 ones (Fp8Config with weight_block_size
-[128, 128], ModelOpt FP8_PB_WO alone or in a mixed-precision config), and, when VOLT8_VLLM_ONLINE=fp8,
-unquantized ones (no quantization config, or a config that leaves the MTP experts out: AWQ, ModelOpt
-NVFP4 or mixed, ...). Experts that the target's config quantizes another way stay with vLLM.
+The experts volt8 takes: 128x128 block-FP8 E4M3 ones (Fp8Config with weight_block_size [128, 128],
+ModelOpt FP8_PB_WO alone or in a mixed-precision config), and, when VOLT8_VLLM_ONLINE=fp8, unquantized
+MTP ones (no quantization config, or a config that leaves the MTP experts out: AWQ, ModelOpt NVFP4 or
+mixed, ...). VOLT8_VLLM_LAYERS=all also takes the target's block-FP8 routed experts. Experts that the
+target's config quantizes another way stay with vLLM.
+
+What differs between the engines is found by looking at what the installed vLLM has, never at its
+version string: the name of the layer's prefix argument, is_layer_skipped's match_mode, the config's
+intermediate size, the expert map's home and the speculative config's mtp_expert_quantization switch.
 """
+import dataclasses
+import inspect
+
 import torch
 
 from vllm.config import get_current_vllm_config_or_none
 from vllm.logger import init_logger
+from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
-from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.platforms import current_platform
@@ -26,27 +36,80 @@ from .staging import ExpertStaging
 
 logger = init_logger("vllm.volt8")
 
-# The layer's parameters an MTP experts checkpoint may fill (vLLM maps experts.<e>.gate_proj.<suffix> to
+# The layer's parameters an experts checkpoint may fill (vLLM maps experts.<e>.gate_proj.<suffix> to
 # w13_<suffix>, down_proj to w2_<suffix>), and what each is.
 PARAMETERS = {"weight": "weight", "weight_scale_inv": "scale", "weight_scale": "scale", "input_scale": "input_scale"}
 SHARDS = {"w1": "gate", "w3": "up", "w2": "down"}
 BLOCK_FP8_ALGOS = ("FP8_PB_WO", "FP8_BLOCK_SCALES")  # ModelOpt's names of 128x128 block FP8
 
+# ---- what the installed vLLM has ----
+
+_LAYER_SIGNATURE = inspect.signature(RoutedExperts.__init__)
+# the argument that names the layer: prefix (FusedMoE), layer_name (RoutedExperts of 0.33)
+_NAME_ARGUMENT = next((name for name in ("prefix", "layer_name") if name in _LAYER_SIGNATURE.parameters), None)
+if _NAME_ARGUMENT is None or "quant_config" not in _LAYER_SIGNATURE.parameters:
+    raise ImportError(f"{RoutedExperts.__module__}.{RoutedExperts.__qualname__}.__init__ takes neither prefix nor "
+                      f"layer_name, or no quant_config")
+
+
+def _layer_skipped(quant_config, prefix):
+    """Fp8Config's ignored_layers test, with its match mode where this vLLM has one."""
+    from vllm.model_executor.layers.quantization.utils.quant_utils import is_layer_skipped
+    options = {}
+    if "match_mode" in inspect.signature(is_layer_skipped).parameters and hasattr(quant_config,
+                                                                                  "ignored_layers_match_mode"):
+        options["match_mode"] = quant_config.ignored_layers_match_mode
+    return is_layer_skipped(prefix=prefix, ignored_layers=quant_config.ignored_layers,
+                            fused_mapping=quant_config.packed_modules_mapping, **options)
+
+
+def full_intermediate(moe):
+    """The experts' whole intermediate size (all TP ranks): FusedMoEConfig.intermediate_size where the
+    config has it, else the unpadded per-rank size times the MoE TP size."""
+    whole = getattr(moe, "intermediate_size", None)
+    if whole is not None:
+        return int(whole)
+    per_rank = getattr(moe, "intermediate_size_per_partition_unpadded", None) or moe.intermediate_size_per_partition
+    return int(per_rank) * moe.moe_parallel_config.tp_size
+
+
+def _expert_map(layer):
+    """The layer's global -> local expert map (None: every expert on this rank)."""
+    manager = getattr(layer, "expert_map_manager", None)
+    return manager.expert_map if manager is not None else layer.expert_map
+
+
+def _switch_on(config):
+    speculative = getattr(config, "speculative_config", None)
+    return getattr(speculative, "mtp_expert_quantization", None) == "fp8"
+
+
+def _capability():
+    capability = current_platform.get_device_capability()
+    return None if capability is None else capability.to_int()
+
+
+def _num_hidden_layers(config):
+    model_config = getattr(config, "model_config", None)
+    if model_config is None:
+        return None
+    return getattr(model_config.hf_text_config, "num_hidden_layers", None)
+
+
+# ---- which layers, and their experts' format ----
 
 def expert_format(quant_config, prefix):
     """("fp8_block", description) when the config makes the experts at `prefix` 128x128 block FP8,
-    ("unquantized", description) when it leaves them unquantized, or (None, description) when this
-    can only be learnt by asking the config for its method (another format). Never asks the config to
-    build a method: vLLM's FP8 MoE methods fail to build on GPUs without FP8 hardware."""
+    ("unquantized", description) when it leaves them unquantized, ("other", description) for another
+    format, or (None, description) when this can only be learnt by asking the config for its method.
+    Never asks the config to build a method: vLLM's FP8 MoE methods fail to build on GPUs without FP8
+    hardware."""
     from vllm.model_executor.layers.quantization.fp8 import Fp8Config
     from vllm.model_executor.layers.quantization.modelopt import ModelOptFp8Config, ModelOptMixedPrecisionConfig
-    from vllm.model_executor.layers.quantization.utils.quant_utils import is_layer_skipped
     if quant_config is None:
         return "unquantized", "no quantization config"
     if isinstance(quant_config, Fp8Config):
-        if is_layer_skipped(prefix=prefix, ignored_layers=quant_config.ignored_layers,
-                            fused_mapping=quant_config.packed_modules_mapping,
-                            match_mode=quant_config.ignored_layers_match_mode):
+        if _layer_skipped(quant_config, prefix):
             return "unquantized", "fp8 config, layer ignored"
         block = list(quant_config.weight_block_size or [])
         if quant_config.is_checkpoint_fp8_serialized and block == [128, 128]:
@@ -66,19 +129,44 @@ def expert_format(quant_config, prefix):
     return None, quant_config.get_name()
 
 
-class Volt8MtpQuantConfig(QuantizationConfig):
-    """The target's quantization config (`inner`, possibly None) with the MTP layers' routed experts
-    given to volt8. get_quant_method(layer, prefix) returns a Volt8MoEMethod for those, and the wrapped
-    config's method (None without a config) for every other layer."""
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """A layer volt8 is asked to serve: an MTP layer's routed experts (mtp_layer its index) or, with
+    VOLT8_VLLM_LAYERS=all, a target layer's (mtp_layer None)."""
+
+    prefix: str
+    mtp_layer: int | None
+
+    @property
+    def label(self):
+        return "target layer" if self.mtp_layer is None else f"MTP layer {self.mtp_layer}"
+
+
+_fp8_hardware_said = []  # the one line per process about GPUs with FP8 hardware
+
+
+class Volt8QuantConfig(QuantizationConfig):
+    """The target's quantization config (`inner`, possibly None) with the layers volt8 serves given to
+    Volt8MoEMethod. settings: the plugin's (VOLT8_VLLM...); num_hidden_layers: the target's (MTP layers
+    are numbered from it); capability: major * 10 + minor, None when unknown (no GPU)."""
 
     def __init__(self, inner, settings, num_hidden_layers, capability):
         super().__init__()
         self.inner = inner
         self.settings = settings
         self.num_hidden_layers = num_hidden_layers
-        self.capability = capability  # major * 10 + minor, None when unknown (no GPU)
+        self.capability = capability
         if inner is not None:
             self.packed_modules_mapping = inner.packed_modules_mapping
+            for name in ("online_quantization_config",):
+                if hasattr(inner, name):
+                    setattr(self, name, getattr(inner, name))
+
+    def __getattr__(self, name):  # anything else a layer reads of its config: the wrapped config's
+        inner = self.__dict__.get("inner")
+        if inner is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(inner, name)
 
     def get_name(self):
         return "volt8" if self.inner is None else self.inner.get_name()
@@ -96,40 +184,78 @@ class Volt8MtpQuantConfig(QuantizationConfig):
 
     @classmethod
     def from_config(cls, config):
-        raise NotImplementedError("Volt8MtpQuantConfig wraps a config; it is not read from a checkpoint")
+        raise NotImplementedError("Volt8QuantConfig wraps a config; it is not read from a checkpoint")
 
-    def serves(self, prefix):
-        """The MTP layer index when volt8 serves the routed experts named `prefix` on this GPU, else None."""
+    def on_this_gpu(self):
         if self.capability is None:
-            on_this_gpu = self.settings.enabled and self.settings.force
-        else:
-            on_this_gpu = self.settings.serves_capability(self.capability)
-        if not on_this_gpu:
-            return None
-        return settings_module.mtp_layer(prefix, self.num_hidden_layers)
+            return self.settings.enabled and self.settings.force
+        serves = self.settings.serves_capability(self.capability)
+        if self.settings.enabled and not serves and not _fp8_hardware_said:
+            _fp8_hardware_said.append(self.capability)
+            logger.info("volt8: %s=1 leaves the MoE layers to vLLM: this GPU (compute capability %d.%d) has FP8 "
+                        "tensor cores; %s=force serves them on volt8 all the same", settings_module.ENABLE,
+                        self.capability // 10, self.capability % 10, settings_module.ENABLE)
+        return serves
 
-    def volt8_method(self, layer, prefix):
-        """The Volt8MoEMethod for `layer` (a RoutedExperts) at `prefix`, or None when volt8 does not serve
-        it. A config whose expert format cannot be told otherwise is asked for its method: none, or an
-        unquantized one, means unquantized experts."""
-        mtp_layer = self.serves(prefix)
-        if mtp_layer is None or not isinstance(layer, RoutedExperts):
+    def role(self, prefix):
+        """The Role of the routed experts named `prefix` when the settings ask volt8 to serve them on this
+        GPU, else None."""
+        if not self.on_this_gpu():
+            return None
+        mtp_layer = settings_module.mtp_layer(prefix, self.num_hidden_layers)
+        if mtp_layer is not None:
+            return Role(prefix, mtp_layer)
+        return Role(prefix, None) if self.settings.layers == "all" else None
+
+    def claims(self, prefix):
+        """(Role, kind) when volt8 may serve the experts at `prefix`: kind "fp8_block" or "unquantized",
+        or None when only the config's method can tell; None when the layer stays with vLLM (said in
+        the log when its format is the reason)."""
+        role = self.role(prefix)
+        if role is None:
             return None
         kind, description = expert_format(self.inner, prefix)
-        if kind is None:
-            method = self.inner.get_quant_method(layer, prefix)
-            kind = "unquantized" if method is None or isinstance(method, UnquantizedFusedMoEMethod) else "other"
-            description += f" ({type(method).__name__})"
         if kind == "other":
             logger.warning("volt8: %s stays with vLLM: its experts are %s; volt8 reads 128x128 block FP8 or "
                            "unquantized experts", prefix, description)
             return None
-        if kind == "unquantized" and not self.settings.online_block_n:
-            logger.info("volt8: %s stays with vLLM: its experts are unquantized (%s); %s=fp8 quantizes them to "
-                        "FP8 for volt8 at load", prefix, description, settings_module.ONLINE)
+        if kind == "unquantized" and not self._online(role):
+            self._say_unquantized(role, description)
             return None
+        return role, kind
+
+    def _online(self, role):
+        return role.mtp_layer is not None and self.settings.online_block_n
+
+    def _say_unquantized(self, role, description):
+        if role.mtp_layer is None:
+            logger.info("volt8: %s stays with vLLM: its experts are unquantized (%s); volt8 serves a target "
+                        "layer's experts only when they are 128x128 block FP8", role.prefix, description)
+        else:
+            logger.info("volt8: %s stays with vLLM: its experts are unquantized (%s); %s=fp8 quantizes them to "
+                        "FP8 for volt8 at load", role.prefix, description, settings_module.ONLINE)
+
+    def volt8_method(self, layer, prefix):
+        """The Volt8MoEMethod for `layer` at `prefix`, or None when volt8 does not serve it. A config whose
+        expert format cannot be told otherwise is asked for its method: none, or an unquantized one,
+        means unquantized experts."""
+        claim = self.claims(prefix)
+        if claim is None or not isinstance(layer, RoutedExperts):
+            return None
+        role, kind = claim
+        description = expert_format(self.inner, prefix)[1]
+        if kind is None:
+            method = self.inner.get_quant_method(layer, prefix)
+            if not (method is None or isinstance(method, UnquantizedFusedMoEMethod)):
+                logger.warning("volt8: %s stays with vLLM: its experts are %s (%s); volt8 reads 128x128 block FP8 "
+                               "or unquantized experts", prefix, description, type(method).__name__)
+                return None
+            if not self._online(role):
+                self._say_unquantized(role, f"{description} ({type(method).__name__})")
+                return None
+            kind = "unquantized"
         online = self.settings.online_block_n if kind == "unquantized" else 0
-        logger.info("volt8: %s (MTP layer %d) runs on volt8: %s%s", prefix, mtp_layer, description,
+        logger.info("volt8: %s (%s) runs on volt8: %s%s", prefix, role.label, description,
                     f", quantized at load with {online}-row scale blocks" if online else "")
         return Volt8MoEMethod(layer.moe_config, layer_name=prefix, online_block_n=online)
 
@@ -140,42 +266,51 @@ class Volt8MtpQuantConfig(QuantizationConfig):
         return None if self.inner is None else self.inner.get_quant_method(layer, prefix)
 
 
-def _capability():
-    capability = current_platform.get_device_capability()
-    return None if capability is None else capability.to_int()
+Volt8MtpQuantConfig = Volt8QuantConfig  # the name of before
 
 
-def _num_hidden_layers():
-    config = get_current_vllm_config_or_none()
-    model_config = getattr(config, "model_config", None)
-    if model_config is None:
-        return None
-    return getattr(model_config.hf_text_config, "num_hidden_layers", None)
+def effective_settings(settings, config):
+    """The plugin's settings, or, when VOLT8_VLLM is off and the engine's speculative config asks for
+    mtp_expert_quantization "fp8", those of VOLT8_VLLM=1 with VOLT8_VLLM_ONLINE=fp8 (MTP layers only)."""
+    if not settings.enabled and _switch_on(config):
+        return settings_module.Settings(enabled=True, online_block_n=128)
+    return settings
 
 
 class Volt8RoutedExperts(RoutedExperts):
-    """RoutedExperts whose quantization method comes from Volt8MtpQuantConfig (registered in its place)."""
+    """The routed-experts layer class, registered in its place: a layer volt8 serves is built with a
+    Volt8QuantConfig (and gets its own config back once built), every other one as before."""
 
     settings = settings_module.Settings()
 
-    def _get_quant_method(self, prefix, quant_config, moe_config):
-        wrapper = Volt8MtpQuantConfig(quant_config, self.settings, _num_hidden_layers(), _capability())
-        method = wrapper.volt8_method(self, prefix)
-        return method if method is not None else super()._get_quant_method(prefix, quant_config, moe_config)
+    def __init__(self, *args, **kwargs):
+        bound = _LAYER_SIGNATURE.bind(self, *args, **kwargs)
+        inner = bound.arguments.get("quant_config")
+        prefix = bound.arguments.get(_NAME_ARGUMENT, "")
+        config = get_current_vllm_config_or_none()
+        wrapper = Volt8QuantConfig(inner, effective_settings(self.settings, config), _num_hidden_layers(config),
+                                   _capability())
+        wrapped = wrapper.claims(prefix) is not None
+        if wrapped:
+            bound.arguments["quant_config"] = wrapper
+        super().__init__(*bound.args[1:], **bound.kwargs)
+        if wrapped and getattr(self, "quant_config", None) is wrapper:
+            self.quant_config = inner
 
 
 def install(settings):
-    """Makes vLLM build Volt8RoutedExperts for every RoutedExperts (vLLM's out-of-tree layer registry);
-    once per process."""
+    """Makes vLLM build Volt8RoutedExperts for every routed-experts layer (vLLM's out-of-tree layer
+    registry, keyed by the class's own name); once per process."""
     from vllm.model_executor.custom_op import op_registry_oot
     Volt8RoutedExperts.settings = settings
-    registered = op_registry_oot.get("RoutedExperts")
+    key = RoutedExperts.__name__
+    registered = op_registry_oot.get(key)
     if registered is Volt8RoutedExperts:
         return
     if registered is not None:
-        raise RuntimeError(f"volt8: another plugin replaces RoutedExperts already ({registered.__module__}."
+        raise RuntimeError(f"volt8: another plugin replaces {key} already ({registered.__module__}."
                            f"{registered.__qualname__}); the two cannot both serve the MoE layers")
-    RoutedExperts.register_oot(Volt8RoutedExperts, name="RoutedExperts")
+    RoutedExperts.register_oot(Volt8RoutedExperts, name=key)
 
 
 # ---- the method ----
@@ -189,7 +324,7 @@ def _placeholder(kind, loader):
 
 def _local_experts(layer, global_experts):
     """(expert_start, expert_count) of the experts this rank holds, from vLLM's expert map (count 0: all)."""
-    expert_map = layer.expert_map_manager.expert_map
+    expert_map = _expert_map(layer)
     if expert_map is None:
         return 0, 0
     mapped = expert_map[:global_experts].tolist()
@@ -202,7 +337,7 @@ def _local_experts(layer, global_experts):
 
 
 class Volt8MoEMethod(FusedMoEMethodBase):
-    """The MTP layer's routed experts on volt8. create_weights registers empty placeholders whose loader
+    """A layer's routed experts on volt8. create_weights registers empty placeholders whose loader
     hands each checkpoint tensor to an ExpertStaging (host memory, this rank's share only, sharded by
     the library); process_weights_after_loading uploads them into volt8 and frees the staging; apply
     runs torch.ops.volt8.mtp_moe on vLLM's current stream. Shared experts stay with vLLM's runner."""
@@ -238,7 +373,7 @@ class Volt8MoEMethod(FusedMoEMethodBase):
             raise NotImplementedError(f"volt8: {self.layer_name}: redundant experts (EPLB) are not supported")
         start, count = _local_experts(layer, global_experts)
         hidden = extra_weight_attrs.get("unpadded_hidden_size") or hidden_size
-        self.staging = ExpertStaging(hidden, moe.intermediate_size, global_experts, parallel.tp_size, parallel.tp_rank,
+        self.staging = ExpertStaging(hidden, full_intermediate(moe), global_experts, parallel.tp_size, parallel.tp_rank,
                                      start, count, online_block_n=self.online_block_n, layer=self.layer_name)
         for stem in ("w13", "w2"):
             for suffix, kind in PARAMETERS.items():
@@ -260,23 +395,43 @@ class Volt8MoEMethod(FusedMoEMethodBase):
     load_weight.supports_moe_loading = True
 
     def process_weights_after_loading(self, layer):
+        """Uploads the staged experts into volt8 on this process's CUDA device and frees the staging, also
+        when the upload fails (the error names the layer)."""
         if self.experts is not None:
             return
+        staging, self.staging = self.staging, None
+        if staging is None:
+            raise RuntimeError(f"volt8: {self.layer_name}: the experts' staging is gone (an earlier upload failed)")
+        try:
+            self.experts = self._upload(staging)
+        finally:
+            staging.release()
+
+    def _upload(self, staging):
         from .runtime import MtpExperts
+        from ..errors import Error
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"volt8: {self.layer_name}: no CUDA GPU is usable in this process "
+                               f"(torch.cuda.is_available() is False), so its experts cannot be uploaded; the "
+                               f"{staging.nbytes / 2**20:.1f} MiB of host staging were freed")
         config = get_current_vllm_config_or_none()
         max_tokens, counts = token_counts(config, self.moe)
         device = torch.cuda.current_device()
-        staged = self.staging.nbytes
-        self.experts = MtpExperts(context(device), self.staging, max_tokens=max_tokens,
-                                  max_top_k=self.moe.experts_per_token)
-        self.staging = None
-        self.experts.prepare(counts)
-        memory = self.experts.memory()
+        staged = staging.nbytes
+        try:
+            experts = MtpExperts(context(device), staging, max_tokens=max_tokens,
+                                 max_top_k=self.moe.experts_per_token)
+            experts.prepare(counts)
+        except Error as error:
+            raise type(error)(f"volt8: {self.layer_name}: uploading its experts to cuda:{device} failed: "
+                              f"{error.message}", error.status, error.function) from error
+        memory = experts.memory()
         logger.info("volt8: %s: %d experts resident, %.1f MiB (FP16 would be %.1f MiB, padded %.1f MiB), "
                     "workspace %.1f MiB for %d tokens; %.1f MiB of host staging freed", self.layer_name,
-                    self.experts.shape.num_experts, memory.resident_bytes / 2**20, memory.fp16_bytes / 2**20,
-                    memory.padded_bytes / 2**20, memory.workspace_bytes / 2**20, self.experts.experts.max_tokens,
+                    experts.shape.num_experts, memory.resident_bytes / 2**20, memory.fp16_bytes / 2**20,
+                    memory.padded_bytes / 2**20, memory.workspace_bytes / 2**20, experts.experts.max_tokens,
                     staged / 2**20)
+        return experts
 
     def get_fused_moe_quant_config(self, layer):
         return None

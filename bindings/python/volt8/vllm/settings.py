@@ -6,6 +6,8 @@ Imports neither vLLM nor torch.
     VOLT8_VLLM_ONLINE   fp8: unquantized (BF16/FP16) MTP experts are quantized to E4M3 at load, with
                         scale blocks of VOLT8_VLLM_ONLINE_BLOCK rows (128, the default, or 1);
                         unset: such experts are left to vLLM
+    VOLT8_VLLM_LAYERS   mtp (the default): the MTP layers' routed experts; all: also every routed-experts
+                        layer of the target whose experts are 128x128 block FP8
 """
 import dataclasses
 import os
@@ -14,6 +16,8 @@ import re
 ENABLE = "VOLT8_VLLM"
 ONLINE = "VOLT8_VLLM_ONLINE"
 ONLINE_BLOCK = "VOLT8_VLLM_ONLINE_BLOCK"
+LAYERS = "VOLT8_VLLM_LAYERS"
+LAYER_SETS = ("mtp", "all")
 FP8_CAPABILITY = 89  # the first compute capability with FP8 tensor cores (Ada)
 
 _OFF = ("", "0", "off")
@@ -23,12 +27,14 @@ _FORCE = ("force",)
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """enabled: the plugin serves MTP experts at all; force: also on GPUs with FP8 hardware;
-    online_block_n: 0 (unquantized experts left to vLLM), or 1 or 128 (quantized at load)."""
+    """enabled: the plugin serves MoE experts at all; force: also on GPUs with FP8 hardware;
+    online_block_n: 0 (unquantized experts left to vLLM), or 1 or 128 (quantized at load), MTP layers
+    only; layers: "mtp" (the MTP layers' routed experts) or "all" (also the target's block-FP8 ones)."""
 
     enabled: bool = False
     force: bool = False
     online_block_n: int = 0
+    layers: str = "mtp"
 
     def serves_capability(self, capability):
         """True when the plugin runs on a GPU of compute capability `capability` (major * 10 + minor)."""
@@ -50,8 +56,14 @@ def read(environ=None):
         raise ValueError(f"{ONLINE_BLOCK}={environ.get(ONLINE_BLOCK)!r}: scale blocks of 1 or 128 rows")
     if block_text and not online:
         raise ValueError(f"{ONLINE_BLOCK}={block_text} is set but {ONLINE} is not (set {ONLINE}=fp8)")
+    layers = environ.get(LAYERS, "")
+    if layers not in ("",) + LAYER_SETS:
+        raise ValueError(f"{LAYERS}={layers!r} is not mtp (the MTP layers' routed experts, the default) or all "
+                         f"(also the target's block-FP8 routed experts)")
+    if layers and value in _OFF:
+        raise ValueError(f"{LAYERS}={layers} is set but {ENABLE} is not (set {ENABLE}=1 or force)")
     return Settings(enabled=value not in _OFF, force=value in _FORCE,
-                    online_block_n=(int(block_text or 128) if online else 0))
+                    online_block_n=(int(block_text or 128) if online else 0), layers=layers or "mtp")
 
 
 # The routed experts of an MTP layer, as vLLM names the layer (the prefix a quantization config is
