@@ -39,6 +39,6 @@ static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t 
 
 const volt8_kind_spec volt8_kind_gemm_cc = {
     .kind = VOLT8_KIND_GEMM_CC, .family = "cc", .template_path = "templates/moe_gemm_cc.cu", .lists_values = 1,
-    .expert_range = 1, .space = &volt8_space_cc, .values = values, .threads = volt8_gemm_threads, .signature = volt8_gemm_signature,
-    .launch_size = volt8_gemm_launch_size,
+    .expert_range = 1, .space = &volt8_space_cc, .values = values, .threads = volt8_gemm_threads,
+    .signature = volt8_gemm_signature, .launch_size = volt8_gemm_launch_size,
 };
