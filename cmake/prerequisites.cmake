@@ -5,6 +5,14 @@ if(NOT PKG_CONFIG_FOUND)
   message(FATAL_ERROR "volt8: pkg-config is missing: install it (apt-get install pkg-config)")
 endif()
 
+# Lua 5.4 generates the kernels' variant space when the library is built (codegen/); nothing runs it
+# later. VOLT8_LUA names another interpreter.
+find_program(VOLT8_LUA NAMES lua5.4 DOC "the Lua 5.4 interpreter that generates the variant space (codegen/)")
+if(NOT VOLT8_LUA OR NOT EXISTS "${VOLT8_LUA}")
+  message(FATAL_ERROR "volt8: lua5.4 was not found (VOLT8_LUA=${VOLT8_LUA}): the build generates the kernels' "
+    "variant space with it (codegen/): install it (apt-get install lua5.4)")
+endif()
+
 # Only the toolkit's headers (cuda.h) are needed: the driver, NVRTC and cuBLASLt are opened at run time.
 find_package(CUDAToolkit QUIET)
 if(NOT CUDAToolkit_FOUND OR NOT EXISTS "${CUDAToolkit_INCLUDE_DIRS}/cuda.h")

@@ -4,7 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
-packages=(libcjson-dev libcriterion-dev pkg-config cmake clang libclang-rt-dev dpkg-dev)
+packages=(libcjson-dev libcriterion-dev pkg-config cmake lua5.4 clang libclang-rt-dev dpkg-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -9,8 +9,9 @@ model's TP4 and TP8 ranks with all their experts (`volt8 models --tp N`).
 
 - sources: every variant's generated CUDA source for sm_70 and sm_90, one file per kernel entry
   (DIR/sources/sm_XX/ENTRY.cu). Equal sources give equal PTX from one NVRTC. `volt8 list --sources`
-  writes them; --lua-tree TREE takes them from TREE/codegen/gen.lua instead (a tree whose library ran
-  that generator).
+  writes them; --lua-tree TREE takes them from TREE/codegen/gen.lua instead (a tree from before the
+  kernel catalogue, whose library ran that generator for every source; today's codegen/gen.lua writes
+  the variant space only).
 - choices: the dispatch's pair at every M of 1..160 and some larger, top-k 1, 8, 10 and 16, with the
   built-in tables and with a folder of the reference model's tables alone (`volt8 list --choice`,
   `--tables`), per arch (DIR/choices/); a top-k above the shape's experts is left out.

@@ -54,10 +54,11 @@ int volt8_variant_equal(const volt8_variant *a, const volt8_variant *b) {
 
 static int tile_of(const volt8_kind_spec *spec, const volt8_variant *v) {
   if (!spec->family || v->op > VOLT8_OP_DOWN) return 0;
+  const volt8_variant_space *kind_space = spec->space;
   int block_m_known = 0;
-  for (int32_t i = 0; i < spec->block_m_count; i++) block_m_known |= spec->block_ms[i] == v->block_m;
-  for (int32_t i = 0; block_m_known && i < spec->tile_counts[v->op]; i++) {
-    const volt8_tile *t = &spec->tiles[v->op][i];
+  for (int32_t i = 0; i < kind_space->block_m_count; i++) block_m_known |= kind_space->block_ms[i] == v->block_m;
+  for (int32_t i = 0; block_m_known && i < kind_space->tile_counts[v->op]; i++) {
+    const volt8_tile *t = &kind_space->tiles[v->op][i];
     if (t->block_n == v->block_n && t->warps == v->warps && t->split_k == v->split_k && t->lanes == v->lanes &&
         t->column_groups == v->column_groups && t->min_blocks == v->min_blocks && t->fetch_bytes == v->fetch_bytes &&
         t->fused_reduce == v->fused_reduce)
@@ -209,12 +210,13 @@ static int32_t space(volt8_variant *out, int32_t capacity) {
       count++;
       continue;
     }
+    const volt8_variant_space *kind_space = spec->space;
     for (int op = VOLT8_OP_GATE_UP; op <= VOLT8_OP_DOWN; op++)
-      for (int32_t b = 0; b < spec->block_m_count; b++)
-        for (int32_t t = 0; t < spec->tile_counts[op]; t++, count++) {
-          const volt8_tile *tile = &spec->tiles[op][t];
+      for (int32_t b = 0; b < kind_space->block_m_count; b++)
+        for (int32_t t = 0; t < kind_space->tile_counts[op]; t++, count++) {
+          const volt8_tile *tile = &kind_space->tiles[op][t];
           if (count < capacity)
-            out[count] = (volt8_variant){(volt8_kind)k, (volt8_op)op, spec->block_ms[b], tile->block_n, tile->warps,
+            out[count] = (volt8_variant){(volt8_kind)k, (volt8_op)op, kind_space->block_ms[b], tile->block_n, tile->warps,
                                          tile->split_k, tile->lanes, tile->column_groups, tile->min_blocks,
                                          tile->fetch_bytes, tile->fused_reduce};
         }

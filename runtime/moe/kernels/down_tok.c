@@ -7,12 +7,7 @@
 
 #define PASS_PAIRS_LIMIT 16
 
-static const int32_t BLOCK_MS[] = {1};
-/* bn, w, sk, l, c, o, f, r */
-static const volt8_tile DOWN_TILES[] = {
-    {16, 4, 1, 2, 0, 0, 0, 0},   {16, 8, 1, 2, 0, 0, 0, 0},   {32, 8, 1, 2, 0, 0, 0, 0},   {32, 4, 1, 1, 0, 0, 0, 0},
-    {16, 4, 1, 2, 0, 0, 128, 0}, {16, 8, 1, 2, 0, 0, 128, 0}, {32, 8, 1, 2, 0, 0, 128, 0},
-};
+/* Its block_m values and tiles: codegen/variant_space.lua (tok). */
 
 static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t arch, volt8_kernel_values *out,
                   char *reason, size_t reason_size) {
@@ -46,7 +41,6 @@ static volt8_launch_size launch_size(const volt8_variant *variant, const volt8_m
 
 const volt8_kind_spec volt8_kind_down_tok = {
     .kind = VOLT8_KIND_DOWN_TOK, .family = "tok", .template_path = "templates/moe_down_tok.cu", .lists_values = 1,
-    .expert_range = 1, .block_ms = BLOCK_MS, .block_m_count = 1, .tiles = {NULL, DOWN_TILES},
-    .tile_counts = {0, sizeof DOWN_TILES / sizeof DOWN_TILES[0]}, .values = values, .threads = volt8_gemm_threads,
+    .expert_range = 1, .space = &volt8_space_tok, .values = values, .threads = volt8_gemm_threads,
     .fixed_signature = &volt8_down_token_signature, .launch_size = launch_size,
 };

@@ -5,19 +5,9 @@
 
 #include "moe/kernels/kind.h"
 
-static const int32_t BLOCK_MS[] = {1, 2, 4};
-
-/* bn, w, sk, l, c, o, f, r. o: the compiler fits o CTAs on an SM, capping registers to match; f (sm_80
- * and later): each weight load brings the aligned f-byte block around it into L2. */
-static const volt8_tile GATE_UP_TILES[] = {
-    {4, 4, 1, 32, 0, 0, 0, 0},   {8, 4, 1, 16, 0, 0, 0, 0},   {8, 8, 2, 16, 0, 0, 0, 0},
-    {8, 4, 1, 16, 0, 6, 0, 0},   {8, 4, 1, 16, 0, 8, 0, 0},   {8, 4, 1, 16, 0, 0, 128, 0},
-    {8, 8, 2, 16, 0, 0, 128, 0}, {8, 4, 1, 16, 0, 6, 128, 0},
-};
-static const volt8_tile DOWN_TILES[] = {
-    {32, 4, 1, 4, 0, 0, 0, 0},  {64, 4, 1, 2, 0, 0, 0, 0},  {128, 8, 1, 2, 0, 0, 0, 0},
-    {32, 4, 1, 4, 0, 10, 0, 0}, {64, 4, 1, 2, 0, 10, 0, 0},
-};
+/* Its block_m values and tiles: codegen/variant_space.lua (cc). A tile's o: the compiler fits o CTAs on
+ * an SM, capping registers to match; f (sm_80 and later): each weight load brings the aligned f-byte
+ * block around it into L2. */
 
 static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t arch, volt8_kernel_values *out,
                   char *reason, size_t reason_size) {
@@ -49,8 +39,6 @@ static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t 
 
 const volt8_kind_spec volt8_kind_gemm_cc = {
     .kind = VOLT8_KIND_GEMM_CC, .family = "cc", .template_path = "templates/moe_gemm_cc.cu", .lists_values = 1,
-    .expert_range = 1, .block_ms = BLOCK_MS, .block_m_count = 3, .tiles = {GATE_UP_TILES, DOWN_TILES},
-    .tile_counts = {sizeof GATE_UP_TILES / sizeof GATE_UP_TILES[0], sizeof DOWN_TILES / sizeof DOWN_TILES[0]},
-    .values = values, .threads = volt8_gemm_threads, .signature = volt8_gemm_signature,
-    .launch_size = volt8_gemm_launch_size,
+    .expert_range = 1, .space = &volt8_space_cc, .values = values, .threads = volt8_gemm_threads,
+    .signature = volt8_gemm_signature, .launch_size = volt8_gemm_launch_size,
 };

@@ -7,22 +7,7 @@
 
 #include "moe/kernels/kind.h"
 
-static const int32_t BLOCK_MS[] = {1, 2, 4, 8};
-
-/* bn, w, sk, l, c, o, f, r */
-static const volt8_tile GATE_UP_TILES[] = {
-    {8, 4, 4, 0, 0, 0, 0, 0},    {8, 8, 8, 0, 0, 0, 0, 0},    {16, 4, 4, 0, 0, 0, 0, 0},   {16, 8, 4, 0, 0, 0, 0, 0},
-    {16, 4, 4, 0, 0, 4, 0, 0},   {32, 4, 4, 0, 0, 0, 0, 0},   {32, 4, 1, 0, 0, 0, 0, 0},   {8, 8, 8, 0, 0, 0, 128, 0},
-    {8, 8, 8, 0, 0, 0, 256, 0},  {16, 4, 4, 0, 0, 0, 128, 0}, {16, 4, 4, 0, 0, 4, 128, 0}, {32, 4, 1, 0, 0, 0, 128, 0},
-    {32, 4, 1, 0, 0, 0, 256, 0},
-};
-static const volt8_tile DOWN_TILES[] = {
-    {32, 2, 1, 0, 0, 0, 0, 0},    {64, 4, 1, 0, 0, 0, 0, 0},    {128, 8, 1, 0, 0, 0, 0, 0},   {128, 4, 1, 0, 0, 0, 0, 0},
-    {128, 4, 1, 0, 0, 5, 0, 0},   {256, 4, 1, 0, 2, 0, 0, 0},   {512, 4, 1, 0, 4, 0, 0, 0},   {256, 2, 1, 0, 4, 0, 0, 0},
-    {512, 8, 1, 0, 4, 0, 0, 0},   {32, 2, 1, 0, 0, 0, 0, 1},    {64, 4, 1, 0, 0, 0, 0, 1},    {128, 4, 1, 0, 0, 0, 0, 1},
-    {256, 4, 1, 0, 2, 0, 0, 1},   {64, 4, 1, 0, 0, 0, 128, 0},  {128, 4, 1, 0, 0, 0, 128, 0}, {128, 4, 1, 0, 0, 0, 128, 1},
-    {256, 4, 1, 0, 2, 0, 128, 0}, {512, 4, 1, 0, 4, 0, 256, 0},
-};
+/* Its block_m values and tiles: codegen/variant_space.lua (hmma). */
 
 /* sm_89 and later convert E4M3 with one instruction per two codes. */
 #define FP8_CONVERT_MIN_ARCH 89
@@ -80,8 +65,7 @@ static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t 
 
 const volt8_kind_spec volt8_kind_gemm_hmma = {
     .kind = VOLT8_KIND_GEMM_HMMA, .family = "hmma", .template_path = "templates/moe_gemm_hmma.cu", .min_arch = 80,
-    .lists_values = 1, .expert_range = 1, .block_ms = BLOCK_MS, .block_m_count = 4, .tiles = {GATE_UP_TILES, DOWN_TILES},
-    .tile_counts = {sizeof GATE_UP_TILES / sizeof GATE_UP_TILES[0], sizeof DOWN_TILES / sizeof DOWN_TILES[0]},
+    .lists_values = 1, .expert_range = 1, .space = &volt8_space_hmma,
     .values = values, .threads = volt8_gemm_threads, .signature = volt8_gemm_signature,
     .launch_size = volt8_gemm_launch_size,
 };

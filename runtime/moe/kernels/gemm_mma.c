@@ -7,9 +7,7 @@
 
 #define X_TILE_LIMIT_BYTES (32 * 1024)
 
-static const int32_t BLOCK_MS[] = {8, 16, 32};
-static const volt8_tile GATE_UP_TILES[] = {{16, 2, 1, 0, 0, 0, 0, 0}, {32, 8, 2, 0, 0, 0, 0, 0}};
-static const volt8_tile DOWN_TILES[] = {{32, 4, 1, 0, 0, 0, 0, 0}, {32, 4, 2, 0, 0, 0, 0, 0}};
+/* Its block_m values and tiles: codegen/variant_space.lua (mma). */
 
 static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t arch, volt8_kernel_values *out,
                   char *reason, size_t reason_size) {
@@ -48,9 +46,7 @@ static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t 
 
 const volt8_kind_spec volt8_kind_gemm_mma = {
     .kind = VOLT8_KIND_GEMM_MMA, .family = "mma", .template_path = "templates/moe_gemm_mma.cu",
-    .emulated_from_arch = 80, .lists_values = 1, .expert_range = 1, .block_ms = BLOCK_MS, .block_m_count = 3,
-    .tiles = {GATE_UP_TILES, DOWN_TILES},
-    .tile_counts = {sizeof GATE_UP_TILES / sizeof GATE_UP_TILES[0], sizeof DOWN_TILES / sizeof DOWN_TILES[0]},
+    .emulated_from_arch = 80, .lists_values = 1, .expert_range = 1, .space = &volt8_space_mma,
     .values = values, .threads = volt8_gemm_threads, .signature = volt8_gemm_signature,
     .launch_size = volt8_gemm_launch_size,
 };

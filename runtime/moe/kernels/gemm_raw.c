@@ -12,13 +12,7 @@
 
 #include "moe/kernels/kind.h"
 
-static const int32_t BLOCK_MS[] = {32, 64, 128};
-
-/* bn, w, sk, l, c, o, f, r */
-static const volt8_tile GATE_UP_TILES[] = {
-    {64, 4, 1, 0, 0, 2, 256, 0}, {64, 8, 1, 0, 0, 2, 256, 0}, {64, 4, 1, 0, 0, 4, 256, 0}};
-static const volt8_tile DOWN_TILES[] = {
-    {128, 4, 1, 0, 0, 2, 256, 0}, {128, 8, 1, 0, 0, 2, 256, 0}, {128, 4, 1, 0, 0, 4, 256, 0}};
+/* Its block_m values and tiles: codegen/variant_space.lua (raw). */
 
 #define RAW_MAX_STAGES 6
 
@@ -54,9 +48,7 @@ static int values(const volt8_variant *v, const volt8_moe_shape *shape, int32_t 
 
 const volt8_kind_spec volt8_kind_gemm_raw = {
     .kind = VOLT8_KIND_GEMM_RAW, .family = "raw", .template_path = "templates/moe_gemm_raw.cu", .min_arch = 80,
-    .lists_values = 1, .expert_range = 1, .large_items = 1, .block_ms = BLOCK_MS, .block_m_count = 3,
-    .tiles = {GATE_UP_TILES, DOWN_TILES},
-    .tile_counts = {sizeof GATE_UP_TILES / sizeof GATE_UP_TILES[0], sizeof DOWN_TILES / sizeof DOWN_TILES[0]},
+    .lists_values = 1, .expert_range = 1, .large_items = 1, .space = &volt8_space_raw,
     .values = values, .threads = volt8_gemm_threads, .signature = volt8_gemm_signature,
     .launch_size = volt8_gemm_launch_size,
 };

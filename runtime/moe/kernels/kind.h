@@ -6,6 +6,7 @@
 #include "moe/kernels/catalogue.h"
 #include "moe/kernels/kernel_params.h"
 #include "moe/kernels/moe_layout.h"
+#include "moe/kernels/variant_space.h"
 
 #define VOLT8_MAX_KERNEL_VALUES 48
 /* Static shared memory a CTA may hold, on every arch the kernels target. */
@@ -20,11 +21,6 @@ void volt8_values_set(volt8_kernel_values *values, const char *name, int64_t num
 /* A values function's refusal: `why` into reason; 0. */
 int volt8_refuse(char *reason, size_t reason_size, const char *why);
 
-/* A GEMM kind's tile: a variant without its op and block_m (0: a field the tile does not set). */
-typedef struct volt8_tile {
-  int32_t block_n, warps, split_k, lanes, column_groups, min_blocks, fetch_bytes, fused_reduce;
-} volt8_tile;
-
 typedef struct volt8_kind_spec {
   volt8_kind kind;
   const char *family;           /* the name's second part ("cc"); NULL: a support kernel, named by its op */
@@ -36,11 +32,7 @@ typedef struct volt8_kind_spec {
   int32_t lists_values;         /* 1: the source's version line lists every value; 0: variant, shape, threads */
   int32_t expert_range;         /* 1: its values carry the rank's expert range (moe_expert_range.cu) */
   int32_t large_items;          /* 1: work items of many pairs of one expert (volt8_kind_large_items) */
-  /* The variant space of a GEMM kind: every block_m crossed with every tile of the op. */
-  const int32_t *block_ms;
-  int32_t block_m_count;
-  const volt8_tile *tiles[2];   /* gate_up, down */
-  int32_t tile_counts[2];
+  const volt8_variant_space *space; /* a GEMM kind's block_m values and tiles (codegen/); NULL: a support kernel */
   /* Its template values for a valid shape on `arch`; 0 with the reason when the variant does not fit
    * (its shared memory, registers or tile against the shape). */
   int (*values)(const volt8_variant *variant, const volt8_moe_shape *shape, int32_t arch, volt8_kernel_values *out,
