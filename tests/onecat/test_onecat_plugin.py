@@ -79,6 +79,9 @@ def test_real_classes_at_tp(tmp_path, tp):
     for result in results:
         print(f"TP{tp} rank {result['rank']}: the engine's own method:",
               {model: scales for model, scales in result["engine_scales"].items()})
+        for model, scales in result["engine_scales"].items():
+            assert scales["method"] == "Fp8SM70MoEMethod" and scales["right"] is False, (tp, result["rank"], model,
+                                                                                         scales)
 
 
 def test_real_classes_with_expert_parallelism(tmp_path):
