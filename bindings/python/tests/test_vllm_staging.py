@@ -180,3 +180,27 @@ def test_settings_are_read_from_the_environment():
 ])
 def test_mtp_layer_names(prefix, layers, expected):
     assert settings.mtp_layer(prefix, layers) == expected
+
+
+def test_the_layer_set_is_read_from_the_environment():
+    assert settings.read({"VOLT8_VLLM": "1"}).layers == "mtp"
+    assert settings.read({"VOLT8_VLLM": "1", "VOLT8_VLLM_LAYERS": "mtp"}).layers == "mtp"
+    assert settings.read({"VOLT8_VLLM": "force", "VOLT8_VLLM_LAYERS": "all"}).layers == "all"
+    for environ, message in (({"VOLT8_VLLM": "1", "VOLT8_VLLM_LAYERS": "every"}, "VOLT8_VLLM_LAYERS='every' is not"),
+                             ({"VOLT8_VLLM": "1", "VOLT8_VLLM_LAYERS": "ALL"}, "VOLT8_VLLM_LAYERS='ALL' is not"),
+                             ({"VOLT8_VLLM_LAYERS": "all"}, "VOLT8_VLLM_LAYERS=all is set but VOLT8_VLLM is not")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            settings.read(environ)
+
+
+def test_the_wheel_declares_no_vllm_dependency():
+    """Installed into an engine's environment (vLLM or a fork of it such as 1Cat-vLLM), the wheel must never
+    pull upstream vLLM over it: no requirement of the project's, optional ones included, names vllm."""
+    import tomllib
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as stream:
+        project = tomllib.load(stream)["project"]
+    requirements = list(project.get("dependencies", []))
+    for extra in project.get("optional-dependencies", {}).values():
+        requirements += extra
+    assert requirements and not [line for line in requirements if re.match(r"\s*vllm\b", line, re.I)], requirements
