@@ -438,10 +438,14 @@ def main(argv=None):
               "stubs": list(STUBS), "volt8_log": []}
     import logging
 
+    import vllm.logger  # noqa: F401  (vLLM's logging set-up first: it would disable a logger made before it)
+
     class Recorder(logging.Handler):
         def emit(self, record):
             result["volt8_log"].append(record.getMessage())
 
+    # the plugin's INFO lines too, where this process has not had vLLM's logging configured (a server has)
+    logging.getLogger("vllm.volt8").setLevel(logging.INFO)
     logging.getLogger("vllm.volt8").addHandler(Recorder())
     scratch = os.path.join(args.scratch, f"rank{args.rank}")  # each rank writes its own files
     os.makedirs(scratch, exist_ok=True)
