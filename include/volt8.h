@@ -347,7 +347,8 @@ typedef struct volt8_plan_report {
 #define VOLT8_PLAN_REPORT_INIT {sizeof(volt8_plan_report), 0, 0, 0, 0, 0, 0, 0, "", "", "", 0.0, 0, 0}
 
 VOLT8_API volt8_status volt8_plan(volt8_ctx *ctx, const volt8_load_options *options, volt8_plan_report *report);
-/* Rank `rank`'s shape and memory under `plan` (either output may be NULL). */
+/* Rank `rank`'s shape and memory under `plan` (either output may be NULL). `shape` has its size set
+ * (VOLT8_MOE_SHAPE_INIT) and is filled whole; `memory` is written up to its size. */
 VOLT8_API volt8_status volt8_plan_rank(volt8_ctx *ctx, const volt8_plan_report *plan, int32_t rank,
                                        volt8_moe_shape *shape, volt8_memory_report *memory);
 
@@ -481,7 +482,8 @@ typedef struct volt8_expert_tensors {
 /* The shape of tensor-parallel rank tp_rank of tp_size's experts, for experts of hidden x
  * intermediate (the checkpoint's full width): native when online_block_n is 0, else quantized online
  * with scale blocks of online_block_n (1 or 128) rows. num_experts is 1: set it, and expert_start
- * and global_experts for expert parallelism, to the experts the rank holds. */
+ * and global_experts for expert parallelism, to the experts the rank holds. out_shape has its size
+ * set (VOLT8_MOE_SHAPE_INIT) and is filled whole. */
 VOLT8_API volt8_status volt8_shard_rank_shape(volt8_ctx *ctx, int32_t hidden, int32_t intermediate, int32_t tp_size,
                                               int32_t tp_rank, int32_t online_block_n, volt8_moe_shape *out_shape);
 

@@ -44,10 +44,11 @@ static volt8_status check_sizes(volt8_ctx *ctx, int32_t hidden, int32_t intermed
 
 volt8_status volt8_shard_rank_shape(volt8_ctx *ctx, int32_t hidden, int32_t intermediate, int32_t tp_size,
                                     int32_t tp_rank, int32_t online_block_n, volt8_moe_shape *out_shape) {
-  if (!out_shape) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_shard_rank_shape: out_shape is NULL");
+  volt8_status status = volt8_moe_shape_out_check(ctx, "volt8_shard_rank_shape", out_shape);
+  if (status != VOLT8_OK) return status;
   int32_t route = 0, block_n = 0;
   volt8_shard shard;
-  volt8_status status = check_sizes(ctx, hidden, intermediate);
+  status = check_sizes(ctx, hidden, intermediate);
   if (status == VOLT8_OK) status = route_of(ctx, online_block_n, &route, &block_n);
   if (status == VOLT8_OK) status = volt8_shard_plan(ctx, intermediate, tp_size, tp_rank, route, block_n, &shard);
   if (status != VOLT8_OK) return status;
