@@ -475,9 +475,11 @@ typedef struct volt8_expert_tensors {
   const void *weights[3];       /* gate [I][H], up [I][H], down [H][I] */
   const void *scales[3];        /* native: their 128x128 block grids [ceil(rows/128)][ceil(cols/128)] */
   const char *names[3];         /* the weights' names in messages (NULL: gate_proj, up_proj, down_proj) */
+  int32_t expert;               /* since 0.4 (the struct grew; the older size is read as expert 0): the
+                                 * expert's number in messages, its global id in the layer */
 } volt8_expert_tensors;
 #define VOLT8_EXPERT_TENSORS_INIT {sizeof(volt8_expert_tensors), 0, 0, NULL, NULL, {NULL, NULL, NULL}, \
-                                   {NULL, NULL, NULL}, {NULL, NULL, NULL}}
+                                   {NULL, NULL, NULL}, {NULL, NULL, NULL}, 0}
 
 /* The shape of tensor-parallel rank tp_rank of tp_size's experts, for experts of hidden x
  * intermediate (the checkpoint's full width): native when online_block_n is 0, else quantized online

@@ -11,6 +11,7 @@
  *   volt8_plan_report     280 (0.2), 288 (0.3: max_tokens, max_top_k)
  *   volt8_moe_args        48 (without check_ids, read only when the size holds it), 56: a GPU suite's
  *   volt8_tuning_table_info 1720 (0.4), 1728 (0.4: m_min, m_max)
+ *   volt8_expert_tensors  104 (0.4), 112 (0.4: expert, the number messages name)
  * and the structs that never grew at their one size. The GPU entries that need an experts handle
  * (volt8_moe_forward, volt8_graph_capture, volt8_experts_shape, volt8_experts_memory) are in
  * tests/gpu/test_forward.c. */
@@ -226,7 +227,9 @@ Test(abi_sizes, load_options_and_reports_of_older_sizes, .init = make_checkpoint
   volt8_ctx_destroy(ctx);
 }
 
-/* volt8_expert_shard_host's two structs, each at its one size, read to their last byte. */
+/* volt8_expert_shard_host's tensors at 0.4's first size (104 bytes, before `expert`) and at its own,
+ * and its output at its one size, read to their last byte; a refusal names the caller's expert, or
+ * expert 0 for the older struct. */
 Test(abi_sizes, expert_tensors_and_host_experts) {
   enum { H = 128, I = 128 };
   static uint8_t gate[I * H], up[I * H], down[H * I];
@@ -252,14 +255,26 @@ Test(abi_sizes, expert_tensors_and_host_experts) {
   uint16_t *s13 = malloc(2 * sizeof *s13 * layout.s13_row_blocks * layout.s13_k_blocks),
            *s2 = malloc(sizeof *s2 * layout.s2_row_blocks * layout.s2_k_blocks);
   volt8_host_experts out_init = {sizeof out_init, w13, s13, w2, s2};
-  guarded tensors_block, out_block;
-  const volt8_expert_tensors *tensors = guarded_struct(&tensors_block, &tensors_init, sizeof tensors_init);
-  const volt8_host_experts *out = guarded_struct(&out_block, &out_init, sizeof out_init);
-  cr_assert_eq(volt8_expert_shard_host(NULL, tensors, 1, 0, 0, out), VOLT8_OK, "%s", volt8_last_error(NULL));
-  cr_assert_eq(w13[0], 0x38);
-  cr_assert_eq(w2[0], 0x28);
-  guarded_free(&tensors_block);
-  guarded_free(&out_block);
+  tensors_init.expert = 7;
+  const size_t sizes[] = {offsetof(volt8_expert_tensors, expert), sizeof tensors_init};
+  cr_assert_eq(sizes[0], 104);
+  for (size_t i = 0; i < 2; i++) {
+    guarded tensors_block, out_block;
+    const volt8_expert_tensors *tensors = guarded_struct(&tensors_block, &tensors_init, sizes[i]);
+    const volt8_host_experts *out = guarded_struct(&out_block, &out_init, sizeof out_init);
+    memset(w13, 0, 2 * I * H);
+    cr_assert_eq(volt8_expert_shard_host(NULL, tensors, 1, 0, 0, out), VOLT8_OK, "%zu bytes: %s", sizes[i],
+                 volt8_last_error(NULL));
+    cr_assert_eq(w13[0], 0x38);
+    cr_assert_eq(w2[0], 0x28);
+    up[5 * H + 3] = 0x7f; /* the E4M3 NaN code */
+    cr_assert_neq(volt8_expert_shard_host(NULL, tensors, 1, 0, 0, out), VOLT8_OK, "a NaN code was taken");
+    const char *expected = i ? "up_proj (expert 7)" : "up_proj (expert 0)";
+    cr_assert(strstr(volt8_last_error(NULL), expected), "no \"%s\" in: %s", expected, volt8_last_error(NULL));
+    up[5 * H + 3] = 0x30;
+    guarded_free(&tensors_block);
+    guarded_free(&out_block);
+  }
   free(w13);
   free(w2);
   free(s13);
