@@ -71,6 +71,7 @@ static volt8_status make_list(int32_t arch, const char *device_name, table_list 
   if (device_name) volt8_tuning_device_token(device_name, device_token, sizeof device_token);
   int failed = 0;
   const char *dir = getenv(VOLT8_TUNING_DIR_ENV);
+  volt8_tuning_dir_check(dir);
   DIR *folder = dir && *dir ? opendir(dir) : NULL;
   for (struct dirent *entry; folder && !failed && (entry = readdir(folder));)
     failed = consider(list, entry->d_name, NULL, arch, device_token) != 0;
