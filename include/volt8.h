@@ -537,8 +537,10 @@ typedef struct volt8_cache_report {
   char note[512];       /* why there is none; or why it cannot be written; else "" */
   int32_t exists;       /* 1: the folder exists */
   int32_t writable;     /* 1: entries can be published (the folder, or where it would be made, is writable) */
-  int64_t entries;      /* kernel entries (*.entry) of this cache format, every arch and NVRTC version */
-  int64_t bytes;        /* bytes of the entries and of the temporary files beside them */
+  int64_t entries;      /* kernel entries of this cache format, every arch and NVRTC version: the files
+                           v1/sm_<arch>/<ih[0:2]>/<ih>/<key>.entry, and nothing else under the folder */
+  int64_t bytes;        /* bytes of those entries and of the cache's own temp files in tmp/
+                           (volt8-<pid>.<16 hex digits>); other files there are not the cache's */
 } volt8_cache_report;
 #define VOLT8_CACHE_REPORT_INIT {sizeof(volt8_cache_report), "", "", 0, 0, 0, 0}
 

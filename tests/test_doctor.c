@@ -133,15 +133,35 @@ Test(doctor, the_cache_report_counts_entries_and_bytes_and_says_if_it_can_be_wri
   volt8_cache_inputs second = {"k2", "source two", 90, VOLT8_IMAGE_PTX, NULL, 0};
   cr_assert_eq(volt8_cache_store(dir, &first, "12.9", "ptx one", 8), VOLT8_OK);
   cr_assert_eq(volt8_cache_store(dir, &second, "13.0", "ptx two!", 9), VOLT8_OK);
-  test_write_text(dir, "tmp/123.leftover", "half an entry");
+  test_write_text(dir, "tmp/volt8-123.0123456789abcdef", "half an entry"); /* a killed publish's */
+  /* what is not the cache's: other files in tmp/ and below it (--cache $HOME makes ~/tmp its temp
+   * folder), and files and links under v1/ outside the layout's places */
+  char below[600];
+  snprintf(below, sizeof below, "%s/tmp/deep", dir);
+  cr_assert_eq(mkdir(below, 0755), 0);
+  snprintf(below, sizeof below, "%s/tmp/deep/er", dir);
+  cr_assert_eq(mkdir(below, 0755), 0);
+  test_write_text(below, "volt8-1.0123456789abcdef", "not at the temp files' place");
+  test_write_text(below, "big.iso", "a user's file, of any size");
+  test_write_text(dir, "tmp/123.leftover", "a user's file");
   char *paths[] = {volt8_cache_entry_path(dir, &first, "12.9"), volt8_cache_entry_path(dir, &second, "13.0")};
-  char leftover[600];
-  snprintf(leftover, sizeof leftover, "%s/tmp/123.leftover", dir);
-  int64_t bytes = file_bytes(paths[0]) + file_bytes(paths[1]) + file_bytes(leftover);
+  char *folder = strdup(paths[0]);
+  *strrchr(folder, '/') = '\0';
+  test_write_text(folder, "notes.txt", "not an entry");
+  test_write_text(folder, "0000000000000000000000000000000000000000000000000000000000000000.entry.bak", "no");
+  char link[700];
+  snprintf(link, sizeof link, "%s/%064d.entry", folder, 1);
+  cr_assert_eq(symlink(paths[0], link), 0);
+  test_write_text(dir, "v1/README.entry", "not at an entry's place");
+  char temp[600];
+  snprintf(temp, sizeof temp, "%s/tmp/volt8-123.0123456789abcdef", dir);
+  int64_t bytes = file_bytes(paths[0]) + file_bytes(paths[1]) + file_bytes(temp);
   report = cache_report_of(dir);
   cr_assert(report.exists && report.writable, "%s", report.note);
   cr_assert_eq(report.entries, 2);
-  cr_assert_eq(report.bytes, bytes, "%lld bytes reported, %lld on disk", (long long)report.bytes, (long long)bytes);
+  cr_assert_eq(report.bytes, bytes, "%lld bytes reported, %lld of the cache's own", (long long)report.bytes,
+               (long long)bytes);
+  free(folder);
   free(paths[0]);
   free(paths[1]);
 
