@@ -10,6 +10,7 @@
  * pairs, are refused; anything else is described: the variants are of their op, the origins say
  * where they came from, and the same call again gives the same bytes. A refused call leaves the
  * output as it was. */
+#define VOLT8_EXPERIMENTAL_API 1
 #include "fuzz_common.h"
 
 #include <stddef.h>
