@@ -501,6 +501,8 @@ VOLT8_API volt8_status volt8_expert_shard_host(volt8_ctx *ctx, const volt8_exper
                                                const volt8_host_experts *out);
 
 /* ---- what the library found (volt8 doctor) ---- */
+/* The text fields of these reports hold a text whole, or, where it is longer than the field, its start
+ * ending with "..." (a path cut is never passed off as a whole one). */
 
 /* The path of the file holding the library's code (libvolt8.so.0, or a program it is linked into)
  * into buf; VOLT8_ERR_NOT_FOUND when the loader cannot tell. */

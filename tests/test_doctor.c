@@ -386,3 +386,23 @@ Test(doctor, an_unreadable_tuning_dir_is_a_warning, .init = make_scratch, .fini 
            locked);
   cr_assert(strncmp(reply, expected, strlen(expected)) == 0, "expected \"%s\", got \"%s\"", expected, reply);
 }
+
+/* A text longer than its field is cut with a mark: the cache folder's path of 1500 bytes keeps 1020 of
+ * them and "...", in the library's report and in the command's line. */
+Test(doctor, a_cut_path_ends_with_a_mark, .init = make_scratch, .fini = remove_scratch) {
+  char dir[1600];
+  int used = snprintf(dir, sizeof dir, "%s/", scratch);
+  memset(dir + used, 'd', 1500 - (size_t)used);
+  dir[1500] = '\0';
+  volt8_cache_report report = cache_report_of(dir);
+  cr_assert_eq(strlen(report.dir), sizeof report.dir - 1);
+  cr_assert(strncmp(report.dir, dir, sizeof report.dir - 4) == 0 && strcmp(report.dir + sizeof report.dir - 4, "...") == 0,
+            "the cut path has no mark: ...%s", report.dir + sizeof report.dir - 12);
+  setenv("VOLT8_DISABLE_CUDA", "1", 1);
+  setenv("VOLT8_CACHE_DIR", dir, 1);
+  static char out[65536], err[16384];
+  cr_assert_eq(test_run_volt8((char *[]){"doctor", NULL}, out, sizeof out, err, sizeof err), 0, "%s", err);
+  char expected[1200];
+  snprintf(expected, sizeof expected, "kernel cache: %s: not made yet", report.dir);
+  cr_assert(strstr(out, expected), "no \"...%s\" in:\n%s", expected + strlen(expected) - 30, out);
+}

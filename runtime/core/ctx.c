@@ -91,6 +91,19 @@ volt8_status volt8_fail_append(volt8_ctx *ctx, volt8_status status, const char *
   return status;
 }
 
+void volt8_copy_text(char *field, size_t size, const char *text) {
+  if (size == 0) return;
+  size_t length = strlen(text);
+  if (length < size) {
+    memcpy(field, text, length + 1);
+    return;
+  }
+  static const char mark[] = "...";
+  size_t kept = size > sizeof mark ? size - sizeof mark : 0;
+  memcpy(field, text, kept);
+  snprintf(field + kept, size - kept, "%s", mark);
+}
+
 void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes) {
   if (!out) return;
   size_t room = *(const size_t *)out;

@@ -74,6 +74,10 @@ static inline size_t volt8_device_align(size_t bytes) {
  * (driver version 12030) on. */
 int32_t volt8_early_launch_usable(int32_t target_arch, int driver_version, int has_launch_ex, int disabled);
 
+/* `text` into a report's text field of `size` bytes: whole when it fits, else its start and "..." where
+ * it was cut, so that a cut path or message never passes for a whole one. */
+void volt8_copy_text(char *field, size_t size, const char *text);
+
 /* Copies into a size-prefixed output struct what the caller's (possibly older) version has room for. */
 void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes);
 

@@ -122,11 +122,11 @@ volt8_status volt8_cache_report_get(volt8_ctx *ctx, volt8_cache_report *out) {
                       "volt8_cache_report_get: NULL ctx or out, or out->size unset (VOLT8_CACHE_REPORT_INIT)");
   volt8_cache_report filled = VOLT8_CACHE_REPORT_INIT;
   if (!ctx->cache_dir) {
-    snprintf(filled.note, sizeof filled.note, "%s", ctx->cache_off_reason);
+    volt8_copy_text(filled.note, sizeof filled.note, ctx->cache_off_reason);
     volt8_copy_sized_output(out, &filled, sizeof filled);
     return VOLT8_OK;
   }
-  snprintf(filled.dir, sizeof filled.dir, "%s", ctx->cache_dir);
+  volt8_copy_text(filled.dir, sizeof filled.dir, ctx->cache_dir);
   char entries[PATH_MAX], temp[PATH_MAX];
   snprintf(entries, sizeof entries, "%s/v%d", ctx->cache_dir, VOLT8_CACHE_FORMAT_VERSION);
   snprintf(temp, sizeof temp, "%s/tmp", ctx->cache_dir);

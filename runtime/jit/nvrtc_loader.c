@@ -24,17 +24,18 @@ static void open_candidate(volt8_nvrtc_registry *registry, const char *path, con
     return;
   }
   volt8_nvrtc_tried *candidate = &registry->candidates[registry->candidate_count++];
-  snprintf(candidate->path, sizeof candidate->path, "%s", path);
-  snprintf(candidate->origin, sizeof candidate->origin, "%s", origin);
+  volt8_copy_text(candidate->path, sizeof candidate->path, path);
+  volt8_copy_text(candidate->origin, sizeof candidate->origin, origin);
   candidate->lib = -1;
   registry->open = candidate;
 }
 
+/* The note without the "PATH (ORIGIN): " it begins with (the whole path: the record may hold it cut). */
 static void take_outcome(volt8_nvrtc_tried *candidate, const char *note) {
-  char prefix[sizeof candidate->path + sizeof candidate->origin + 8];
-  snprintf(prefix, sizeof prefix, "%s (%s): ", candidate->path, candidate->origin);
-  size_t skip = strncmp(note, prefix, strlen(prefix)) == 0 ? strlen(prefix) : 0;
-  snprintf(candidate->outcome, sizeof candidate->outcome, "%.*s", (int)sizeof candidate->outcome - 1, note + skip);
+  char origin[sizeof candidate->origin + 8];
+  snprintf(origin, sizeof origin, " (%s): ", candidate->origin);
+  const char *after = strstr(note, origin);
+  volt8_copy_text(candidate->outcome, sizeof candidate->outcome, after ? after + strlen(origin) : note);
 }
 
 __attribute__((format(printf, 2, 3))) static void note_tried(volt8_nvrtc_registry *registry, const char *fmt, ...) {
