@@ -40,7 +40,7 @@ static int grammar_accepts(const char *text, int32_t max_m) {
       break;
     }
     int64_t value = 0;
-    for (; *c >= '0' && *c <= '9'; c++)
+    for (; *c >= '0' && *c <= '9' && good; c++)
       if ((value = value * 10 + (*c - '0')) > max_m) good = 0;
     if (!good) break;
     seen[count++] = value;
