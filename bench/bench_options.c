@@ -81,6 +81,7 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
   int shape_given = 0, top_k_given = 0;
   const char *model_name = NULL, *tp_text = NULL, *rank_text = NULL;
   const char *m_text = NULL; /* read once the top-k is known: it bounds the token counts */
+  volt8_tools_flags_seen seen = {{0}, 0};
   error[0] = '\0';
   for (int i = 1; i < argc; i++) {
     const char *name = argv[i];
@@ -90,6 +91,8 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
       snprintf(error, error_size, "unknown argument \"%s\"", name);
       return -1;
     }
+    if (strcmp(name, "--help") != 0 && strcmp(name, "-h") != 0 && volt8_tools_flag_once(&seen, name, error, error_size) != 0)
+      return -1;
     if (takes_value && !next) {
       snprintf(error, error_size, "%s needs a value", name);
       return -1;
@@ -120,7 +123,7 @@ int bench_options_parse(int argc, char **argv, bench_options *out, char *error, 
     } else if (strcmp(name, "--m") == 0) {
       m_text = next;
     } else if (strcmp(name, "--top-k") == 0) {
-      bad = volt8_tools_flag_number(name, next, "top-k", 1, 64, &out->top_k, error, error_size);
+      bad = volt8_tools_flag_number(name, next, "top-k", 1, VOLT8_TOOLS_MAX_TOP_K, &out->top_k, error, error_size);
       top_k_given = 1;
     } else if (strcmp(name, "--model") == 0) {
       model_name = next;

@@ -25,6 +25,13 @@ int cli_parse_number(const char *command, const char *flag, const char *text, co
   return -1;
 }
 
+int cli_flag_once(const char *command, volt8_tools_flags_seen *seen, const char *flag) {
+  char error[256];
+  if (volt8_tools_flag_once(seen, flag, error, sizeof error) == 0) return 0;
+  fprintf(stderr, "volt8 %s: %s\n", command, error);
+  return -1;
+}
+
 int cli_parse_rank(const char *command, const char *text, int32_t tp_size, int32_t *out) {
   char error[512];
   if (volt8_tools_parse_rank(text, tp_size, out, error, sizeof error) == 0) return 0;

@@ -12,6 +12,10 @@ const char *cli_flag_value(const char *command, int argc, char **argv, int *i);
  * flag, the text, what it should be (`what`: "TP size") and the range (tools.h's strict reading). */
 int cli_parse_number(const char *command, const char *flag, const char *text, const char *what, long low, long high,
                      int32_t *out);
+/* 0 the first time `flag` is given; else -1 after "volt8 COMMAND: FLAG is given twice (give it once)" on
+ * stderr (exit 2). */
+struct volt8_tools_flags_seen;
+int cli_flag_once(const char *command, struct volt8_tools_flags_seen *seen, const char *flag);
 /* --rank's text as one of the ranks 0..tp_size-1; else -1 after an error on stderr naming the text
  * and those ranks. */
 int cli_parse_rank(const char *command, const char *text, int32_t tp_size, int32_t *out);

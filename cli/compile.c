@@ -166,8 +166,13 @@ int cli_list(int argc, char **argv) {
   const char *choice = NULL, *sources = NULL;
   int shape_given = 0, resources = 0, json = 0, explain = 0;
   int32_t top_k = 0;
+  volt8_tools_flags_seen seen = {{0}, 0};
   for (int i = 1; i < argc; i++) {
     const char *flag = argv[i];
+    if (cli_is_one_of(flag, "--resources --json --explain --shape --arch --model --tp --rank --choice --top-k --tables "
+                            "--jobs --sources") &&
+        cli_flag_once("list", &seen, flag) != 0)
+      return 2;
     if (strcmp(flag, "--resources") == 0 || strcmp(flag, "--json") == 0 || strcmp(flag, "--explain") == 0) {
       *(flag[2] == 'r' ? &resources : flag[2] == 'j' ? &json : &explain) = 1;
       continue;
@@ -179,7 +184,7 @@ int cli_list(int argc, char **argv) {
     if (strcmp(flag, "--choice") == 0) {
       choice = value;
     } else if (strcmp(flag, "--top-k") == 0) {
-      if (cli_parse_number("list", flag, value, "top-k", 1, 64, &top_k) != 0) return 2;
+      if (cli_parse_number("list", flag, value, "top-k", 1, VOLT8_TOOLS_MAX_TOP_K, &top_k) != 0) return 2;
     } else if (strcmp(flag, "--tables") == 0) {
       if (cli_parse_path("list", flag, value, "folder") != 0) return 2;
       tables = value;
@@ -241,7 +246,9 @@ int cli_list(int argc, char **argv) {
     return 2;
   }
   int32_t jobs = cli_default_jobs();
-  if (jobs_text && cli_parse_number("list", "--jobs", jobs_text, "compile thread count", 1, 64, &jobs) != 0) return 2;
+  if (jobs_text &&
+      cli_parse_number("list", "--jobs", jobs_text, "compile thread count", 1, VOLT8_TOOLS_MAX_JOBS, &jobs) != 0)
+    return 2;
   if (model && cli_model_shape("list", model, tp, rank, &shape) != 0) return 2;
   int top_k_given = top_k != 0;
   if (!top_k) top_k = volt8_model_find(model ? model : VOLT8_MODEL_REFERENCE)->top_k;
@@ -298,9 +305,11 @@ int cli_compile(int argc, char **argv) {
   const char *arch = NULL, *cache = NULL;
   volt8_moe_shape shapes[CLI_MAX_SHAPES];
   int shape_count = 0;
+  volt8_tools_flags_seen seen = {{0}, 0};
   for (int i = 1; i < argc; i++) {
     const char *flag = argv[i];
     if (!cli_is_one_of(flag, "--arch --cache --shape")) return cli_unknown_argument("compile", flag);
+    if (strcmp(flag, "--shape") != 0 && cli_flag_once("compile", &seen, flag) != 0) return 2; /* --shape repeats */
     const char *value = cli_flag_value("compile", argc, argv, &i);
     if (!value) return 2;
     if (strcmp(flag, "--arch") == 0) {

@@ -286,7 +286,10 @@ static int run_cpu(volt8_ctx *ctx, const volt8_host_checkpoint *host) {
 
 /* --keep [DIR] and --model NAME; DIR is left NULL for a temporary folder. 0, or 2 after an error. */
 static int parse_demo_args(int argc, char **argv, int *keep, const char **keep_dir, const char **model_name) {
+  volt8_tools_flags_seen seen = {{0}, 0};
   for (int i = 1; i < argc; i++) {
+    if ((strcmp(argv[i], "--keep") == 0 || strcmp(argv[i], "--model") == 0) && cli_flag_once("demo", &seen, argv[i]) != 0)
+      return 2;
     if (strcmp(argv[i], "--keep") == 0) {
       *keep = 1;
       /* the demo takes no other bare argument, so one after --keep can only be its folder */

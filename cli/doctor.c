@@ -250,6 +250,32 @@ static int print_tables(int32_t arch, const char *device_name, const char *headi
   return status == VOLT8_OK ? 0 : cli_report(NULL, "doctor", status);
 }
 
+/* Every warning the library recorded while the tables were listed and read (a $VOLT8_TUNING_DIR that
+ * serves nothing, a table skipped), in the report itself: what `volt8 list` says on stderr. */
+static void print_tuning_warnings(void) {
+  int32_t count = 0;
+  if (volt8_tuning_warnings(NULL, 0, &count) != VOLT8_OK || count == 0) return;
+  size_t size = 4096;
+  char *text = NULL;
+  for (;; size *= 2) {
+    char *grown = realloc(text, size);
+    if (!grown) break;
+    text = grown;
+    volt8_tuning_warnings(text, size, NULL);
+    if (strlen(text) + 1 < size) break;
+  }
+  if (!text) {
+    printf("  warning: %d tuning warnings (no memory to print them)\n", (int)count);
+    return;
+  }
+  for (const char *line = text; *line;) {
+    size_t length = strcspn(line, "\n");
+    printf("  warning: %.*s\n", (int)length, line);
+    line += length + (line[length] == '\n');
+  }
+  free(text);
+}
+
 int cli_doctor(int argc, char **argv) {
   if (argc > 1) return cli_unknown_argument("doctor", argv[1]);
   printf("volt8 doctor\n");
@@ -274,6 +300,7 @@ int cli_doctor(int argc, char **argv) {
     rc = print_tables(gpus[g].arch, gpus[g].name, heading);
   }
   if (rc == 0 && gpu_count == 0) rc = print_tables(70, NULL, "  no GPU; those a V100 reads (sm_70, device=any):");
+  if (rc == 0) print_tuning_warnings();
   volt8_ctx_destroy(ctx);
   printf("torch: not checked by this command, which runs no Python (python -m volt8 doctor adds it)\n");
   if (rc != 0) return rc;

@@ -52,8 +52,10 @@ static int print_rank_shapes(int32_t tp) {
 /* One line per model, then (with --tp) one shape per rank in the --shape syntax. */
 int cli_models(int argc, char **argv) {
   int32_t tp = 0;
+  volt8_tools_flags_seen seen = {{0}, 0};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--tp") != 0) return cli_unknown_argument("models", argv[i]);
+    if (cli_flag_once("models", &seen, argv[i]) != 0) return 2;
     const char *value = cli_flag_value("models", argc, argv, &i);
     if (!value || cli_parse_number("models", "--tp", value, "TP size", 1, VOLT8_TOOLS_MAX_TP, &tp) != 0) return 2;
   }

@@ -16,7 +16,6 @@ typedef struct plan_args {
   int json;
 } plan_args;
 
-#define PLAN_MAX_TP 4096
 
 /* --online-block: the rows of an online scale block, 1 or 128. */
 static int parse_online_block(const char *text, int32_t *out) {
@@ -44,9 +43,13 @@ static int parse_plan_args(int argc, char **argv, plan_args *args) {
   *args = (plan_args){.tp_size = 0, .ep_size = 1, .rank = -1, .online_block_n = 128,
                       .max_tokens = defaults.max_tokens, .top_k = defaults.max_top_k};
   int online_block_given = 0;
+  volt8_tools_flags_seen seen = {{0}, 0};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *value = NULL;
     int bad = 0;
+    if (cli_is_one_of(arg, "--json --tp --ep --rank --online-block --draft --online --max-tokens --top-k") &&
+        cli_flag_once("plan", &seen, arg) != 0)
+      return 2;
     if (strcmp(arg, "--json") == 0) {
       args->json = 1;
       continue;
@@ -58,14 +61,14 @@ static int parse_plan_args(int argc, char **argv, plan_args *args) {
     if (!cli_is_one_of(arg, "--tp --ep --rank --online-block --draft --online --max-tokens --top-k"))
       return cli_unknown_argument("plan", arg);
     if (!(value = cli_flag_value("plan", argc, argv, &i))) return 2;
-    if (strcmp(arg, "--tp") == 0) bad = cli_parse_number("plan", arg, value, "TP size", 1, PLAN_MAX_TP, &args->tp_size);
-    else if (strcmp(arg, "--ep") == 0) bad = cli_parse_number("plan", arg, value, "EP size", 1, PLAN_MAX_TP, &args->ep_size);
+    if (strcmp(arg, "--tp") == 0) bad = cli_parse_number("plan", arg, value, "TP size", 1, VOLT8_TOOLS_MAX_TP, &args->tp_size);
+    else if (strcmp(arg, "--ep") == 0) bad = cli_parse_number("plan", arg, value, "EP size", 1, VOLT8_TOOLS_MAX_EP, &args->ep_size);
     else if (strcmp(arg, "--rank") == 0) args->rank_text = value; /* checked against the TP size below */
     else if (strcmp(arg, "--online-block") == 0) bad = parse_online_block(value, &args->online_block_n);
     else if (strcmp(arg, "--max-tokens") == 0)
       bad = cli_parse_number("plan", arg, value, "token count", 1, VOLT8_MAX_ROUTED_PAIRS, &args->max_tokens);
     else if (strcmp(arg, "--top-k") == 0)
-      bad = cli_parse_number("plan", arg, value, "top-k", 1, VOLT8_LAUNCH_ROWS, &args->top_k);
+      bad = cli_parse_number("plan", arg, value, "top-k", 1, VOLT8_TOOLS_MAX_TOP_K, &args->top_k);
     else if (strcmp(arg, "--draft") == 0) bad = cli_parse_path("plan", arg, (args->draft_dir = value), "folder");
     else bad = parse_online(args->online = value);
     if (bad) return 2;

@@ -347,7 +347,8 @@ typedef struct volt8_plan_report {
 #define VOLT8_PLAN_REPORT_INIT {sizeof(volt8_plan_report), 0, 0, 0, 0, 0, 0, 0, "", "", "", 0.0, 0, 0}
 
 VOLT8_API volt8_status volt8_plan(volt8_ctx *ctx, const volt8_load_options *options, volt8_plan_report *report);
-/* Rank `rank`'s shape and memory under `plan` (either output may be NULL). */
+/* Rank `rank`'s shape and memory under `plan` (either output may be NULL). `shape` has its size set
+ * (VOLT8_MOE_SHAPE_INIT) and is filled whole; `memory` is written up to its size. */
 VOLT8_API volt8_status volt8_plan_rank(volt8_ctx *ctx, const volt8_plan_report *plan, int32_t rank,
                                        volt8_moe_shape *shape, volt8_memory_report *memory);
 
@@ -474,14 +475,17 @@ typedef struct volt8_expert_tensors {
   const void *weights[3];       /* gate [I][H], up [I][H], down [H][I] */
   const void *scales[3];        /* native: their 128x128 block grids [ceil(rows/128)][ceil(cols/128)] */
   const char *names[3];         /* the weights' names in messages (NULL: gate_proj, up_proj, down_proj) */
+  int32_t expert;               /* since 0.4 (the struct grew; the older size is read as expert 0): the
+                                 * expert's number in messages, its global id in the layer */
 } volt8_expert_tensors;
 #define VOLT8_EXPERT_TENSORS_INIT {sizeof(volt8_expert_tensors), 0, 0, NULL, NULL, {NULL, NULL, NULL}, \
-                                   {NULL, NULL, NULL}, {NULL, NULL, NULL}}
+                                   {NULL, NULL, NULL}, {NULL, NULL, NULL}, 0}
 
 /* The shape of tensor-parallel rank tp_rank of tp_size's experts, for experts of hidden x
  * intermediate (the checkpoint's full width): native when online_block_n is 0, else quantized online
  * with scale blocks of online_block_n (1 or 128) rows. num_experts is 1: set it, and expert_start
- * and global_experts for expert parallelism, to the experts the rank holds. */
+ * and global_experts for expert parallelism, to the experts the rank holds. out_shape has its size
+ * set (VOLT8_MOE_SHAPE_INIT) and is filled whole. */
 VOLT8_API volt8_status volt8_shard_rank_shape(volt8_ctx *ctx, int32_t hidden, int32_t intermediate, int32_t tp_size,
                                               int32_t tp_rank, int32_t online_block_n, volt8_moe_shape *out_shape);
 
@@ -497,6 +501,8 @@ VOLT8_API volt8_status volt8_expert_shard_host(volt8_ctx *ctx, const volt8_exper
                                                const volt8_host_experts *out);
 
 /* ---- what the library found (volt8 doctor) ---- */
+/* The text fields of these reports hold a text whole, or, where it is longer than the field, its start
+ * ending with "..." (a path cut is never passed off as a whole one). */
 
 /* The path of the file holding the library's code (libvolt8.so.0, or a program it is linked into)
  * into buf; VOLT8_ERR_NOT_FOUND when the loader cannot tell. */
@@ -533,8 +539,10 @@ typedef struct volt8_cache_report {
   char note[512];       /* why there is none; or why it cannot be written; else "" */
   int32_t exists;       /* 1: the folder exists */
   int32_t writable;     /* 1: entries can be published (the folder, or where it would be made, is writable) */
-  int64_t entries;      /* kernel entries (*.entry) of this cache format, every arch and NVRTC version */
-  int64_t bytes;        /* bytes of the entries and of the temporary files beside them */
+  int64_t entries;      /* kernel entries of this cache format, every arch and NVRTC version: the files
+                           v1/sm_<arch>/<ih[0:2]>/<ih>/<key>.entry, and nothing else under the folder */
+  int64_t bytes;        /* bytes of those entries and of the cache's own temp files in tmp/
+                           (volt8-<pid>.<16 hex digits>); other files there are not the cache's */
 } volt8_cache_report;
 #define VOLT8_CACHE_REPORT_INIT {sizeof(volt8_cache_report), "", "", 0, 0, 0, 0}
 

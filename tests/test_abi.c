@@ -90,12 +90,15 @@ static void expect_environment_checked(const char *variable, const char *const *
 }
 
 Test(abi, l2_warm_budget_from_the_environment_is_checked) {
-  const char *bad[] = {"", "12MiB", "-1", "1e6", "99999999999999999999"}, *good[] = {"0", "12582912"};
+  const char *bad[] = {"", "12MiB", "-1", "1e6", "99999999999999999999", " 12", "12 ", "+12", "-0", "012", "12\n",
+                       "\xd9\xa3" /* ARABIC-INDIC DIGIT THREE */, "\xc2\xb2" /* SUPERSCRIPT TWO */, "0x10"},
+             *good[] = {"0", "12582912", "9223372036854775807"};
   expect_environment_checked("VOLT8_L2_WARM_BYTES", bad, sizeof bad / sizeof bad[0], good, sizeof good / sizeof good[0]);
 }
 
 Test(abi, single_launch_grid_from_the_environment_is_checked) {
-  const char *bad[] = {"", "three", "-1", "33", "3.5"}, *good[] = {"0", "1", "32"};
+  const char *bad[] = {"", "three", "-1", "33", "3.5", " 3", "3 ", "+3", "-0", "03", "3\n", "\xd9\xa3"},
+             *good[] = {"0", "1", "32"};
   expect_environment_checked("VOLT8_SINGLE_LAUNCH_CTAS", bad, sizeof bad / sizeof bad[0], good,
                              sizeof good / sizeof good[0]);
 }

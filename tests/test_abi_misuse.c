@@ -467,7 +467,7 @@ Test(abi_misuse, plan_and_plan_rank, .init = make_checkpoint, .fini = remove_che
 
   plan = (volt8_plan_report)VOLT8_PLAN_REPORT_INIT;
   cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
-  volt8_moe_shape shape;
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
   cr_assert_eq(volt8_plan_rank(ctx, &plan, 0, &shape, &memory), VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert_eq(volt8_plan_rank(ctx, &plan, 0, NULL, NULL), VOLT8_OK);

@@ -197,7 +197,7 @@ Test(checkpoint, reference_model_fits_the_byte_floor) {
   volt8_plan_report plan = reference_model_plan(4);
   int32_t offsets[4] = {0, 32, 64, 96};
   for (int32_t rank = 0; rank < 4; rank++) {
-    volt8_moe_shape shape;
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
     volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
     cr_assert_eq(volt8_plan_rank(NULL, &plan, rank, &shape, &memory), VOLT8_OK, "%s", volt8_last_error(NULL));
     cr_assert(shape.intermediate == 160 && shape.intermediate_offset == offsets[rank]);
@@ -215,7 +215,7 @@ Test(checkpoint, reference_model_fits_the_byte_floor) {
   plan = reference_model_plan(8);
   int32_t offsets8[8] = {0, 80, 32, 112, 64, 16, 96, 48};
   for (int32_t rank = 0; rank < 8; rank++) {
-    volt8_moe_shape shape;
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
     cr_assert_eq(volt8_plan_rank(NULL, &plan, rank, &shape, NULL), VOLT8_OK);
     cr_assert(shape.intermediate == 80 && shape.intermediate_offset == offsets8[rank], "tp 8 rank %d", rank);
   }
@@ -232,7 +232,7 @@ Test(checkpoint, plan_matches_what_a_load_holds) {
   volt8_plan_report plan = VOLT8_PLAN_REPORT_INIT;
   cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
   for (int32_t rank = 0; rank < 8; rank++) {
-    volt8_moe_shape shape;
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
     volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
     cr_assert_eq(volt8_plan_rank(ctx, &plan, rank, &shape, &memory), VOLT8_OK);
     options.tp_rank = rank;
@@ -263,7 +263,7 @@ Test(checkpoint, plan_sizes_the_workspace_of_the_options) {
   cr_assert_eq(volt8_plan(ctx, &options, &plan), VOLT8_OK, "%s", volt8_last_error(ctx));
   cr_assert(plan.max_tokens == 32768 && plan.max_top_k == 16, "%d x %d", plan.max_tokens, plan.max_top_k);
   for (int32_t rank = 0; rank < 2; rank++) {
-    volt8_moe_shape shape;
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
     volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
     cr_assert_eq(volt8_plan_rank(ctx, &plan, rank, &shape, &memory), VOLT8_OK, "%s", volt8_last_error(ctx));
     /* 32768 x 6 pairs: h (320 FP16) and z (256 FP32) a pair, sorted pairs, items, flags; 8 tiles of arrivals a token */

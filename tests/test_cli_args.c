@@ -71,16 +71,16 @@ Test(cli_args, plan_workspace_sizes_past_their_limits_name_the_flag) {
   REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--max-tokens", "0"), "--max-tokens 0 is not a valid token count",
           "1..1073741824");
   REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--max-tokens", "1e6"), "--max-tokens \"1e6\" is not a whole number");
-  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--top-k", "70000"), "--top-k 70000 is not a valid top-k", "1..65535");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--top-k", "70000"), "--top-k 70000 is not a valid top-k", "1..64");
   REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--max-tokens", "67108865", "--top-k", "16"),
           "--max-tokens 67108865 x --top-k 16 = 1073741840 routed pairs, more than the limit of 1073741824");
   REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--max-tokens"), "volt8 plan: --max-tokens needs a value");
 }
 
 Test(cli_args, tp_sizes_out_of_range_name_the_value_and_the_valid_range) {
-  REFUSED(ARGS("plan", NO_CKPT, "--tp", "0"), "--tp 0 is not a valid TP size", "1..4096");
-  REFUSED(ARGS("plan", NO_CKPT, "--tp", "-1"), "--tp -1 is not a valid TP size", "1..4096");
-  REFUSED(ARGS("plan", NO_CKPT, "--tp", "5000"), "--tp 5000 is not a valid TP size", "1..4096");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "0"), "--tp 0 is not a valid TP size", "1..64");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "-1"), "--tp -1 is not a valid TP size", "1..64");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "5000"), "--tp 5000 is not a valid TP size", "1..64");
   REFUSED(ARGS("plan", NO_CKPT, "--tp", "99999999999999999999"), "--tp 99999999999999999999 is not a valid TP size");
   REFUSED(ARGS("models", "--tp", "0"), "volt8 models: --tp 0 is not a valid TP size", "1..64");
   REFUSED(ARGS("list", "--model", "reference", "--tp", "65"), "volt8 list: --tp 65 is not a valid TP size", "1..64");
@@ -189,8 +189,8 @@ Test(cli_args, list_resources_arguments_and_the_archs_it_cannot_report_on) {
   REFUSED(ARGS("list", "--jobs", "2"), "volt8 list: --jobs needs --resources or --explain");
   REFUSED(ARGS("list", "--explain"), "volt8 list: --explain needs --choice and sm_70");
   REFUSED(ARGS("list", "--choice", "1", "--explain", "--arch", "sm_90"), "volt8 list: --explain needs --choice and sm_70");
-  REFUSED(ARGS("list", "--resources", "--jobs", "0"), "volt8 list: --jobs 0 is not a valid compile thread count", "1..64");
-  REFUSED(ARGS("list", "--resources", "--jobs", "65"), "--jobs 65 is not a valid compile thread count");
+  REFUSED(ARGS("list", "--resources", "--jobs", "0"), "volt8 list: --jobs 0 is not a valid compile thread count", "1..256");
+  REFUSED(ARGS("list", "--resources", "--jobs", "257"), "--jobs 257 is not a valid compile thread count");
   REFUSED(ARGS("list", "--resources", "--jobs", "two"), "volt8 list: --jobs \"two\" is not a whole number");
   REFUSED(ARGS("list", "--resources", "--jobs"), "volt8 list: --jobs needs a value");
   REFUSED(ARGS("list", "--resources", "--tp", "4"), "volt8 list: --tp and --rank need --model");
@@ -456,7 +456,7 @@ static const bad_argument BAD_ARGUMENTS[] = {
     {{"list", "--choice", "0"}, {"volt8 list: --choice: item 1, 0, is outside 1.."}},
     {{"list", "--choice", "1", "--top-k", "0"}, {"volt8 list: --top-k 0 is not a valid top-k", "1..64"}},
     {{"list", "--choice", "1", "--tables", ""}, {"volt8 list: --tables \"\" names no folder"}},
-    {{"list", "--resources", "--jobs", "0"}, {"volt8 list: --jobs 0 is not a valid compile thread count", "1..64"}},
+    {{"list", "--resources", "--jobs", "0"}, {"volt8 list: --jobs 0 is not a valid compile thread count", "1..256"}},
     {{"list", "--explain"}, {"volt8 list: --explain needs --choice and sm_70"}},
     {{"list", "--resources", "--choice", "1"}, {"volt8 list: --resources and --choice exclude each other"}},
     {{"list", "--json"}, {"volt8 list: --json needs --resources or --explain"}},
@@ -469,7 +469,7 @@ static const bad_argument BAD_ARGUMENTS[] = {
     {{"compile", "--cache", AT_DIR}, {"volt8 compile: --arch sm_XX and --cache DIR are required"}},
     {{"plan", AT_MISSING, "--tp", "2"}, {"volt8 plan: CKPT_DIR " AT_MISSING ": No such file or directory"}},
     {{"plan", AT_FILE, "--tp", "2"}, {"volt8 plan: CKPT_DIR " AT_FILE " is a file (give a folder)"}},
-    {{"plan", AT_CKPT, "--tp", "0"}, {"volt8 plan: --tp 0 is not a valid TP size", "1..4096"}},
+    {{"plan", AT_CKPT, "--tp", "0"}, {"volt8 plan: --tp 0 is not a valid TP size", "1..64"}},
     {{"plan", AT_CKPT, "--tp", "3"}, {"volt8 plan: --tp 3 does not split this checkpoint", "32 does not divide into 3"}},
     {{"plan", AT_CKPT, "--tp", "4"}, {"volt8 plan: --tp 4 does not split this checkpoint", "not a multiple of 16"}},
     {{"plan", AT_CKPT, "--tp", "2", "--ep", "0"}, {"volt8 plan: --ep 0 is not a valid EP size"}},
@@ -651,4 +651,54 @@ Test(cli_args, demo_with_only_nvrtc_13_finishes_and_says_how_to_get_compute_70) 
   cr_assert_eq(result->status, 0, "volt8 plan %s --tp 4 exited %d: %s", dir, result->status, result->err);
   free(result);
   test_remove_tree(parent);
+}
+
+
+/* A flag given twice is refused, exit 2, naming it, in every command: the last value used to win
+ * silently (plan --tp 4 --tp 2 planned TP 2, bench --m 1 --m 8 ran M = 8 alone). A list gives each value
+ * once too (list --choice 1,1 as bench --m 8,1,8). compile's and tune's --shape repeat by design. */
+Test(cli_args, a_flag_given_twice_is_refused_naming_it) {
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--tp", "2"), "volt8 plan: --tp is given twice");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--json", "--json"), "volt8 plan: --json is given twice");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--top-k", "8", "--top-k", "8"), "volt8 plan: --top-k is given twice");
+  REFUSED(ARGS("models", "--tp", "2", "--tp", "4"), "volt8 models: --tp is given twice");
+  REFUSED(ARGS("list", "--choice", "1", "--choice", "8"), "volt8 list: --choice is given twice");
+  REFUSED(ARGS("list", "--arch", "sm_70", "--arch", "sm_90"), "volt8 list: --arch is given twice");
+  REFUSED(ARGS("list", "--resources", "--resources"), "volt8 list: --resources is given twice");
+  REFUSED(ARGS("list", "--model", "reference", "--tp", "4", "--tp", "2"), "volt8 list: --tp is given twice");
+  REFUSED(ARGS("list", "--choice", "1,1"), "volt8 list: --choice: lists 1 twice (items 1 and 2");
+  REFUSED(ARGS("list", "--choice", "8,1,8"), "--choice: lists 8 twice (items 1 and 3");
+  REFUSED(ARGS("compile", "--arch", "sm_70", "--arch", "sm_70", "--cache", "/nonexistent/volt8-cache"),
+          "volt8 compile: --arch is given twice");
+  REFUSED(ARGS("demo", "--model", "reference", "--model", "glm-4.5"), "volt8 demo: --model is given twice");
+  REFUSED(ARGS("demo", "--keep", "--keep"), "volt8 demo: --keep is given twice");
+  if (is_built("bench")) {
+    REFUSED(ARGS("bench", "--m", "1", "--m", "8"), "volt8 bench: --m is given twice");
+    REFUSED(ARGS("bench", "--quick", "--quick"), "volt8 bench: --quick is given twice");
+    REFUSED(ARGS("bench", "--m", "8,1,8"), "--m: lists 8 twice");
+  }
+  if (is_built("tune")) {
+    REFUSED(ARGS("tune", "--tp", "1", "--tp", "2"), "volt8 tune: --tp is given twice");
+    REFUSED(ARGS("tune", "--tp", "1,2,1"), "--tp: lists 1 twice");
+  }
+}
+
+/* One range for a value of one kind, whichever command reads it: TP sizes 1..64 (plan took 1..4096),
+ * top-k 1..64 (plan took 1..65535), compile threads 1..256. */
+Test(cli_args, a_value_of_one_kind_has_one_range_in_every_command) {
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "65"), "volt8 plan: --tp 65 is not a valid TP size", "1..64");
+  REFUSED(ARGS("models", "--tp", "65"), "volt8 models: --tp 65 is not a valid TP size", "1..64");
+  REFUSED(ARGS("list", "--model", "reference", "--tp", "65"), "volt8 list: --tp 65 is not a valid TP size", "1..64");
+  REFUSED(ARGS("plan", NO_CKPT, "--tp", "4", "--top-k", "65"), "volt8 plan: --top-k 65 is not a valid top-k", "1..64");
+  REFUSED(ARGS("list", "--choice", "1", "--top-k", "65"), "volt8 list: --top-k 65 is not a valid top-k", "1..64");
+  REFUSED(ARGS("list", "--resources", "--jobs", "257"), "--jobs 257 is not a valid compile thread count", "1..256");
+  if (is_built("bench")) {
+    REFUSED(ARGS("bench", "--tp", "65"), "--tp 65 is not a valid TP size", "1..64");
+    REFUSED(ARGS("bench", "--top-k", "65"), "--top-k 65 is not a valid top-k", "1..64");
+  }
+  if (is_built("tune")) {
+    REFUSED(ARGS("tune", "--tp", "65"), "--tp: item 1, 65, is outside 1..64");
+    REFUSED(ARGS("tune", "--tp", "1", "--top-k", "65"), "--top-k 65 is not a valid top-k", "1..64");
+    REFUSED(ARGS("tune", "--tp", "1", "--jobs", "257"), "--jobs 257 is not a valid compile thread count", "1..256");
+  }
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test_support.h"
@@ -132,15 +133,35 @@ Test(doctor, the_cache_report_counts_entries_and_bytes_and_says_if_it_can_be_wri
   volt8_cache_inputs second = {"k2", "source two", 90, VOLT8_IMAGE_PTX, NULL, 0};
   cr_assert_eq(volt8_cache_store(dir, &first, "12.9", "ptx one", 8), VOLT8_OK);
   cr_assert_eq(volt8_cache_store(dir, &second, "13.0", "ptx two!", 9), VOLT8_OK);
-  test_write_text(dir, "tmp/123.leftover", "half an entry");
+  test_write_text(dir, "tmp/volt8-123.0123456789abcdef", "half an entry"); /* a killed publish's */
+  /* what is not the cache's: other files in tmp/ and below it (--cache $HOME makes ~/tmp its temp
+   * folder), and files and links under v1/ outside the layout's places */
+  char below[600];
+  snprintf(below, sizeof below, "%s/tmp/deep", dir);
+  cr_assert_eq(mkdir(below, 0755), 0);
+  snprintf(below, sizeof below, "%s/tmp/deep/er", dir);
+  cr_assert_eq(mkdir(below, 0755), 0);
+  test_write_text(below, "volt8-1.0123456789abcdef", "not at the temp files' place");
+  test_write_text(below, "big.iso", "a user's file, of any size");
+  test_write_text(dir, "tmp/123.leftover", "a user's file");
   char *paths[] = {volt8_cache_entry_path(dir, &first, "12.9"), volt8_cache_entry_path(dir, &second, "13.0")};
-  char leftover[600];
-  snprintf(leftover, sizeof leftover, "%s/tmp/123.leftover", dir);
-  int64_t bytes = file_bytes(paths[0]) + file_bytes(paths[1]) + file_bytes(leftover);
+  char *folder = strdup(paths[0]);
+  *strrchr(folder, '/') = '\0';
+  test_write_text(folder, "notes.txt", "not an entry");
+  test_write_text(folder, "0000000000000000000000000000000000000000000000000000000000000000.entry.bak", "no");
+  char link[700];
+  snprintf(link, sizeof link, "%s/%064d.entry", folder, 1);
+  cr_assert_eq(symlink(paths[0], link), 0);
+  test_write_text(dir, "v1/README.entry", "not at an entry's place");
+  char temp[600];
+  snprintf(temp, sizeof temp, "%s/tmp/volt8-123.0123456789abcdef", dir);
+  int64_t bytes = file_bytes(paths[0]) + file_bytes(paths[1]) + file_bytes(temp);
   report = cache_report_of(dir);
   cr_assert(report.exists && report.writable, "%s", report.note);
   cr_assert_eq(report.entries, 2);
-  cr_assert_eq(report.bytes, bytes, "%lld bytes reported, %lld on disk", (long long)report.bytes, (long long)bytes);
+  cr_assert_eq(report.bytes, bytes, "%lld bytes reported, %lld of the cache's own", (long long)report.bytes,
+               (long long)bytes);
+  free(folder);
   free(paths[0]);
   free(paths[1]);
 
@@ -296,4 +317,92 @@ Test(doctor, the_command_reports_every_section_without_a_gpu, .init = make_scrat
   status = test_run_volt8((char *[]){"doctor", "--bogus", NULL}, out, sizeof out, err, sizeof err);
   cr_assert_eq(status, 2, "%s", err);
   cr_assert(strstr(err, "volt8 doctor: unknown argument \"--bogus\""), "%s", err);
+}
+
+/* A $VOLT8_TUNING_DIR that serves no table (a file, a FIFO, a missing path) is said in the report, as
+ * `volt8 list` says it, and not counted as "0 from VOLT8_TUNING_DIR" alone. */
+Test(doctor, a_tuning_dir_that_serves_nothing_is_a_warning_in_the_report, .init = make_scratch,
+     .fini = remove_scratch) {
+  setenv("VOLT8_DISABLE_CUDA", "1", 1);
+  setenv("VOLT8_CACHE_DISABLE", "1", 1);
+  char file[512], fifo[512], missing[512];
+  test_write_text(scratch, "plain", "{}");
+  snprintf(file, sizeof file, "%s/plain", scratch);
+  snprintf(fifo, sizeof fifo, "%s/fifo", scratch);
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  snprintf(missing, sizeof missing, "%s/missing", scratch);
+  const char *dirs[] = {file, fifo, missing};
+  const char *whys[] = {"is not a directory (it is a regular file)", "is not a directory (it is a FIFO)",
+                        "is not a directory (No such file or directory)"};
+  for (size_t i = 0; i < 3; i++) {
+    setenv("VOLT8_TUNING_DIR", dirs[i], 1);
+    static char out[65536], err[16384];
+    int status = test_run_volt8((char *[]){"doctor", NULL}, out, sizeof out, err, sizeof err);
+    cr_assert_eq(status, 0, "volt8 doctor exited %d:\n%s\n%s", status, out, err);
+    char expected[1200];
+    snprintf(expected, sizeof expected, "  warning: VOLT8_TUNING_DIR=%s %s: no table is read from it\n", dirs[i],
+             whys[i]);
+    const char *tables = strstr(out, "tuning tables (");
+    cr_assert(tables && strstr(tables, expected), "no \"%s\" in the tables' section:\n%s", expected, out);
+  }
+}
+
+/* The listing's own check: a folder this process may not list is a warning too (checked in a child
+ * that runs as another user when this is root, which lists any folder). */
+Test(doctor, an_unreadable_tuning_dir_is_a_warning, .init = make_scratch, .fini = remove_scratch) {
+  char locked[512];
+  snprintf(locked, sizeof locked, "%s/locked", scratch);
+  cr_assert_eq(mkdir(locked, 0755), 0);
+  test_write_text(locked, "op=down,N=2560,K=160,block=128x128,arch=sm_70,device=any.json", "{}");
+  cr_assert_eq(chmod(locked, 0), 0);
+  cr_assert_eq(chmod(scratch, 0755), 0);
+  int channel[2];
+  cr_assert_eq(pipe(channel), 0);
+  pid_t child = fork();
+  cr_assert_neq(child, -1);
+  if (child == 0) {
+    close(channel[0]);
+    char text[4096] = "";
+    int32_t count = -1, warnings = 0;
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) snprintf(text, sizeof text, "cannot become nobody");
+    else {
+      setenv("VOLT8_TUNING_DIR", locked, 1);
+      volt8_tuning_warnings_reset();
+      if (volt8_tuning_table_count(70, NULL, &count) == VOLT8_OK) volt8_tuning_warnings(text, sizeof text, &warnings);
+    }
+    dprintf(channel[1], "%d|%s", (int)warnings, text);
+    _exit(0);
+  }
+  close(channel[1]);
+  char reply[4200] = "";
+  ssize_t got = read(channel[0], reply, sizeof reply - 1);
+  close(channel[0]);
+  int child_status = 0;
+  waitpid(child, &child_status, 0);
+  chmod(locked, 0755);
+  cr_assert(got > 0 && WIFEXITED(child_status), "the child said nothing");
+  char expected[700];
+  snprintf(expected, sizeof expected, "1|VOLT8_TUNING_DIR=%s cannot be read (Permission denied): no table is read from it",
+           locked);
+  cr_assert(strncmp(reply, expected, strlen(expected)) == 0, "expected \"%s\", got \"%s\"", expected, reply);
+}
+
+/* A text longer than its field is cut with a mark: the cache folder's path of 1500 bytes keeps 1020 of
+ * them and "...", in the library's report and in the command's line. */
+Test(doctor, a_cut_path_ends_with_a_mark, .init = make_scratch, .fini = remove_scratch) {
+  char dir[1600];
+  int used = snprintf(dir, sizeof dir, "%s/", scratch);
+  memset(dir + used, 'd', 1500 - (size_t)used);
+  dir[1500] = '\0';
+  volt8_cache_report report = cache_report_of(dir);
+  cr_assert_eq(strlen(report.dir), sizeof report.dir - 1);
+  cr_assert(strncmp(report.dir, dir, sizeof report.dir - 4) == 0 && strcmp(report.dir + sizeof report.dir - 4, "...") == 0,
+            "the cut path has no mark: ...%s", report.dir + sizeof report.dir - 12);
+  setenv("VOLT8_DISABLE_CUDA", "1", 1);
+  setenv("VOLT8_CACHE_DIR", dir, 1);
+  static char out[65536], err[16384];
+  cr_assert_eq(test_run_volt8((char *[]){"doctor", NULL}, out, sizeof out, err, sizeof err), 0, "%s", err);
+  char expected[1200];
+  snprintf(expected, sizeof expected, "kernel cache: %s: not made yet", report.dir);
+  cr_assert(strstr(out, expected), "no \"...%s\" in:\n%s", expected + strlen(expected) - 30, out);
 }

@@ -83,7 +83,7 @@ static void same_as_checkpoint_load(const char *name, int32_t online_block_n) {
     for (options.tp_rank = 0; options.tp_rank < options.tp_size; options.tp_rank++) {
       volt8_host_checkpoint *host = NULL;
       cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &host), VOLT8_OK, "%s", volt8_last_error(ctx));
-      volt8_moe_shape shape;
+      volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
       cr_assert_eq(volt8_shard_rank_shape(ctx, checkpoint->hidden, checkpoint->intermediate, options.tp_size,
                                           options.tp_rank, online ? online_block_n : 0, &shape),
                    VOLT8_OK, "%s", volt8_last_error(ctx));
@@ -157,7 +157,7 @@ Test(expert_shard, bad_input_is_refused_and_names_the_value) {
   cr_assert_eq(volt8_checkpoint_open(NULL, &read, &checkpoint), VOLT8_OK, "%s", volt8_last_error(NULL));
   const char *names[3] = {"experts.2.gate_proj.weight", "experts.2.up_proj.weight", "experts.2.down_proj.weight"};
   volt8_expert_tensors good = tensors_of(checkpoint, 2, names);
-  volt8_moe_shape shape;
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   cr_assert_eq(volt8_shard_rank_shape(NULL, good.hidden, good.intermediate, 4, 1, 0, &shape), VOLT8_OK);
   expert_out out;
   expert_out_make(&shape, 0x5A, &out);
@@ -182,7 +182,7 @@ Test(expert_shard, bad_input_is_refused_and_names_the_value) {
   volt8_host_experts no_arrays = out.arrays;
   no_arrays.s2 = NULL;
   cr_assert_eq(volt8_expert_shard_host(NULL, &good, 4, 1, 0, &no_arrays), VOLT8_ERR_INVALID_ARGUMENT);
-  cr_assert(strstr(volt8_last_error(NULL), "all four arrays"));
+  cr_assert(strstr(volt8_last_error(NULL), "out->s2 is NULL"), "%s", volt8_last_error(NULL));
   cr_assert_eq(volt8_expert_shard_host(NULL, NULL, 4, 1, 0, &out.arrays), VOLT8_ERR_INVALID_ARGUMENT);
   cr_assert_eq(volt8_shard_rank_shape(NULL, 256, 640, 4, 1, 0, NULL), VOLT8_ERR_INVALID_ARGUMENT);
 
@@ -212,7 +212,7 @@ Test(expert_shard, wrong_sizes_and_ranges_are_refused) {
   cr_assert_eq(volt8_load_options_read(NULL, &options, &read), VOLT8_OK);
   cr_assert_eq(volt8_checkpoint_open(NULL, &read, &checkpoint), VOLT8_OK, "%s", volt8_last_error(NULL));
   volt8_expert_tensors good = tensors_of(checkpoint, 0, NULL);
-  volt8_moe_shape shape;
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
   cr_assert_eq(volt8_shard_rank_shape(NULL, good.hidden, good.intermediate, 1, 0, 0, &shape), VOLT8_OK);
   expert_out out;
   expert_out_make(&shape, 0x3C, &out);
@@ -225,7 +225,7 @@ Test(expert_shard, wrong_sizes_and_ranges_are_refused) {
     arrays.size = sizes[i] == sizeof(volt8_expert_tensors) + 1 ? sizeof(volt8_host_experts) + 1 : sizes[i];
     cr_assert_eq(volt8_expert_shard_host(NULL, &good, 1, 0, 0, &arrays), VOLT8_ERR_INVALID_ARGUMENT, "out size %zu",
                  arrays.size);
-    cr_assert(strstr(volt8_last_error(NULL), "out needs size"), "%s", volt8_last_error(NULL));
+    cr_assert(strstr(volt8_last_error(NULL), "out->size is"), "%s", volt8_last_error(NULL));
   }
   const struct { int32_t hidden, intermediate, tp_size, tp_rank, block; const char *named; } ranges[] = {
       {0, 640, 1, 0, 0, "hidden is 0"},          {-16, 640, 1, 0, 0, "hidden is -16"},

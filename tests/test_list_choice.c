@@ -168,15 +168,19 @@ Test(list_choice, token_counts_parse_strictly) {
   snprintf(text, sizeof text, "1,%d", VOLT8_MAX_ROUTED_PAIRS / 16);
   cr_assert_eq(volt8_tools_flag_token_counts("--m", text, 16, values, 8, error, sizeof error), 2, "%s", error);
   cr_assert_eq(values[1], VOLT8_MAX_ROUTED_PAIRS / 16);
-  /* no limit on the text: 20000 counts, 99999 characters */
-  size_t length = 5 * 20000;
+  /* no limit on the text: 20000 counts, 108894 characters, each count once */
+  size_t length = 6 * 20000, used = 0;
   char *long_text = malloc(length);
-  for (int i = 0; i < 20000; i++) memcpy(long_text + 5 * i, i % 2 ? "6553," : "1234,", 5);
-  long_text[length - 1] = '\0';
+  for (int i = 0; i < 20000; i++) used += (size_t)snprintf(long_text + used, length - used, "%s%d", i ? "," : "", 20000 - i);
   cr_assert_eq(volt8_tools_list_length(long_text), 20000);
   int32_t *many = malloc(20000 * sizeof *many);
-  count = volt8_tools_flag_number_list("--choice", long_text, "token count", 1, 6553, many, 20000, error, sizeof error);
-  cr_assert(count == 20000 && many[0] == 1234 && many[19999] == 6553, "%d: %s", count, error);
+  count = volt8_tools_flag_number_list("--choice", long_text, "token count", 1, 65535, many, 20000, error, sizeof error);
+  cr_assert(count == 20000 && many[0] == 20000 && many[19999] == 1, "%d: %s", count, error);
+  /* ... and a count given twice, anywhere in it, is named with its places */
+  memcpy(long_text + used - 1, "7", 1); /* the last count, 1, becomes 7 */
+  count = volt8_tools_flag_number_list("--choice", long_text, "token count", 1, 65535, many, 20000, error, sizeof error);
+  cr_assert(count == -1 && strstr(error, "--choice: lists 7 twice (items 19994 and 20000; each token count once)"),
+            "%d: %s", count, error);
   free(many);
   free(long_text);
 }
@@ -210,7 +214,7 @@ Test(list_choice, token_counts_within_the_librarys_bound, .timeout = 60) {
 
   /* 150 counts, 299 characters */
   size_t used = 0;
-  for (int i = 0; i < 150; i++) used += (size_t)snprintf(text + used, sizeof text - used, "%s%d", i ? "," : "", 1 + i % 9);
+  for (int i = 0; i < 150; i++) used += (size_t)snprintf(text + used, sizeof text - used, "%s%d", i ? "," : "", 1 + i);
   cr_assert_gt(used, 256);
   char *long_text[] = {"list", "--choice", text, NULL};
   cr_assert_eq(test_run_volt8(long_text, out, sizeof out, err, sizeof err), 0, "%s", err);

@@ -121,7 +121,7 @@ Test(models, plan_and_memory_at_every_tp) {
       volt8_plan_report plan = native_plan(model, tp);
       int64_t weight_total = 0;
       for (int32_t rank = 0; rank < tp; rank++) {
-        volt8_moe_shape shape, expected_shape;
+        volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT, expected_shape = VOLT8_MOE_SHAPE_INIT;
         volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
         cr_assert_eq(volt8_plan_rank(ctx, &plan, rank, &shape, &memory), VOLT8_OK, "%s", volt8_last_error(ctx));
         cr_assert_eq(volt8_model_rank_shape(ctx, model, tp, rank, 0, &expected_shape), VOLT8_OK);
@@ -410,7 +410,7 @@ static void check_rank(volt8_ctx *ctx, const model_checkpoint *checkpoint, int32
   volt8_host_checkpoint *host = NULL;
   cr_assert_eq(volt8_checkpoint_load_host(ctx, &options, &host), VOLT8_OK, "%s TP%d rank %d: %s", model->name, tp,
                rank, volt8_last_error(ctx));
-  volt8_moe_shape expected_shape, planned_shape;
+  volt8_moe_shape expected_shape = VOLT8_MOE_SHAPE_INIT, planned_shape = VOLT8_MOE_SHAPE_INIT;
   cr_assert_eq(volt8_model_rank_shape(ctx, model, tp, rank, checkpoint->experts, &expected_shape), VOLT8_OK);
   cr_assert_eq(volt8_plan_rank(ctx, &plan, rank, &planned_shape, NULL), VOLT8_OK);
   cr_assert(memcmp(&host->shape, &expected_shape, sizeof expected_shape) == 0 &&
@@ -602,7 +602,7 @@ Test(models, demo_prints_the_model_memory_table) {
     volt8_memory_report largest = VOLT8_MEMORY_REPORT_INIT;
     char expected_offsets[64] = "";
     for (int32_t rank = 0; rank < tp; rank++) {
-      volt8_moe_shape shape;
+      volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
       volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
       cr_assert_eq(volt8_plan_rank(ctx, &plan, rank, &shape, &memory), VOLT8_OK);
       snprintf(expected_offsets + strlen(expected_offsets), sizeof expected_offsets - strlen(expected_offsets), "%s%d",

@@ -373,8 +373,8 @@ Test(nvrtc, truncated_builtins_refuse_their_nvrtc, .init = make_truncated_root, 
   if (!name[0]) cr_skip_test("no libnvrtc-builtins.so.12.* beside %s", real);
   snprintf(builtins, sizeof builtins, "%s/%s", folder, name);
   copy_prefix(builtins, linked, name, 1 << 20);
-  /* the link is the real NVRTC's inode, which then stays loaded with the link's folder as its origin:
-   * later candidates are that same library, so only the first outcome is checked */
+  /* the link is the real NVRTC's inode; skipped, it is closed again (a_skipped_nvrtc_is_closed_... checks
+   * what later candidates then find) */
   volt8_ctx *ctx = ctx_with_nvrtc_dirs(linked);
   const volt8_nvrtc_lib *lib = NULL;
   volt8_nvrtc_for_arch(ctx, 70, &lib);
@@ -385,6 +385,93 @@ Test(nvrtc, truncated_builtins_refuse_their_nvrtc, .init = make_truncated_root, 
   snprintf(text, sizeof text, "skipped: its builtins %s/%s is truncated", linked, name);
   cr_assert(strstr(at, text), "no \"%s\" in: %s", text, ctx->nvrtc->tried);
   volt8_ctx_destroy(ctx);
+  free(folder);
+}
+
+/* Builtins' name in `folder` (libnvrtc-builtins.so.12.N), without loading the NVRTC there. */
+static int builtins_name(const char *folder, char *name, size_t size) {
+  name[0] = '\0';
+  DIR *listing = opendir(folder);
+  if (!listing) return 0;
+  for (struct dirent *item = readdir(listing); item; item = readdir(listing))
+    if (strncmp(item->d_name, "libnvrtc-builtins.so.12.", 24) == 0) snprintf(name, size, "%s", item->d_name);
+  closedir(listing);
+  return name[0] != '\0';
+}
+
+/* A good NVRTC beside truncated builtins is skipped and closed: the same library named again later (here
+ * the folder it lives in, the same file) is opened afresh and serves compute_70, and the system search's
+ * bare soname is not handed the skipped library (each candidate's outcome is its own). */
+Test(nvrtc, a_skipped_nvrtc_is_closed_and_never_matched_to_a_later_candidate, .init = make_truncated_root,
+     .fini = remove_truncated_root) {
+  char *folder = take_nvrtc_12_folder();
+  char linked[512], real[4096], link_path[4096], builtins[4096], name[256];
+  snprintf(linked, sizeof linked, "%s/linked", truncated_root);
+  cr_assert_eq(mkdir(linked, 0755), 0);
+  snprintf(real, sizeof real, "%s/libnvrtc.so.12", folder);
+  snprintf(link_path, sizeof link_path, "%s/libnvrtc.so.12", linked);
+  cr_assert_eq(symlink(real, link_path), 0, "symlink %s", link_path);
+  if (!builtins_name(folder, name, sizeof name)) cr_skip_test("no libnvrtc-builtins.so.12.* beside %s", real);
+  snprintf(builtins, sizeof builtins, "%s/%s", folder, name);
+  copy_prefix(builtins, linked, name, 1 << 20);
+  char dirs[8192];
+  snprintf(dirs, sizeof dirs, "%s:%s", linked, folder);
+  volt8_ctx *ctx = ctx_with_nvrtc_dirs(dirs);
+  const volt8_nvrtc_lib *lib = NULL;
+  cr_assert_eq(volt8_nvrtc_for_arch(ctx, 70, &lib), VOLT8_OK, "the whole NVRTC after the skipped one did not serve: %s",
+               volt8_last_error(ctx));
+  cr_assert_str_eq(lib->path, real);
+  const volt8_nvrtc_registry *registry = ctx->nvrtc;
+  int skipped = 0, served = 0, system = 0;
+  for (int32_t i = 0; i < registry->candidate_count; i++) {
+    const volt8_nvrtc_tried *tried = &registry->candidates[i];
+    if (strcmp(tried->path, link_path) == 0) {
+      skipped = 1;
+      cr_assert(strstr(tried->outcome, "skipped: its builtins") && tried->lib < 0, "%s", tried->outcome);
+    } else if (strcmp(tried->path, real) == 0) {
+      served = 1;
+      cr_assert(strncmp(tried->outcome, "NVRTC 12.", 9) == 0 && strstr(tried->outcome, "supports") && tried->lib >= 0,
+                "%s: %s", tried->path, tried->outcome);
+    } else if (strcmp(tried->origin, "system search") == 0) {
+      system++;
+      cr_assert(!strstr(tried->outcome, "builtins"), "%s (system search) has the skipped library's outcome: %s",
+                tried->path, tried->outcome);
+    }
+  }
+  cr_assert(skipped && served && system == 2, "tried: %s", registry->tried);
+  volt8_ctx_destroy(ctx);
+  free(folder);
+}
+
+/* The issue's case through `volt8 doctor`: the good NVRTC 12 is on the loader's path (the system
+ * search), the folder of VOLT8_NVRTC_DIRS holds it beside truncated builtins. */
+Test(nvrtc, doctor_serves_compute_70_from_the_loader_path_after_a_skipped_folder, .init = make_truncated_root,
+     .fini = remove_truncated_root) {
+  char *folder = take_nvrtc_12_folder();
+  char linked[512], real[4096], link_path[4096], builtins[4096], name[256];
+  snprintf(linked, sizeof linked, "%s/linked", truncated_root);
+  cr_assert_eq(mkdir(linked, 0755), 0);
+  snprintf(real, sizeof real, "%s/libnvrtc.so.12", folder);
+  snprintf(link_path, sizeof link_path, "%s/libnvrtc.so.12", linked);
+  cr_assert_eq(symlink(real, link_path), 0, "symlink %s", link_path);
+  if (!builtins_name(folder, name, sizeof name)) cr_skip_test("no libnvrtc-builtins.so.12.* beside %s", real);
+  snprintf(builtins, sizeof builtins, "%s/%s", folder, name);
+  copy_prefix(builtins, linked, name, 1 << 20);
+  setenv("VOLT8_NVRTC_DIRS", linked, 1);
+  setenv("LD_LIBRARY_PATH", folder, 1);
+  setenv("VOLT8_DISABLE_CUDA", "1", 1);
+  setenv("VOLT8_CACHE_DISABLE", "1", 1);
+  static char out[65536], err[16384];
+  int status = test_run_volt8((char *[]){"doctor", NULL}, out, sizeof out, err, sizeof err);
+  cr_assert_eq(status, 0, "volt8 doctor exited %d:\n%s\n%s", status, out, err);
+  char line[8192];
+  snprintf(line, sizeof line, "%s (VOLT8_NVRTC_DIRS): NVRTC 12.", link_path);
+  const char *skipped = strstr(out, line);
+  cr_assert(skipped && strstr(skipped, "skipped: its builtins"), "no skip of %s:\n%s", link_path, out);
+  const char *system = strstr(out, "] libnvrtc.so.12 (system search): NVRTC 12.");
+  cr_assert(system, "the system search's NVRTC 12 is not its own:\n%s", out);
+  cr_assert(strstr(out, "  compute_70 (") && strstr(strstr(out, "  compute_70 ("), "libnvrtc.so.12\n"),
+            "compute_70 is not served by the system search's NVRTC:\n%s", out);
   free(folder);
 }
 

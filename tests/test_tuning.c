@@ -345,7 +345,7 @@ Test(tuning_lookup, tuning_dir_that_is_not_a_folder_is_a_warning, .timeout = 20)
   snprintf(fifo, sizeof fifo, "%s/fifo", temp_dir);
   cr_assert_eq(mkfifo(fifo, 0600), 0);
   const char *dirs[3] = {"/nonexistent/volt8-tables", file, fifo};
-  const char *whys[3] = {" (No such file or directory)", "", ""};
+  const char *whys[3] = {" (No such file or directory)", " (it is a regular file)", " (it is a FIFO)"};
   for (int i = 0; i < 3; i++) {
     volt8_tuning_warnings_reset();
     setenv(VOLT8_TUNING_DIR_ENV, dirs[i], 1);

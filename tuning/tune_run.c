@@ -99,9 +99,12 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
   error[0] = '\0';
   const char *model_name = NULL, *tp_text = NULL;
   int top_k_given = 0, shape_given = 0;
+  volt8_tools_flags_seen seen = {{0}, 0};
   for (int i = 1; i < argc; i++) {
     const char *name = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) return 1;
+    if (is_tune_option(name) && strcmp(name, "--shape") != 0 && volt8_tools_flag_once(&seen, name, error, error_size) != 0)
+      return -1; /* --shape repeats: one tune of several shapes */
     if (!next) {
       snprintf(error, error_size, is_tune_option(name) ? "%s needs a value" : "unknown argument \"%s\"", name);
       return -1;
@@ -129,7 +132,7 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
                                                   VOLT8_TOOLS_MAX_M_VALUES, error, error_size);
       bad = out->m_count < 0;
     } else if (strcmp(name, "--top-k") == 0) {
-      bad = volt8_tools_flag_number(name, next, "top-k", 1, 64, &out->top_k, error, error_size);
+      bad = volt8_tools_flag_number(name, next, "top-k", 1, VOLT8_TOOLS_MAX_TOP_K, &out->top_k, error, error_size);
       top_k_given = 1;
     } else if (strcmp(name, "--out") == 0) {
       out->out_dir = next;
@@ -161,7 +164,8 @@ int tune_options_parse(int argc, char **argv, tune_options *out, char *error, si
     } else if (strcmp(name, "--resume") == 0) {
       bad = volt8_tools_flag_number(name, next, "switch", 0, 1, &out->resume, error, error_size);
     } else if (strcmp(name, "--jobs") == 0) {
-      bad = volt8_tools_flag_number(name, next, "compile thread count", 1, 256, &out->jobs, error, error_size);
+      bad = volt8_tools_flag_number(name, next, "compile thread count", 1, VOLT8_TOOLS_MAX_JOBS, &out->jobs, error,
+                                    error_size);
     } else if (strcmp(name, "--log") == 0) {
       out->log_path = next;
       bad = volt8_tools_flag_path(name, next, "file", error, error_size);

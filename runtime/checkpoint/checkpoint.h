@@ -35,6 +35,8 @@ typedef struct volt8_checkpoint {
   char tensor_prefix[192];      /* "mtp.layers.0.mlp.experts." as spelled in the checkpoint */
   const volt8_st_tensor **tensors; /* per-expert: [E][3] weights, then [E][3] scales (native) */
   const volt8_st_tensor *fused_gate_up, *fused_down; /* fused: [E][2I][H] and [E][H][I] */
+  int32_t expert_label_base;    /* added to an expert's index where messages name it: the caller's number
+                                 * of the one expert volt8_expert_shard_host is given; 0 otherwise */
 } volt8_checkpoint;
 
 /* The options with defaults for fields an older caller did not know, validated. */

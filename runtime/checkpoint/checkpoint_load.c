@@ -29,6 +29,7 @@ typedef struct pipeline {
 /* Gate and up rows, down columns, byte for byte; their scale blocks validated and converted. */
 static volt8_status stage_native(pipeline *p, int32_t expert, const volt8_expert_arrays *out) {
   const volt8_shard *shard = p->shard;
+  int32_t label = p->checkpoint->expert_label_base + expert; /* the expert as messages name it */
   const volt8_moe_dims *dims = &p->dims;
   int64_t hidden = p->checkpoint->hidden, intermediate = shard->intermediate;
   volt8_matrix_source matrix;
@@ -37,25 +38,26 @@ static volt8_status stage_native(pipeline *p, int32_t expert, const volt8_expert
     volt8_checkpoint_matrix(p->checkpoint, expert, half, &matrix);
     uint8_t *codes = out->w13 + half * intermediate * hidden;
     volt8_shard_copy_rows(matrix.data, hidden, 1, shard, codes);
-    status = volt8_codes_block_max(p->ctx, matrix.weight, expert, codes, intermediate, hidden, shard->start, 0,
+    status = volt8_codes_block_max(p->ctx, matrix.weight, label, codes, intermediate, hidden, shard->start, 0,
                                    VOLT8_CHECKPOINT_BLOCK, VOLT8_CHECKPOINT_BLOCK, p->block_max);
     if (status == VOLT8_OK)
-      status = volt8_scales_convert(p->ctx, matrix.scale, expert, shard->first_block, dims->g13, 0, dims->k13_blocks,
+      status = volt8_scales_convert(p->ctx, matrix.scale, label, shard->first_block, dims->g13, 0, dims->k13_blocks,
                                     p->block_max, out->s13 + (int64_t)half * dims->g13 * dims->k13_blocks, &p->scale_error);
   }
   if (status != VOLT8_OK) return status;
   volt8_checkpoint_matrix(p->checkpoint, expert, VOLT8_DOWN, &matrix);
   volt8_shard_copy_columns(matrix.data, hidden, 1, shard, out->w2);
-  status = volt8_codes_block_max(p->ctx, matrix.weight, expert, out->w2, hidden, intermediate, 0, shard->start,
+  status = volt8_codes_block_max(p->ctx, matrix.weight, label, out->w2, hidden, intermediate, 0, shard->start,
                                  VOLT8_CHECKPOINT_BLOCK, VOLT8_CHECKPOINT_BLOCK, p->block_max);
   if (status != VOLT8_OK) return status;
-  return volt8_scales_convert(p->ctx, matrix.scale, expert, 0, dims->n2_blocks, shard->first_block, dims->g2,
+  return volt8_scales_convert(p->ctx, matrix.scale, label, 0, dims->n2_blocks, shard->first_block, dims->g2,
                               p->block_max, out->s2, &p->scale_error);
 }
 
 /* The rank's slice of each matrix, quantized on its own grid (offset 0). */
 static volt8_status stage_online(pipeline *p, int32_t expert, const volt8_expert_arrays *out) {
   const volt8_shard *shard = p->shard;
+  int32_t label = p->checkpoint->expert_label_base + expert; /* the expert as messages name it */
   const volt8_moe_dims *dims = &p->dims;
   int64_t hidden = p->checkpoint->hidden, intermediate = shard->intermediate;
   size_t element_bytes = (size_t)volt8_st_dtype_bits(p->checkpoint->weight_dtype) / 8;
@@ -64,14 +66,14 @@ static volt8_status stage_online(pipeline *p, int32_t expert, const volt8_expert
   for (int32_t half = VOLT8_GATE; half <= VOLT8_UP && status == VOLT8_OK; half++) {
     volt8_checkpoint_matrix(p->checkpoint, expert, half, &matrix);
     volt8_shard_copy_rows(matrix.data, hidden, element_bytes, shard, p->staging);
-    status = volt8_quant_matrix(p->ctx, matrix.weight, expert, p->staging, intermediate, hidden,
+    status = volt8_quant_matrix(p->ctx, matrix.weight, label, p->staging, intermediate, hidden,
                                 matrix.row_base + shard->start, 0, shard->block_n, out->w13 + half * intermediate * hidden,
                                 out->s13 + (int64_t)half * dims->g13 * dims->k13_blocks, &p->quant_error);
   }
   if (status != VOLT8_OK) return status;
   volt8_checkpoint_matrix(p->checkpoint, expert, VOLT8_DOWN, &matrix);
   volt8_shard_copy_columns(matrix.data, hidden, element_bytes, shard, p->staging);
-  return volt8_quant_matrix(p->ctx, matrix.weight, expert, p->staging, hidden, intermediate, 0, shard->start,
+  return volt8_quant_matrix(p->ctx, matrix.weight, label, p->staging, hidden, intermediate, 0, shard->start,
                             shard->block_n, out->w2, out->s2, &p->quant_error);
 }
 

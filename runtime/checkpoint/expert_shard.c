@@ -6,6 +6,7 @@
 
 #include "core/ctx_internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,10 +45,11 @@ static volt8_status check_sizes(volt8_ctx *ctx, int32_t hidden, int32_t intermed
 
 volt8_status volt8_shard_rank_shape(volt8_ctx *ctx, int32_t hidden, int32_t intermediate, int32_t tp_size,
                                     int32_t tp_rank, int32_t online_block_n, volt8_moe_shape *out_shape) {
-  if (!out_shape) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_shard_rank_shape: out_shape is NULL");
+  volt8_status status = volt8_moe_shape_out_check(ctx, "volt8_shard_rank_shape", out_shape);
+  if (status != VOLT8_OK) return status;
   int32_t route = 0, block_n = 0;
   volt8_shard shard;
-  volt8_status status = check_sizes(ctx, hidden, intermediate);
+  status = check_sizes(ctx, hidden, intermediate);
   if (status == VOLT8_OK) status = route_of(ctx, online_block_n, &route, &block_n);
   if (status == VOLT8_OK) status = volt8_shard_plan(ctx, intermediate, tp_size, tp_rank, route, block_n, &shard);
   if (status != VOLT8_OK) return status;
@@ -68,13 +70,21 @@ volt8_status volt8_expert_shard_host(volt8_ctx *ctx, const volt8_expert_tensors 
                                      int32_t tp_rank, int32_t online_block_n, const volt8_host_experts *out) {
   if (!tensors || !out)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_expert_shard_host: tensors or out is NULL");
-  if (tensors->size != sizeof(volt8_expert_tensors))
+  /* 0.4 appended `expert`: a struct of the size before it is read up to there, as expert 0 */
+  if (tensors->size != sizeof(volt8_expert_tensors) && tensors->size != offsetof(volt8_expert_tensors, expert))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "volt8_expert_shard_host: tensors->size is %zu, not %zu (use VOLT8_EXPERT_TENSORS_INIT)",
-                      tensors->size, sizeof(volt8_expert_tensors));
-  if (out->size != sizeof(volt8_host_experts) || !out->w13 || !out->s13 || !out->w2 || !out->s2)
+                      "volt8_expert_shard_host: tensors->size is %zu, not %zu (use VOLT8_EXPERT_TENSORS_INIT) or the "
+                      "older %zu", tensors->size, sizeof(volt8_expert_tensors), offsetof(volt8_expert_tensors, expert));
+  volt8_expert_tensors read = VOLT8_EXPERT_TENSORS_INIT;
+  memcpy(&read, tensors, tensors->size);
+  tensors = &read;
+  if (out->size != sizeof(volt8_host_experts))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "volt8_expert_shard_host: out needs size (VOLT8_HOST_EXPERTS_INIT) and all four arrays");
+                      "volt8_expert_shard_host: out->size is %zu, not %zu (use VOLT8_HOST_EXPERTS_INIT)", out->size,
+                      sizeof(volt8_host_experts));
+  if (!out->w13 || !out->s13 || !out->w2 || !out->s2)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_expert_shard_host: out->%s is NULL",
+                      !out->w13 ? "w13" : !out->s13 ? "s13" : !out->w2 ? "w2" : "s2");
   int32_t route = 0, block_n = 0;
   volt8_status status = check_sizes(ctx, tensors->hidden, tensors->intermediate);
   if (status == VOLT8_OK) status = route_of(ctx, online_block_n, &route, &block_n);
@@ -124,7 +134,7 @@ volt8_status volt8_expert_shard_host(volt8_ctx *ctx, const volt8_expert_tensors 
   }
   volt8_checkpoint checkpoint = {.dir = HOST_TENSORS, .route = route, .hidden = tensors->hidden,
                                  .intermediate = tensors->intermediate, .num_experts = 1, .weight_dtype = weight_dtype,
-                                 .scale_dtype = scale_dtype, .tensors = table};
+                                 .scale_dtype = scale_dtype, .tensors = table, .expert_label_base = tensors->expert};
   /* Staged first, so that out is written only when the whole expert is good. */
   volt8_moe_shape shape;
   volt8_moe_dims dims;

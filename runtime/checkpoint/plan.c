@@ -134,8 +134,18 @@ volt8_status volt8_plan(volt8_ctx *ctx, const volt8_load_options *options, volt8
 
 volt8_status volt8_plan_rank(volt8_ctx *ctx, const volt8_plan_report *plan, int32_t rank, volt8_moe_shape *shape,
                              volt8_memory_report *memory) {
-  if (!plan || plan->size < offsetof(volt8_plan_report, quant_format) || (memory && memory->size < sizeof(size_t)))
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_plan_rank: plan is NULL or a size field is unset");
+  if (!plan || plan->size < offsetof(volt8_plan_report, quant_format) || plan->size > sizeof(volt8_plan_report))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_plan_rank: plan is %s; give the report volt8_plan filled (VOLT8_PLAN_REPORT_INIT)",
+                      plan ? "of a size this library does not know" : "NULL");
+  if (memory && (memory->size < sizeof(size_t) || memory->size > sizeof(volt8_memory_report)))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "volt8_plan_rank: memory->size is %zu; set it with VOLT8_MEMORY_REPORT_INIT (%zu)", memory->size,
+                      sizeof(volt8_memory_report));
+  if (shape) {
+    volt8_status status = volt8_moe_shape_out_check(ctx, "volt8_plan_rank", shape);
+    if (status != VOLT8_OK) return status;
+  }
   volt8_shard shard;
   volt8_status status = volt8_shard_plan(ctx, plan->intermediate, plan->tp_size, rank, plan->route, plan->block_n, &shard);
   if (status != VOLT8_OK) return status;

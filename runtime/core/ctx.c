@@ -91,6 +91,19 @@ volt8_status volt8_fail_append(volt8_ctx *ctx, volt8_status status, const char *
   return status;
 }
 
+void volt8_copy_text(char *field, size_t size, const char *text) {
+  if (size == 0) return;
+  size_t length = strlen(text);
+  if (length < size) {
+    memcpy(field, text, length + 1);
+    return;
+  }
+  static const char mark[] = "...";
+  size_t kept = size > sizeof mark ? size - sizeof mark : 0;
+  memcpy(field, text, kept);
+  snprintf(field + kept, size - kept, "%s", mark);
+}
+
 void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes) {
   if (!out) return;
   size_t room = *(const size_t *)out;
@@ -165,33 +178,22 @@ static volt8_status resolve_cache_dir(volt8_ctx *ctx, const volt8_ctx_options *o
 /* VOLT8_SINGLE_LAUNCH_CTAS, when set, replaces the one-launch forward's CTAs an SM (0: one CTA a
  * work item); *out is -1 when the variable is unset. */
 static volt8_status read_single_launch_ctas(int32_t *out) {
-  *out = -1;
-  const char *text = getenv("VOLT8_SINGLE_LAUNCH_CTAS");
-  if (!text) return VOLT8_OK;
-  char *end = NULL;
-  errno = 0;
-  long value = strtol(text, &end, 10);
-  if (!*text || *end || errno || value < 0 || value > 32)
-    return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT,
-                      "VOLT8_SINGLE_LAUNCH_CTAS=\"%s\" is not a count of CTAs an SM in 0..32 (0: one CTA a work item)", text);
-  *out = (int32_t)value;
-  return VOLT8_OK;
+  int64_t value = -1;
+  int set = 0;
+  volt8_status status = volt8_env_integer("VOLT8_SINGLE_LAUNCH_CTAS", 0, 32,
+                                          "a count of CTAs an SM (0: one CTA a work item)", &value, &set);
+  *out = set ? (int32_t)value : -1;
+  return status;
 }
 
 /* VOLT8_L2_WARM_BYTES, when set, replaces the default L2 warm budget (a fifth of the device's L2);
  * 0 turns warming off. *out is -1 when the variable is unset. Checked with or without a device. */
 static volt8_status read_l2_warm_bytes(int64_t *out) {
+  int set = 0;
   *out = -1;
-  const char *text = getenv("VOLT8_L2_WARM_BYTES");
-  if (!text) return VOLT8_OK;
-  char *end = NULL;
-  errno = 0;
-  long long value = strtoll(text, &end, 10);
-  if (!*text || *end || errno || value < 0)
-    return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT,
-                      "VOLT8_L2_WARM_BYTES=\"%s\" is not a byte count (a non-negative decimal integer)", text);
-  *out = value;
-  return VOLT8_OK;
+  volt8_status status = volt8_env_integer("VOLT8_L2_WARM_BYTES", 0, INT64_MAX, "a byte count", out, &set);
+  if (!set) *out = -1;
+  return status;
 }
 
 /* options.nvrtc_dir_list into ctx, each folder whole; a list the header does not allow is refused. */
@@ -325,6 +327,34 @@ volt8_status volt8_ctx_create(const volt8_ctx_options *options, volt8_ctx **out_
   ctx->single_ctas_per_sm = single_ctas; /* -1: as many as the kernel's launch bounds ask (moe/kernels/single.c) */
   *out_ctx = ctx;
   return VOLT8_OK;
+}
+
+int volt8_parse_count(const char *text, int64_t low, int64_t high, int64_t *out) {
+  if (!text || !*text || (text[0] == '0' && text[1])) return 0;
+  int64_t value = 0;
+  for (const char *c = text; *c; c++) {
+    if (*c < '0' || *c > '9') return 0;
+    int digit = *c - '0';
+    if (value > (INT64_MAX - digit) / 10) return 0;
+    value = value * 10 + digit;
+  }
+  if (value < low || value > high) return 0;
+  *out = value;
+  return 1;
+}
+
+volt8_status volt8_env_integer(const char *name, int64_t low, int64_t high, const char *what, int64_t *out,
+                               int *out_set) {
+  const char *text = getenv(name);
+  *out_set = text != NULL;
+  if (!text || volt8_parse_count(text, low, high, out)) return VOLT8_OK;
+  char range[64];
+  if (high == INT64_MAX) snprintf(range, sizeof range, "%lld or more", (long long)low);
+  else snprintf(range, sizeof range, "in %lld..%lld", (long long)low, (long long)high);
+  *out_set = 0;
+  return volt8_fail(NULL, VOLT8_ERR_INVALID_ARGUMENT,
+                    "%s=\"%.200s\" is not %s %s (a whole number of ASCII digits, without sign, space or leading "
+                    "zero)", name, text, what, range);
 }
 
 int volt8_env_is_one(const char *name) {

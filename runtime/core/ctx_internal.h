@@ -74,11 +74,24 @@ static inline size_t volt8_device_align(size_t bytes) {
  * (driver version 12030) on. */
 int32_t volt8_early_launch_usable(int32_t target_arch, int driver_version, int has_launch_ex, int disabled);
 
+/* `text` into a report's text field of `size` bytes: whole when it fits, else its start and "..." where
+ * it was cut, so that a cut path or message never passes for a whole one. */
+void volt8_copy_text(char *field, size_t size, const char *text);
+
 /* Copies into a size-prefixed output struct what the caller's (possibly older) version has room for. */
 void volt8_copy_sized_output(void *out, const void *filled, size_t filled_bytes);
 
 /* 1 when environment variable `name` is set to "1". */
 int volt8_env_is_one(const char *name);
+/* A whole number in the environment variable `name`, read strictly: ASCII digits only (no sign, no
+ * space, no leading zero but in "0"), in low..high (low >= 0). *out_set is 0 and *out untouched when
+ * the variable is unset; a set value that is not such a number is VOLT8_ERR_INVALID_ARGUMENT (on the
+ * thread's context-less message) naming the variable, its value, `what` it counts and the range. */
+volt8_status volt8_env_integer(const char *name, int64_t low, int64_t high, const char *what, int64_t *out,
+                               int *out_set);
+/* The same reading of a text (no environment): 1 and the value in *out when `text` is such a number in
+ * low..high, else 0. */
+int volt8_parse_count(const char *text, int64_t low, int64_t high, int64_t *out);
 
 /* "sm_70" -> 70: "sm_" and digits alone (no sign, space or leading zero), VOLT8_ARCH_MIN..MAX;
  * returns 0 on anything else. */

@@ -3,6 +3,7 @@
 #include "dispatch/tuning.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -355,16 +356,29 @@ static int try_built_in(const char *name, const char *op_name, volt8_tuning_load
   return try_table(file->data, file->size, origin, VOLT8_TUNING_SOURCE_BUILT_IN, op_name, out);
 }
 
-/* A $VOLT8_TUNING_DIR that is not a folder serves no table: said once, not left to each missing file. */
-static void warn_unless_directory(const char *dir) {
+void volt8_tuning_dir_check(const char *dir) {
+  if (!dir || !*dir) return;
   struct stat info;
   int found = stat(dir, &info) == 0;
-  if (found && S_ISDIR(info.st_mode)) return;
   const char *why = found ? "" : strerror(errno);
   char key[VOLT8_TUNING_ORIGIN_BYTES];
   snprintf(key, sizeof key, "%s=%.900s", VOLT8_TUNING_DIR_ENV, dir);
-  volt8_tuning_warn(key, "%s=%.900s is not a directory%s%s%s: no table is read from it", VOLT8_TUNING_DIR_ENV, dir,
-                    found ? "" : " (", why, found ? "" : ")");
+  if (found && S_ISDIR(info.st_mode)) {
+    DIR *folder = opendir(dir); /* a folder the process may not list serves no table either */
+    if (folder) {
+      closedir(folder);
+      return;
+    }
+    volt8_tuning_warn(key, "%s=%.900s cannot be read (%s): no table is read from it", VOLT8_TUNING_DIR_ENV, dir,
+                      strerror(errno));
+    return;
+  }
+  if (found)
+    volt8_tuning_warn(key, "%s=%.900s is not a directory (it is a %s): no table is read from it", VOLT8_TUNING_DIR_ENV,
+                      dir, volt8_file_type_name(info.st_mode));
+  else
+    volt8_tuning_warn(key, "%s=%.900s is not a directory (%s): no table is read from it", VOLT8_TUNING_DIR_ENV, dir,
+                      why);
 }
 
 volt8_status volt8_tuning_load(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, volt8_tuning_loaded *out) {
@@ -385,7 +399,7 @@ volt8_status volt8_tuning_load(volt8_ctx *ctx, const volt8_moe_shape *shape, vol
   }
   const char *dir = getenv(VOLT8_TUNING_DIR_ENV);
   if (dir && *dir) {
-    warn_unless_directory(dir);
+    volt8_tuning_dir_check(dir);
     for (int i = 0; i < 2; i++)
       if (try_env_dir(dir, names[i], op_name, out)) return VOLT8_OK;
   }

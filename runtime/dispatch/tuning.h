@@ -136,6 +136,10 @@ volt8_status volt8_tuning_read_file(volt8_ctx *ctx, const char *path, char **out
 void volt8_tuning_warn(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Forgets every recorded warning (tests). */
 void volt8_tuning_warnings_reset(void);
+/* Records a warning (once a process) when `dir`, $VOLT8_TUNING_DIR's value, serves no table: it is
+ * missing, not a directory (a file, a FIFO), or a directory this process cannot list. Nothing for NULL
+ * or "". Every reader of the folder calls it: the lookup, the nearest-table search, the listing. */
+void volt8_tuning_dir_check(const char *dir);
 
 /* Tools only (not exported): 0 makes the lookup and the nearest-table fallback ignore the tables
  * built into the library, so that $VOLT8_TUNING_DIR alone serves (`volt8 list --choice --tables DIR`

@@ -71,6 +71,7 @@ static volt8_status make_list(int32_t arch, const char *device_name, table_list 
   if (device_name) volt8_tuning_device_token(device_name, device_token, sizeof device_token);
   int failed = 0;
   const char *dir = getenv(VOLT8_TUNING_DIR_ENV);
+  volt8_tuning_dir_check(dir);
   DIR *folder = dir && *dir ? opendir(dir) : NULL;
   for (struct dirent *entry; folder && !failed && (entry = readdir(folder));)
     failed = consider(list, entry->d_name, NULL, arch, device_token) != 0;
@@ -99,8 +100,8 @@ volt8_status volt8_tuning_table_count(int32_t arch, const char *device_name, int
   return status;
 }
 
-/* Reads and parses the table into `info` (valid, its token counts, measured and top-k, or the problem). */
-static void read_table(const listed_table *table, volt8_tuning_table_info *info) {
+/* Reads and parses the table at `path` (its origin, whole) into `info` (valid, its token counts, measured and top-k, or the problem). */
+static void read_table(const listed_table *table, const char *path, volt8_tuning_table_info *info) {
   volt8_ctx *scratch = calloc(1, sizeof *scratch); /* a table's problem is reported in info, not as an error */
   if (!scratch) {
     snprintf(info->problem, sizeof info->problem, "out of memory reading it");
@@ -113,12 +114,12 @@ static void read_table(const listed_table *table, volt8_tuning_table_info *info)
   if (table->built_in) {
     length = table->built_in->size;
   } else {
-    status = volt8_tuning_read_file(scratch, info->origin, &text, &length, &missing);
-    if (status == VOLT8_OK && missing) status = volt8_fail(scratch, VOLT8_ERR_IO, "%s: removed while listed", info->origin);
+    status = volt8_tuning_read_file(scratch, path, &text, &length, &missing);
+    if (status == VOLT8_OK && missing) status = volt8_fail(scratch, VOLT8_ERR_IO, "%s: removed while listed", path);
   }
   volt8_tuning_table parsed;
   if (status == VOLT8_OK)
-    status = volt8_tuning_table_parse(scratch, table->built_in ? table->built_in->data : text, length, info->origin,
+    status = volt8_tuning_table_parse(scratch, table->built_in ? table->built_in->data : text, length, path,
                                       info->op, &parsed);
   if (status == VOLT8_OK) {
     info->valid = 1;
@@ -129,7 +130,7 @@ static void read_table(const listed_table *table, volt8_tuning_table_info *info)
     info->m_max = parsed.entries[parsed.count - 1].m;
     volt8_tuning_table_free(&parsed);
   } else {
-    snprintf(info->problem, sizeof info->problem, "%.*s", (int)sizeof info->problem - 1, scratch->last_error);
+    volt8_copy_text(info->problem, sizeof info->problem, scratch->last_error);
   }
   free(text);
   free(scratch);
@@ -149,9 +150,11 @@ volt8_status volt8_tuning_table_get(int32_t arch, const char *device_name, int32
     volt8_tuning_table_info info = VOLT8_TUNING_TABLE_INFO_INIT;
     parse_name(table->name, &info);
     info.built_in = table->built_in != NULL;
-    if (table->built_in) snprintf(info.origin, sizeof info.origin, "built-in:%s", table->built_in->path);
-    else snprintf(info.origin, sizeof info.origin, "%s/%s", getenv(VOLT8_TUNING_DIR_ENV), table->name);
-    read_table(table, &info);
+    char origin[8192];
+    if (table->built_in) snprintf(origin, sizeof origin, "built-in:%s", table->built_in->path);
+    else snprintf(origin, sizeof origin, "%s/%s", getenv(VOLT8_TUNING_DIR_ENV), table->name);
+    volt8_copy_text(info.origin, sizeof info.origin, origin);
+    read_table(table, origin, &info);
     volt8_copy_sized_output(out, &info, sizeof info);
   }
   free(list.tables);

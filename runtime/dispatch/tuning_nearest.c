@@ -81,6 +81,7 @@ static int add_candidate(candidate_list *list, const char *name, const volt8_emb
 /* Every table of $VOLT8_TUNING_DIR and built in that matches `wanted`, best first; 0 when out of memory. */
 static int gather(const wanted_table *wanted, const char *dir, candidate_list *out) {
   int grown = 1;
+  volt8_tuning_dir_check(dir);
   DIR *folder = dir && *dir ? opendir(dir) : NULL;
   if (folder) volt8_count_tuning_read();
   for (struct dirent *entry; grown && folder && (entry = readdir(folder));)

@@ -238,7 +238,7 @@ static int version_newer(const char *candidate, const char *best) {
   return candidate_major != best_major ? candidate_major > best_major : candidate_minor > best_minor;
 }
 
-static int is_entry_name(const char *name) {
+int volt8_cache_is_entry_name(const char *name) {
   if (strlen(name) != 64 + strlen(".entry") || strcmp(name + 64, ".entry") != 0) return 0;
   for (int i = 0; i < 64; i++)
     if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return 0;
@@ -254,7 +254,7 @@ static volt8_status load_any_version(const char *entries_dir, const volt8_cache_
   volt8_jit_image best = {0};
   struct dirent *item;
   while ((item = readdir(listing)) != NULL) {
-    if (!is_entry_name(item->d_name)) continue;
+    if (!volt8_cache_is_entry_name(item->d_name)) continue;
     size_t path_bytes = strlen(entries_dir) + strlen(item->d_name) + 2;
     char *path = malloc(path_bytes);
     if (!path) {
@@ -374,7 +374,7 @@ static void sync_dir(const char *path) {
 #define TEMP_NAME_FORMAT TEMP_NAME_PREFIX "%ld.%016llx"
 enum { TEMP_NAME_HEX_DIGITS = 16 };
 
-static int is_temp_name(const char *name) {
+int volt8_cache_is_temp_name(const char *name) {
   if (strncmp(name, TEMP_NAME_PREFIX, strlen(TEMP_NAME_PREFIX)) != 0) return 0;
   const char *at = name + strlen(TEMP_NAME_PREFIX);
   const char *pid_start = at;
@@ -393,7 +393,7 @@ static void remove_stale_temps(const char *temp_dir) {
   struct dirent *item;
   while ((item = readdir(listing)) != NULL) {
     struct stat info;
-    if (!is_temp_name(item->d_name) || fstatat(dirfd(listing), item->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!volt8_cache_is_temp_name(item->d_name) || fstatat(dirfd(listing), item->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISREG(info.st_mode) && now - info.st_mtime > STALE_TEMP_SECONDS) unlinkat(dirfd(listing), item->d_name, 0);
   }
   closedir(listing);

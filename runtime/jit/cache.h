@@ -30,6 +30,10 @@ typedef struct volt8_cache_inputs {
 volt8_status volt8_cache_key(const volt8_cache_inputs *inputs, const char *nvrtc_version,
                              uint8_t digest[VOLT8_SHA256_BYTES]);
 
+/* 1 for the name of an entry file ("<64 lowercase hex digits>.entry"), and for the name a publish gives
+ * its temp file in <dir>/tmp ("volt8-<pid>.<16 lowercase hex digits>"): what the cache owns. */
+int volt8_cache_is_entry_name(const char *name);
+int volt8_cache_is_temp_name(const char *name);
 /* Path of the entry for (inputs, nvrtc_version) under dir, malloc'ed (NULL when out of memory). */
 char *volt8_cache_entry_path(const char *dir, const volt8_cache_inputs *inputs, const char *nvrtc_version);
 

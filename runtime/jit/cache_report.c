@@ -6,31 +6,85 @@
 #include "core/files.h"
 #include "jit/cache.h"
 
+#include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* nftw passes no argument to its callback: the walk's sums are the calling thread's own. */
-static _Thread_local int64_t walked_entries, walked_bytes;
+/* Only what the cache owns is counted, and only where the layout puts it (docs/design.md, "Kernel
+ * cache"): entry files <dir>/v1/sm_<arch>/<ih[0:2]>/<ih>/<key>.entry, and the temp files of a publish
+ * right in <dir>/tmp. Nothing else there is read: a cache pointed at $HOME or / walks no tree of the
+ * user's, and neither links nor other files are followed or summed. */
 
-static int count_file(const char *path, const struct stat *info, int type, struct FTW *walk) {
-  if (type != FTW_F || !S_ISREG(info->st_mode)) return 0;
-  size_t length = strlen(path);
-  walked_entries += length > 6 && strcmp(path + length - 6, ".entry") == 0;
-  walked_bytes += info->st_size;
-  return 0;
+static int is_hex(const char *name, size_t digits) {
+  if (strlen(name) != digits) return 0;
+  for (size_t i = 0; i < digits; i++)
+    if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return 0;
+  return 1;
 }
 
-/* Adds the entries and bytes under `path` (none when it is missing). */
-static void walk(const char *path, int64_t *entries, int64_t *bytes) {
-  walked_entries = walked_bytes = 0;
-  nftw(path, count_file, 8, FTW_PHYS);
-  *entries += walked_entries;
-  *bytes += walked_bytes;
+static int is_arch_folder(const char *name) {
+  return strncmp(name, "sm_", 3) == 0 && name[3] >= '1' && name[3] <= '9' && strspn(name + 3, "0123456789") == strlen(name + 3) &&
+         strlen(name + 3) <= 4;
+}
+
+/* Levels below <dir>/v1: arch folders, the inputs hash's first two digits, the inputs hash, entries. */
+typedef enum { LEVEL_ARCH, LEVEL_PREFIX, LEVEL_INPUTS, LEVEL_ENTRIES } layout_level;
+
+static void count_level(int folder_fd, layout_level level, const char *prefix, int64_t *entries, int64_t *bytes) {
+  DIR *listing = fdopendir(folder_fd);
+  if (!listing) {
+    close(folder_fd);
+    return;
+  }
+  for (struct dirent *item = readdir(listing); item; item = readdir(listing)) {
+    const char *name = item->d_name;
+    int wanted = level == LEVEL_ARCH      ? is_arch_folder(name)
+                 : level == LEVEL_PREFIX  ? is_hex(name, 2)
+                 : level == LEVEL_INPUTS  ? is_hex(name, 64) && strncmp(name, prefix, 2) == 0
+                                          : volt8_cache_is_entry_name(name);
+    struct stat info;
+    if (!wanted || fstatat(dirfd(listing), name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (level == LEVEL_ENTRIES) {
+      if (S_ISREG(info.st_mode)) {
+        (*entries)++;
+        *bytes += info.st_size;
+      }
+      continue;
+    }
+    if (!S_ISDIR(info.st_mode)) continue;
+    int below = openat(dirfd(listing), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (below >= 0) count_level(below, (layout_level)(level + 1), name, entries, bytes);
+  }
+  closedir(listing);
+}
+
+/* The entries under `path` (<dir>/v1), by the layout. */
+static void count_entries(const char *path, int64_t *entries, int64_t *bytes) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) count_level(fd, LEVEL_ARCH, "", entries, bytes);
+}
+
+/* The bytes of the publishes' temp files right in `path` (<dir>/tmp); its other files and folders are
+ * not the cache's. */
+static void count_temps(const char *path, int64_t *bytes) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *listing = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!listing) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  for (struct dirent *item = readdir(listing); item; item = readdir(listing)) {
+    struct stat info;
+    if (volt8_cache_is_temp_name(item->d_name) && fstatat(dirfd(listing), item->d_name, &info, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(info.st_mode))
+      *bytes += info.st_size;
+  }
+  closedir(listing);
 }
 
 /* 1 when an existing folder can take new files and folders; else 0 with the reason in note. */
@@ -68,11 +122,11 @@ volt8_status volt8_cache_report_get(volt8_ctx *ctx, volt8_cache_report *out) {
                       "volt8_cache_report_get: NULL ctx or out, or out->size unset (VOLT8_CACHE_REPORT_INIT)");
   volt8_cache_report filled = VOLT8_CACHE_REPORT_INIT;
   if (!ctx->cache_dir) {
-    snprintf(filled.note, sizeof filled.note, "%s", ctx->cache_off_reason);
+    volt8_copy_text(filled.note, sizeof filled.note, ctx->cache_off_reason);
     volt8_copy_sized_output(out, &filled, sizeof filled);
     return VOLT8_OK;
   }
-  snprintf(filled.dir, sizeof filled.dir, "%s", ctx->cache_dir);
+  volt8_copy_text(filled.dir, sizeof filled.dir, ctx->cache_dir);
   char entries[PATH_MAX], temp[PATH_MAX];
   snprintf(entries, sizeof entries, "%s/v%d", ctx->cache_dir, VOLT8_CACHE_FORMAT_VERSION);
   snprintf(temp, sizeof temp, "%s/tmp", ctx->cache_dir);
@@ -82,9 +136,8 @@ volt8_status volt8_cache_report_get(volt8_ctx *ctx, volt8_cache_report *out) {
     filled.writable = folder_writable(ctx->cache_dir, filled.note, sizeof filled.note) &&
                       folder_writable(temp, filled.note, sizeof filled.note) &&
                       folder_writable(entries, filled.note, sizeof filled.note);
-    int64_t temp_entries = 0;
-    walk(entries, &filled.entries, &filled.bytes);
-    walk(temp, &temp_entries, &filled.bytes);
+    count_entries(entries, &filled.entries, &filled.bytes);
+    count_temps(temp, &filled.bytes);
   } else {
     filled.writable = parent_writable(ctx->cache_dir, filled.note, sizeof filled.note);
   }

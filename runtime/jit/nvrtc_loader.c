@@ -24,17 +24,18 @@ static void open_candidate(volt8_nvrtc_registry *registry, const char *path, con
     return;
   }
   volt8_nvrtc_tried *candidate = &registry->candidates[registry->candidate_count++];
-  snprintf(candidate->path, sizeof candidate->path, "%s", path);
-  snprintf(candidate->origin, sizeof candidate->origin, "%s", origin);
+  volt8_copy_text(candidate->path, sizeof candidate->path, path);
+  volt8_copy_text(candidate->origin, sizeof candidate->origin, origin);
   candidate->lib = -1;
   registry->open = candidate;
 }
 
+/* The note without the "PATH (ORIGIN): " it begins with (the whole path: the record may hold it cut). */
 static void take_outcome(volt8_nvrtc_tried *candidate, const char *note) {
-  char prefix[sizeof candidate->path + sizeof candidate->origin + 8];
-  snprintf(prefix, sizeof prefix, "%s (%s): ", candidate->path, candidate->origin);
-  size_t skip = strncmp(note, prefix, strlen(prefix)) == 0 ? strlen(prefix) : 0;
-  snprintf(candidate->outcome, sizeof candidate->outcome, "%.*s", (int)sizeof candidate->outcome - 1, note + skip);
+  char origin[sizeof candidate->origin + 8];
+  snprintf(origin, sizeof origin, " (%s): ", candidate->origin);
+  const char *after = strstr(note, origin);
+  volt8_copy_text(candidate->outcome, sizeof candidate->outcome, after ? after + strlen(origin) : note);
 }
 
 __attribute__((format(printf, 2, 3))) static void note_tried(volt8_nvrtc_registry *registry, const char *fmt, ...) {
@@ -138,14 +139,37 @@ static int whole_library_or_noted(volt8_nvrtc_registry *registry, const char *pa
   return 0;
 }
 
+/* The file the loader mapped for `handle` ("" when it cannot tell). */
+static const char *mapped_file(void *handle) {
+  struct link_map *map = NULL;
+  return dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name ? map->l_name : "";
+}
+
+/* A candidate skipped after dlopen is closed, so that nothing of it stays loaded: a later dlopen of a
+ * bare soname (the system search) would otherwise be handed this library again, matched by its soname.
+ * Where the process held the library before (another part of it opened it), it stays mapped: it is
+ * remembered, and a later candidate the loader resolves to it is said to be that library. */
+static void close_skipped(volt8_nvrtc_registry *registry, void *handle, const char *path) {
+  char file[PATH_MAX];
+  snprintf(file, sizeof file, "%s", mapped_file(handle));
+  dlclose(handle);
+  void *still = file[0] ? dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD) : NULL;
+  if (!still) return;
+  if (registry->held_count == VOLT8_NVRTC_MAX_LIBS) {
+    dlclose(still);
+    return;
+  }
+  registry->held[registry->held_count].handle = still; /* a reference of ours: the handle stays valid */
+  snprintf(registry->held[registry->held_count++].path, sizeof registry->held[0].path, "%s", path);
+}
+
 static void try_candidate(volt8_nvrtc_registry *registry, const char *path, const char *origin) {
   if (registry->count >= VOLT8_NVRTC_MAX_LIBS) return;
   open_candidate(registry, path, origin);
   volt8_nvrtc_tried *record = registry->open;
   if (!whole_library_or_noted(registry, path, origin)) return;
-  /* NODELETE: NVRTC leaks its static C++ runtime pools on every unload, so a library stays mapped
-   * once opened and later contexts reopen it at no cost. */
-  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  /* Without RTLD_NODELETE until the library is kept (below), so that a skipped one can be closed. */
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char *why = dlerror();
     note_tried(registry, "%s (%s): not loaded: %s", path, origin, why ? why : "dlopen failed");
@@ -158,6 +182,14 @@ static void try_candidate(volt8_nvrtc_registry *registry, const char *path, cons
       return;
     }
   }
+  for (int i = 0; i < registry->held_count; i++) {
+    if (registry->held[i].handle == handle) {
+      note_tried(registry, "%s (%s): the loader gives the library skipped above as %s, which this process holds "
+                 "loaded (%s)", path, origin, registry->held[i].path, mapped_file(handle));
+      dlclose(handle);
+      return;
+    }
+  }
   volt8_nvrtc_lib *lib = &registry->libs[registry->count];
   memset(lib, 0, sizeof *lib);
   lib->handle = handle;
@@ -166,17 +198,21 @@ static void try_candidate(volt8_nvrtc_registry *registry, const char *path, cons
   const char *skip_reason = query_library(lib, reason, sizeof reason);
   if (skip_reason) {
     note_tried(registry, "%s (%s): NVRTC %s skipped: %s", path, origin, lib->version[0] ? lib->version : "?", skip_reason);
-    dlclose(handle);
     memset(lib, 0, sizeof *lib);
+    close_skipped(registry, handle, path);
     return;
   }
   char builtins_reason[PATH_MAX + 512];
   if (preload_builtins(lib, builtins_reason, sizeof builtins_reason) != 0) {
     note_tried(registry, "%s (%s): NVRTC %s skipped: %s", path, origin, lib->version, builtins_reason);
-    dlclose(handle);
     memset(lib, 0, sizeof *lib);
+    close_skipped(registry, handle, path);
     return;
   }
+  /* Kept: now NODELETE, as NVRTC leaks its static C++ runtime pools on every unload; the library stays
+   * mapped and later contexts reopen it at no cost. */
+  void *pinned = dlopen(mapped_file(handle), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE | RTLD_NOLOAD);
+  if (pinned) dlclose(pinned);
   char archs[64];
   describe_archs(lib, archs, sizeof archs);
   note_tried(registry, "%s (%s): NVRTC %s supports %s", path, origin, lib->version, archs);
@@ -359,5 +395,6 @@ void volt8_nvrtc_registry_close(volt8_nvrtc_registry *registry) {
   if (!registry) return;
   for (int i = 0; i < registry->count; i++)
     if (registry->libs[i].handle) dlclose(registry->libs[i].handle);
+  for (int i = 0; i < registry->held_count; i++) dlclose(registry->held[i].handle);
   memset(registry, 0, sizeof *registry);
 }

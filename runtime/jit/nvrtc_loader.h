@@ -50,6 +50,13 @@ typedef struct volt8_nvrtc_registry {
   int candidate_count;
   int candidates_dropped;         /* tried past VOLT8_NVRTC_MAX_CANDIDATES: named in `tried` only */
   volt8_nvrtc_tried *open;        /* the candidate whose outcome the next note is */
+  /* Candidates skipped after dlopen that stay mapped all the same (the process held them before): a
+   * later dlopen that gives one of these handles is that skipped library, not a library of its own. */
+  struct {
+    void *handle;
+    char path[512];
+  } held[VOLT8_NVRTC_MAX_LIBS];
+  int held_count;
 } volt8_nvrtc_registry;
 
 struct volt8_ctx;

@@ -30,9 +30,9 @@ volt8_status volt8_nvrtc_candidate_get(volt8_ctx *ctx, int32_t index, volt8_nvrt
                       registry->candidate_count - 1);
   const volt8_nvrtc_tried *tried = &registry->candidates[index];
   volt8_nvrtc_candidate filled = VOLT8_NVRTC_CANDIDATE_INIT;
-  snprintf(filled.path, sizeof filled.path, "%s", tried->path);
-  snprintf(filled.origin, sizeof filled.origin, "%s", tried->origin);
-  snprintf(filled.outcome, sizeof filled.outcome, "%s", tried->outcome);
+  volt8_copy_text(filled.path, sizeof filled.path, tried->path);
+  volt8_copy_text(filled.origin, sizeof filled.origin, tried->origin);
+  volt8_copy_text(filled.outcome, sizeof filled.outcome, tried->outcome);
   if (tried->lib >= 0) {
     const volt8_nvrtc_lib *lib = &registry->libs[tried->lib];
     filled.usable = 1;

@@ -188,14 +188,21 @@ volt8_status volt8_experts_create_from_host(volt8_ctx *ctx, const volt8_moe_shap
   if (!shape || !host || !out_experts)
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_create_from_host: shape, host or out_experts is NULL");
   *out_experts = NULL;
-  if (host->size != sizeof(volt8_host_experts) || !host->w13 || !host->s13 || !host->w2 || !host->s2)
+  volt8_moe_shape read;
+  volt8_status status = volt8_moe_shape_in(ctx, "volt8_experts_create_from_host", shape, &read);
+  if (status != VOLT8_OK) return status;
+  if (host->size != sizeof(volt8_host_experts))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
-                      "volt8_experts_create_from_host: host experts need size (VOLT8_HOST_EXPERTS_INIT) and all four arrays");
+                      "volt8_experts_create_from_host: host->size is %zu, expected %zu (use VOLT8_HOST_EXPERTS_INIT)",
+                      host->size, sizeof(volt8_host_experts));
+  if (!host->w13 || !host->s13 || !host->w2 || !host->s2)
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_experts_create_from_host: host->%s is NULL",
+                      !host->w13 ? "w13" : !host->s13 ? "s13" : !host->w2 ? "w2" : "s2");
   volt8_experts *experts = NULL;
-  volt8_status status = volt8_experts_alloc(ctx, shape, max_tokens, max_top_k, &experts);
+  status = volt8_experts_alloc(ctx, &read, max_tokens, max_top_k, &experts);
   if (status != VOLT8_OK) return status;
   const volt8_moe_dims *dims = &experts->dims;
-  for (int32_t e = 0; e < shape->num_experts && status == VOLT8_OK; e++)
+  for (int32_t e = 0; e < read.num_experts && status == VOLT8_OK; e++)
     status = volt8_experts_upload_expert(experts, e, host->w13 + dims->w13_bytes_per_expert * e,
                                          host->s13 + dims->s13_elems_per_expert * e,
                                          host->w2 + dims->w2_bytes_per_expert * e,

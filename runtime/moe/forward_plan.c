@@ -116,10 +116,17 @@ volt8_status volt8_forward_describe(volt8_ctx *ctx, const volt8_moe_shape *shape
                       "volt8_forward_describe: num_tokens %d and top_k %d must be positive and give at most %d routed "
                       "pairs", num_tokens, top_k, VOLT8_MAX_ROUTED_PAIRS);
   volt8_forward_plan one_call;
-  if (!experts) volt8_forward_plan_init(&one_call, ctx, shape);
+  volt8_status status = VOLT8_OK;
+  if (!experts) {
+    volt8_moe_shape read; /* the caller's shape, its size read first and nothing past it */
+    status = volt8_moe_shape_in(ctx, "volt8_forward_describe", shape, &read);
+    if (status == VOLT8_OK) status = volt8_moe_shape_check(ctx, &read);
+    if (status != VOLT8_OK) return status;
+    volt8_forward_plan_init(&one_call, ctx, &read);
+  }
   volt8_forward_plan *plan = experts ? volt8_experts_plan(experts) : &one_call;
   volt8_forward_kernels runs;
-  volt8_status status = volt8_forward_plan_choose(plan, num_tokens, top_k, &runs);
+  status = volt8_forward_plan_choose(plan, num_tokens, top_k, &runs);
   if (status == VOLT8_OK) volt8_forward_info_fill(&runs, out_info); /* the origins' texts live in the plan */
   if (!experts) volt8_forward_plan_release(&one_call);
   return status;

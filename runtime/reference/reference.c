@@ -334,14 +334,15 @@ static volt8_status run_reference(volt8_ctx *ctx, const reference_inputs *in, re
 static volt8_status reference_forward(volt8_ctx *ctx, const volt8_moe_shape *shape, const volt8_host_experts *experts,
                                       const uint16_t *x, const int32_t *topk_ids, const float *topk_weights,
                                       int32_t num_tokens, int32_t top_k, double *out, int32_t threads) {
-  reference_inputs in = {.shape = shape,
+  volt8_moe_shape read;
+  reference_inputs in = {.shape = &read,
                          .experts = experts,
                          .topk_ids = topk_ids,
                          .topk_weights = topk_weights,
                          .num_tokens = num_tokens,
                          .top_k = top_k};
-  if (!shape) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, FORWARD_NAME ": shape is NULL");
-  volt8_status status = volt8_moe_dims_compute(ctx, shape, &in.dims);
+  volt8_status status = volt8_moe_shape_in(ctx, FORWARD_NAME, shape, &read);
+  if (status == VOLT8_OK) status = volt8_moe_dims_compute(ctx, &read, &in.dims);
   if (status == VOLT8_OK) status = check_pointers(ctx, experts, x, topk_ids, topk_weights, num_tokens, top_k, out);
   if (status != VOLT8_OK || num_tokens == 0) return status;
   in.num_pairs = num_tokens * top_k;
@@ -365,8 +366,11 @@ volt8_status volt8_reference_moe_rows(volt8_ctx *ctx, const volt8_moe_shape *sha
                                       const uint16_t *x, const int32_t *topk_ids, const float *topk_weights,
                                       int32_t num_tokens, int32_t top_k, const int32_t *rows, int32_t row_count,
                                       double *out, int32_t threads) {
-  if (!shape) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, ROWS_NAME ": shape is NULL");
-  volt8_status status = check_pointers(ctx, experts, x, topk_ids, topk_weights, num_tokens, top_k, out);
+  volt8_moe_shape read;
+  volt8_status status = volt8_moe_shape_in(ctx, ROWS_NAME, shape, &read);
+  if (status != VOLT8_OK) return status;
+  shape = &read;
+  status = check_pointers(ctx, experts, x, topk_ids, topk_weights, num_tokens, top_k, out);
   if (status != VOLT8_OK) return status;
   if (row_count < 0 || (row_count > 0 && !rows))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, ROWS_NAME ": %d rows at %p", row_count, (const void *)rows);

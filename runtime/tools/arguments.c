@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/ctx_internal.h"
@@ -82,6 +83,32 @@ static int refuse_list(const number_list_rule *rule, char *error, size_t error_s
   return -1;
 }
 
+static int compare_values(const void *a, const void *b) {
+  int32_t left = *(const int32_t *)a, right = *(const int32_t *)b;
+  return (left > right) - (left < right);
+}
+
+/* `count`, or -1 with a message naming the first value the list gives twice: every list of the
+ * command line is a set (TP sizes, token counts), so a repeat is a slip, never meant. */
+static int refuse_repeats(const number_list_rule *rule, const int32_t *values, int32_t count, char *error,
+                          size_t error_size) {
+  if (count < 2) return count;
+  int32_t *sorted = malloc((size_t)count * sizeof *sorted);
+  if (!sorted) return refuse_list(rule, error, error_size, "no memory to read %d %ss", (int)count, rule->what);
+  memcpy(sorted, values, (size_t)count * sizeof *sorted);
+  qsort(sorted, (size_t)count, sizeof *sorted, compare_values);
+  int32_t repeated = 0;
+  for (int32_t i = 1; i < count && !repeated; i++)
+    if (sorted[i] == sorted[i - 1]) repeated = sorted[i];
+  free(sorted);
+  if (!repeated) return count;
+  int32_t first = -1, second = -1;
+  for (int32_t i = 0; i < count && second < 0; i++)
+    if (values[i] == repeated) *(first < 0 ? &first : &second) = i;
+  return refuse_list(rule, error, error_size, "lists %d twice (items %d and %d; each %s once)", (int)repeated,
+                     (int)first + 1, (int)second + 1, rule->what);
+}
+
 static int read_number_list(const number_list_rule *rule, const char *text, int32_t *values, int32_t capacity,
                             char *error, size_t error_size) {
   if (!*text) return refuse_list(rule, error, error_size, "names no %s", rule->what);
@@ -105,7 +132,7 @@ static int read_number_list(const number_list_rule *rule, const char *text, int3
                          more, rule->low, rule->high);
     values[count++] = (int32_t)value;
     item += length;
-    if (!*item) return count;
+    if (!*item) return refuse_repeats(rule, values, count, error, error_size);
   }
 }
 
@@ -266,4 +293,14 @@ void volt8_tools_format_shape(const volt8_moe_shape *shape, char *buf, size_t bu
   if (shape->global_experts > 0 && used >= 0 && (size_t)used < buf_size)
     snprintf(buf + used, buf_size - (size_t)used, ",expert_start=%d,global_experts=%d", shape->expert_start,
              shape->global_experts);
+}
+
+int volt8_tools_flag_once(volt8_tools_flags_seen *seen, const char *flag, char *error, size_t error_size) {
+  for (int i = 0; i < seen->count; i++)
+    if (strcmp(seen->names[i], flag) == 0) {
+      say(error, error_size, "%s is given twice (give it once)", flag);
+      return -1;
+    }
+  if (seen->count < (int)(sizeof seen->names / sizeof seen->names[0])) seen->names[seen->count++] = flag;
+  return 0;
 }

@@ -15,6 +15,12 @@
  * the start of the scale grid. */
 #define VOLT8_TOOLS_DEFAULT_TP 4
 #define VOLT8_TOOLS_MAX_TP 64
+/* One range for a value of each kind, in every command: TP sizes 1..VOLT8_TOOLS_MAX_TP (--tp of plan,
+ * models, list, bench, tune), top-k 1..VOLT8_TOOLS_MAX_TOP_K (--top-k of plan, list, bench, tune), EP
+ * sizes 1..VOLT8_TOOLS_MAX_EP (plan --ep). */
+#define VOLT8_TOOLS_MAX_TOP_K 64
+#define VOLT8_TOOLS_MAX_EP 2048
+#define VOLT8_TOOLS_MAX_JOBS 256 /* compile threads: list --jobs, tune --jobs */
 int32_t volt8_tools_default_rank(int32_t tp_size);
 
 /* --rank's text as one of the ranks 0..tp_size-1; 0, else -1 and the message. */

@@ -66,11 +66,20 @@ volt8_tools_number volt8_tools_parse_number(const char *text, long low, long hig
  * number in 1..64)"). */
 int volt8_tools_flag_number(const char *flag, const char *text, const char *what, long low, long high, int32_t *out,
                             char *error, size_t error_size);
+/* The flags a command line gave, so that one given twice is refused (a flag that may repeat, compile's
+ * and tune's --shape, is not passed). Zero-initialise. */
+typedef struct volt8_tools_flags_seen {
+  const char *names[64];
+  int count;
+} volt8_tools_flags_seen;
+/* 0 the first time `flag` is seen; -1 with `error` "FLAG is given twice (give it once)" after. */
+int volt8_tools_flag_once(volt8_tools_flags_seen *seen, const char *flag, char *error, size_t error_size);
 /* A flag's list ("--tp", "1,2,4,8", "TP size"): items separated by single commas, each a whole number
  * in decimal digits alone (no sign, space or leading zero) in [low, high], at most `capacity` of them
  * into `values`. The count (>= 1), or -1 with `error` naming the flag, the item by its place and text,
  * and what is valid ("--tp: item 2, 0, is outside 1..64 (TP sizes are whole numbers in 1..64
- * separated by single commas)"); every list of every command is read here. */
+ * separated by single commas)"); a list gives each value once (every list of the command line is a
+ * set: "--m: lists 8 twice (items 1 and 3; ...)"); every list of every command is read here. */
 int volt8_tools_flag_number_list(const char *flag, const char *text, const char *what, long low, long high,
                                  int32_t *values, int32_t capacity, char *error, size_t error_size);
 /* The items a list text holds at most: its commas and one (a capacity that always suffices). */

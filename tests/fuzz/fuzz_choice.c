@@ -4,7 +4,7 @@
  * Bytes 0-1 pick the largest number taken, max_m = 1 + (their value mod the routed-pair bound), and
  * byte 0 a top-k (1..64) for the token counts of a forward; the rest, up to a NUL (an argument holds
  * none), is the text. An independent reading of the grammar (numbers of decimal digits without a
- * leading zero, in 1..max_m, separated by single commas) must agree with the reader, for max_m and
+ * leading zero, in 1..max_m, separated by single commas, none twice) must agree with the reader, for max_m and
  * for the token counts at the top-k (1..2^30 / top-k); an accepted list written back with commas
  * must be the text itself and does not fit in one value fewer; a refused one has a message, also cut
  * safely into a buffer of a few bytes. */
@@ -22,16 +22,36 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-/* 1 when `text` is a list the grammar allows at max_m. */
+static int compare_values(const void *a, const void *b) {
+  int64_t left = *(const int64_t *)a, right = *(const int64_t *)b;
+  return (left > right) - (left < right);
+}
+
+/* 1 when `text` is a list the grammar allows at max_m: each item once (a list is a set). */
 static int grammar_accepts(const char *text, int32_t max_m) {
   const char *c = text;
+  size_t count = 0, capacity = strlen(text) / 2 + 1;
+  int64_t *seen = malloc(capacity * sizeof *seen);
+  fuzz_require(seen != NULL, "malloc", NULL);
+  int good = 1;
   do {
-    if (*c < '1' || *c > '9') return 0;
+    if (*c < '1' || *c > '9') {
+      good = 0;
+      break;
+    }
     int64_t value = 0;
-    for (; *c >= '0' && *c <= '9'; c++)
-      if ((value = value * 10 + (*c - '0')) > max_m) return 0;
+    for (; *c >= '0' && *c <= '9' && good; c++)
+      if ((value = value * 10 + (*c - '0')) > max_m) good = 0;
+    if (!good) break;
+    seen[count++] = value;
   } while (*c++ == ',');
-  return c[-1] == '\0';
+  good = good && c[-1] == '\0';
+  if (good) {
+    qsort(seen, count, sizeof *seen, compare_values);
+    for (size_t i = 1; i < count && good; i++) good = seen[i] != seen[i - 1];
+  }
+  free(seen);
+  return good;
 }
 
 /* The checks of one reading: `count` is the reader's answer for `text` at max_m, with `capacity`

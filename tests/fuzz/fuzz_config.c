@@ -109,7 +109,7 @@ static void check_plan(volt8_ctx *ctx, const volt8_load_options *options, const 
   fuzz_require(memchr(plan->quant_format, 0, sizeof plan->quant_format) && memchr(plan->tensor_prefix, 0, sizeof plan->tensor_prefix),
                "plan strings terminated", NULL);
   for (int32_t rank = 0; rank < options->tp_size; rank++) {
-    volt8_moe_shape shape;
+    volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
     volt8_memory_report memory = VOLT8_MEMORY_REPORT_INIT;
     fuzz_require(volt8_plan_rank(ctx, plan, rank, &shape, &memory) == VOLT8_OK, "plan_rank of a valid plan",
                  volt8_last_error(ctx));

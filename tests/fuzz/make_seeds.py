@@ -238,11 +238,80 @@ def shape_seeds():
         write("shape", name, bytes([base]) + text.encode())
 
 
+def forward_describe_seeds():
+    """fuzz_forward_describe.c's byte stream: the shape's size (byte - 8, mod 41), its eight fields and
+    the token count and top-k (a byte below 224 picks a listed value, else four raw bytes follow), the
+    arch (mod 3) and the output's size (an index)."""
+    def raw(value):
+        return bytes([255]) + struct.pack("<i", value)
+    seeds = {
+        "reference_m8": bytes([32, 7, 3, 4, 0, 0, 1, 0, 0, 3, 3, 0, 7]),    # the default shape, M = 8, top-k 10
+        "reference_m1_sm90": bytes([32, 7, 3, 4, 0, 0, 1, 0, 0, 0, 0, 2, 7]),
+        "old_size_32": bytes([24, 7, 3, 4, 0, 0, 1, 0, 0, 3, 3, 0, 7]),       # 0.2's shape
+        "online_rows": bytes([32, 4, 5, 1, 1, 0, 0, 0, 0, 5, 2, 1, 3]),
+        "expert_range": bytes([32, 7, 3, 1, 0, 0, 1, 1, 1, 4, 3, 0, 7]),
+        "large_m": bytes([32, 6, 4, 3, 0, 0, 0, 0, 0, 8, 4, 0, 7]),
+        "pairs_past_limit": bytes([32, 7, 3, 4, 0, 0, 1, 0, 0, 10, 6, 0, 7]),
+        "raw_fields": bytes([32]) + raw(2560) + raw(160) + raw(512) + raw(128) + raw(128) + raw(32) + raw(0)
+                      + raw(0) + raw(8) + raw(10) + bytes([0, 7]),
+        "short_output": bytes([32, 7, 3, 4, 0, 0, 1, 0, 0, 3, 3, 0, 1]),
+    }
+    for name, data in seeds.items():
+        write("forward_describe", name, data)
+
+
+def expert_shard_seeds():
+    """fuzz_expert_shard.c: hidden, intermediate, TP size, rank + 1, route, weight and scale dtypes (each
+    an index), the struct sizes' bits, the expert number / 9, scales fuzzed (bit 0), then the bytes that
+    fill the weights."""
+    codes = bytes(range(0, 0x7E, 3)) + bytes(range(0x80, 0xFE, 5))
+    seeds = {
+        "native_tp1": bytes([2, 2, 0, 1, 0, 0, 0, 0, 3, 0]) + codes,
+        "native_tp4_rank1": bytes([4, 5, 2, 2, 0, 0, 1, 0, 5, 0]) + codes,
+        "native_nan": bytes([2, 2, 0, 1, 0, 0, 2, 0, 1, 0]) + bytes([0x38, 0x7F, 0x30]),
+        "native_old_struct": bytes([2, 2, 0, 1, 0, 0, 0, 2, 3, 0, 0x7F]),
+        "native_fuzzed_scales": bytes([2, 4, 1, 1, 0, 0, 0, 0, 0, 1]) + codes,
+        "online_bf16_rows": bytes([3, 3, 1, 2, 2, 2, 0, 0, 7, 0]) + struct.pack("<8e", 0.5, -1, 2, 0, 3.25, -7, 1e-3, 9),
+        "online_f32_block": bytes([2, 2, 0, 1, 3, 4, 0, 0, 0, 0]) + struct.pack("<4f", 0.25, -3.5, 1e6, 7),
+        "online_nan": bytes([2, 2, 0, 1, 3, 4, 0, 0, 0, 0]) + struct.pack("<2f", float("nan"), 1),
+        "bad_rank": bytes([2, 2, 2, 9, 0, 0, 0, 0, 0, 0]) + codes,
+        "bad_dtype": bytes([2, 2, 0, 1, 0, 2, 0, 0, 0, 0]) + codes,
+    }
+    for name, data in seeds.items():
+        write("expert_shard", name, data)
+
+
+def environment_seeds():
+    """fuzz_environment.c: a byte of which variables are set, then their values in order, split at the
+    separator (L2 bytes, one-launch CTAs, cache off, cache folder, XDG_CACHE_HOME, HOME, tuning folder,
+    NVRTC folders)."""
+    def values(mask, *texts):
+        return bytes([mask]) + SEPARATOR.join(text.encode() for text in texts)
+    seeds = {
+        "numbers_good": values(0b11, "12582912", "3"),
+        "numbers_spaced": values(0b11, " 12", "3 "),
+        "numbers_signed": values(0b11, "+12", "-0"),
+        "numbers_leading_zero": values(0b10, "03"),
+        "numbers_arabic": values(0b01, "\u0663"),
+        "numbers_too_many": values(0b11, "99999999999999999999", "33"),
+        "cache_order": values(0b111100, "", "", "/tmp/xdg", "/tmp/home"),
+        "cache_off": values(0b1100, "1", "/tmp/volt8-cache"),
+        "cache_off_not_one": values(0b1100, "true", "/tmp/volt8-cache"),
+        "tuning_missing": values(0b1000000, "/nonexistent/volt8-tables"),
+        "tuning_file": values(0b1000000, "/etc/hostname"),
+        "nvrtc_dirs": values(0b10000000, "/nonexistent/a::/nonexistent/b:"),
+        "nvrtc_dirs_colons": values(0b10000000, ":::"),
+    }
+    for name, data in seeds.items():
+        write("environment", name, data)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    for target in ("safetensors", "index", "config", "tuning_table", "cache_entry", "shape", "choice"):
+    for target in ("safetensors", "index", "config", "tuning_table", "cache_entry", "shape", "choice", "forward_describe",
+                   "expert_shard", "environment"):
         shutil.rmtree(os.path.join(SEEDS, target), ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix="volt8-seeds-") as fixtures:
         subprocess.run([sys.executable, os.path.join(ROOT, "tests", "fixtures", "make_checkpoints.py"), fixtures,
@@ -254,6 +323,9 @@ def main():
     cache_seeds()
     shape_seeds()
     choice_seeds()
+    forward_describe_seeds()
+    expert_shard_seeds()
+    environment_seeds()
     for target in sorted(os.listdir(SEEDS)):
         files = os.listdir(os.path.join(SEEDS, target))
         size = sum(os.path.getsize(os.path.join(SEEDS, target, name)) for name in files)

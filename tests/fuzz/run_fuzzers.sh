@@ -3,7 +3,8 @@
 # Usage: tests/fuzz/run_fuzzers.sh [-b BUILD_DIR] [-t SECONDS] [-j PARALLEL] [TARGET...]
 #   BUILD_DIR  a build configured with CC=clang -DVOLT8_FUZZ=ON (default build-asan, which
 #              scripts/sanitized_tests.sh makes); SECONDS per target (default 600); PARALLEL targets
-#              at once (default 2); TARGET: safetensors index config tuning_table cache_entry shape choice.
+#              at once (default 2); TARGET: safetensors index config tuning_table cache_entry shape choice
+#              forward_describe expert_shard environment.
 # New inputs accumulate in BUILD_DIR/tests/fuzz/corpus/<target>, crashes in .../artifacts/<target>/,
 # logs in .../logs/<target>.log. A crash input belongs in tests/fuzz/regressions/<target>/ once fixed.
 set -euo pipefail
@@ -21,7 +22,8 @@ while getopts "b:t:j:" option; do
 done
 shift $((OPTIND - 1))
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors index config tuning_table cache_entry shape choice)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors index config tuning_table cache_entry shape choice forward_describe expert_shard
+                                     environment)
 
 fuzz="$build/tests/fuzz"
 export LSAN_OPTIONS="suppressions=$root/tests/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"

@@ -3,9 +3,12 @@
  * guard for unprepared variants, early launch where the kernels and the driver have it, and eager
  * forwards replayed from the handle's own graphs (moe/replay.h) bit for bit as launched. */
 #include <criterion/criterion.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "checkpoint/models.h"
 #include "core/work_counts.h"
@@ -482,5 +485,71 @@ Test(gpu_forward, single_launch_is_asked_for) {
   ctx = gpu_open();
   unsetenv("VOLT8_SINGLE_LAUNCH");
   cr_assert_eq(ctx->single_launch, ctx->target_arch < 80, "target sm_%d", ctx->target_arch);
+  volt8_ctx_destroy(ctx);
+}
+
+/* A guarded block: `bytes` bytes ending where a PROT_NONE page begins, holding the first `bytes` of
+ * init with its size field set to `bytes` (tests/test_abi_sizes.c does the same for the CPU entries). */
+static void *guarded_struct(void **map, size_t *map_bytes, const void *init, size_t bytes) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  *map_bytes = ((bytes + page - 1) / page + 1) * page;
+  unsigned char *base = mmap(NULL, *map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  cr_assert(base != MAP_FAILED);
+  cr_assert_eq(mprotect(base + *map_bytes - page, page, PROT_NONE), 0);
+  *map = base;
+  unsigned char *block = base + *map_bytes - page - bytes;
+  memcpy(block, init, bytes);
+  memcpy(block, &bytes, sizeof bytes);
+  return block;
+}
+
+/* The entries that need an experts handle, each struct at its older size and its own, in a block
+ * whose next byte faults: volt8_moe_args of 48 bytes (before check_ids, which is then not read)
+ * for an eager forward and a graph capture, the handle's shape and memory report. */
+Test(gpu_forward, handle_entries_read_no_byte_past_the_callers_struct) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(31);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 64;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  volt8_experts *experts = gpu_upload(ctx, &problem, 8, 10);
+  device_batch batch;
+  gpu_make_batch(ctx, &problem, 8, 10, ROUTING_UNIFORM, &batch);
+  const volt8_moe_args init = gpu_batch_args(&batch);
+  const size_t sizes[] = {offsetof(volt8_moe_args, check_ids), sizeof(volt8_moe_args)};
+  for (int i = 0; i < 2; i++) {
+    void *map = NULL;
+    size_t map_bytes = 0;
+    const volt8_moe_args *args = guarded_struct(&map, &map_bytes, &init, sizes[i]);
+    cr_assert_eq(volt8_moe_forward(experts, args, NULL), VOLT8_OK, "args of %zu bytes: %s", sizes[i],
+                 volt8_last_error(ctx));
+    gpu_check_output(ctx, shape.hidden, &batch, sizes[i] == sizeof(volt8_moe_args) ? "args 56" : "args 48", NULL);
+    volt8_graph *graph = NULL;
+    cr_assert_eq(volt8_graph_capture(experts, args, NULL, &graph), VOLT8_OK, "%s", volt8_last_error(ctx));
+    cr_assert_eq(volt8_graph_launch(graph, NULL), VOLT8_OK, "%s", volt8_last_error(ctx));
+    gpu_check_output(ctx, shape.hidden, &batch, "graph", NULL);
+    volt8_graph_destroy(graph);
+    munmap(map, map_bytes);
+  }
+  const volt8_moe_shape shape_init = VOLT8_MOE_SHAPE_INIT;
+  void *map = NULL;
+  size_t map_bytes = 0;
+  volt8_moe_shape *out_shape = guarded_struct(&map, &map_bytes, &shape_init, sizeof shape_init);
+  cr_assert_eq(volt8_experts_shape(experts, out_shape), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(out_shape->num_experts, 64);
+  munmap(map, map_bytes);
+  out_shape = guarded_struct(&map, &map_bytes, &shape_init, offsetof(volt8_moe_shape, expert_start));
+  cr_assert_eq(volt8_experts_shape(experts, out_shape), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_eq(out_shape->num_experts, 64);
+  munmap(map, map_bytes);
+  const volt8_memory_report memory_init = VOLT8_MEMORY_REPORT_INIT;
+  volt8_memory_report *memory = guarded_struct(&map, &map_bytes, &memory_init, sizeof memory_init);
+  cr_assert_eq(volt8_experts_memory(experts, memory), VOLT8_OK, "%s", volt8_last_error(ctx));
+  cr_assert_gt(memory->resident_bytes, 0);
+  munmap(map, map_bytes);
+  gpu_free_batch(ctx, &batch);
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
   volt8_ctx_destroy(ctx);
 }

@@ -39,12 +39,27 @@ def test_doctor_reports_the_command_side_then_the_python_side(package_path, tmp_
     import volt8
     sections = ["volt8 doctor\n", f"library: volt8 {volt8.__version__}, ", "driver: none (",
                 "NVRTC candidates, in search order", "  compute_70 (", f"kernel cache: {tmp_path / 'cache'}: not made yet",
-                "tuning tables (", "verdict: no GPU here", "python: libvolt8 ", "torch: "]
+                "tuning tables (", "python: libvolt8 ", "torch: ", "verdict: no GPU here"]
     at = 0
     for section in sections:
         found = run.stdout.find(section, at)
         assert found >= 0, f"{section!r} missing or out of order in:\n{run.stdout}"
         at = found
+    # the command's note that it leaves torch to Python is replaced by the Python side's torch line
+    assert "torch: not checked by this command" not in run.stdout, run.stdout
+    assert run.stdout.count("\ntorch: ") == 1, run.stdout
+
+
+def test_a_cache_path_cut_in_the_report_is_marked(package_path, tmp_path):
+    long_dir = tmp_path / ("c" * 250) / ("a" * 250) / ("c" * 250) / ("h" * 250) / "e"
+    environment = dict(os.environ, VOLT8_DISABLE_CUDA="1", VOLT8_CACHE_DIR=str(long_dir), PYTHONPATH=package_path)
+    run = subprocess.run([sys.executable, "-m", "volt8", "doctor"], capture_output=True, text=True, env=environment,
+                         cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    line = next(line for line in run.stdout.splitlines() if line.startswith("kernel cache: "))
+    shown = line[len("kernel cache: "):].split(": not made yet")[0]
+    assert len(str(long_dir)) > 1023 and shown.endswith("...") and len(shown) == 1023, line[:80]
+    assert str(long_dir).startswith(shown[:-3])
 
 
 def test_a_torch_that_does_not_import_fails_the_doctor(package_path, tmp_path):

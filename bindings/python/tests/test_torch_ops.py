@@ -3,9 +3,11 @@ and no GPU, the registrations, fake implementations, tracing and the host sample
 (marked gpu, as test_gpu.py) torch.compile and CUDA-graph replay bit for bit against eager, and
 torch.library.opcheck of both operators. VOLT8_REQUIRE_GPU=1 turns every skip into a failure."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -138,7 +140,7 @@ def test_operators_raise_volt8_errors(torch_cpu, vt):
                                          torch.zeros(2, 2, dtype=torch.int32), None, None, None, 0, 0, 0)
 
 
-@pytest.mark.parametrize("name, module, x_dtypes", [("moe_forward", "volt8.torch", ("float16",)),
+@pytest.mark.parametrize("name, module, x_dtypes", [("moe_forward", "volt8.torch", ("float16", "bfloat16")),
                                                      ("mtp_moe", "volt8.vllm.runtime", ("float16", "bfloat16"))])
 def test_moe_operators_are_defined_alike(torch_cpu, vt, name, module, x_dtypes):
     """moe_forward and the vLLM plugin's mtp_moe come from one definition: the same schema, CPU tensors
@@ -165,6 +167,95 @@ def test_moe_operators_are_defined_alike(torch_cpu, vt, name, module, x_dtypes):
                     operator(x, ids, weights, 1)
         with pytest.raises(RuntimeError, match=r"topk_ids: has shape \[4, 2\], needs \[5, top_k\]"):
             operator(torch.empty(5, 8, dtype=torch.float16, device="cuda:0"), ids[:4], weights, 1)
+
+
+class StubExperts:
+    """What forward_converted reads of a volt8.Experts, recording each forward it is asked for."""
+
+    def __init__(self, hidden=8, max_tokens=4):
+        self.shape = types.SimpleNamespace(hidden=hidden)
+        self.max_tokens = max_tokens
+        self._torch_forward = None
+        self.calls = []
+
+    def forward(self, x, topk_ids, topk_weights, out, stream=None):
+        self.calls.append((x.dtype, topk_ids.dtype, topk_weights.dtype, tuple(x.shape), x.is_contiguous(),
+                           topk_ids.is_contiguous(), topk_weights.is_contiguous()))
+        out.copy_(x * topk_weights.sum(dim=1, keepdim=True).to(x.dtype))
+
+
+@pytest.mark.parametrize("operator_name", ["volt8::moe_forward", "volt8::mtp_moe"])
+def test_what_engines_pass_is_converted_once_to_the_kernels_dtypes(torch_cpu, vt, operator_name):
+    """bfloat16 or float16 x, int32 or int64 ids, float32, bfloat16 or float16 weights: each converted once
+    (contiguous) to float16 / int32 / float32, a batch past max_tokens in pieces, out in x's dtype; 0 tokens
+    runs no forward. The CPU stands in for the device here (the conversion is torch's, the same on both)."""
+    torch = torch_cpu
+    for x_dtype in (torch.float16, torch.bfloat16):
+        for id_dtype in (torch.int32, torch.int64):
+            for weight_dtype in (torch.float32, torch.bfloat16, torch.float16):
+                stub = StubExperts()
+                x = torch.arange(10 * 8, dtype=torch.float32).reshape(8, 10).t().to(x_dtype)  # not contiguous
+                ids = torch.zeros(10, 2, dtype=id_dtype)
+                weights = torch.full((10, 2), 0.5, dtype=weight_dtype)
+                out = vt.forward_converted(stub, x, ids, weights, operator_name, lambda tokens: "")
+                assert out.dtype == x_dtype and tuple(out.shape) == (10, 8)
+                assert torch.equal(out, x), (x_dtype, id_dtype, weight_dtype)
+                assert [call[3][0] for call in stub.calls] == [4, 4, 2]  # max_tokens 4: three forwards
+                assert all(call[:3] == (torch.float16, torch.int32, torch.float32) and all(call[4:])
+                           for call in stub.calls), stub.calls
+    stub = StubExperts()
+    empty = vt.forward_converted(stub, torch.empty(0, 8, dtype=torch.bfloat16), torch.empty(0, 2, dtype=torch.int64),
+                                 torch.empty(0, 2, dtype=torch.bfloat16), operator_name, lambda tokens: "")
+    assert (tuple(empty.shape), empty.dtype, stub.calls) == ((0, 8), torch.bfloat16, [])
+    with pytest.raises(volt8.InvalidArgumentError, match=r"0 tokens of x \[0, 6\].*x needs \[0, 8\]"):
+        vt.forward_converted(stub, torch.empty(0, 6, dtype=torch.float16), torch.empty(0, 2, dtype=torch.int32),
+                             torch.empty(0, 2), operator_name, lambda tokens: "")
+    for bad, message in (((torch.float32, torch.int32, torch.float32), "x: dtype float32; OP takes float16 or bfloat16"),
+                         ((torch.float16, torch.int16, torch.float32), "topk_ids: dtype int16; OP takes int32 or int64"),
+                         ((torch.float16, torch.int32, torch.float64),
+                          "topk_weights: dtype float64; OP takes float32, bfloat16 or float16")):
+        with pytest.raises(volt8.InvalidArgumentError, match=re.escape(message.replace("OP", operator_name))):
+            vt.forward_converted(stub, torch.zeros(2, 8, dtype=bad[0]), torch.zeros(2, 2, dtype=bad[1]),
+                                 torch.zeros(2, 2, dtype=bad[2]), operator_name, lambda tokens: "")
+    assert stub.calls == []
+
+
+def test_both_moe_operators_convert_through_one_function(torch_cpu, vt, monkeypatch):
+    """moe_forward's and mtp_moe's CUDA kernels are the one forward_converted, each naming itself."""
+    torch = torch_cpu
+    import volt8.vllm.runtime as runtime
+    experts = recording_experts()
+    key = vt.register(experts)
+    seen = []
+    monkeypatch.setattr(vt, "forward_converted",
+                        lambda experts_, x, ids, weights, operator, hint: seen.append((experts_, operator)) or x)
+    x, ids, weights = torch.zeros(1, 8), torch.zeros(1, 1), torch.zeros(1, 1)
+    vt._moe_forward_cuda(x, ids, weights, key)
+    runtime._mtp_moe_cuda(x, ids, weights, key)
+    assert seen == [(experts, "volt8::moe_forward"), (experts, "volt8::mtp_moe")]
+    assert not hasattr(runtime, "_check_dtypes")
+
+
+@pytest.mark.parametrize("name", ["moe_forward", "mtp_moe"])
+def test_fake_implementations_take_what_engines_pass(torch_cpu, vt, name):
+    torch = torch_cpu
+    import volt8.vllm.runtime  # noqa: F401 (defines mtp_moe)
+    operator = getattr(torch.ops.volt8, name).default
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        for tokens in (0, 3):
+            x = torch.empty(tokens, 8, dtype=torch.bfloat16, device="cuda:0")
+            ids = torch.empty(tokens, 2, dtype=torch.int64, device="cuda:0")
+            out = operator(x, ids, torch.empty(tokens, 2, dtype=torch.float16, device="cuda:0"), 1)
+            assert (tuple(out.shape), out.dtype) == ((tokens, 8), torch.bfloat16)
+        x = torch.empty(3, 8, dtype=torch.float16, device="cuda:0")
+        with pytest.raises(RuntimeError, match=r"topk_ids: needs int32 or int64, got torch.float32"):
+            operator(x, torch.empty(3, 2, device="cuda:0"), torch.empty(3, 2, device="cuda:0"), 1)
+        with pytest.raises(RuntimeError, match=r"topk_weights: needs float32, bfloat16 or float16, got torch.int32"):
+            operator(x, torch.empty(3, 2, dtype=torch.int32, device="cuda:0"),
+                     torch.empty(3, 2, dtype=torch.int32, device="cuda:0"), 1)
+        with pytest.raises(RuntimeError, match=r"topk_weights: has shape \[3, 1\], needs \[3, 2\]"):
+            operator(x, torch.empty(3, 2, dtype=torch.int32, device="cuda:0"), torch.empty(3, 1, device="cuda:0"), 1)
 
 
 def sampler_inputs(torch, batch, k, vocab, seed, device="cpu"):
@@ -293,6 +384,34 @@ def test_compiled_module_replays_in_a_cuda_graph(torch, moe):
         torch.cuda.synchronize()
         assert torch.equal(out, eager), f"replay with inputs of seed {seed} differs from eager"
     graph.reset()  # before the experts' kernels are unloaded
+
+
+@pytest.mark.gpu
+def test_forward_operator_takes_what_engines_pass(torch, moe):
+    """bf16 x, int64 ids and fp16 weights give what float16 / int32 / float32 give (in x's dtype), 0 tokens
+    an empty output, and more tokens than max_tokens run in pieces."""
+    op = torch.ops.volt8.moe_forward.default
+    for tokens in (1, 5, 16):
+        x, ids, weights = routed_inputs(torch, moe.experts.shape, tokens, TOP_K, seed=70 + tokens)
+        expected = op(x, ids, weights, moe.experts_key)
+        for x_dtype, id_dtype, weight_dtype in ((torch.bfloat16, torch.int64, torch.float16),
+                                                (torch.float16, torch.int64, torch.bfloat16),
+                                                (torch.bfloat16, torch.int32, torch.float32)):
+            got = op(x.to(x_dtype), ids.to(id_dtype), weights.to(weight_dtype), moe.experts_key)
+            assert got.dtype == x_dtype
+            reference = op(x.to(x_dtype).to(torch.float16), ids, weights.to(weight_dtype).to(torch.float32),
+                           moe.experts_key)
+            assert torch.equal(got.to(torch.float16), reference.to(x_dtype).to(torch.float16)), (tokens, x_dtype)
+        assert expected.dtype == torch.float16
+    empty = op(torch.empty(0, moe.experts.shape.hidden, dtype=torch.bfloat16, device="cuda"),
+               torch.empty(0, TOP_K, dtype=torch.int64, device="cuda"), torch.empty(0, TOP_K, device="cuda"),
+               moe.experts_key)
+    assert tuple(empty.shape) == (0, moe.experts.shape.hidden) and empty.dtype == torch.bfloat16
+    x, ids, weights = routed_inputs(torch, moe.experts.shape, 40, TOP_K, seed=79)  # max_tokens is 16
+    whole = op(x, ids, weights, moe.experts_key)
+    pieces = torch.cat([op(x[i:i + 16], ids[i:i + 16], weights[i:i + 16], moe.experts_key) for i in (0, 16, 32)])
+    torch.cuda.synchronize()
+    assert torch.equal(whole, pieces)
 
 
 @pytest.mark.gpu

@@ -129,7 +129,7 @@ def test_staging_names_what_is_missing_and_refuses_bad_tensors(checkpoints):
         ExpertStaging(256, 640, 4, online_block_n=128).add(0, "gate", "scale", gate, "s")
     with pytest.raises(volt8.InvalidArgumentError, match=r"does not divide into 3 tensor-parallel ranks"):
         ExpertStaging(256, 640, 4, tp_size=3)
-    with pytest.raises(volt8.InvalidArgumentError, match=r"online_block_n is 64"):
+    with pytest.raises(volt8.InvalidArgumentError, match=r"online_block_n: 64 is not 0 \(native experts\), or 1 or 128"):
         ExpertStaging(256, 640, 4, online_block_n=64)
 
 
@@ -152,8 +152,9 @@ def test_settings_are_read_from_the_environment():
     assert settings.read({"VOLT8_VLLM": "1"}) == settings.Settings(enabled=True)
     on = settings.read({"VOLT8_VLLM": "force", "VOLT8_VLLM_ONLINE": "fp8", "VOLT8_VLLM_ONLINE_BLOCK": "1"})
     assert on == settings.Settings(enabled=True, force=True, online_block_n=1)
-    assert settings.read({"VOLT8_VLLM": "on", "VOLT8_VLLM_ONLINE": "FP8"}).online_block_n == 128
+    assert settings.read({"VOLT8_VLLM": "1", "VOLT8_VLLM_ONLINE": "fp8"}).online_block_n == 128
     assert settings.read({"VOLT8_VLLM": "0"}).enabled is False
+    assert settings.read({"VOLT8_VLLM": "", "VOLT8_VLLM_ONLINE": "", "VOLT8_VLLM_ONLINE_BLOCK": ""}) == settings.Settings()
     for environ, message in (({"VOLT8_VLLM": "yes"}, "VOLT8_VLLM='yes' is not one of"),
                              ({"VOLT8_VLLM_ONLINE": "int8"}, "VOLT8_VLLM_ONLINE='int8'"),
                              ({"VOLT8_VLLM_ONLINE": "fp8", "VOLT8_VLLM_ONLINE_BLOCK": "64"}, "VOLT8_VLLM_ONLINE_BLOCK='64'"),
@@ -204,3 +205,125 @@ def test_the_wheel_declares_no_vllm_dependency():
     for extra in project.get("optional-dependencies", {}).values():
         requirements += extra
     assert requirements and not [line for line in requirements if re.match(r"\s*vllm\b", line, re.I)], requirements
+
+
+# docs/vllm.md's values are the only ones: case, spaces and other spellings stop vLLM, naming the variable.
+@pytest.mark.parametrize("variable, value", [
+    ("VOLT8_VLLM", "on"), ("VOLT8_VLLM", "ON"), ("VOLT8_VLLM", "FORCE"), ("VOLT8_VLLM", "Force"),
+    ("VOLT8_VLLM", " 1 "), ("VOLT8_VLLM", "1\n"), ("VOLT8_VLLM", "off"), ("VOLT8_VLLM", "true"),
+    ("VOLT8_VLLM", "\u0661"), ("VOLT8_VLLM_ONLINE", "FP8"), ("VOLT8_VLLM_ONLINE", " fp8"),
+    ("VOLT8_VLLM_ONLINE_BLOCK", " 128"), ("VOLT8_VLLM_ONLINE_BLOCK", "0128"), ("VOLT8_VLLM_ONLINE_BLOCK", "\u0661"),
+])
+def test_settings_take_exactly_the_documented_values(variable, value):
+    environ = {"VOLT8_VLLM": "1", "VOLT8_VLLM_ONLINE": "fp8", variable: value}
+    with pytest.raises(ValueError, match=re.escape(f"{variable}={value!r}")):
+        settings.read(environ)
+
+
+def test_the_documented_values_are_docs_vllm_mds():
+    """The VOLT8_VLLM row of docs/vllm.md lists the values read() takes, and no other."""
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "vllm.md"), encoding="utf-8").read()
+    row = next(line for line in docs.splitlines() if line.startswith("| `VOLT8_VLLM` |"))
+    listed = set(re.findall(r"`([^`]*)`", row.split("|")[2]))
+    assert listed == {"0", "1", "force"}, row
+    for value in listed | {""}:
+        settings.read({"VOLT8_VLLM": value})
+
+
+@pytest.mark.parametrize("text", ["\u00b2", "\u0661\u0662", " 12", "12 ", "12\n", "+12", "-1", "0", "012", "1e3",
+                                  "12.0", "0x10", "1073741825", "5" * 5000, "\uff11\uff12"])
+def test_max_tokens_is_ascii_digits_alone_and_named_when_refused(text):
+    with pytest.raises(ValueError, match=r"^VOLT8_VLLM_MAX_TOKENS=.* is not a positive number of tokens in "
+                                         r"1\.\.1073741824 \(a whole number written in ASCII digits"):
+        settings.max_tokens_override({"VOLT8_VLLM_MAX_TOKENS": text})
+
+
+def test_max_tokens_override_values():
+    assert settings.max_tokens_override({}) is None
+    assert settings.max_tokens_override({"VOLT8_VLLM_MAX_TOKENS": ""}) is None
+    assert settings.max_tokens_override({"VOLT8_VLLM_MAX_TOKENS": "12"}) == 12
+    assert settings.max_tokens_override({"VOLT8_VLLM_MAX_TOKENS": "1073741824"}) == 1 << 30
+
+
+@pytest.mark.parametrize("prefix, layers", [
+    ("mtp.layers." + "7" * 5000 + ".mlp.experts", 48),  # no int() of 5000 digits (Python's digit limit)
+    ("model.layers." + "9" * 5000 + ".mlp.experts", 61),
+    ("mtp.layers.\u0663.mlp.experts", 48),              # ARABIC-INDIC DIGIT THREE is no layer number
+    ("model.layers.\u0666\u0661.mlp.experts", 61),
+    ("mtp.layers.0.mlp.experts\n", 48),                 # the name ends at "experts"
+    ("model.layers.61.mlp.experts\n", 61),
+    ("mtp.layers.00.mlp.experts", 48),                   # no leading zeros
+    ("model.layers.061.mlp.experts", 61),
+    ("mtp.layers.12345678.mlp.experts", 48),             # past any layer count
+    ("model.layers.61.mlp.experts", True),               # a bool is no layer count
+    (b"mtp.layers.0.mlp.experts", 48),
+])
+def test_mtp_layer_names_that_are_no_layer(prefix, layers):
+    assert settings.mtp_layer(prefix, layers) is None
+
+
+def native_expert(hidden, intermediate, nan_in=None):
+    """One native expert's tensors (E4M3 codes of 1.0 and F32 scales of 1), with a NaN code in `nan_in`."""
+    tensors = {}
+    for projection in ("gate", "up", "down"):
+        rows, cols = (hidden, intermediate) if projection == "down" else (intermediate, hidden)
+        codes = np.full((rows, cols), 0x38, np.uint8)
+        if projection == nan_in:
+            codes[3, 4] = 0x7F
+        tensors[(projection, "weight")] = codes.view(ml_dtypes.float8_e4m3fn)
+        tensors[(projection, "scale")] = np.ones((-(-rows // 128), -(-cols // 128)), np.float32)
+    return tensors
+
+
+def test_a_failed_expert_is_named_by_its_number_and_can_be_given_again():
+    staging = ExpertStaging(128, 256, 8, tp_size=2, tp_rank=0, expert_start=2, expert_count=4)
+    bad = native_expert(128, 256, nan_in="up")
+    order = [key for key in bad if key != ("down", "scale")] + [("down", "scale")]
+    for key in order[:-1]:
+        staging.add(3, *key, bad[key])
+    with pytest.raises(volt8.FormatError, match=r"experts\.3\.up_proj\.weight \(expert 3\).*NaN.*expert 3's tensors "
+                                                r"were dropped: give them all again"):
+        staging.add(3, *order[-1], bad[order[-1]])
+    assert dict(staging.missing())[3] == staging._needed(), "the failed expert left tensors pending"
+    good = native_expert(128, 256)
+    for expert in range(2, 6):
+        for key, tensor in good.items():
+            staging.add(expert, *key, tensor)  # expert 3 again: not "given twice"
+    shape, w13, s13, w2, s2 = staging.arrays()
+    assert shape.num_experts == 4 and w13.shape[0] == 4
+
+
+def test_an_incomplete_expert_is_named_with_what_it_lacks():
+    staging = ExpertStaging(128, 128, 4)
+    good = native_expert(128, 128)
+    for key, tensor in good.items():
+        if key != ("gate", "weight"):
+            staging.add(3, *key, tensor)
+    with pytest.raises(volt8.InvalidArgumentError, match=r"expert 0 lacks gate weight, gate scale"):
+        staging.arrays()
+    assert staging.missing()[-1] == (3, [("gate", "weight")])
+
+
+def test_staging_takes_any_integer_type_and_names_what_is_not_one():
+    shape = ExpertStaging(np.int64(128), np.int32(256), np.uint16(8), tp_size=np.int64(2), tp_rank=np.int8(1),
+                          online_block_n=np.int64(128)).shape
+    assert (shape.intermediate, shape.block_n) == (128, 128)
+    for value in (1.0, None, True, "128", 64, -1, np.float64(1.0), np.bool_(True)):
+        with pytest.raises(volt8.InvalidArgumentError, match=r"^online_block_n: "):
+            ExpertStaging(128, 128, 4, online_block_n=value)
+    for name in ("hidden", "num_experts", "tp_size", "expert_start"):
+        for value in (True, 2.0, None, "8"):
+            arguments = dict(hidden=128, intermediate=128, num_experts=4)
+            arguments[name] = value
+            with pytest.raises(volt8.InvalidArgumentError, match=rf"^{name}: "):
+                ExpertStaging(**arguments)
+    staging = ExpertStaging(128, 128, 4)
+    tensor = native_expert(128, 128)[("gate", "weight")]
+    for expert in (1.5, True, np.bool_(False), None, "1"):
+        with pytest.raises(volt8.InvalidArgumentError, match=r"^expert: "):
+            staging.add(expert, "gate", "weight", tensor)
+    staging.add(np.int64(1), "gate", "weight", tensor)
+    assert staging.holds(np.int64(1)) and not staging.holds(4)
+    staging.release()
+    with pytest.raises(volt8.InvalidArgumentError, match=r"the staging was released"):
+        staging.add(2, "gate", "weight", tensor)

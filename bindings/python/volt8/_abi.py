@@ -86,7 +86,8 @@ class PlanReport(_Sized):
 
 class ExpertTensors(_Sized):
     _fields_ = [("size", c_size_t), ("hidden", c_int32), ("intermediate", c_int32), ("weight_dtype", c_char_p),
-                ("scale_dtype", c_char_p), ("weights", c_void_p * 3), ("scales", c_void_p * 3), ("names", c_char_p * 3)]
+                ("scale_dtype", c_char_p), ("weights", c_void_p * 3), ("scales", c_void_p * 3), ("names", c_char_p * 3),
+                ("expert", c_int32)]
 
 
 class ForwardInfo(_Sized):

@@ -1,8 +1,9 @@
 """`volt8 doctor` from Python (`python -m volt8 doctor`, or the wheel's `volt8` console script).
 
 The packaged volt8 command prints what the C library finds (library, driver and GPUs, NVRTC, kernel
-cache, tuning tables); then this adds what only Python sees: the libvolt8 this Python loads and the
-NVRTC folder the binding hands it, torch, and whether volt8.torch registers its operators. The exit
+cache, tuning tables); this adds what only Python sees, in place of the command's line that leaves
+torch to it (before the command's verdict): the libvolt8 this Python loads and the NVRTC folder the
+binding hands it, torch, and whether volt8.torch registers its operators. The exit
 status is the command's (1 when a GPU present cannot be served), else 1 when the library does not
 load or torch is installed but volt8.torch does not register its operators, else 0.
 """
@@ -49,21 +50,34 @@ def torch_lines():
     return lines + ["volt8.torch: registers " + ", ".join("torch.ops.volt8." + name for name in TORCH_OPERATORS)], True
 
 
+# The command's line that says it leaves torch to this side: the Python lines stand in its place.
+COMMAND_TORCH_NOTE = "torch: not checked by this command"
+
+
 def main(arguments):
     if arguments:
         sys.stderr.write(f"volt8 doctor: unknown argument \"{arguments[0]}\"\nusage: volt8 doctor\n")
         return 2
     path = _cli.command_path()
+    library, library_ok = library_lines()
+    torch_report, torch_ok = torch_lines()
+    python_lines = library + torch_report
     if os.access(path, os.X_OK):
         sys.stdout.flush()
-        command_status = subprocess.run([path, "doctor"], env=_cli.command_environment()).returncode
+        run = subprocess.run([path, "doctor"], env=_cli.command_environment(), stdout=subprocess.PIPE, text=True,
+                             errors="replace")
+        command_status = run.returncode
+        lines = run.stdout.splitlines()
+        # the Python side where the command says it does not check torch, so no line contradicts the next
+        at = next((i for i, line in enumerate(lines) if line.startswith(COMMAND_TORCH_NOTE)), len(lines))
+        lines[at:at + 1] = python_lines
+        for line in lines:
+            print(line)
     else:
         print(f"volt8 doctor: the packaged command {path} is missing; reinstall the volt8 wheel")
         command_status = 1
-    library, library_ok = library_lines()
-    torch_report, torch_ok = torch_lines()
-    for line in library + torch_report:
-        print(line)
+        for line in python_lines:
+            print(line)
     if command_status != 0:
         return command_status
     return 0 if library_ok and torch_ok else 1

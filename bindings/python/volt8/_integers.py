@@ -30,3 +30,15 @@ def is_integer(value):
     except TypeError:
         return False
     return True
+
+
+def digits(text, low, high):
+    """`text` as an int in low..high (0 <= low) when it is a decimal number written in ASCII digits alone:
+    no sign, space, newline or other digit characters (Python's int() also reads "\u0663" and "١٢"), no
+    leading zero but in "0", and at most as many digits as `high` has (so a 5000-digit text never
+    reaches int()'s digit limit); else None."""
+    if (not isinstance(text, str) or not text or not text.isascii() or not text.isdigit()
+            or (text[0] == "0" and len(text) > 1) or len(text) > len(str(high))):
+        return None
+    number = int(text)
+    return number if low <= number <= high else None

@@ -1,7 +1,8 @@
 """volt8 as torch operators: the MoE forward and the rejection sampler, registered with torch.library
 (namespace volt8), so torch.compile(fullgraph=True) traces through them and CUDA graphs capture them.
 
-    torch.ops.volt8.moe_forward(x, topk_ids, topk_weights, experts_key) -> out
+    torch.ops.volt8.moe_forward(x, topk_ids, topk_weights, experts_key) -> out   (x float16 or bfloat16,
+        topk_ids int32 or int64, topk_weights float32, bfloat16 or float16, M >= 0; out in x's dtype)
     torch.ops.volt8.rejection_sample(target_probs, draft_ids, num_draft, draft_probs, greedy,
                                      seed, offset, ctx_key) -> (out_ids, num_accepted)
 
@@ -74,21 +75,93 @@ def lookup(key, kind):
 _library = torch.library.Library("volt8", "FRAGMENT")
 
 
-def _define_moe_operator(name, cuda_kernel, x_dtypes):
+# What the MoE operators take, as engines' routers give it; converted once inside the operator to what
+# the kernels read (float16, int32, float32). Both operators, moe_forward and the vLLM plugin's mtp_moe,
+# check and convert through check_dtypes and forward_converted.
+X_DTYPES = (torch.float16, torch.bfloat16)
+ID_DTYPES = (torch.int32, torch.int64)
+WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _names(dtypes):
+    return ", ".join(str(dtype).replace("torch.", "") for dtype in dtypes[:-1]) + " or " + str(dtypes[-1]).replace(
+        "torch.", "")
+
+
+def check_dtypes(x, topk_ids, topk_weights, operator):
+    """InvalidArgumentError naming the tensor and `operator` ("volt8::moe_forward") unless x is float16 or
+    bfloat16, topk_ids int32 or int64 and topk_weights float32, bfloat16 or float16."""
+    for tensor, name, allowed in ((x, "x", X_DTYPES), (topk_ids, "topk_ids", ID_DTYPES),
+                                  (topk_weights, "topk_weights", WEIGHT_DTYPES)):
+        if tensor.dtype not in allowed:
+            raise InvalidArgumentError(f"{name}: dtype {str(tensor.dtype).replace('torch.', '')}; {operator} takes "
+                                       f"{_names(allowed)}")
+
+
+def forward_converted(experts, x, topk_ids, topk_weights, operator, prepare_hint):
+    """The MoE forward of both operators: dtypes checked (check_dtypes), then x as float16, the ids as int32
+    and the weights as float32, each converted once and only when it is not so already; a batch of more
+    tokens than the experts' max_tokens runs as several forwards, 0 tokens as none (an empty output).
+    Returns a new tensor of x's dtype [M, hidden], computed on torch's current stream. A CaptureError gets
+    prepare_hint(token count) appended (what to prepare before the capture)."""
+    check_dtypes(x, topk_ids, topk_weights, operator)
+    tokens = x.shape[0] if x.dim() == 2 else -1
+    if tokens == 0:
+        if x.shape[1] != experts.shape.hidden or topk_ids.dim() != 2 or topk_ids.shape[0] != 0 or \
+                tuple(topk_weights.shape) != tuple(topk_ids.shape):
+            raise InvalidArgumentError(f"{operator}: 0 tokens of x {list(x.shape)}, topk_ids {list(topk_ids.shape)}, "
+                                       f"topk_weights {list(topk_weights.shape)}: x needs [0, {experts.shape.hidden}] "
+                                       f"and the routing [0, top_k] each")
+        return x.new_empty(x.shape)
+    try:
+        fast = experts._torch_forward
+        # the kernels' own dtypes in one piece: straight to the fast path, which allocates the output
+        if (fast is not None and x.dtype is torch.float16 and topk_ids.dtype is torch.int32
+                and topk_weights.dtype is torch.float32 and 0 < tokens <= experts.max_tokens):
+            out = fast(experts, x, topk_ids, topk_weights, None, None, False, True)
+            if out is not None:
+                return out
+        # tensors that require grad (a router's weights) are only read
+        x16 = x.detach().to(torch.float16).contiguous()
+        ids = topk_ids.detach().to(torch.int32).contiguous()
+        weights = topk_weights.detach().to(torch.float32).contiguous()
+        out = torch.empty(x16.shape, dtype=torch.float16, device=x16.device)
+        step = max(1, experts.max_tokens)
+        for start in range(0, max(tokens, 1), step):
+            end = min(tokens, start + step) if tokens > 0 else None
+            piece = slice(start, end)
+            if fast is None or fast(experts, x16[piece], ids[piece], weights[piece], out[piece], None, False,
+                                    True) is None:
+                # what the fast path does not take, the general one checks and names
+                experts.forward(x16[piece], ids[piece], weights[piece], out[piece],
+                                torch.cuda.current_stream(x16.device) if x16.is_cuda else None)
+    except CaptureError as error:
+        raise CaptureError(f"{error.message}; {prepare_hint(min(tokens, experts.max_tokens))}", error.status,
+                           error.function) from None
+    return out if x.dtype == torch.float16 else out.to(x.dtype)
+
+
+def _define_moe_operator(name, cuda_kernel):
     """Defines volt8::name(Tensor x, Tensor topk_ids, Tensor topk_weights, SymInt experts_key) -> Tensor, an
     operator over the experts registered under experts_key: cuda_kernel computes it, CPU tensors are
-    refused, and its fake implementation (for tracing) checks x is 2-D of one of x_dtypes and topk_ids
-    [M, top_k], and gives a new tensor like x. Returns the operator (torch.ops.volt8.name.default)."""
-    x_names = " or ".join(str(dtype).replace("torch.", "") for dtype in x_dtypes)
+    refused, and its fake implementation (for tracing) checks x is 2-D of X_DTYPES, topk_ids [M, top_k] of
+    ID_DTYPES and topk_weights of its shape and of WEIGHT_DTYPES, and gives a new tensor like x. Returns
+    the operator (torch.ops.volt8.name.default)."""
 
     def cpu_kernel(x, topk_ids, topk_weights, experts_key):
         raise InvalidArgumentError(f"x: volt8::{name} runs on CUDA tensors, got CPU ones")
 
     def fake(x, topk_ids, topk_weights, experts_key):
-        torch._check(x.dim() == 2 and x.dtype in x_dtypes,
-                     lambda: f"x: needs {x_names} [M, hidden], got {x.dtype} {list(x.shape)}")
+        torch._check(x.dim() == 2 and x.dtype in X_DTYPES,
+                     lambda: f"x: needs {_names(X_DTYPES)} [M, hidden], got {x.dtype} {list(x.shape)}")
         torch._check(topk_ids.dim() == 2 and topk_ids.shape[0] == x.shape[0],
                      lambda: f"topk_ids: has shape {list(topk_ids.shape)}, needs [{x.shape[0]}, top_k]")
+        torch._check(topk_ids.dtype in ID_DTYPES, lambda: f"topk_ids: needs {_names(ID_DTYPES)}, got {topk_ids.dtype}")
+        torch._check(topk_weights.dim() == 2 and topk_weights.shape[0] == topk_ids.shape[0]
+                     and topk_weights.shape[1] == topk_ids.shape[1],
+                     lambda: f"topk_weights: has shape {list(topk_weights.shape)}, needs {list(topk_ids.shape)}")
+        torch._check(topk_weights.dtype in WEIGHT_DTYPES,
+                     lambda: f"topk_weights: needs {_names(WEIGHT_DTYPES)}, got {topk_weights.dtype}")
         return x.new_empty(x.shape)
 
     _library.define(f"{name}(Tensor x, Tensor topk_ids, Tensor topk_weights, SymInt experts_key) -> Tensor")
@@ -98,28 +171,22 @@ def _define_moe_operator(name, cuda_kernel, x_dtypes):
     return getattr(torch.ops.volt8, name).default
 
 
+def _moe_forward_prepare_hint(tokens):
+    return (f"from torch: experts.prepare([{tokens}]) (or MoEExperts.prepare) before the capture, or before the "
+            f"first call of a torch.compile mode that captures CUDA graphs")
+
+
 def _moe_forward_cuda(x, topk_ids, topk_weights, experts_key):
     experts = _objects.get(experts_key)
     if type(experts) is not Experts:
         experts = lookup(experts_key, Experts)
-    try:
-        out = None
-        if experts._torch_forward is not None:  # tensors that require grad (a router's weights) are only read
-            out = experts._torch_forward(experts, x, topk_ids, topk_weights, None, None, False, True)
-        if out is None:  # what the fast path does not take, the general one checks and names
-            x, topk_ids, topk_weights = x.detach(), topk_ids.detach(), topk_weights.detach()
-            out = x.new_empty(x.shape)
-            experts.forward(x, topk_ids, topk_weights, out, torch.cuda.current_stream(x.device))
-    except CaptureError as error:
-        raise CaptureError(f"{error.message}; from torch: experts.prepare([{x.shape[0]}]) (or MoEExperts.prepare) "
-                           f"before the capture, or before the first call of a torch.compile mode that captures "
-                           f"CUDA graphs", error.status, error.function) from None
-    return out
+    return forward_converted(experts, x, topk_ids, topk_weights, "volt8::moe_forward", _moe_forward_prepare_hint)
 
 
-# Experts.forward as an operator: x float16 [M, hidden], topk_ids int32 [M, top_k], topk_weights float32
-# [M, top_k] -> a new float16 [M, hidden], on torch's current stream. experts_key: register(experts).
-moe_forward = _define_moe_operator("moe_forward", _moe_forward_cuda, (torch.float16,))
+# Experts.forward as an operator: x float16 or bfloat16 [M, hidden] (M >= 0), topk_ids int32 or int64
+# [M, top_k], topk_weights float32, bfloat16 or float16 [M, top_k] -> a new [M, hidden] of x's dtype, on
+# torch's current stream. experts_key: register(experts).
+moe_forward = _define_moe_operator("moe_forward", _moe_forward_cuda)
 
 
 @torch.library.custom_op("volt8::rejection_sample", mutates_args=(), device_types="cuda")

@@ -13,6 +13,29 @@ static volt8_status invalid(volt8_ctx *ctx, const char *field, int64_t value, co
   return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "invalid shape: %s=%lld %s", field, (long long)value, requirement);
 }
 
+static volt8_status shape_size(volt8_ctx *ctx, const char *function, const char *name, const volt8_moe_shape *shape) {
+  if (!shape) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "%s: %s is NULL", function, name);
+  if (shape->size != sizeof(volt8_moe_shape))
+    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
+                      "%s: %s->size is %zu, expected %zu: initialise it with VOLT8_MOE_SHAPE_INIT (%s)", function, name,
+                      shape->size, sizeof(volt8_moe_shape),
+                      shape->size == offsetof(volt8_moe_shape, expert_start)
+                          ? "the 0.2 header's shape of 32 bytes lacks expert_start and global_experts: rebuild against this header"
+                          : "the size of this header's shape");
+  return VOLT8_OK;
+}
+
+volt8_status volt8_moe_shape_in(volt8_ctx *ctx, const char *function, const volt8_moe_shape *shape,
+                                volt8_moe_shape *out) {
+  volt8_status status = shape_size(ctx, function, "shape", shape);
+  if (status == VOLT8_OK) *out = *shape;
+  return status;
+}
+
+volt8_status volt8_moe_shape_out_check(volt8_ctx *ctx, const char *function, const volt8_moe_shape *out_shape) {
+  return shape_size(ctx, function, "out_shape", out_shape);
+}
+
 volt8_status volt8_moe_shape_check(volt8_ctx *ctx, const volt8_moe_shape *shape) {
   if (shape->size != sizeof(volt8_moe_shape))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "invalid shape: size=%zu, expected %zu (use VOLT8_MOE_SHAPE_INIT)",
@@ -133,10 +156,12 @@ volt8_status volt8_shape_layout(volt8_ctx *ctx, const volt8_moe_shape *shape, vo
   if (!shape || !out_layout || out_layout->size < sizeof(size_t))
     return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT,
                       "volt8_shape_layout: shape or out_layout is NULL, or out_layout->size unset (VOLT8_MOE_LAYOUT_INIT)");
+  volt8_moe_shape read;
   volt8_moe_dims dims;
-  volt8_status status = volt8_moe_dims_compute(ctx, shape, &dims);
+  volt8_status status = volt8_moe_shape_in(ctx, "volt8_shape_layout", shape, &read);
+  if (status == VOLT8_OK) status = volt8_moe_dims_compute(ctx, &read, &dims);
   if (status != VOLT8_OK) return status;
-  volt8_moe_layout layout = {sizeof layout, volt8_moe_global_experts(shape), dims.g13, dims.k13_blocks, dims.n2_blocks,
+  volt8_moe_layout layout = {sizeof layout, volt8_moe_global_experts(&read), dims.g13, dims.k13_blocks, dims.n2_blocks,
                              dims.g2};
   volt8_copy_sized_output(out_layout, &layout, sizeof layout);
   return VOLT8_OK;

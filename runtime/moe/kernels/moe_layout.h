@@ -99,6 +99,17 @@ typedef struct volt8_moe_dims {
 /* E of the model: the rank's experts are [expert_start, expert_start + num_experts) of it. */
 int32_t volt8_moe_global_experts(const volt8_moe_shape *shape);
 
+/* A shape handed to an ABI entry (`function` names it in messages): its size field read first, and
+ * nothing past it; only sizeof(volt8_moe_shape) is taken (0.3 grew the shape: a caller built against
+ * 0.2's header, whose shape is 32 bytes, is refused naming the size). The shape is copied into *out;
+ * its fields are checked by volt8_moe_shape_check. */
+volt8_status volt8_moe_shape_in(volt8_ctx *ctx, const char *function, const volt8_moe_shape *shape,
+                                volt8_moe_shape *out);
+/* A shape an ABI entry fills whole (volt8_plan_rank, volt8_shard_rank_shape): its size field read
+ * first, and the shape written only when that is sizeof(volt8_moe_shape) (VOLT8_MOE_SHAPE_INIT), so
+ * a shorter struct is never written past. */
+volt8_status volt8_moe_shape_out_check(volt8_ctx *ctx, const char *function, const volt8_moe_shape *out_shape);
+
 /* VOLT8_OK when the library takes the shape (its layout, and the kernels' limits: H and I multiples of
  * 16 up to 65536, 1 to 2048 experts a rank); else VOLT8_ERR_INVALID_ARGUMENT naming the field,
  * "invalid shape: hidden=2568 must be a positive multiple of 16, at most 65536". */

@@ -455,15 +455,11 @@ def token_counts(config, moe):
     """(max_tokens, counts to prepare): the most tokens one volt8 forward takes, the largest CUDA graph
     capture size (a larger batch runs as several forwards; VOLT8_VLLM_MAX_TOKENS overrides it), and the
     capture sizes with max_num_batched_tokens, all capped at it."""
-    import os
     from .runtime import forward_token_limit
     scheduler = getattr(config, "scheduler_config", None)
     compilation = getattr(config, "compilation_config", None)
     batched = getattr(scheduler, "max_num_batched_tokens", None) or 8192
     sizes = [int(size) for size in (getattr(compilation, "cudagraph_capture_sizes", None) or [])]
-    text = os.environ.get("VOLT8_VLLM_MAX_TOKENS", "").strip()
-    if text and (not text.isdigit() or int(text) < 1):
-        raise ValueError(f"VOLT8_VLLM_MAX_TOKENS={text!r} is not a positive number of tokens")
-    max_tokens = int(text) if text else max(sizes + [1]) if sizes else 512
+    max_tokens = settings_module.max_tokens_override() or (max(sizes + [1]) if sizes else 512)
     max_tokens = min(max_tokens, batched, forward_token_limit(moe.experts_per_token))
     return max_tokens, sorted({min(size, max_tokens) for size in sizes + [batched]})

@@ -14,51 +14,20 @@ import torch
 
 import volt8.torch as volt8_torch
 
-from ..errors import CaptureError, InvalidArgumentError
+from ..errors import CaptureError
 from ..experts import MAX_ROUTED_PAIRS, Experts
 
-_X_DTYPES = (torch.float16, torch.bfloat16)
-_ID_DTYPES = (torch.int32, torch.int64)
-_WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def _check_dtypes(x, topk_ids, topk_weights):
-    if x.dtype not in _X_DTYPES:
-        raise InvalidArgumentError(f"x: dtype {x.dtype}; volt8::mtp_moe takes float16 or bfloat16")
-    if topk_ids.dtype not in _ID_DTYPES:
-        raise InvalidArgumentError(f"topk_ids: dtype {topk_ids.dtype}; volt8::mtp_moe takes int32 or int64")
-    if topk_weights.dtype not in _WEIGHT_DTYPES:
-        raise InvalidArgumentError(f"topk_weights: dtype {topk_weights.dtype}; volt8::mtp_moe takes float32, "
-                                   f"bfloat16 or float16")
+def _prepare_hint(tokens):
+    return f"MtpExperts.prepare([{tokens}]) before the capture"
 
 
 def _mtp_moe_cuda(x, topk_ids, topk_weights, experts_key):
     experts = volt8_torch.lookup(experts_key, Experts)
-    _check_dtypes(x, topk_ids, topk_weights)
-    tokens = x.shape[0]
-    out = torch.empty(x.shape, dtype=torch.float16, device=x.device)
-    if tokens == 0:
-        return out.to(x.dtype)
-    # one conversion each, to what the kernels read
-    x16 = x.to(torch.float16).contiguous()
-    ids = topk_ids.to(torch.int32).contiguous()
-    weights = topk_weights.to(torch.float32).contiguous()
-    step = experts.max_tokens
-    try:
-        for start in range(0, tokens, step):
-            end = min(tokens, start + step)
-            if experts._torch_forward is None or experts._torch_forward(
-                    experts, x16[start:end], ids[start:end], weights[start:end], out[start:end], None, False,
-                    True) is None:
-                experts.forward(x16[start:end], ids[start:end], weights[start:end], out[start:end],
-                                torch.cuda.current_stream(x.device))
-    except CaptureError as error:
-        raise CaptureError(f"{error.message}; MtpExperts.prepare([{min(tokens, step)}]) before the capture",
-                           error.status, error.function) from None
-    return out if x.dtype == torch.float16 else out.to(x.dtype)
+    return volt8_torch.forward_converted(experts, x, topk_ids, topk_weights, "volt8::mtp_moe", _prepare_hint)
 
 
-mtp_moe = volt8_torch._define_moe_operator("mtp_moe", _mtp_moe_cuda, _X_DTYPES)
+# the general operator's conversion and fake implementation (volt8.torch), under its own name
+mtp_moe = volt8_torch._define_moe_operator("mtp_moe", _mtp_moe_cuda)
 
 
 def forward_token_limit(max_top_k):

@@ -9,8 +9,9 @@ import ctypes
 import numpy
 
 from .. import _abi
+from .._integers import integer
 from .._library import check, load
-from ..errors import InvalidArgumentError
+from ..errors import Error, InvalidArgumentError
 from ..shape import MoeShape
 
 PROJECTIONS = ("gate", "up", "down")
@@ -55,11 +56,19 @@ class ExpertStaging:
 
     def __init__(self, hidden, intermediate, num_experts, tp_size=1, tp_rank=0, expert_start=0, expert_count=0,
                  online_block_n=0, layer="experts"):
-        for value, what, low in ((hidden, "hidden", 1), (intermediate, "intermediate", 1),
-                                 (num_experts, "num_experts", 1), (tp_size, "tp_size", 1), (tp_rank, "tp_rank", 0),
-                                 (expert_start, "expert_start", 0), (expert_count, "expert_count", 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**31:
-                raise InvalidArgumentError(f"{what}: {value!r} is not an integer in {low}..{2**31 - 1}")
+        # any integer type (np.int64 too: __index__), never a bool or a float, within what the C side takes
+        hidden, intermediate, num_experts, tp_size, tp_rank, expert_start, expert_count = (
+            integer(value, what, low, 2**31 - 1)
+            for value, what, low in ((hidden, "hidden", 1), (intermediate, "intermediate", 1),
+                                     (num_experts, "num_experts", 1), (tp_size, "tp_size", 1), (tp_rank, "tp_rank", 0),
+                                     (expert_start, "expert_start", 0), (expert_count, "expert_count", 0)))
+        online_block_n = integer(online_block_n, "online_block_n", 0, 128,
+                                 "0 (native experts), or 1 or 128 (the rows of a scale block at load)")
+        if online_block_n not in (0, 1, 128):
+            raise InvalidArgumentError(f"online_block_n: {online_block_n!r} is not 0 (native experts), or 1 or 128 "
+                                       f"(the rows of a scale block at load)")
+        if not isinstance(layer, str):
+            raise InvalidArgumentError(f"layer: {layer!r} is not a str (the layer's name in messages)")
         count = expert_count or num_experts
         if expert_start + count > num_experts:
             raise InvalidArgumentError(f"experts [{expert_start}, {expert_start + count}) are not all among the "
@@ -85,8 +94,9 @@ class ExpertStaging:
         return self.online_block_n == 0
 
     def holds(self, expert):
-        """True when global expert `expert` is one of this rank's."""
-        return self.expert_start <= expert < self.expert_start + self.expert_count
+        """True when global expert `expert` (any integer type, not a bool) is one of this rank's."""
+        number = integer(expert, "expert", -2**63, 2**63 - 1)
+        return self.expert_start <= number < self.expert_start + self.expert_count
 
     def _needed(self):
         kinds = ("weight", "scale") if self.native else ("weight",)
@@ -97,7 +107,10 @@ class ExpertStaging:
         for native experts: the 128x128 block grid, 2-D or ModelOpt's 4-D [rows, 1, cols, 1]). A tensor
         of another rank's expert is refused (holds() says which are this rank's). The expert is sharded
         as soon as its last tensor is in, and its whole tensors are dropped."""
+        expert = integer(expert, "expert", 0, 2**31 - 1, f"an expert number of the layer (0..{self.num_experts - 1})")
         name = name or f"{self.layer}.{expert}.{projection}_proj.{kind}"
+        if self._arrays is None:
+            raise InvalidArgumentError(f"{name}: the staging was released (arrays() were taken, or release() called)")
         if projection not in PROJECTIONS or kind not in ("weight", "scale"):
             raise InvalidArgumentError(f"{name}: projection {projection!r} / kind {kind!r}: need one of {PROJECTIONS} "
                                        f"and weight or scale")
@@ -132,7 +145,15 @@ class ExpertStaging:
         pending = self._pending.setdefault(local, {})
         pending[(projection, kind)] = (array, dtype, name)
         if len(pending) == len(self._needed()):
-            self._shard(local, pending)
+            try:
+                self._shard(local, pending)
+            except Exception as error:
+                # nothing of the expert stays pending: all its tensors can be given again
+                del self._pending[local]
+                if isinstance(error, Error):
+                    error.message = f"{error.message}; expert {expert}'s tensors were dropped: give them all again"
+                    error.args = (error.message,) + error.args[1:]
+                raise
             del self._pending[local]
             self._complete[local] = True
 
@@ -142,7 +163,8 @@ class ExpertStaging:
             if len(dtypes) > 1:
                 raise InvalidArgumentError(f"{self.layer}: expert {self.expert_start + local}'s {kind}s mix dtypes "
                                            f"{sorted(dtypes)}")
-        tensors = _abi.ExpertTensors(hidden=self.hidden, intermediate=self.intermediate)
+        tensors = _abi.ExpertTensors(hidden=self.hidden, intermediate=self.intermediate,
+                                     expert=self.expert_start + local)  # messages name the layer's number
         keep = []
         for index, projection in enumerate(PROJECTIONS):
             array, dtype, name = pending[(projection, "weight")]
