@@ -408,25 +408,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     }
   }
 
-  // The sums in FP32: times the last block's scales.
+  // The sums go out in FP32 times the last block's scales (multiplied where each is stored).
   if (kLastScaleBlock == 0) {
     load_scales(0, scale_bits);
 #pragma unroll
     for (int u = 0; u < kUnits; ++u) unit[u] = half_to_float(scale_bits[u]);
   }
-#pragma unroll
-  for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < kAccumulators; ++e) acc[i][j][e] *= unit[accumulator_unit(j, e)];
+  auto scale = [&](int j, int e) { return unit[accumulator_unit(j, e)]; };
 
   // Stores: a thread's accumulators in pairs of adjacent columns.
 #if __CUDA_ARCH__ >= 800
 #if VOLT8_GATE_UP
-  store_16816(acc, pair_ids, nullptr, out, count, column0, warp_m, warp_n, lane);
+  store_16816(acc, pair_ids, nullptr, out, count, column0, warp_m, warp_n, lane, scale);
 #else
-  store_16816(acc, pair_ids, pair_weights, out, count, column0, warp_m, warp_n, lane);
+  store_16816(acc, pair_ids, pair_weights, out, count, column0, warp_m, warp_n, lane, scale);
 #endif
 #else
 #if !VOLT8_GATE_UP
@@ -447,8 +442,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
       const int column = column0 + warp_n * 16 + within;
       if (column >= kN) continue;
       *reinterpret_cast<unsigned *>(out + (long long)pair * kN + column) =
-          pack_halves(float_to_half(silu_times(acc[i][0][e], acc[i][1][e])),
-                      float_to_half(silu_times(acc[i][0][e + 1], acc[i][1][e + 1])));
+          pack_halves(float_to_half(silu_times(acc[i][0][e] * scale(0, e), acc[i][1][e] * scale(1, e))),
+                      float_to_half(silu_times(acc[i][0][e + 1] * scale(0, e + 1), acc[i][1][e + 1] * scale(1, e + 1))));
 #else
       const float weight = pair_weights[m];
 #pragma unroll
@@ -456,7 +451,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
         const int column = column0 + warp_n * 32 + j * 16 + within;
         if (column >= kN) continue;
         *reinterpret_cast<unsigned *>(z_half + (long long)pair * kN + column) =
-            pack_halves(float_to_half(weight * acc[i][j][e]), float_to_half(weight * acc[i][j][e + 1]));
+            pack_halves(float_to_half(weight * scale(j, e) * acc[i][j][e]),
+                        float_to_half(weight * scale(j, e + 1) * acc[i][j][e + 1]));
       }
 #endif
     }
