@@ -280,7 +280,8 @@ prepare() {
 # (bench/probes/launch_cost.cu: host microseconds of the driver calls of an eager forward; PROBE=1
 # builds it), accuracy_record (gpu_test_accuracy measuring each family's figure instead of checking it, in
 # each of SUITE_MODES' sm70_ptx and native, into $OUT/accuracy_figures.json, which starts as the
-# committed tests/gpu/accuracy_figures.json: copy it over that file). The suites phase runs
+# committed tests/gpu/accuracy_figures.json: copy it over that file; a suites phase after it in the same
+# call holds the families to those figures). The suites phase runs
 # gpu_test_models too: the models' TP4 and TP8 rank shapes, whose compute_70 kernels prepare carries
 # (model_test_shapes), and gpu_test_accuracy, which holds each family to its committed figure.
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
@@ -350,7 +351,13 @@ run() {
             [ "$name" = bench ] && [ "$mode" != native ] && continue
             mode_env "$mode"
             # SUITE_FILTER: only the tests of the suites' Criterion filter (e.g. "gpu_large_m/raw*")
-            step "$name.$mode" env "${arch_env[@]}" "$suite" --jobs="${SUITE_JOBS:-1}" ${SUITE_FILTER:+--filter="$SUITE_FILTER"}
+            # The accuracy suite holds the families to the figures an accuracy_record phase of this call
+            # wrote, where there is one, else to the committed ones.
+            local figures_env=()
+            [ "$name" = accuracy ] && [ -f "$logs/accuracy_figures.json" ] &&
+              figures_env=(VOLT8_ACCURACY_FIGURES="$logs/accuracy_figures.json")
+            step "$name.$mode" env "${arch_env[@]}" "${figures_env[@]}" "$suite" --jobs="${SUITE_JOBS:-1}" \
+              ${SUITE_FILTER:+--filter="$SUITE_FILTER"}
           done
         done ;;
       sanitize)

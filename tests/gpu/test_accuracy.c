@@ -5,7 +5,9 @@
  * in tests/gpu/accuracy_figures.json (accuracy_figures.h); a family without a figure fails.
  * VOLT8_ACCURACY_RECORD=FILE measures instead and writes the figures into FILE (the arch's families
  * replaced, the other archs kept): run once a mode on a GPU (scripts/gpu_check.sh run accuracy_record),
- * then copy FILE over tests/gpu/accuracy_figures.json. The compute_70 kernels of the shape are in the
+ * then copy FILE over tests/gpu/accuracy_figures.json; VOLT8_ACCURACY_FIGURES=FILE checks against FILE
+ * instead of the committed one (gpu_check's suites phase after an accuracy_record of the same call).
+ * The compute_70 kernels of the shape are in the
  * cache scripts/gpu_check.sh prepare carries (gpu_test_shapes). */
 #include <criterion/criterion.h>
 
@@ -38,7 +40,9 @@ Test(gpu_accuracy, every_family_within_its_recorded_figure) {
   const char *record = getenv("VOLT8_ACCURACY_RECORD");
   accuracy_figures *figures = NULL;
   char path[1024];
-  snprintf(path, sizeof path, "%s/%s", gpu_source_root(), ACCURACY_FIGURES_FILE);
+  const char *given = getenv("VOLT8_ACCURACY_FIGURES"); /* another figures file (a call's own record) */
+  if (given && *given) snprintf(path, sizeof path, "%s", given);
+  else snprintf(path, sizeof path, "%s/%s", gpu_source_root(), ACCURACY_FIGURES_FILE);
   if (!record || !*record) {
     figures = accuracy_figures_read(path, error, sizeof error);
     cr_assert_not_null(figures, "%s", error);
