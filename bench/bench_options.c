@@ -43,7 +43,7 @@ const char *bench_usage(void) {
          "  --target-arch sm_XX   volt8 kernels for this arch (default: the device's)\n"
          "  --device N            CUDA device (default 0)\n"
          "  --variants G,D        pin volt8's gate_up and down variants\n"
-         "  --no-baselines        volt8 and the byte floor only\n"
+         "  --no-baselines        volt8 and the byte floor only (no A, B or C)\n"
          "  --quick               M = 1,8,64 and 10 timed passes\n"
          "  --json PATH --svg PATH --markdown PATH   also write the report there\n";
 }

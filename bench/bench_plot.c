@@ -23,7 +23,7 @@ typedef struct panel {
   axis horizontal, vertical;
 } panel;
 
-static const char *const SERIES_COLOURS[BENCH_METHOD_COUNT] = {"#c0392b", "#2471a3", "#229954"};
+static const char *const SERIES_COLOURS[BENCH_METHOD_COUNT] = {"#c0392b", "#2471a3", "#229954", "#8e44ad"};
 static const char *const FLOOR_COLOUR = "#7f8c8d";
 
 static double to_axis(const axis *a, double value) { return a->logarithmic ? log10(value) : value; }
@@ -103,15 +103,19 @@ static void value_range(const double *values, int32_t count, double *low, double
   }
 }
 
+/* The methods on one row, the floors on the next. */
 static void draw_legend(volt8_text_buffer *out) {
-  const char *labels[BENCH_METHOD_COUNT + 2] = {bench_method_label(0), bench_method_label(1), bench_method_label(2),
-                                                "FP8 byte floor", "copy bandwidth"};
+  const char *labels[BENCH_METHOD_COUNT + 2];
+  for (int i = 0; i < BENCH_METHOD_COUNT; i++) labels[i] = bench_method_label((bench_method)i);
+  labels[BENCH_METHOD_COUNT] = "FP8 byte floor";
+  labels[BENCH_METHOD_COUNT + 1] = "copy bandwidth";
   for (int i = 0; i < BENCH_METHOD_COUNT + 2; i++) {
-    double x = 80 + i * 180;
-    const char *colour = i < BENCH_METHOD_COUNT ? SERIES_COLOURS[i] : FLOOR_COLOUR;
-    volt8_text_printf(out, "<line x1=\"%.1f\" y1=\"52\" x2=\"%.1f\" y2=\"52\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", x, x + 26,
-                colour, i >= BENCH_METHOD_COUNT ? " stroke-dasharray=\"6,4\"" : "");
-    volt8_text_printf(out, "<text x=\"%.1f\" y=\"56\" font-size=\"12\">%s</text>\n", x + 32, labels[i]);
+    int floor_row = i >= BENCH_METHOD_COUNT;
+    double x = 80 + (floor_row ? i - BENCH_METHOD_COUNT : i) * 230, y = floor_row ? 68 : 46;
+    const char *colour = floor_row ? FLOOR_COLOUR : SERIES_COLOURS[i];
+    volt8_text_printf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", x,
+                      y, x + 26, y, colour, floor_row ? " stroke-dasharray=\"6,4\"" : "");
+    volt8_text_printf(out, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\">%s</text>\n", x + 32, y + 4, labels[i]);
   }
 }
 

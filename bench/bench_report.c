@@ -11,12 +11,14 @@
 #define MIB (1024.0 * 1024.0)
 
 const char *bench_method_key(bench_method method) {
-  static const char *const keys[BENCH_METHOD_COUNT] = {"volt8", "cublaslt_fp16", "cublas_grouped_fp16"};
+  static const char *const keys[BENCH_METHOD_COUNT] = {"volt8", "cublaslt_fp16", "cublas_grouped_fp16",
+                                                        "sorted_padded_fp16"};
   return method >= 0 && method < BENCH_METHOD_COUNT ? keys[method] : "unknown";
 }
 
 const char *bench_method_label(bench_method method) {
-  static const char *const labels[BENCH_METHOD_COUNT] = {"volt8 FP8", "cuBLASLt FP16 (A)", "cuBLAS grouped FP16 (B)"};
+  static const char *const labels[BENCH_METHOD_COUNT] = {"volt8 FP8", "cuBLASLt FP16 (A)", "cuBLAS grouped FP16 (B)",
+                                                          "sorted+padded cuBLASLt FP16 (C)"};
   return method >= 0 && method < BENCH_METHOD_COUNT ? labels[method] : "unknown";
 }
 
@@ -77,17 +79,19 @@ void bench_report_print(const bench_report *report, FILE *stream) {
                   "(%.1f weights + %.2f scales)\n\n",
           memory->fp16_bytes / MIB, memory->padded_bytes / MIB, memory->resident_bytes / MIB,
           memory->weight_bytes / MIB, memory->scale_bytes / MIB);
-  fprintf(stream, "%5s %4s %6s %8s | %9s %7s %6s %8s | %9s %6s %8s | %9s %6s %8s\n", "M", "sets", "active", "floor_us",
-          "volt8_us", "GB/s", "%copy", "rel_l2", "A_us", "A/v8", "rel_l2", "B_us", "B/v8", "rel_l2");
+  fprintf(stream, "%5s %4s %6s %8s | %9s %7s %6s %8s | %9s %6s %8s | %9s %6s %8s | %9s %6s %8s\n", "M", "sets", "active",
+          "floor_us", "volt8_us", "GB/s", "%copy", "rel_l2", "A_us", "A/v8", "rel_l2", "B_us", "B/v8", "rel_l2", "C_us",
+          "C/v8", "rel_l2");
   for (int32_t i = 0; i < report->count; i++) {
     const bench_m_result *result = &report->results[i];
     const bench_method_result *volt8 = &result->methods[BENCH_METHOD_VOLT8];
     char times[BENCH_METHOD_COUNT][32];
     for (int method = 0; method < BENCH_METHOD_COUNT; method++)
       format_us(times[method], sizeof times[method], &result->methods[method]);
-    fprintf(stream, "%5d %4d %6.1f %8.1f | %9s %7.0f %5.1f%% %8.1e", result->m, result->input_sets,
-            result->active_experts, result->floor_us, times[0], volt8->gbps, 100.0 * volt8->copy_fraction,
-            volt8->relative_l2);
+    fprintf(stream, "%5d %4d %6.1f %8.1f | %9s %7.0f %5.1f%% ", result->m, result->input_sets, result->active_experts,
+            result->floor_us, times[0], volt8->gbps, 100.0 * volt8->copy_fraction);
+    if (volt8->ran) fprintf(stream, "%8.1e", volt8->relative_l2);
+    else fprintf(stream, "%8s", "-");
     for (int method = 1; method < BENCH_METHOD_COUNT; method++) {
       const bench_method_result *baseline = &result->methods[method];
       if (baseline->ran) fprintf(stream, " | %9s %5.2fx %8.1e", times[method], baseline->volt8_speedup, baseline->relative_l2);
@@ -95,13 +99,15 @@ void bench_report_print(const bench_report *report, FILE *stream) {
     }
     fputc('\n', stream);
   }
-  fprintf(stream, "\n(A/v8, B/v8: the baseline's time over volt8's, so > 1 means volt8 is faster; * the host may have "
-                  "limited the rate)\n");
+  fprintf(stream, "\n(A/v8, B/v8, C/v8: the baseline's time over volt8's, so > 1 means volt8 is faster; rel_l2: each "
+                  "method's output against the double-precision reference; * the host may have limited the rate)\n");
   if (report->chain > 0) print_chained(report, stream);
   for (int32_t i = 0; i < report->count; i++) {
     const bench_m_result *result = &report->results[i];
-    fprintf(stream, "M=%-4d %s%s [%s]  %s [%s]\n", result->m, result->single_launch ? "one launch for " : "",
+    fprintf(stream, "M=%-4d %s%s [%s]  %s [%s]", result->m, result->single_launch ? "one launch for " : "",
             result->gate_up, result->gate_up_origin, result->down, result->down_origin);
+    if (result->sorted_capacity > 0) fprintf(stream, "  C: %d rows an expert", result->sorted_capacity);
+    fputc('\n', stream);
   }
   for (int method = 1; method < BENCH_METHOD_COUNT; method++) {
     for (int32_t i = 0; i < report->count; i++) {
@@ -170,8 +176,12 @@ static cJSON *result_json(const bench_m_result *result, int32_t chain) {
   cJSON_AddStringToObject(variants, "down", result->down);
   cJSON_AddStringToObject(variants, "down_origin", result->down_origin);
   cJSON_AddBoolToObject(variants, "single_launch", result->single_launch);
-  for (int method = 0; method < BENCH_METHOD_COUNT; method++)
-    cJSON_AddItemToObject(object, bench_method_key(method), method_json(&result->methods[method], method));
+  for (int method = 0; method < BENCH_METHOD_COUNT; method++) {
+    cJSON *method_object = method_json(&result->methods[method], method);
+    if (method == BENCH_METHOD_SORTED_FP16 && result->methods[method].ran)
+      cJSON_AddNumberToObject(method_object, "capacity_rows", result->sorted_capacity);
+    cJSON_AddItemToObject(object, bench_method_key(method), method_object);
+  }
   if (chain > 0) cJSON_AddItemToObject(object, "volt8_chained", method_json(&result->chained, BENCH_METHOD_VOLT8));
   return object;
 }
@@ -218,21 +228,32 @@ char *bench_report_markdown(const bench_report *report) {
               report->device_name, report->device_arch, report->target_arch, report->early_launch ? "on" : "off",
               report->copy_gbps, report->command, report->date);
   volt8_text_printf(&out, "| M | byte floor (us) | volt8 (us) | GB/s | %% of copy | A: cuBLASLt FP16 (us) | A / volt8 | "
-                    "B: grouped FP16 (us) | B / volt8 | rel. L2 volt8 |");
+                    "B: grouped FP16 (us) | B / volt8 | C: sorted+padded FP16 (us) | C / volt8 | "
+                    "rel. L2 volt8 / A / B / C |");
   if (report->chain > 0) volt8_text_printf(&out, " volt8, a forward of %d in one graph (us) |", report->chain);
-  volt8_text_printf(&out, "\n|---|---|---|---|---|---|---|---|---|---|%s\n", report->chain > 0 ? "---|" : "");
+  volt8_text_printf(&out, "\n|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", report->chain > 0 ? "---|" : "");
   for (int32_t i = 0; i < report->count; i++) {
     const bench_m_result *result = &report->results[i];
     const bench_method_result *volt8 = &result->methods[BENCH_METHOD_VOLT8];
     const bench_method_result *a = &result->methods[BENCH_METHOD_CUBLASLT_FP16];
-    const bench_method_result *b = &result->methods[BENCH_METHOD_GROUPED_FP16];
-    volt8_text_printf(&out, "| %d | %.1f | %.1f | %.0f | %.1f%% | ", result->m, result->floor_us, volt8->timing.median_us,
-                volt8->gbps, 100.0 * volt8->copy_fraction);
-    if (a->ran) volt8_text_printf(&out, "%.1f | %.2fx | ", a->timing.median_us, a->volt8_speedup);
-    else volt8_text_printf(&out, "- | - | ");
-    if (b->ran) volt8_text_printf(&out, "%.1f | %.2fx | ", b->timing.median_us, b->volt8_speedup);
-    else volt8_text_printf(&out, "- | - | ");
-    volt8_text_printf(&out, "%.1e |", volt8->relative_l2);
+    const bench_method_result *baselines[3] = {a, &result->methods[BENCH_METHOD_GROUPED_FP16],
+                                               &result->methods[BENCH_METHOD_SORTED_FP16]};
+    if (volt8->ran)
+      volt8_text_printf(&out, "| %d | %.1f | %.1f | %.0f | %.1f%% | ", result->m, result->floor_us, volt8->timing.median_us,
+                        volt8->gbps, 100.0 * volt8->copy_fraction);
+    else
+      volt8_text_printf(&out, "| %d | %.1f | - | - | - | ", result->m, result->floor_us);
+    for (int i = 0; i < 3; i++) {
+      if (baselines[i]->ran) volt8_text_printf(&out, "%.1f | %.2fx | ", baselines[i]->timing.median_us, baselines[i]->volt8_speedup);
+      else volt8_text_printf(&out, "- | - | ");
+    }
+    /* every method's error against the double reference, "-" where it did not run */
+    const bench_method_result *all[4] = {volt8, a, baselines[1], baselines[2]};
+    for (int i = 0; i < 4; i++) {
+      if (all[i]->ran) volt8_text_printf(&out, "%s%.1e", i ? " / " : "", all[i]->relative_l2);
+      else volt8_text_printf(&out, "%s-", i ? " / " : "");
+    }
+    volt8_text_printf(&out, " |");
     if (report->chain > 0 && result->chained.ran) volt8_text_printf(&out, " %.1f |", result->chained.timing.median_us);
     else if (report->chain > 0) volt8_text_printf(&out, " - |");
     volt8_text_printf(&out, "\n");

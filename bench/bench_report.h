@@ -17,7 +17,8 @@ typedef enum bench_method {
   BENCH_METHOD_VOLT8 = 0,          /* FP8 experts, volt8's dispatch (or pinned variants) */
   BENCH_METHOD_CUBLASLT_FP16 = 1,  /* baseline A */
   BENCH_METHOD_GROUPED_FP16 = 2,   /* baseline B */
-  BENCH_METHOD_COUNT = 3
+  BENCH_METHOD_SORTED_FP16 = 3,    /* peer C: sorted and padded on the device, batched cuBLASLt */
+  BENCH_METHOD_COUNT = 4
 } bench_method;
 
 typedef struct bench_method_result {
@@ -41,6 +42,7 @@ typedef struct bench_m_result {
   char gate_up_origin[256], down_origin[256]; /* volt8_forward_info's: a tuning table, "heuristic", "pinned" */
   int32_t single_launch;                /* 1: one launch did the work of gate_up and down (and the reduce) */
   bench_method_result methods[BENCH_METHOD_COUNT];
+  int32_t sorted_capacity; /* C's rows a slot: every expert's pairs padded to this many (0: C did not run) */
   bench_method_result chained; /* --chain: volt8's time per forward of report->chain forwards in one graph */
 } bench_m_result;
 
@@ -71,7 +73,8 @@ typedef struct bench_report {
   bench_m_result results[BENCH_MAX_M];
 } bench_report;
 
-const char *bench_method_key(bench_method method); /* "volt8", "cublaslt_fp16", "cublas_grouped_fp16" */
+/* "volt8", "cublaslt_fp16", "cublas_grouped_fp16", "sorted_padded_fp16" */
+const char *bench_method_key(bench_method method);
 const char *bench_method_label(bench_method method);
 
 /* Fills gbps, copy_fraction and volt8_speedup from the timings. */

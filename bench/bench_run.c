@@ -221,8 +221,9 @@ static volt8_status time_chained(bench_state *state, const bench_inputs *inputs,
   return status;
 }
 
+/* capacity: where the kind is C, its rows an expert slot (else untouched). */
 static volt8_status time_baseline(bench_state *state, bench_baseline_kind kind, const bench_inputs *inputs,
-                                  const bench_timing_plan *plan, bench_method_result *result) {
+                                  const bench_timing_plan *plan, bench_method_result *result, int32_t *capacity) {
   volt8_ctx *ctx = state->ctx;
   if (state->fp16_unavailable[0]) return volt8_fail(ctx, VOLT8_ERR_UNSUPPORTED, "%s", state->fp16_unavailable);
   bench_baseline *baseline = NULL;
@@ -232,6 +233,7 @@ static volt8_status time_baseline(bench_state *state, bench_baseline_kind kind, 
                                    &baseline);
   if (status == VOLT8_OK) status = bench_inputs_check(ctx, inputs, 0, &result->relative_l2);
   if (status == VOLT8_OK) status = bench_time(&state->gpu, bench_baseline_launch, baseline, plan, &result->timing);
+  if (status == VOLT8_OK && kind == BENCH_BASELINE_SORTED) *capacity = bench_baseline_capacity(baseline);
   bench_baseline_destroy(baseline);
   result->ran = status == VOLT8_OK;
   result->bytes = inputs->bytes_fp16;
@@ -262,13 +264,15 @@ static volt8_status run_m(bench_state *state, int32_t m, bench_m_result *result)
     record_failure(&result->chained, ctx, status);
   else if (options->chain == 0)
     snprintf(result->chained.reason, sizeof result->chained.reason, "not asked for (--chain)");
-  for (int method = BENCH_METHOD_CUBLASLT_FP16; method <= BENCH_METHOD_GROUPED_FP16; method++) {
+  for (int method = BENCH_METHOD_CUBLASLT_FP16; method <= BENCH_METHOD_SORTED_FP16; method++) {
     if (!options->baselines) {
       snprintf(methods[method].reason, sizeof methods[method].reason, "not asked for (--no-baselines)");
       continue;
     }
-    bench_baseline_kind kind = method == BENCH_METHOD_CUBLASLT_FP16 ? BENCH_BASELINE_LT : BENCH_BASELINE_GROUPED;
-    if ((status = time_baseline(state, kind, &inputs, &plan, &methods[method])) != VOLT8_OK)
+    bench_baseline_kind kind = method == BENCH_METHOD_CUBLASLT_FP16 ? BENCH_BASELINE_LT
+                               : method == BENCH_METHOD_GROUPED_FP16 ? BENCH_BASELINE_GROUPED
+                                                                     : BENCH_BASELINE_SORTED;
+    if ((status = time_baseline(state, kind, &inputs, &plan, &methods[method], &result->sorted_capacity)) != VOLT8_OK)
       record_failure(&methods[method], ctx, status);
   }
   if (state->progress) {

@@ -36,8 +36,9 @@ static const cli_command COMMANDS[] = {
      "validate a checkpoint and print each rank's memory, with the forward workspace for N tokens of top-k K\n"
      "(default 64 and 16, a load's defaults)"},
     {"bench", cli_bench, "bench [options]",
-     "time the forward against cuBLASLt FP16 and the byte floor (--model NAME [--tp N] [--rank R], or --shape S;\n"
-     "volt8 bench --help lists the options)"},
+     "time the forward against three FP16 baselines (cuBLASLt per expert, cuBLAS grouped, sorted and padded on\n"
+     "the device then batched cuBLASLt) and the byte floor, each checked against the double reference (--model\n"
+     "NAME [--tp N] [--rank R], or --shape S; volt8 bench --help lists the options)"},
     {"tune", cli_tune, "tune [options]",
      "measure every variant and write tuning tables (--model NAME --tp ...; volt8 tune --help lists the options)"},
     {"doctor", cli_doctor, "doctor",

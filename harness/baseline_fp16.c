@@ -1,4 +1,5 @@
-/* FP16 baselines through cuBLASLt (one matmul per active expert) and cuBLAS grouped GEMM. */
+/* FP16 baselines through cuBLASLt (one matmul per active expert), cuBLAS grouped GEMM, and the
+ * sorted-and-padded peer (a strided-batched cuBLASLt matmul over every expert's slot). */
 #include "baseline_fp16.h"
 
 #include <stdlib.h>
@@ -40,6 +41,13 @@ struct bench_baseline {
   cublasLtMatrixLayout_t a_layout[2];
   cublasLtMatrixLayout_t *b_layout[2], *d_layout[2];
   cublasLtMatmulHeuristicResult_t *algo[2];
+  /* C: every expert's slot of `capacity` rows, the device's sort into them (shared by the sets' graphs,
+   * which run one after the other on one stream), one batched layout of A, B and D and its algorithm
+   * per op */
+  int32_t capacity;
+  CUdeviceptr counts, slot_token, slot_pair_row; /* [E], [E x capacity], [pairs] */
+  cublasLtMatrixLayout_t batched_layout[2][3];
+  cublasLtMatmulHeuristicResult_t batched_algo[2];
 };
 
 /* Column-major view of op `op` for one expert with `rows` pairs: D (m x n) = op(A) (m x k) . B (k x n). */
@@ -59,6 +67,24 @@ static void gemm_pointers(const bench_baseline *baseline, int op, int32_t expert
   *a = weights + (CUdeviceptr)expert * (CUdeviceptr)m * (CUdeviceptr)k * 2;
   *b = input + (CUdeviceptr)first_row * (CUdeviceptr)k * 2;
   *c = output + (CUdeviceptr)first_row * (CUdeviceptr)m * 2;
+}
+
+volt8_status bench_sorted_capacity(volt8_ctx *ctx, const bench_inputs *inputs, int32_t num_experts, int32_t *out) {
+  *out = 0;
+  int32_t *count = calloc(num_experts > 0 ? (size_t)num_experts : 1, sizeof *count);
+  if (!count) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory for %d experts' counts", num_experts);
+  int32_t most = 0;
+  size_t pairs = (size_t)inputs->num_tokens * (size_t)inputs->top_k;
+  for (int32_t s = 0; s < inputs->count; s++) {
+    memset(count, 0, (size_t)num_experts * sizeof *count);
+    const int32_t *ids = inputs->sets[s].ids;
+    for (size_t p = 0; p < pairs; p++)
+      if (ids[p] >= 0 && ids[p] < num_experts && ++count[ids[p]] > most) most = count[ids[p]];
+  }
+  free(count);
+  *out = (most + BENCH_SORTED_ROW_ALIGN - 1) / BENCH_SORTED_ROW_ALIGN * BENCH_SORTED_ROW_ALIGN;
+  if (*out == 0) *out = BENCH_SORTED_ROW_ALIGN;
+  return VOLT8_OK;
 }
 
 static volt8_status dequant_tensor(bench_gpu *gpu, const uint8_t *codes, int64_t code_count, const uint16_t *scales,
@@ -209,9 +235,8 @@ static volt8_status plan_grouped(bench_baseline *baseline, set_plan *plan) {
   return status;
 }
 
-/* cuBLASLt descriptors: one matmul description, A's layout per op, B/D layouts and the heuristic's
- * algorithm per (op, rows), made once for every row count the sets use. */
-static volt8_status prepare_lt(bench_baseline *baseline) {
+/* The matmul description (D = A^T . B, FP32 compute) and the heuristic's preference A and C share. */
+static volt8_status prepare_desc(bench_baseline *baseline) {
   bench_cublas *cublas = baseline->cublas;
   cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
   uint64_t workspace_bytes = BENCH_CUBLAS_WORKSPACE_BYTES;
@@ -230,6 +255,14 @@ static volt8_status prepare_lt(bench_baseline *baseline) {
                                                                        CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                                        &workspace_bytes, sizeof workspace_bytes),
                       "set the workspace preference");
+  return status;
+}
+
+/* cuBLASLt descriptors of A: A's layout per op, B/D layouts and the heuristic's algorithm per (op, rows),
+ * made once for every row count the sets use. */
+static volt8_status prepare_lt(bench_baseline *baseline) {
+  bench_cublas *cublas = baseline->cublas;
+  volt8_status status = prepare_desc(baseline);
   for (int op = 0; op < 2 && status == VOLT8_OK; op++) {
     int m, n, k;
     gemm_dims(&baseline->shape, op, 1, &m, &n, &k);
@@ -240,6 +273,50 @@ static volt8_status prepare_lt(bench_baseline *baseline) {
     baseline->algo[op] = calloc((size_t)baseline->max_rows + 1, sizeof(cublasLtMatmulHeuristicResult_t));
     if (status == VOLT8_OK && (!baseline->b_layout[op] || !baseline->d_layout[op] || !baseline->algo[op]))
       status = volt8_fail(baseline->gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
+  }
+  return status;
+}
+
+/* A layout of `batches` column-major FP16 matrices, `stride` elements apart. */
+static volt8_status batched_layout(bench_baseline *baseline, cublasLtMatrixLayout_t *layout, int rows, int cols,
+                                   int32_t batches, int64_t stride) {
+  bench_cublas *cublas = baseline->cublas;
+  int32_t count = batches;
+  volt8_status status = lt_check(baseline, cublas->ltMatrixLayoutCreate(layout, CUDA_R_16F, (uint64_t)rows, (uint64_t)cols,
+                                                                        rows),
+                                 "cublasLtMatrixLayoutCreate(batched)");
+  if (status == VOLT8_OK)
+    status = lt_check(baseline, cublas->ltMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                                   sizeof count),
+                      "set the batch count");
+  if (status == VOLT8_OK)
+    status = lt_check(baseline, cublas->ltMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                                   &stride, sizeof stride),
+                      "set the batch stride");
+  return status;
+}
+
+/* C's descriptors: per op the batched layouts of A (every expert's weights), B and D (every expert's
+ * slot of `capacity` rows) and the algorithm the heuristic ranks first for them. */
+static volt8_status prepare_sorted(bench_baseline *baseline) {
+  bench_cublas *cublas = baseline->cublas;
+  volt8_status status = prepare_desc(baseline);
+  int32_t experts = baseline->shape.num_experts;
+  for (int op = 0; op < 2 && status == VOLT8_OK; op++) {
+    int m, n, k, returned = 0;
+    gemm_dims(&baseline->shape, op, baseline->capacity, &m, &n, &k);
+    cublasLtMatrixLayout_t *layouts = baseline->batched_layout[op];
+    status = batched_layout(baseline, &layouts[0], k, m, experts, (int64_t)m * k);
+    if (status == VOLT8_OK) status = batched_layout(baseline, &layouts[1], k, n, experts, (int64_t)n * k);
+    if (status == VOLT8_OK) status = batched_layout(baseline, &layouts[2], m, n, experts, (int64_t)n * m);
+    if (status == VOLT8_OK)
+      status = lt_check(baseline, cublas->ltMatmulAlgoGetHeuristic(cublas->lt, baseline->desc, layouts[0], layouts[1],
+                                                                   layouts[2], layouts[2], baseline->preference, 1,
+                                                                   &baseline->batched_algo[op], &returned),
+                        "cublasLtMatmulAlgoGetHeuristic(batched)");
+    if (status == VOLT8_OK && returned == 0)
+      status = volt8_fail(baseline->gpu->ctx, VOLT8_ERR_UNSUPPORTED,
+                          "bench: cuBLASLt has no FP16 algorithm for %d batches of %d x %d x %d", experts, m, n, k);
   }
   return status;
 }
@@ -270,6 +347,18 @@ static volt8_status lt_rows_ready(bench_baseline *baseline, int op, int32_t rows
 
 static volt8_status enqueue_gemms(bench_baseline *baseline, const set_plan *plan, int op, CUstream stream) {
   bench_cublas *cublas = baseline->cublas;
+  if (baseline->kind == BENCH_BASELINE_SORTED) {
+    const float alpha = 1.0f, beta = 0.0f;
+    CUdeviceptr a, b, c;
+    gemm_pointers(baseline, op, 0, 0, &a, &b, &c);
+    const cublasLtMatrixLayout_t *layouts = baseline->batched_layout[op];
+    return lt_check(baseline,
+                    cublas->ltMatmul(cublas->lt, baseline->desc, &alpha, (const void *)a, layouts[0], (const void *)b,
+                                     layouts[1], &beta, (const void *)c, layouts[2], (void *)c, layouts[2],
+                                     &baseline->batched_algo[op].algo, (void *)cublas->workspace,
+                                     BENCH_CUBLAS_WORKSPACE_BYTES, stream),
+                    "cublasLtMatmul(batched)");
+  }
   if (baseline->kind == BENCH_BASELINE_GROUPED) {
     int32_t groups = plan->active;
     CUdeviceptr arrays = plan->pointers + (CUdeviceptr)op * 3 * groups * sizeof(CUdeviceptr);
@@ -301,8 +390,45 @@ static volt8_status enqueue_gemms(bench_baseline *baseline, const set_plan *plan
   return status;
 }
 
+/* C's forward of set `index`: the device's sort into the slots and their gather, the two batched
+ * matmuls with SiLU*up between, the top-k sum. */
+static volt8_status enqueue_sorted_forward(bench_baseline *baseline, int32_t index, CUstream stream) {
+  bench_gpu *gpu = baseline->gpu;
+  const bench_input_set *set = &baseline->inputs->sets[index];
+  int hidden = baseline->shape.hidden, intermediate = baseline->shape.intermediate, top_k = baseline->inputs->top_k;
+  int experts = baseline->shape.num_experts, capacity = baseline->capacity;
+  int pairs = baseline->inputs->num_tokens * top_k, tokens = baseline->inputs->num_tokens, rows = experts * capacity;
+  unsigned slot_rows = (unsigned)(rows < 65535 ? rows : 65535), token_rows = (unsigned)(tokens < 65535 ? tokens : 65535);
+  unsigned route_blocks = (unsigned)((pairs + SUPPORT_THREADS - 1) / SUPPORT_THREADS);
+  if (route_blocks > 4096) route_blocks = 4096;
+  CUdeviceptr ids = set->d_ids, x = set->d_x, weights = set->d_weights, out = set->d_out;
+  void *route_params[] = {&ids, &pairs, &top_k, &experts, &capacity, &baseline->counts, &baseline->slot_token,
+                          &baseline->slot_pair_row};
+  void *gather_params[] = {&x, &baseline->slot_token, &baseline->counts, &capacity, &baseline->xg, &hidden, &rows};
+  void *silu_params[] = {&baseline->y, &baseline->h, &intermediate, &rows};
+  void *reduce_params[] = {&baseline->z, &baseline->slot_pair_row, &weights, &out, &hidden, &top_k, &tokens};
+  volt8_status status =
+      bench_gpu_check(gpu, gpu->cuda->cuMemsetD32Async(baseline->counts, 0, (size_t)experts, stream), "cuMemsetD32Async(counts)");
+  if (status == VOLT8_OK)
+    status = bench_gpu_launch(gpu, gpu->pad_route, route_blocks, 1, 1, SUPPORT_THREADS, stream, route_params,
+                              "bench_pad_route");
+  if (status == VOLT8_OK)
+    status = bench_gpu_launch(gpu, gpu->pad_gather, (unsigned)((hidden / 8 + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
+                              slot_rows, 1, SUPPORT_THREADS, stream, gather_params, "bench_pad_gather");
+  if (status == VOLT8_OK) status = enqueue_gemms(baseline, NULL, OP_GATE_UP, stream);
+  if (status == VOLT8_OK)
+    status = bench_gpu_launch(gpu, gpu->silu_mul, (unsigned)((intermediate + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
+                              slot_rows, 1, SUPPORT_THREADS, stream, silu_params, "bench_silu_mul");
+  if (status == VOLT8_OK) status = enqueue_gemms(baseline, NULL, OP_DOWN, stream);
+  if (status == VOLT8_OK)
+    status = bench_gpu_launch(gpu, gpu->weighted_reduce, (unsigned)((hidden + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
+                              token_rows, 1, SUPPORT_THREADS, stream, reduce_params, "bench_weighted_reduce");
+  return status;
+}
+
 /* One forward of set `index` onto `stream` (eager or under capture). */
 static volt8_status enqueue_forward(bench_baseline *baseline, int32_t index, CUstream stream) {
+  if (baseline->kind == BENCH_BASELINE_SORTED) return enqueue_sorted_forward(baseline, index, stream);
   bench_gpu *gpu = baseline->gpu;
   const bench_input_set *set = &baseline->inputs->sets[index];
   const set_plan *plan = &baseline->sets[index];
@@ -344,8 +470,11 @@ static volt8_status capture_set(bench_baseline *baseline, int32_t index) {
   return status;
 }
 
+/* xg, y, h and z have a row a pair (A, B) or a row of every expert's slot (C). */
 static volt8_status allocate_scratch(bench_baseline *baseline) {
-  size_t pairs = (size_t)baseline->inputs->num_tokens * baseline->inputs->top_k;
+  size_t pairs = baseline->kind == BENCH_BASELINE_SORTED
+                     ? (size_t)baseline->shape.num_experts * (size_t)baseline->capacity
+                     : (size_t)baseline->inputs->num_tokens * baseline->inputs->top_k;
   size_t hidden = (size_t)baseline->shape.hidden, intermediate = (size_t)baseline->shape.intermediate;
   volt8_status status = bench_gpu_alloc(baseline->gpu, pairs * hidden * 2, &baseline->xg, "cuMemAlloc(xg)");
   if (status == VOLT8_OK) status = bench_gpu_alloc(baseline->gpu, pairs * intermediate * 4, &baseline->y, "cuMemAlloc(y)");
@@ -358,16 +487,27 @@ volt8_status bench_baseline_create(bench_gpu *gpu, bench_cublas *cublas, bench_b
                                    const bench_fp16_weights *weights, const volt8_moe_shape *shape,
                                    const bench_inputs *inputs, bench_baseline **out) {
   *out = NULL;
-  const char *unavailable = kind == BENCH_BASELINE_LT ? cublas->lt_unavailable : cublas->grouped_unavailable;
+  const char *unavailable = kind == BENCH_BASELINE_GROUPED ? cublas->grouped_unavailable : cublas->lt_unavailable;
   if (unavailable[0]) return volt8_fail(gpu->ctx, VOLT8_ERR_UNSUPPORTED, "%s", unavailable);
   bench_baseline *baseline = calloc(1, sizeof *baseline);
   if (!baseline) return volt8_fail(gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
   *baseline = (bench_baseline){.gpu = gpu, .cublas = cublas, .kind = kind, .shape = *shape, .inputs = inputs,
                                .weights = weights};
   baseline->sets = calloc((size_t)inputs->count, sizeof *baseline->sets);
-  volt8_status status = baseline->sets ? allocate_scratch(baseline)
-                                       : volt8_fail(gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
-  for (int32_t s = 0; s < inputs->count && status == VOLT8_OK; s++) status = plan_set(baseline, s);
+  volt8_status status = baseline->sets ? VOLT8_OK : volt8_fail(gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
+  if (status == VOLT8_OK && kind == BENCH_BASELINE_SORTED)
+    status = bench_sorted_capacity(gpu->ctx, inputs, shape->num_experts, &baseline->capacity);
+  if (status == VOLT8_OK) status = allocate_scratch(baseline);
+  if (status == VOLT8_OK && kind == BENCH_BASELINE_SORTED) {
+    size_t pairs = (size_t)inputs->num_tokens * inputs->top_k, slots = (size_t)shape->num_experts * baseline->capacity;
+    status = bench_gpu_alloc(gpu, (size_t)shape->num_experts * 4, &baseline->counts, "cuMemAlloc(counts)");
+    if (status == VOLT8_OK) status = bench_gpu_alloc(gpu, slots * 4, &baseline->slot_token, "cuMemAlloc(slot_token)");
+    if (status == VOLT8_OK) status = bench_gpu_alloc(gpu, pairs * 4, &baseline->slot_pair_row, "cuMemAlloc(slot_pair_row)");
+    if (status == VOLT8_OK) status = prepare_sorted(baseline);
+  }
+  /* A and B sort on the host (C on the device, in its graph) */
+  for (int32_t s = 0; kind != BENCH_BASELINE_SORTED && s < inputs->count && status == VOLT8_OK; s++)
+    status = plan_set(baseline, s);
   if (status == VOLT8_OK && kind == BENCH_BASELINE_LT) {
     status = prepare_lt(baseline);
     for (int32_t s = 0; s < inputs->count && status == VOLT8_OK; s++)
@@ -386,6 +526,8 @@ volt8_status bench_baseline_create(bench_gpu *gpu, bench_cublas *cublas, bench_b
   *out = baseline;
   return VOLT8_OK;
 }
+
+int32_t bench_baseline_capacity(const bench_baseline *baseline) { return baseline->capacity; }
 
 volt8_status bench_baseline_launch(void *user, int32_t set, CUstream stream) {
   bench_baseline *baseline = user;
@@ -434,10 +576,14 @@ void bench_baseline_destroy(bench_baseline *baseline) {
     free(baseline->d_layout[op]);
     free(baseline->algo[op]);
   }
+  for (int op = 0; op < 2; op++)
+    for (int i = 0; i < 3; i++)
+      if (baseline->batched_layout[op][i]) cublas->ltMatrixLayoutDestroy(baseline->batched_layout[op][i]);
   if (baseline->preference) cublas->ltMatmulPreferenceDestroy(baseline->preference);
   if (baseline->desc) cublas->ltMatmulDescDestroy(baseline->desc);
-  CUdeviceptr scratch[4] = {baseline->xg, baseline->y, baseline->h, baseline->z};
-  for (int i = 0; i < 4; i++)
+  CUdeviceptr scratch[7] = {baseline->xg,     baseline->y,          baseline->h,           baseline->z,
+                            baseline->counts, baseline->slot_token, baseline->slot_pair_row};
+  for (int i = 0; i < 7; i++)
     if (scratch[i]) cuda->cuMemFree(scratch[i]);
   free(baseline);
 }

@@ -47,7 +47,8 @@ static volt8_status load_support_module(bench_gpu *gpu, int32_t device_arch) {
   volt8_status status = bench_support_source(ctx, &source);
   if (status != VOLT8_OK) return status;
   static const char *const entries[] = {"bench_spin",   "bench_copy",     "bench_dequant", "bench_gather",
-                                        "bench_silu_mul", "bench_weighted_reduce", "bench_empty"};
+                                        "bench_silu_mul", "bench_weighted_reduce", "bench_empty", "bench_pad_route",
+                                        "bench_pad_gather"};
   enum { ENTRY_COUNT = sizeof entries / sizeof entries[0] };
   CUfunction functions[ENTRY_COUNT];
   volt8_kernel_load_request request = {SUPPORT_KERNEL_NAME, source, device_arch, VOLT8_IMAGE_CUBIN, 1,
@@ -55,8 +56,9 @@ static volt8_status load_support_module(bench_gpu *gpu, int32_t device_arch) {
   status = volt8_kernel_load(ctx, &request, &gpu->module, functions, NULL);
   free(source);
   if (status != VOLT8_OK) return status;
-  CUfunction *const targets[ENTRY_COUNT] = {&gpu->spin, &gpu->copy, &gpu->dequant, &gpu->gather,
-                                            &gpu->silu_mul, &gpu->weighted_reduce, &gpu->empty};
+  CUfunction *const targets[ENTRY_COUNT] = {&gpu->spin,           &gpu->copy,  &gpu->dequant,   &gpu->gather,
+                                            &gpu->silu_mul,       &gpu->weighted_reduce, &gpu->empty, &gpu->pad_route,
+                                            &gpu->pad_gather};
   for (int i = 0; i < ENTRY_COUNT; i++) *targets[i] = functions[i];
   return VOLT8_OK;
 }

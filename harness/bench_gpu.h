@@ -13,7 +13,7 @@ typedef struct bench_gpu {
   const volt8_cuda_driver *cuda;
   CUstream stream; /* every timed launch goes here */
   CUmodule module;
-  CUfunction spin, copy, dequant, gather, silu_mul, weighted_reduce, empty;
+  CUfunction spin, copy, dequant, gather, silu_mul, weighted_reduce, empty, pad_route, pad_gather;
   int32_t sm_count;
   int64_t l2_bytes;
 } bench_gpu;

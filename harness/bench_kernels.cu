@@ -1,5 +1,5 @@
-// Support kernels of the benchmark harness (bench/): the FP16 baseline's gather, SiLU*up and
-// weighted reduce, the FP16 weights it starts from, the copy that measures device bandwidth, a
+// Support kernels of the benchmark harness (bench/): the FP16 baselines' gathers, the sorted-and-padded
+// peer's sort, SiLU*up and weighted reduce, the FP16 weights they start from, the copy that measures device bandwidth, a
 // spin that holds the stream while the host queues timed work, and the empty kernel of the launch
 // floor. Not part of the forward.
 // FP16 travels as raw bits (unsigned short); the conversions and SiLU are the GEMMs' own.
@@ -76,6 +76,42 @@ extern "C" __global__ void bench_silu_mul(const unsigned short *y, unsigned shor
     const unsigned short *row = y + (long long)r * 2 * intermediate;
     const float gate = half_to_float(row[i]), up = half_to_float(row[intermediate + i]);
     h[(long long)r * intermediate + i] = float_to_half(silu_times(gate, up));
+  }
+}
+
+// The sorted-and-padded peer's sort (C, harness/baseline_fp16.c): each pair p of an id in [0, E) takes
+// the next slot of its expert's `capacity` rows, row e * capacity + slot, in any order (an atomic per
+// pair); row_token[row] is its token, pair_row[p] its row (-1: an id outside [0, E), or past the
+// capacity, which the harness sizes so that none is). counts[E] must be zero before (a memset).
+// Grid-stride over the pairs.
+extern "C" __global__ void bench_pad_route(const int *ids, int pairs, int top_k, int num_experts, int capacity,
+                                           int *counts, int *row_token, int *pair_row) {
+  const int stride = gridDim.x * blockDim.x;
+  for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += stride) {
+    const int expert = ids[p];
+    int row = -1;
+    if (expert >= 0 && expert < num_experts) {
+      const int slot = atomicAdd(counts + expert, 1);
+      if (slot < capacity) {
+        row = expert * capacity + slot;
+        row_token[row] = p / top_k;
+      }
+    }
+    pair_row[p] = row;
+  }
+}
+
+// xg[row] = x[row_token[row]] for the rows its expert's pairs filled (row % capacity < counts[e]), zeros
+// for the padding after them. grid (ceil(hidden / 8 / blockDim.x), up to 65535), each CTA row looping
+// over the rows; hidden is a multiple of 8.
+extern "C" __global__ void bench_pad_gather(const uint4 *x, const int *row_token, const int *counts, int capacity,
+                                            uint4 *xg, int hidden, int rows) {
+  const int words = hidden / 8;
+  const int column = blockIdx.x * blockDim.x + threadIdx.x;
+  if (column >= words) return;
+  for (int row = blockIdx.y; row < rows; row += gridDim.y) {
+    const bool filled = row % capacity < counts[row / capacity];
+    xg[(long long)row * words + column] = filled ? x[(long long)row_token[row] * words + column] : make_uint4(0, 0, 0, 0);
   }
 }
 

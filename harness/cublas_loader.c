@@ -91,6 +91,7 @@ static void open_lt(bench_cublas *cublas) {
       {(void **)&cublas->ltMatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute"},
       {(void **)&cublas->ltMatrixLayoutCreate, "cublasLtMatrixLayoutCreate"},
       {(void **)&cublas->ltMatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy"},
+      {(void **)&cublas->ltMatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute"},
       {(void **)&cublas->ltMatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate"},
       {(void **)&cublas->ltMatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy"},
       {(void **)&cublas->ltMatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute"},

@@ -28,6 +28,7 @@ typedef struct bench_cublas {
   __typeof__(cublasLtMatmulDescSetAttribute) *ltMatmulDescSetAttribute;
   __typeof__(cublasLtMatrixLayoutCreate) *ltMatrixLayoutCreate;
   __typeof__(cublasLtMatrixLayoutDestroy) *ltMatrixLayoutDestroy;
+  __typeof__(cublasLtMatrixLayoutSetAttribute) *ltMatrixLayoutSetAttribute;
   __typeof__(cublasLtMatmulPreferenceCreate) *ltMatmulPreferenceCreate;
   __typeof__(cublasLtMatmulPreferenceDestroy) *ltMatmulPreferenceDestroy;
   __typeof__(cublasLtMatmulPreferenceSetAttribute) *ltMatmulPreferenceSetAttribute;

@@ -25,7 +25,8 @@ mode="${1:-}"
 # H=2048/I=128 (also the large_m suite's, with its EP rank of experts 16..31 of 64), H=4096/I=256,
 # online (1,128) scales, E=2048 (the route over several id tiles), and the TP8 rank (I=80 at offset
 # 80), the online FP16-max expert (H=I=128, E=2, 128- and 1-row blocks), and the large_m suite's tile
-# shapes off the grid (I=176 at offset 16, and I=160 at offset 32: down's K an odd count of steps).
+# shapes off the grid (I=176 at offset 16, and I=160 at offset 32: down's K an odd count of steps),
+# and the accuracy suite's (tests/gpu/accuracy_families.h: the reference TP8 rank 3, 32 experts).
 gpu_test_shapes=(
   "num_experts=512,intermediate_offset=0" "num_experts=512" "num_experts=512,intermediate_offset=64"
   "num_experts=512,intermediate_offset=96"
@@ -43,6 +44,7 @@ gpu_test_shapes=(
   "hidden=128,intermediate=128,num_experts=2,block_n=1,intermediate_offset=0"
   "hidden=1024,intermediate=176,num_experts=32,intermediate_offset=16"
   "hidden=1024,intermediate=160,num_experts=32,intermediate_offset=32"
+  "hidden=2560,intermediate=80,intermediate_offset=112,num_experts=32"
 )
 
 # The ep suite's shapes (tests/gpu/test_ep.c; keep the two in step): the fixture checkpoint
@@ -276,8 +278,12 @@ prepare() {
 # loads of compute_70 code; prepare with PROBE=1 builds them), compute_probe (bench/probes' mma peak
 # probe, then its MoE tile probe at COMPUTE_PROBE_M with that peak; PROBE=1 builds them too), launch_cost
 # (bench/probes/launch_cost.cu: host microseconds of the driver calls of an eager forward; PROBE=1
-# builds it). The suites phase runs gpu_test_models too: the models' TP4
-# and TP8 rank shapes, whose compute_70 kernels prepare carries (model_test_shapes).
+# builds it), accuracy_record (gpu_test_accuracy measuring each family's figure instead of checking it, in
+# each of SUITE_MODES' sm70_ptx and native, into $OUT/accuracy_figures.json, which starts as the
+# committed tests/gpu/accuracy_figures.json: copy it over that file; a suites phase after it in the same
+# call holds the families to those figures). The suites phase runs
+# gpu_test_models too: the models' TP4 and TP8 rank shapes, whose compute_70 kernels prepare carries
+# (model_test_shapes), and gpu_test_accuracy, which holds each family to its committed figure.
 # Everything lands in $OUT (or out/): summary.txt and logs.tgz (logs, tables, bench JSON/SVG).
 run() {
   local out="${OUT:-$root/out}"
@@ -345,7 +351,13 @@ run() {
             [ "$name" = bench ] && [ "$mode" != native ] && continue
             mode_env "$mode"
             # SUITE_FILTER: only the tests of the suites' Criterion filter (e.g. "gpu_large_m/raw*")
-            step "$name.$mode" env "${arch_env[@]}" "$suite" --jobs="${SUITE_JOBS:-1}" ${SUITE_FILTER:+--filter="$SUITE_FILTER"}
+            # The accuracy suite holds the families to the figures an accuracy_record phase of this call
+            # wrote, where there is one, else to the committed ones.
+            local figures_env=()
+            [ "$name" = accuracy ] && [ -f "$logs/accuracy_figures.json" ] &&
+              figures_env=(VOLT8_ACCURACY_FIGURES="$logs/accuracy_figures.json")
+            step "$name.$mode" env "${arch_env[@]}" "${figures_env[@]}" "$suite" --jobs="${SUITE_JOBS:-1}" \
+              ${SUITE_FILTER:+--filter="$SUITE_FILTER"}
           done
         done ;;
       sanitize)
@@ -675,6 +687,23 @@ run() {
           grep -E '^  volt8_|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Mem Busy|Max Bandwidth|L2 Hit Rate|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Grid Size|Block Limit Registers|Waves Per SM|stalled|warps_active' \
             "$logs/$name.log" | sed -E 's/\(([0-9]+, ){2}[0-9]+\)x\(([0-9]+, ){2}[0-9]+\)//; s/ +/ /g'
         done ;;
+      accuracy_record)
+        # tests/gpu/test_accuracy.c with VOLT8_ACCURACY_RECORD: each mode's families measured into one file
+        # that starts as the committed one, so that a mode left out keeps its figures (or nulls).
+        if [ ! -x "$carry/bin/gpu_test_accuracy" ]; then
+          echo "accuracy_record: gpu_test_accuracy was not carried (CARRY_SUITES)" | tee -a "$summary"
+        else
+          cp "$root/tests/gpu/accuracy_figures.json" "$logs/accuracy_figures.json"
+          for mode in sm70_ptx native; do
+            [[ " ${SUITE_MODES:-sm70_ptx native} " == *" $mode "* ]] || continue
+            mode_env "$mode"
+            step "accuracy_record.$mode" env "${arch_env[@]}" VOLT8_ACCURACY_RECORD="$logs/accuracy_figures.json" \
+              "$carry/bin/gpu_test_accuracy" --jobs=1 --verbose
+            grep -E 'relative L2' "$logs/accuracy_record.$mode.log"
+          done
+          cp "$logs/accuracy_figures.json" "$out/accuracy_figures.json"
+          cat "$out/accuracy_figures.json"
+        fi ;;
       tp)
         # Each process one GPU (LOCAL_RANK mod the GPU count), partial outputs summed by NCCL all_reduce.
         # Fewer GPUs than processes: they share them and sum through gloo, which proves the code path but

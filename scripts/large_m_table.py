@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """RESULTS' "Large M" table from `volt8 bench --json` reports (`models_bench`'s logs/bench.MODEL.tpN.json):
-per rank, volt8's median time and B's time over it (cuBLAS grouped FP16, same run) at each M; from
+per rank, volt8's median time and B's time over it (cuBLAS grouped FP16, same run) at each M, and C's
+(the sorted-and-padded batched cuBLASLt peer) where the report has it; from
 --share-from M on, the share of the m16n8k16 peak that volt8's useful FLOP rate reaches (2 x pairs x
 hidden x intermediate x 3 FLOP). Then issue 36's targets over all the reports (1.3x B at M = 128..1024,
 1.0x past it, M = 2048 against M = 64), and at the largest M of each report what the top-k sum leaves
@@ -64,7 +65,8 @@ def rank_name(report, path):
 
 
 class Rank:
-    """One report: its shape, copy rate and, per M, volt8's and B's median times in us."""
+    """One report: its shape, copy rate and, per M, volt8's, B's and C's median times in us (None where a
+    baseline did not run or the report has none)."""
 
     def __init__(self, report, path):
         try:
@@ -73,11 +75,13 @@ class Rank:
             self.copy_gbps = float(report["device"]["copy_gbps"])
             self.times = {}
             for result in report["results"]:
-                volt8, baseline = result["volt8"], result.get("cublas_grouped_fp16") or {}
+                volt8 = result["volt8"]
+                baselines = [result.get(key) or {} for key in ("cublas_grouped_fp16", "sorted_padded_fp16")]
                 if not volt8.get("ran"):
                     raise Bad(f"{path}: volt8 did not run at M = {result['m']}")
-                m, times = int(result["m"]), (float(volt8["median_us"]),
-                                              float(baseline["median_us"]) if baseline.get("ran") else None)
+                m = int(result["m"])
+                times = (float(volt8["median_us"]),) + tuple(float(b["median_us"]) if b.get("ran") else None
+                                                             for b in baselines)
                 if m <= 0 or not all(time > 0 for time in times if time is not None):
                     raise Bad(f"{path}: M = {m} with times {times}: M and every time must be above 0")
                 self.times[m] = times
@@ -119,8 +123,9 @@ def table(ranks, peak, share_from):
             if m not in rank.times:
                 cells.append("-")
                 continue
-            volt8, baseline = rank.times[m]
+            volt8, baseline, peer = rank.times[m]
             cell = "%.0f us" % volt8 + (", %.2fx B" % (baseline / volt8) if baseline else "")
+            cell += ", %.2fx C" % (peer / volt8) if peer else ""
             if m >= share_from:
                 cell += " (%.1f%%)" % (100 * rank.share(m, peak))
             cells.append(cell)
@@ -137,7 +142,7 @@ def need_text(need):
 def targets(ranks, peak, share_from, goal):
     lines = []
     for low, high, need in ((128, 1024, 1.3), (2048, None, 1.0)):
-        points = [(baseline / volt8, rank.name, m) for rank in ranks for m, (volt8, baseline) in rank.times.items()
+        points = [(baseline / volt8, rank.name, m) for rank in ranks for m, (volt8, baseline, _) in rank.times.items()
                   if baseline and m >= low and (high is None or m <= high)]
         if points:
             lowest = min(points)

@@ -17,10 +17,10 @@
 // step takes, from lane (g = lane / 4, t = lane % 4), the codes 8t + 4kk .. 8t + 4kk + 3 of its weight
 // rows g and g + 8, which one 8-byte load of each row brings for both products, and the same K of x
 // through one 16-byte load a pair. The codes become FP16 in registers (code * 2^-8, exactly:
-// moe_common.cu) times their block's scale (FP16 bits of scale * 2^8); a chunk of 16 codes never
-// straddles a scale block (ranks start at multiples of 16 of the scale grid). Rows are stored
-// unpadded: an 8-byte load of 16 lanes and a 16-byte load of 8 lanes each read 128 consecutive bytes,
-// on distinct banks.
+// moe_common.cu), and the products sum them in units of their block's scale, applied in FP32
+// (moe_item_steps.cu: steps start 16 codes early where K does, so that none straddles a scale block).
+// Rows are stored unpadded: an 8-byte load of 16 lanes and a 16-byte load of 8 lanes each read 128
+// consecutive bytes, on distinct banks.
 // gate_up stores h = FP16(silu(gate) * up) for its pairs; down stores z = FP16(weight * sum), which
 // reduce_half adds per token in FP32. Pad rows of an item are never stored.
 // The weights' cp.async brings the whole aligned block of VOLT8_WEIGHT_FETCH bytes around each 16 into
@@ -51,6 +51,7 @@ constexpr int kWChunks = kWeightRows * (kWRowBytes / 16) / kThreads;  // 16-byte
 constexpr int kNTiles = kWarpN / 8;                          // 8-row groups of the warp's weight rows
 constexpr int kRowTiles = kWarpN / 16, kPairTiles = kWarpM / 8;
 @{include moe_expert_layout.cu}
+@{include moe_item_steps.cu}
 static_assert(kWarpsN * kWarpsM == @{WARPS} && kWarpN == 32 && kWarpM % 8 == 0, "tile does not fit the warps");
 static_assert(kXChunks >= 1 && kXChunks * kThreads == kBlockM * (kXRowBytes / 16), "x chunks must spread evenly");
 static_assert(kWChunks >= 1 && kWChunks * kThreads == kWeightRows * (kWRowBytes / 16), "weight chunks must spread evenly");
@@ -128,22 +129,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     w_live |= (column < kN ? 1u : 0u) << i;
     w_offsets[i] = (unsigned)(kXStageBytes + row * kWRowBytes + (q % 2) * 16);
   }
-  // Step s's weights into the stage at `stage`. Where K is a whole number of steps, every chunk of a
-  // step s < kSteps lies below K, the compare goes at compile time, and a chunk past N reads from the
-  // weights' first bytes at the same k (below K, so a valid address) without a select.
+  // Step s's weights (K from s * kStepK - kKPad) into the stage at `stage`. Where every chunk of a step
+  // s < kSteps lies in [0, K) (kWholeSteps), the compare goes at compile time, and a chunk past N reads
+  // from the weights' first bytes at the same k (a valid address) without a select.
   auto load_weights_step = [&](unsigned stage, int s) {
-    const int k = s * kStepK;
+    const int k = s * kStepK - kKPad;
 #pragma unroll
     for (int i = 0; i < kWChunks; ++i) {
       const int kw = k + (int)(w_offsets[i] % 32);
-      const bool valid = ((w_live >> i) & 1u) && (kK % kStepK == 0 || kw < kK);
-      copy_async_weights_16(stage + w_offsets[i], w_sources[i] + (kK % kStepK == 0 || valid ? k : 0), valid);
+      const bool valid = ((w_live >> i) & 1u) && (kWholeSteps || (kw >= 0 && kw < kK));
+      copy_async_weights_16(stage + w_offsets[i], w_sources[i] + (kWholeSteps || valid ? k : 0), valid);
     }
   };
 
   // This lane's weight rows (row g of each n8 tile of the warp's 32) and where their scales lie. A row
-  // past N takes the scales of the last column: its codes are zeros (w_live), so any finite scale
-  // leaves its products zero, and it is never stored.
+  // past N takes the scales of the last column: its codes are zeros (w_live), so any scale leaves its
+  // products zero, and it is never stored.
   unsigned w_rows[kNTiles];
   const unsigned short *row_scales[kNTiles];
 #pragma unroll
@@ -155,20 +156,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     row_scales[j] = scales + expert * kScaleExpertStride + kind * kScaleHalfStride +
                     ((kScaleRowOffset + column) / kScaleBlockN) * kScaleRowStride;
   }
-  // The FP16 bits (twice) of the scale of this lane's codes of step s in each of its rows. Past K (the
-  // step after the last, and a last step's chunk past K, whose codes are zeros) the last block's. Where
-  // scale blocks span whole 16-row groups (block_n 128: N, its offset and the tile's row groups are
-  // multiples of 16, the last column's included), rows g and g + 8 of a row tile share one scale, so a
+  // The FP16 bits of the scale of step s's block in each of this lane's rows (past K the last block's).
+  // Where scale blocks span whole 16-row groups, rows g and g + 8 of a row tile share one scale, so a
   // row tile loads one.
-  constexpr int kLastScaleBlock = (kScaleKOffset + kK - 1) / kScaleBlockK;
-  constexpr int kScaleRowsShared = kScaleBlockN % 16 == 0 && kScaleRowOffset % 16 == 0 && kN % 16 == 0 ? 2 : 1;
-  auto load_scales = [&](int s, unsigned (&scale2)[kNTiles]) {
-    const int block = min((kScaleKOffset + s * kStepK + (t >> 1) * 16) / kScaleBlockK, kLastScaleBlock);
+  constexpr int kScaleRowsShared = kScaleRowGroups ? 2 : 1;
+  auto load_scales = [&](int s, unsigned short (&bits)[kNTiles]) {
+    const int block = min((kScaleKOffset - kKPad + s * kStepK) / kScaleBlockK, kLastScaleBlock);
 #pragma unroll
     for (int j = 0; j < kNTiles; j += kScaleRowsShared) {
-      const unsigned bits = __ldg(row_scales[j] + block);
-      scale2[j] = pack_halves(bits, bits);
-      if (kScaleRowsShared == 2) scale2[j + 1] = scale2[j];
+      bits[j] = __ldg(row_scales[j] + block);
+      if (kScaleRowsShared == 2) bits[j + 1] = bits[j];
     }
   };
   // This lane's x row of the warp's pairs: pair g of each tile of 8.
@@ -179,7 +176,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   constexpr bool kSkipPadding = @{MIN_BLOCKS} >= 4;
   const int live_tiles = kSkipPadding ? min(kPairTiles, max(0, (count - warp_m * kWarpM + 15) / 16) * 2) : kPairTiles;
 
-  // acc[r][p]: weight rows r * 16 + g (e 0, 1) and r * 16 + g + 8 (e 2, 3), pairs p * 8 + 2t + (e & 1).
+  // acc[r][p]: weight rows r * 16 + g (e 0, 1) and r * 16 + g + 8 (e 2, 3), pairs p * 8 + 2t + (e & 1),
+  // in units of the scale unit[2r + e / 2] of the current block of those rows.
   float acc[kRowTiles][kPairTiles][4];
 #pragma unroll
   for (int r = 0; r < kRowTiles; ++r)
@@ -196,8 +194,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s)
     if (s < kSteps) load_weights_step(stages_base + (unsigned)(s * kStageBytes), s);
-  unsigned scale2[kNTiles];
-  load_scales(0, scale2);
+  unsigned short scale_bits[kNTiles];
+  load_scales(0, scale_bits);
 
   if (tid < kBlockM) pair_ids[tid] = tid < count ? item_pair(sorted_pairs, first, tid) : 0;
   __syncthreads();
@@ -216,12 +214,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   // Step s's x into the stage at `stage` (K compared, and the source chosen, as for the weights), and
   // from step kStages - 1 on its weights with it.
   auto load_step = [&](unsigned stage, int s, bool weights_too) {
-    const int k = s * kStepK;
+    const int k = s * kStepK - kKPad;
 #pragma unroll
     for (int i = 0; i < kXChunks; ++i) {
       const int kx = k + (int)(x_offsets[i] % kXRowBytes) / 2;
-      const bool valid = ((x_live >> i) & 1u) && (kK % kStepK == 0 || kx < kK);
-      copy_async_16(stage + x_offsets[i], x_rows[i] + (kK % kStepK == 0 || valid ? k : 0), valid);
+      const bool valid = ((x_live >> i) & 1u) && (kWholeSteps || (kx >= 0 && kx < kK));
+      copy_async_16(stage + x_offsets[i], x_rows[i] + (kWholeSteps || valid ? k : 0), valid);
     }
     if (weights_too) load_weights_step(stage, s);
   };
@@ -235,6 +233,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   // staged for the other threads after the steps (their last barrier is before the store's).
   const float routing_weight = tid < kBlockM && tid < count ? topk_weights[pair_ids[tid]] : 0.0f;
 #endif
+
+  float unit[kNTiles];
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) unit[j] = half_to_float(scale_bits[j]);
 
   // The stages of step s (s % kStages) and of step s + kStages - 1 ((s - 1) % kStages), moved on a
   // stage a step: no division in the loop.
@@ -254,23 +256,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     };
     constexpr int kIssueTile = kSkipPadding ? 0 : kPairTiles / 2;
     if (kSkipPadding) issue_loads();
-    unsigned next_scale2[kNTiles];
-    load_scales(s + 1, next_scale2);
     // A fragments of both products: codes 8t .. 8t + 7 of the tile's rows g and g + 8, products 0 and
     // 1 taking a word of each (a0, a2 from row g; a1, a3 from row g + 8).
     unsigned a[2][kRowTiles][4];
 #pragma unroll
     for (int r = 0; r < kRowTiles; ++r) {
       const uint2 top = load_shared_8(stage + w_rows[2 * r]), bottom = load_shared_8(stage + w_rows[2 * r + 1]);
-      const unsigned top_scale = scale2[2 * r], bottom_scale = scale2[2 * r + 1];
-      a[0][r][0] = mul_half2(e4m3x2_to_half2_shift(top.x, VOLT8_E4M3_LOW_SPREAD), top_scale);
-      a[0][r][1] = mul_half2(e4m3x2_to_half2_shift(bottom.x, VOLT8_E4M3_LOW_SPREAD), bottom_scale);
-      a[0][r][2] = mul_half2(e4m3x2_to_half2_shift(top.x, VOLT8_E4M3_HIGH_SPREAD), top_scale);
-      a[0][r][3] = mul_half2(e4m3x2_to_half2_shift(bottom.x, VOLT8_E4M3_HIGH_SPREAD), bottom_scale);
-      a[1][r][0] = mul_half2(e4m3x2_to_half2_shift(top.y, VOLT8_E4M3_LOW_SPREAD), top_scale);
-      a[1][r][1] = mul_half2(e4m3x2_to_half2_shift(bottom.y, VOLT8_E4M3_LOW_SPREAD), bottom_scale);
-      a[1][r][2] = mul_half2(e4m3x2_to_half2_shift(top.y, VOLT8_E4M3_HIGH_SPREAD), top_scale);
-      a[1][r][3] = mul_half2(e4m3x2_to_half2_shift(bottom.y, VOLT8_E4M3_HIGH_SPREAD), bottom_scale);
+      a[0][r][0] = e4m3x2_to_half2_shift(top.x, VOLT8_E4M3_LOW_SPREAD);
+      a[0][r][1] = e4m3x2_to_half2_shift(bottom.x, VOLT8_E4M3_LOW_SPREAD);
+      a[0][r][2] = e4m3x2_to_half2_shift(top.x, VOLT8_E4M3_HIGH_SPREAD);
+      a[0][r][3] = e4m3x2_to_half2_shift(bottom.x, VOLT8_E4M3_HIGH_SPREAD);
+      a[1][r][0] = e4m3x2_to_half2_shift(top.y, VOLT8_E4M3_LOW_SPREAD);
+      a[1][r][1] = e4m3x2_to_half2_shift(bottom.y, VOLT8_E4M3_LOW_SPREAD);
+      a[1][r][2] = e4m3x2_to_half2_shift(top.y, VOLT8_E4M3_HIGH_SPREAD);
+      a[1][r][3] = e4m3x2_to_half2_shift(bottom.y, VOLT8_E4M3_HIGH_SPREAD);
     }
 #pragma unroll
     for (int p = 0; p < kPairTiles; ++p) {
@@ -285,12 +284,36 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
       for (int r = 0; r < kRowTiles; ++r)
         mma_16816(acc[r][p], a[1][r][0], a[1][r][1], a[1][r][2], a[1][r][3], x.z, x.w);
     }
+    // Where the next step starts a scale block, the sums so far go into units of its scales: times old
+    // / new, in FP32.
+    if (s + 1 < kSteps && ((s + 1) & (kStepsPerBlock - 1)) == kBlockPhase) {
+      load_scales(s + 1, scale_bits);
+      float ratio[kNTiles];
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) scale2[j] = next_scale2[j];
+      for (int j = 0; j < kNTiles; j += kScaleRowsShared) {
+        const float next = half_to_float(scale_bits[j]);
+        ratio[j] = __fdividef(unit[j], next);
+        unit[j] = next;
+        if (kScaleRowsShared == 2) ratio[j + 1] = ratio[j], unit[j + 1] = next;
+      }
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+        for (int p = 0; p < kPairTiles; ++p)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[r][p][e] *= ratio[2 * r + e / 2];
+    }
     load_stage = stage;
     stage = stage == last_stage ? stages_base : stage + (unsigned)kStageBytes;
   }
   copy_async_wait<0>();
+  // The sums in FP32: times the last block's scales.
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+    for (int p = 0; p < kPairTiles; ++p)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[r][p][e] *= unit[2 * r + e / 2];
 #if !VOLT8_GATE_UP
   if (tid < kBlockM) pair_weights[tid] = routing_weight;
   __syncthreads();

@@ -9,9 +9,10 @@
 //   x:       block_m rows of FP16, gathered through the item's pairs (gate_up: the pair's token row of
 //            the input; down: the pair's row of h), zeros past the item's count and past K;
 //   weights: kWeightRows rows of FP16, each 16-code chunk turned from E4M3 by the bit-level conversion
-//            (sign | (code & 0x7F) << 7, which is code * 2^-8 exactly) and multiplied in FP16 by its
-//            block's scale (FP16 bits of scale * 2^8). Ranks start at any multiple of 16 inside the
-//            scale grid, so no chunk straddles a scale block and every chunk finds its own scale.
+//            (sign | (code & 0x7F) << 7, which is code * 2^-8 exactly). The products sum them in units
+//            of their block's scale, applied in FP32 (moe_item_steps.cu: where a rank's K starts at an
+//            odd multiple of 16 in the scale grid the steps start 16 codes early, so that none
+//            straddles a scale block).
 // Step s + 1's weights are turned into FP16 while step s is multiplied, and the loads run ahead of
 // the products: on sm_80 and later by three steps for 64-pair items and two for 32 and 128 (x by cp.async into
 // one buffer more than that, the weights' bytes into registers that many steps before their
@@ -53,6 +54,7 @@ constexpr int kXBuffers = 2;
 constexpr int kXBufferHalves = kBlockM * kRowHalves;
 constexpr int kWBufferHalves = kWeightRows * kRowHalves;
 @{include moe_expert_layout.cu}
+@{include moe_item_steps.cu}
 static_assert(kWarpsN * kWarpsM == @{WARPS} && kWarpN == 32 && kWarpM % 16 == 0, "tile does not fit the warps");
 static_assert(kWeightRows * (kStepK / 16) == kThreads, "one weight chunk a thread a step");
 static_assert(kXChunks >= 1 && kXChunks * kThreads == kBlockM * (kStepK / 8), "x chunks must spread evenly");
@@ -85,18 +87,18 @@ static __device__ __forceinline__ void store_shared_16(unsigned short *buffer, i
   *reinterpret_cast<uint4 *>(buffer + offset) = value;
 }
 
-// 16 codes -> 16 FP16 weights (code * 2^-8 times the scale's FP16 bits, which hold scale * 2^8).
-static __device__ __forceinline__ void convert_chunk(uint4 raw, unsigned scale2, uint4 &low, uint4 &high) {
+// 16 codes -> 16 FP16 weights, code * 2^-8 exactly (the scales are applied to the sums).
+static __device__ __forceinline__ void convert_chunk(uint4 raw, uint4 &low, uint4 &high) {
   const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
   unsigned out[8];
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
 #if __CUDA_ARCH__ < 800
-    out[2 * w] = mul_half2(e4m3x2_to_half2_shift(words[w], VOLT8_E4M3_LOW_SPREAD), scale2);
-    out[2 * w + 1] = mul_half2(e4m3x2_to_half2_shift(words[w], VOLT8_E4M3_HIGH_SPREAD), scale2);
+    out[2 * w] = e4m3x2_to_half2_shift(words[w], VOLT8_E4M3_LOW_SPREAD);
+    out[2 * w + 1] = e4m3x2_to_half2_shift(words[w], VOLT8_E4M3_HIGH_SPREAD);
 #else
-    out[2 * w] = mul_half2(e4m3x2_to_half2(words[w], VOLT8_E4M3_LOW_PAIR), scale2);
-    out[2 * w + 1] = mul_half2(e4m3x2_to_half2(words[w], VOLT8_E4M3_HIGH_PAIR), scale2);
+    out[2 * w] = e4m3x2_to_half2(words[w], VOLT8_E4M3_LOW_PAIR);
+    out[2 * w + 1] = e4m3x2_to_half2(words[w], VOLT8_E4M3_HIGH_PAIR);
 #endif
   }
   low = make_uint4(out[0], out[1], out[2], out[3]);
@@ -122,6 +124,7 @@ static __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const unsig
 
 constexpr int kMTiles = kWarpM / 16, kNTiles = kWarpN / 8;  // m16 x n8 products of a warp's tile
 constexpr int kAccumulators = 4;
+constexpr int kTileRows = 2;  // weight rows of a thread's accumulators in an n8 tile: 2t, 2t + 1 (e & 1)
 #else
 static __device__ __forceinline__ void mma_884(float (&acc)[8], unsigned a0, unsigned a1, unsigned b0, unsigned b1) {
   asm volatile(
@@ -133,7 +136,34 @@ static __device__ __forceinline__ void mma_884(float (&acc)[8], unsigned a0, uns
 }
 constexpr int kMTiles = kWarpM / 16, kNTiles = kWarpN / 16;  // 16 x 16 blocks of a warp's tile
 constexpr int kAccumulators = 8;
+constexpr int kTileRows = 4;  // weight rows of a thread's accumulators in a 16 x 16 block (e & 4, e & 1)
 #endif
+// The scales a thread's accumulators are counted in ("units"). Where the rows of a 16-row group share
+// one (kScaleRowGroups), a warp's 32 weight rows take one a row kind: gate_up's 16 gate rows and the
+// up rows of the same columns, or down's 32 rows, which lie in one scale block where blocks are 32-row
+// aligned (down's rows start at 0 of the grid); else one a row.
+constexpr bool kUnitPerKind = kScaleRowGroups && (kRows == 2 || (kScaleBlockN % 32 == 0 && kScaleRowOffset % 32 == 0));
+constexpr int kUnits = kUnitPerKind ? kRows : kScaleRowGroups ? kWarpN / 16 : kNTiles * kTileRows;
+
+// Accumulator e of tile j's unit, and the warp's weight row (0..31) of unit u.
+static __device__ __forceinline__ int accumulator_unit(int j, int e) {
+#if __CUDA_ARCH__ >= 800
+  if (kUnitPerKind) return kRows == 2 ? j / 2 : 0;
+  return kScaleRowGroups ? j / 2 : j * kTileRows + (e & 1);
+#else
+  if (kUnitPerKind) return kRows == 2 ? j : 0;
+  return kScaleRowGroups ? j : j * kTileRows + ((e >> 1) & 2) + (e & 1);
+#endif
+}
+static __device__ __forceinline__ int unit_row(int u, int lane) {
+  if (kScaleRowGroups) return u * 16;
+  const int j = u / kTileRows, c = u % kTileRows;
+#if __CUDA_ARCH__ >= 800
+  return j * 8 + 2 * (lane & 3) + c;
+#else
+  return j * 16 + (((lane >> 2) & 3) >> 1) * 8 + (c >> 1) * 4 + (lane & 2) + (c & 1);
+#endif
+}
 
 extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(VOLT8_ITEM_GEMM_PARAMETERS) {
   __shared__ __align__(16) unsigned short x_buffers[kXBuffers * kXBufferHalves];
@@ -178,24 +208,46 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   const bool w_valid = w_column < kN;
   const unsigned char *w_source =
       weights + expert * kExpertWeightBytes + (long long)(w_column + w_kind * kUpRowOffset) * kK + w_half * 16;
-  const unsigned short *w_scales = scales + expert * kScaleExpertStride + w_kind * kScaleHalfStride +
-                                   ((kScaleRowOffset + w_column) / kScaleBlockN) * kScaleRowStride;
   const int w_offsets[2] = {chunk_offset(w_row, 2 * w_half), chunk_offset(w_row, 2 * w_half + 1)};
 
-  // Weights' bytes and scales of the steps loaded but not yet converted (slot s % kAhead); sm_70 also
-  // keeps the next step's x here.
+  // Where the scales of this thread's accumulator rows lie (a row past N takes the last column's: its
+  // codes are zeros, so any scale leaves its products zero, and it is never stored), and the FP16 bits
+  // of those of step s's block (past K the last block's).
+  // One a row kind (kUnitPerKind): the up rows' are the gate rows' a constant further.
+  constexpr int kUnitPointers = kUnitPerKind ? 1 : kUnits;
+  const unsigned short *unit_scales[kUnitPointers];
+#pragma unroll
+  for (int u = 0; u < kUnitPointers; ++u) {
+    const int row = weight_tile_row(warp_n, unit_row(u, lane));
+    const int kind = kRows == 2 && row >= kBlockN ? 1 : 0;
+    const int column = min(column0 + row - kind * kBlockN, kN - 1);
+    unit_scales[u] = scales + expert * kScaleExpertStride + kind * kScaleHalfStride +
+                     ((kScaleRowOffset + column) / kScaleBlockN) * kScaleRowStride;
+  }
+  auto load_scales = [&](int s, unsigned short (&bits)[kUnits]) {
+    const int block = min((kScaleKOffset - kKPad + s * kStepK) / kScaleBlockK, kLastScaleBlock);
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u)
+      bits[u] = __ldg(kUnitPerKind ? unit_scales[0] + u * kScaleHalfStride + block : unit_scales[u] + block);
+  };
+  // (Where K lies in one scale block they are read after the steps, so that nothing of them is live
+  // across the loop.)
+  unsigned short scale_bits[kUnits];
+  if (kLastScaleBlock > 0) load_scales(0, scale_bits);
+
+  // Weights' bytes of the steps loaded but not yet converted (slot s % kAhead); sm_70 also keeps the
+  // next step's x here.
   uint4 w_raw[kAhead];
-  unsigned w_scale2[kAhead];
 #if __CUDA_ARCH__ < 800
   uint4 x_raw[kXChunks];
 #endif
   // Requests step s's x (cp.async into its buffer, or into x_raw) and weights (into slot s % kAhead).
   auto load_step = [&](int s, auto slot) {
-    const int k = s * kStepK;
+    const int k = s * kStepK - kKPad;
 #pragma unroll
     for (int i = 0; i < kXChunks; ++i) {
       const int kx = k + (tid % 4) * 8;
-      const bool valid = x_rows[i] != nullptr && kx < kK;
+      const bool valid = x_rows[i] != nullptr && (kKPad == 0 || kx >= 0) && kx < kK;
 #if __CUDA_ARCH__ >= 800
       copy_async_16(x_buffers + (s % kXBuffers) * kXBufferHalves, x_offsets[i], valid ? x_rows[i] + kx : activations,
                     valid);
@@ -204,10 +256,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
 #endif
     }
     const int kw = k + w_half * 16;
-    const bool valid = w_valid && kw < kK;
+    const bool valid = w_valid && (kKPad == 0 || kw >= 0) && kw < kK;
     w_raw[decltype(slot)::value] = valid ? load_weights_16(w_source + k) : zero_uint4();
-    const unsigned short bits = valid ? w_scales[(kScaleKOffset + kw) / kScaleBlockK] : (unsigned short)0;
-    w_scale2[decltype(slot)::value] = pack_halves(bits, bits);
   };
   // Stores step s's loads that came through registers: the weights turned into FP16 (and sm_70's x).
   auto store_step = [&](int s, auto slot) {
@@ -216,11 +266,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     for (int i = 0; i < kXChunks; ++i) store_shared_16(x_buffers + (s % kXBuffers) * kXBufferHalves, x_offsets[i], x_raw[i]);
 #endif
     uint4 low, high;
-    convert_chunk(w_raw[decltype(slot)::value], w_scale2[decltype(slot)::value], low, high);
+    convert_chunk(w_raw[decltype(slot)::value], low, high);
     store_shared_16(w_buffers + (s & 1) * kWBufferHalves, w_offsets[0], low);
     store_shared_16(w_buffers + (s & 1) * kWBufferHalves, w_offsets[1], high);
   };
 
+  // acc[i][j][e] in units of the scale unit[accumulator_unit(j, e)] of its row's current block.
   float acc[kMTiles][kNTiles][kAccumulators];
 #pragma unroll
   for (int i = 0; i < kMTiles; ++i)
@@ -228,6 +279,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
       for (int e = 0; e < kAccumulators; ++e) acc[i][j][e] = 0.0f;
+  float unit[kUnits];
+#pragma unroll
+  for (int u = 0; u < kUnits; ++u) unit[u] = kLastScaleBlock > 0 ? half_to_float(scale_bits[u]) : 0.0f;
 #if __CUDA_ARCH__ < 800
   // The first rows of this lane's fragments, each as its chunk 0's offset: a row is a whole number of
   // 32 halves and a swizzled chunk's offset within it below 32, so chunk c of the row lies at key ^ c *
@@ -262,11 +316,36 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   copy_async_wait<kAhead - 1>();
 #endif
   __syncthreads();
+  // After step s's products: where step s + 1 starts a scale block, its scales are read and the sums so
+  // far go into their units (times old / new, in FP32). Not where K lies in one block. gate_up calls it
+  // inside the step (after the next step's weights are converted), down between the steps: where each
+  // keeps the fewest registers (the sm_70 CUBINs of the shipped tables' shapes, volt8 list --resources).
+  constexpr bool kRescaleInStep = VOLT8_GATE_UP;
+  auto next_starts_block = [](int s) {
+    return kLastScaleBlock > 0 && s + 1 < kSteps && ((s + 1) & (kStepsPerBlock - 1)) == kBlockPhase;
+  };
+  auto rescale_after = [&](int s) {
+    float ratio[kUnits];
+    load_scales(s + 1, scale_bits);
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const float next = half_to_float(scale_bits[u]);
+      ratio[u] = __fdividef(unit[u], next);
+      unit[u] = next;
+    }
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < kAccumulators; ++e) acc[i][j][e] *= ratio[accumulator_unit(j, e)];
+  };
   // One step; slot: s % kAhead, where step s + kAhead's weights go and from which the slot after it,
   // step s + 1's, is converted.
   auto run_step = [&](int s, auto slot) {
     // Buffers step s + kAhead loads into were last read by step s - 1, before the barrier that ended it.
     if (s + kAhead < kSteps) load_step(s + kAhead, slot);
+    const bool next_block = next_starts_block(s);
 #if __CUDA_ARCH__ >= 800
     copy_async_commit();
 #endif
@@ -310,6 +389,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
     }
 #endif
     if (s + 1 < kSteps) store_step(s + 1, Slot<(decltype(slot)::value + 1) % kAhead>());
+    if (kRescaleInStep && next_block) rescale_after(s);
 #if __CUDA_ARCH__ >= 800
     copy_async_wait<kAhead - 1>();
 #endif
@@ -317,16 +397,31 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
   };
   for (int s = 0; s < kSteps; s += kAhead) {
     run_step(s, Slot<0>());
-    if (kAhead > 1 && s + 1 < kSteps) run_step(s + 1, Slot<1 % kAhead>());
-    if (kAhead > 2 && s + 2 < kSteps) run_step(s + 2, Slot<2 % kAhead>());
+    if (!kRescaleInStep && next_starts_block(s)) rescale_after(s);
+    if (kAhead > 1 && s + 1 < kSteps) {
+      run_step(s + 1, Slot<1 % kAhead>());
+      if (!kRescaleInStep && next_starts_block(s + 1)) rescale_after(s + 1);
+    }
+    if (kAhead > 2 && s + 2 < kSteps) {
+      run_step(s + 2, Slot<2 % kAhead>());
+      if (!kRescaleInStep && next_starts_block(s + 2)) rescale_after(s + 2);
+    }
   }
+
+  // The sums go out in FP32 times the last block's scales (multiplied where each is stored).
+  if (kLastScaleBlock == 0) {
+    load_scales(0, scale_bits);
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) unit[u] = half_to_float(scale_bits[u]);
+  }
+  auto scale = [&](int j, int e) { return unit[accumulator_unit(j, e)]; };
 
   // Stores: a thread's accumulators in pairs of adjacent columns.
 #if __CUDA_ARCH__ >= 800
 #if VOLT8_GATE_UP
-  store_16816(acc, pair_ids, nullptr, out, count, column0, warp_m, warp_n, lane);
+  store_16816(acc, pair_ids, nullptr, out, count, column0, warp_m, warp_n, lane, scale);
 #else
-  store_16816(acc, pair_ids, pair_weights, out, count, column0, warp_m, warp_n, lane);
+  store_16816(acc, pair_ids, pair_weights, out, count, column0, warp_m, warp_n, lane, scale);
 #endif
 #else
 #if !VOLT8_GATE_UP
@@ -347,8 +442,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
       const int column = column0 + warp_n * 16 + within;
       if (column >= kN) continue;
       *reinterpret_cast<unsigned *>(out + (long long)pair * kN + column) =
-          pack_halves(float_to_half(silu_times(acc[i][0][e], acc[i][1][e])),
-                      float_to_half(silu_times(acc[i][0][e + 1], acc[i][1][e + 1])));
+          pack_halves(float_to_half(silu_times(acc[i][0][e] * scale(0, e), acc[i][1][e] * scale(1, e))),
+                      float_to_half(silu_times(acc[i][0][e + 1] * scale(0, e + 1), acc[i][1][e + 1] * scale(1, e + 1))));
 #else
       const float weight = pair_weights[m];
 #pragma unroll
@@ -356,7 +451,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, @{MIN_BLOCKS}) @{ENTRY}(V
         const int column = column0 + warp_n * 32 + j * 16 + within;
         if (column >= kN) continue;
         *reinterpret_cast<unsigned *>(z_half + (long long)pair * kN + column) =
-            pack_halves(float_to_half(weight * acc[i][j][e]), float_to_half(weight * acc[i][j][e + 1]));
+            pack_halves(float_to_half(weight * scale(j, e) * acc[i][j][e]),
+                        float_to_half(weight * scale(j, e + 1) * acc[i][j][e + 1]));
       }
 #endif
     }

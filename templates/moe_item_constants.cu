@@ -9,5 +9,4 @@ constexpr int kK = @{K_DIM};
 constexpr int kN = @{N_DIM};
 constexpr int kScaleBlockK = @{SCALE_BK};
 constexpr int kWeightRows = kRows * kBlockN;
-constexpr int kStepK = 32;                       // codes of K a step
-constexpr int kSteps = (kK + kStepK - 1) / kStepK;
+constexpr int kStepK = 32;                       // codes of K a step (the steps: moe_item_steps.cu)

@@ -53,14 +53,14 @@ static __device__ __forceinline__ int weight_tile_row(int warp_n, int n) {
 }
 
 // A warp's m16n8k16 accumulators (its kWarpM pairs x 32 weight rows) in pairs of adjacent columns: e 0, 1
-// at row lane / 4, columns 2 (lane % 4) + 0, 1; e 2, 3 at row lane / 4 + 8. gate_up stores h =
-// FP16(silu(gate) * up), its gate rows in the first half of the n8 tiles; down stores z = FP16(weight
-// * sum) into out read as FP16 (half the bytes of FP32 rows; reduce_half adds them). Pad rows are
-// never stored.
-template <int kTilesM, int kTilesN, typename Out>
+// at row lane / 4, columns 2 (lane % 4) + 0, 1; e 2, 3 at row lane / 4 + 8, each times scale(j, e) (the
+// scale its sums are counted in). gate_up stores h = FP16(silu(gate) * up), its gate rows in the first
+// half of the n8 tiles; down stores z = FP16(weight * sum) into out read as FP16 (half the bytes of FP32
+// rows; reduce_half adds them). Pad rows are never stored.
+template <int kTilesM, int kTilesN, typename Out, typename Scale>
 static __device__ __forceinline__ void store_16816(const float (&acc)[kTilesM][kTilesN][4], const int *pair_ids,
                                                    const float *pair_weights, Out *out, int count, int column0,
-                                                   int warp_m, int warp_n, int lane) {
+                                                   int warp_m, int warp_n, int lane, Scale scale) {
 #if !VOLT8_GATE_UP
   unsigned short *z_half = reinterpret_cast<unsigned short *>(out);  // z of FP16 in the workspace's z
 #endif
@@ -77,8 +77,10 @@ static __device__ __forceinline__ void store_16816(const float (&acc)[kTilesM][k
         const int column = column0 + warp_n * 16 + j * 8 + 2 * (lane & 3);
         if (column >= kN) continue;
         const float *gate = &acc[i][j][2 * half], *up = &acc[i][j + kTilesN / 2][2 * half];
+        const int e = 2 * half, g = j, u = j + kTilesN / 2;
         *reinterpret_cast<unsigned *>(out + (long long)pair * kN + column) =
-            pack_halves(float_to_half(silu_times(gate[0], up[0])), float_to_half(silu_times(gate[1], up[1])));
+            pack_halves(float_to_half(silu_times(gate[0] * scale(g, e), up[0] * scale(u, e))),
+                        float_to_half(silu_times(gate[1] * scale(g, e + 1), up[1] * scale(u, e + 1))));
       }
 #else
       const float weight = pair_weights[m];
@@ -86,8 +88,10 @@ static __device__ __forceinline__ void store_16816(const float (&acc)[kTilesM][k
       for (int j = 0; j < kTilesN; ++j) {
         const int column = column0 + warp_n * 32 + j * 8 + 2 * (lane & 3);
         if (column >= kN) continue;
+        const int e = 2 * half;
         *reinterpret_cast<unsigned *>(z_half + (long long)pair * kN + column) =
-            pack_halves(float_to_half(weight * acc[i][j][2 * half]), float_to_half(weight * acc[i][j][2 * half + 1]));
+            pack_halves(float_to_half(weight * scale(j, e) * acc[i][j][e]),
+                        float_to_half(weight * scale(j, e + 1) * acc[i][j][e + 1]));
       }
 #endif
     }

@@ -28,6 +28,7 @@
 /* The bench and tuner suites need bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("tuner.h")
 #define HAVE_BENCH 1
+#include "baseline_fp16.h"
 #include "bench_gpu.h"
 #include "bench_options.h"
 #include "bench_problem.h"
@@ -1715,6 +1716,15 @@ static void fake_report(bench_report *report) {
                                                                          .relative_l2 = 3e-4};
     result->methods[BENCH_METHOD_CUBLASLT_FP16].timing.median_us = i == 0 ? 24.0 : 90.0;
     snprintf(result->methods[BENCH_METHOD_GROUPED_FP16].reason, 64, "no cuBLAS: missing");
+    /* C: sorted and padded, at M = 8 only (at M = 1 it failed) */
+    if (i == 1) {
+      result->methods[BENCH_METHOD_SORTED_FP16] = (bench_method_result){.ran = 1, .bytes = 2 * result->bytes_fp8,
+                                                                        .relative_l2 = 6.3e-4};
+      result->methods[BENCH_METHOD_SORTED_FP16].timing.median_us = 45.0;
+      result->sorted_capacity = 32;
+    } else {
+      snprintf(result->methods[BENCH_METHOD_SORTED_FP16].reason, 64, "CUDA_ERROR_OUT_OF_MEMORY: scratch");
+    }
   }
   bench_report_derive(report);
 }
@@ -1727,6 +1737,8 @@ Test(bench_report, derived_figures) {
   cr_assert_float_eq(eight->methods[BENCH_METHOD_VOLT8].gbps, 92.0e6 / 30.0e3, 1e-9);
   cr_assert_float_eq(eight->methods[BENCH_METHOD_VOLT8].copy_fraction, 92.0e6 / 30.0e3 / 4000.0, 1e-12);
   cr_assert_float_eq(eight->methods[BENCH_METHOD_CUBLASLT_FP16].volt8_speedup, 3.0, 1e-12);
+  cr_assert_float_eq(eight->methods[BENCH_METHOD_SORTED_FP16].volt8_speedup, 1.5, 1e-12, "C: 45 us against 30");
+  cr_assert_float_eq(report->results[0].methods[BENCH_METHOD_SORTED_FP16].volt8_speedup, 0.0, 0.0, "C did not run at M = 1");
   free(report);
 }
 
@@ -1756,6 +1768,21 @@ Test(bench_report, json_shape) {
   cJSON *grouped = cJSON_GetObjectItem(first, "cublas_grouped_fp16");
   cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(grouped, "ran")));
   cr_assert_str_eq(cJSON_GetObjectItem(grouped, "reason")->valuestring, "no cuBLAS: missing");
+  /* C and every method's rel L2 at every M it ran */
+  cJSON *sorted_one = cJSON_GetObjectItem(first, "sorted_padded_fp16");
+  cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(sorted_one, "ran")));
+  cr_assert_null(cJSON_GetObjectItem(sorted_one, "capacity_rows"));
+  cJSON *second = cJSON_GetArrayItem(results, 1);
+  cJSON *sorted = cJSON_GetObjectItem(second, "sorted_padded_fp16");
+  cr_assert_float_eq(cJSON_GetObjectItem(sorted, "median_us")->valuedouble, 45.0, 1e-9);
+  cr_assert_float_eq(cJSON_GetObjectItem(sorted, "volt8_speedup")->valuedouble, 1.5, 1e-9);
+  cr_assert_float_eq(cJSON_GetObjectItem(sorted, "relative_l2")->valuedouble, 6.3e-4, 1e-15);
+  cr_assert_eq(cJSON_GetObjectItem(sorted, "capacity_rows")->valueint, 32);
+  for (int r = 0; r < 2; r++) {
+    cJSON *row = cJSON_GetArrayItem(results, r);
+    cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(row, "volt8"), "relative_l2")->valuedouble, 2e-4, 1e-15);
+    cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(row, "cublaslt_fp16"), "relative_l2")->valuedouble, 3e-4, 1e-15);
+  }
   cJSON_Delete(root);
   free(text);
   free(report);
@@ -1801,6 +1828,13 @@ Test(bench_report, chained_timing_in_json_text_and_markdown) {
   fclose(stream);
   cr_assert_not_null(strstr(printed, "32 forwards in one graph"), "%s", printed);
   cr_assert_not_null(strstr(printed, "capture failed"), "%s", printed);
+  /* the printed table: every method's time, ratio and rel L2 at every M it ran, C's slot rows */
+  cr_assert_not_null(strstr(printed, "C_us   C/v8   rel_l2"), "%s", printed);
+  cr_assert_not_null(strstr(printed, "|      90.0  3.00x  3.0e-04 |         -      -        - |      45.0  1.50x  6.3e-04"),
+                     "%s", printed);
+  cr_assert_not_null(strstr(printed, "C: 32 rows an expert"), "%s", printed);
+  cr_assert_not_null(strstr(printed, "sorted+padded cuBLASLt FP16 (C) did not run: CUDA_ERROR_OUT_OF_MEMORY: scratch"),
+                     "%s", printed);
   free(printed);
   fake_report(report);
   text = bench_report_json(report);
@@ -1818,16 +1852,46 @@ Test(bench_report, svg_and_markdown) {
   cr_assert_not_null(strstr(svg, "</svg>"));
   cr_assert_not_null(strstr(svg, "<polyline"));
   cr_assert_not_null(strstr(svg, "Fake &lt;GPU&gt;"), "device names are escaped");
+  for (int method = 0; method < BENCH_METHOD_COUNT; method++)
+    cr_assert_not_null(strstr(svg, bench_method_label(method)), "the legend lacks %s", bench_method_label(method));
   cr_assert_null(strstr(svg, "nan"), "no NaN coordinates");
   char *markdown = bench_report_markdown(report);
   cr_assert_not_null(strstr(markdown, "| M | byte floor (us) | volt8 (us)"), "%s", markdown);
+  cr_assert_not_null(strstr(markdown, "| C: sorted+padded FP16 (us) | C / volt8 | rel. L2 volt8 / A / B / C |"), "%s",
+                     markdown);
   cr_assert_not_null(strstr(markdown, "| 8 | 23.0 | 30.0 |"), "%s", markdown);
+  /* every point's rel L2 of every method, "-" for those that did not run */
+  cr_assert_not_null(strstr(markdown, "| 90.0 | 3.00x | - | - | 45.0 | 1.50x | 2.0e-04 / 3.0e-04 / - / 6.3e-04 |"), "%s",
+                     markdown);
+  cr_assert_not_null(strstr(markdown, "| 24.0 | 4.00x | - | - | - | - | 2.0e-04 / 3.0e-04 / - / - |"), "%s", markdown);
   cr_assert_not_null(strstr(markdown, "3.5 us for 2 kernels"), "%s", markdown);
   cr_assert_not_null(strstr(markdown, "4.5 us for 3 (no route pass)"), "%s", markdown);
   cr_assert_not_null(strstr(markdown, "5.5 us for 4"), "%s", markdown);
   free(svg);
   free(markdown);
   free(report);
+}
+
+/* C's slot: the busiest expert's pairs in any set, ids outside [0, E) left out, rounded up to 16. */
+Test(bench_report, sorted_capacity_is_the_busiest_expert_rounded_up) {
+  int32_t first[6] = {0, 1, 1, 2, 1, 3}, second[6] = {2, 2, 2, 2, 2, 9};
+  bench_input_set sets[2] = {{.ids = first}, {.ids = second}};
+  bench_inputs inputs = {.num_tokens = 3, .top_k = 2, .count = 2, .sets = sets};
+  int32_t capacity = 0;
+  cr_assert_eq(bench_sorted_capacity(NULL, &inputs, 4, &capacity), VOLT8_OK);
+  cr_expect_eq(capacity, BENCH_SORTED_ROW_ALIGN, "5 pairs of expert 2: one row group");
+  int32_t many[40];
+  for (int i = 0; i < 40; i++) many[i] = i < 33 ? 1 : 0;
+  bench_input_set one = {.ids = many};
+  bench_inputs more = {.num_tokens = 40, .top_k = 1, .count = 1, .sets = &one};
+  cr_assert_eq(bench_sorted_capacity(NULL, &more, 4, &capacity), VOLT8_OK);
+  cr_expect_eq(capacity, 48, "33 pairs: three groups of 16");
+  for (int i = 0; i < 40; i++) many[i] = i < 32 ? 3 : -1;
+  cr_assert_eq(bench_sorted_capacity(NULL, &more, 4, &capacity), VOLT8_OK);
+  cr_expect_eq(capacity, 32, "32 pairs fill two groups exactly; -1 ids count nowhere");
+  for (int i = 0; i < 40; i++) many[i] = 7;
+  cr_assert_eq(bench_sorted_capacity(NULL, &more, 4, &capacity), VOLT8_OK);
+  cr_expect_eq(capacity, BENCH_SORTED_ROW_ALIGN, "no pair in [0, E): still one group");
 }
 
 Test(bench_report, reference_shapes) {
@@ -1862,6 +1926,7 @@ Test(bench_support, kernels_expand_from_the_bench_library_and_compile) {
   cr_expect(strstr(source, "// generated from harness/bench_kernels.cu"), "no generated-from line:\n%.300s", source);
   cr_expect(strstr(source, "#line 1 \"templates/moe_common.cu\""), "moe_common.cu not included");
   cr_expect(strstr(source, "bench_weighted_reduce"), "no bench_weighted_reduce in the expanded source");
+  cr_expect(strstr(source, "bench_pad_route") && strstr(source, "bench_pad_gather"), "no sort and pad of peer C");
   volt8_kernel_load_request request = {"volt8_bench_kernels", source, 70, VOLT8_IMAGE_PTX, 0, NULL, 0, "bench: "};
   volt8_status status = volt8_kernel_load(ctx, &request, NULL, NULL, NULL);
   if (status == VOLT8_ERR_ARCH_UNSUPPORTED) cr_skip_test("no NVRTC for compute_70: %s", volt8_last_error(ctx));

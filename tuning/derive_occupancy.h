@@ -19,8 +19,10 @@ typedef struct derive_occupancy_set {
 
 /* Compiles every variant of `shape` for ctx's target arch to a CUBIN on `jobs` threads and keeps
  * each one's resident CTAs per SM under `limits` (NULL: the target arch's own; the H200 check gives
- * sm_90's, its JIT being taken to use the registers the sm_70 CUBIN does) (-1 for one that spills or does not fit: the model passes it over). Errors (no NVRTC that makes CUBINs, a failed compile) name the
- * variant; nothing is kept then. */
+ * sm_90's, its JIT being taken to use the registers the sm_70 CUBIN does) (-1 for one that spills or does not fit: the model passes it over). Where the shape's slice starts past offset 0 of the scale grid,
+ * the same variants at offset 0 too (rank 0 of every TP size, which the table also serves): each keeps
+ * the fewer CTAs of the two, -1 where either spills. Errors (no NVRTC that makes CUBINs, a failed
+ * compile) name the variant; nothing is kept then. */
 volt8_status derive_occupancy_compile(volt8_ctx *ctx, const volt8_moe_shape *shape, int32_t jobs,
                                       const volt8_sm_limits *limits, derive_occupancy_set *out);
 /* Writes the figures of the table's op into the table at `path` (one of op `op_name`): an object of

@@ -44,20 +44,20 @@ int gpu_quick_mode(void) {
   return quick && strcmp(quick, "1") == 0;
 }
 
-static const char *source_root(void) {
+const char *gpu_source_root(void) {
   const char *root = getenv("VOLT8_SOURCE_ROOT");
   return root && *root ? root : VOLT8_SOURCE_DIR;
 }
 
 void gpu_write_checkpoints(const char *name, const char *groups, char *dir, size_t size) {
   char venv_python[1024], command[4096];
-  snprintf(venv_python, sizeof venv_python, "%s/.venv/bin/python3", source_root());
+  snprintf(venv_python, sizeof venv_python, "%s/.venv/bin/python3", gpu_source_root());
   const char *python = getenv("VOLT8_PYTHON");
   if (!python) python = access(venv_python, X_OK) == 0 ? venv_python : "python3";
   snprintf(dir, size, "/tmp/volt8-gpu-%s-XXXXXX", name);
   cr_assert_not_null(mkdtemp(dir));
   snprintf(command, sizeof command, "'%s' '%s/tests/fixtures/make_checkpoints.py' '%s' %s >/dev/null", python,
-           source_root(), dir, groups);
+           gpu_source_root(), dir, groups);
   cr_assert_eq(system(command), 0, "fixture generation failed: %s", command);
 }
 
@@ -275,7 +275,7 @@ volt8_moe_args gpu_batch_args(const device_batch *batch) {
   return args;
 }
 
-void gpu_check_output(volt8_ctx *ctx, int32_t hidden, const device_batch *batch, const char *label, uint16_t *copy_out) {
+double gpu_check_output(volt8_ctx *ctx, int32_t hidden, const device_batch *batch, const char *label, uint16_t *copy_out) {
   const volt8_cuda_driver *cuda = ctx->cuda;
   CUresult result = cuda->cuCtxSynchronize();
   cr_assert_eq(result, CUDA_SUCCESS, "%s: %s", label, volt8_cuda_error_text(cuda, result));
@@ -305,10 +305,11 @@ void gpu_check_output(volt8_ctx *ctx, int32_t hidden, const device_batch *batch,
   cr_assert(error <= GPU_TOLERANCE,
             "%s: relative L2 %.3e > %.0e over %d rows; worst at token %d, column %zu, off by %.3e", label, error,
             GPU_TOLERANCE, batch->row_count, batch->rows[worst / hidden], worst % hidden, worst_diff);
+  return error;
 }
 
-void gpu_check_forward(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, const device_batch *batch,
-                       const char *gate_up, const char *down, const char *label) {
+double gpu_check_forward(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, const device_batch *batch,
+                         const char *gate_up, const char *down, const char *label) {
   char full_label[320];
   snprintf(full_label, sizeof full_label, "%s gate_up=%s down=%s", label, gate_up ? gate_up : "(dispatch)",
            down ? down : "(dispatch)");
@@ -320,5 +321,5 @@ void gpu_check_forward(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, c
   cr_assert_eq(volt8_experts_fill_workspace(experts, 0xFF, NULL), VOLT8_OK, "%s", volt8_last_error(ctx));
   volt8_status status = volt8_moe_forward(experts, &args, NULL);
   cr_assert_eq(status, VOLT8_OK, "%s: forward: %s", full_label, volt8_last_error(ctx));
-  gpu_check_output(ctx, hidden, batch, full_label, NULL);
+  return gpu_check_output(ctx, hidden, batch, full_label, NULL);
 }

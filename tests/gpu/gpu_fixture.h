@@ -67,11 +67,14 @@ void gpu_update_ids(volt8_ctx *ctx, const host_problem *problem, device_batch *b
 void gpu_free_batch(volt8_ctx *ctx, device_batch *batch);
 volt8_moe_args gpu_batch_args(const device_batch *batch);
 /* Poisons out and the workspace, runs the forward with the given variants (NULL: dispatch), checks
- * against the reference. */
-void gpu_check_forward(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, const device_batch *batch,
-                       const char *gate_up, const char *down, const char *label);
+ * against the reference; returns the relative L2 error. */
+double gpu_check_forward(volt8_ctx *ctx, volt8_experts *experts, int32_t hidden, const device_batch *batch,
+                         const char *gate_up, const char *down, const char *label);
 /* Copies out back, checks that every value was written (no NaN, no poison), and the reference's rows
- * against the reference (after a forward or a graph launch); copy_out (may be NULL) gets all of out. */
-void gpu_check_output(volt8_ctx *ctx, int32_t hidden, const device_batch *batch, const char *label, uint16_t *copy_out);
+ * against the reference (after a forward or a graph launch); copy_out (may be NULL) gets all of out.
+ * Returns the relative L2 error. */
+double gpu_check_output(volt8_ctx *ctx, int32_t hidden, const device_batch *batch, const char *label, uint16_t *copy_out);
+/* The source tree: $VOLT8_SOURCE_ROOT (scripts/gpu_check.sh sets it), else the build's. */
+const char *gpu_source_root(void);
 
 #endif

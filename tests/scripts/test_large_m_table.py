@@ -11,11 +11,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def report(tmp_path, name, model, tp, times, hidden=1024, intermediate=128, top_k=8, copy_gbps=2000.0):
-    """A bench report: `times` maps M to (volt8 us, B us or None)."""
+    """A bench report: `times` maps M to (volt8 us, B us or None), or (volt8, B, C us or None)."""
     results = []
-    for m, (volt8, baseline) in times.items():
-        results.append({"m": m, "volt8": {"ran": True, "median_us": volt8},
-                        "cublas_grouped_fp16": {"ran": baseline is not None, "median_us": baseline}})
+    for m, entry in times.items():
+        volt8, baseline = entry[:2]
+        result = {"m": m, "volt8": {"ran": True, "median_us": volt8},
+                  "cublas_grouped_fp16": {"ran": baseline is not None, "median_us": baseline}}
+        if len(entry) > 2:
+            result["sorted_padded_fp16"] = {"ran": entry[2] is not None, "median_us": entry[2]}
+        results.append(result)
     data = {"schema": "volt8-bench/1", "command": f"volt8 bench --model {model} --tp {tp} --m 64",
             "device": {"name": "test", "copy_gbps": copy_gbps},
             "shape": {"hidden": hidden, "intermediate": intermediate, "top_k": top_k}, "results": results}
@@ -54,6 +58,13 @@ def test_table_targets_and_the_sums_bound(tmp_path):
     assert "for 40% the GEMMs need 57% of the peak, now 83%" in result.stdout
 
 
+def test_the_sorted_peer_beside_b(tmp_path):
+    path = report(tmp_path, "a.json", "small", 4, {1024: (50.0, 60.0, 75.0), 4096: (100.0, 150.0, None)})
+    result = run(path, "--peak", "500")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[2] == "| small TP4 | 50 us, 1.20x B, 1.50x C | 100 us, 1.50x B (51.5%) |"
+
+
 def test_peak_from_mma_peaks_output(tmp_path):
     path = report(tmp_path, "a.json", "small", 4, {4096: (100.0, 150.0)})
     peak = tmp_path / "mma_peak.txt"
@@ -81,7 +92,7 @@ def test_bad_input_is_named(tmp_path):
     assert result.returncode == 2 and f"{notes} is not JSON" in result.stderr
     zero = report(tmp_path, "zero.json", "small", 4, {4096: (0.0, 150.0)})
     result = run(zero, "--peak", "500")
-    assert result.returncode == 2 and "M = 4096 with times (0.0, 150.0): M and every time must be above 0" in result.stderr
+    assert result.returncode == 2 and "M = 4096 with times (0.0, 150.0, None): M and every time must be above 0" in result.stderr
     result = run(good, "--peak", "0")
     assert result.returncode == 2 and "--peak 0.0: must be above 0" in result.stderr
     result = run(good, "--peak", "500", "--goal", "120")
