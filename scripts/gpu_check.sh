@@ -182,6 +182,9 @@ prepare() {
     [ -z "${CARRY_SUITES:-}" ] || [[ " $CARRY_SUITES " == *" ${suite_binary##*/gpu_test_} "* ]] || continue
     cp "$suite_binary" "$carry/bin/"
   done
+  # Without their debug sections (a RelWithDebInfo build's binaries are about twice their code): the
+  # carried folder must stay small, and a GPU run reads no debug information.
+  strip --strip-debug "$carry"/bin/* 2>/dev/null || true
   # Every shared library the binaries load, except the C runtime's own, which the GPU machine has newer.
   ldd "$carry"/bin/* 2>/dev/null | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
