@@ -2,6 +2,7 @@
  * sorted-and-padded peer (a strided-batched cuBLASLt matmul over every expert's slot). */
 #include "baseline_fp16.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -497,6 +498,9 @@ volt8_status bench_baseline_create(bench_gpu *gpu, bench_cublas *cublas, bench_b
   volt8_status status = baseline->sets ? VOLT8_OK : volt8_fail(gpu->ctx, VOLT8_ERR_OUT_OF_MEMORY, "bench: out of memory");
   if (status == VOLT8_OK && kind == BENCH_BASELINE_SORTED)
     status = bench_sorted_capacity(gpu->ctx, inputs, shape->num_experts, &baseline->capacity);
+  if (status == VOLT8_OK && kind == BENCH_BASELINE_SORTED && (int64_t)shape->num_experts * baseline->capacity > INT32_MAX)
+    status = volt8_fail(gpu->ctx, VOLT8_ERR_UNSUPPORTED, "bench: C's %d experts' slots of %d rows pass 2^31 rows",
+                        shape->num_experts, baseline->capacity);
   if (status == VOLT8_OK) status = allocate_scratch(baseline);
   if (status == VOLT8_OK && kind == BENCH_BASELINE_SORTED) {
     size_t pairs = (size_t)inputs->num_tokens * inputs->top_k, slots = (size_t)shape->num_experts * baseline->capacity;

@@ -172,7 +172,9 @@ typedef struct volt8_host_experts {
 
 /* Uploads `host` into one device allocation and sizes the workspace for up to
  * max_tokens x max_top_k routed pairs (max_top_k capped at E; at most 2^30 pairs). A workspace the
- * GPU has no room for is VOLT8_ERR_OUT_OF_MEMORY, naming its bytes. Nothing stays allocated on failure. */
+ * GPU has no room for is VOLT8_ERR_OUT_OF_MEMORY, naming its bytes; a scale that is zero, infinite or
+ * NaN is VOLT8_ERR_SCALE_RANGE, naming it (as a checkpoint's load refuses it). Nothing stays
+ * allocated on failure. */
 VOLT8_API volt8_status volt8_experts_create_from_host(volt8_ctx *ctx, const volt8_moe_shape *shape,
                                                       const volt8_host_experts *host, int32_t max_tokens,
                                                       int32_t max_top_k, volt8_experts **out_experts);

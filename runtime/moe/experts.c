@@ -202,6 +202,22 @@ volt8_status volt8_experts_create_from_host(volt8_ctx *ctx, const volt8_moe_shap
   status = volt8_experts_alloc(ctx, &read, max_tokens, max_top_k, &experts);
   if (status != VOLT8_OK) return status;
   const volt8_moe_dims *dims = &experts->dims;
+  /* The GEMMs count their sums in units of each block's scale (templates/moe_item_steps.cu): a zero,
+   * infinite or NaN scale has no such unit. A checkpoint's load refuses those scales too. */
+  const uint16_t *const tables[2] = {host->s13, host->s2};
+  const int64_t counts[2] = {dims->s13_elems_per_expert * read.num_experts, dims->s2_elems_per_expert * read.num_experts};
+  for (int t = 0; t < 2 && status == VOLT8_OK; t++)
+    for (int64_t i = 0; i < counts[t]; i++) {
+      uint16_t bits = tables[t][i];
+      if ((bits & 0x7FFF) != 0 && (bits & 0x7C00) != 0x7C00) continue;
+      int64_t per_expert = t ? dims->s2_elems_per_expert : dims->s13_elems_per_expert;
+      status = volt8_fail(ctx, VOLT8_ERR_SCALE_RANGE,
+                          "volt8_experts_create_from_host: %s of expert %lld holds the scale 0x%04X (%s) at element %lld: "
+                          "scales must be finite and nonzero",
+                          t ? "s2" : "s13", (long long)(i / per_expert), bits, (bits & 0x7FFF) == 0 ? "zero" : "not finite",
+                          (long long)(i % per_expert));
+      break;
+    }
   for (int32_t e = 0; e < read.num_experts && status == VOLT8_OK; e++)
     status = volt8_experts_upload_expert(experts, e, host->w13 + dims->w13_bytes_per_expert * e,
                                          host->s13 + dims->s13_elems_per_expert * e,

@@ -115,3 +115,45 @@ Test(gpu_load, failed_load_leaves_nothing_allocated) {
   remove_fixtures();
   volt8_ctx_destroy(ctx);
 }
+
+/* Host experts with a zero or a non-finite block scale (the GEMMs count their sums in units of each
+ * block's scale): refused naming the scale, nothing left allocated. */
+Test(gpu_load, host_experts_with_a_zero_or_infinite_scale_are_refused) {
+  volt8_ctx *ctx = gpu_open();
+  gpu_seed(0x5ca1eull);
+  volt8_moe_shape shape = VOLT8_MOE_SHAPE_INIT;
+  shape.num_experts = 4;
+  host_problem problem;
+  gpu_make_problem(ctx, &shape, &problem);
+  gpu_count_allocations(ctx);
+  int64_t live_before = gpu_live_allocations();
+  volt8_host_experts host = {sizeof host, problem.w13, problem.s13, problem.w2, problem.s2};
+  const struct {
+    uint16_t *scales;
+    int64_t at;
+    uint16_t bits;
+    const char *says;
+  } cases[] = {
+      {problem.s13, problem.dims.s13_elems_per_expert * 2 + 3, 0x0000, "s13 of expert 2 holds the scale 0x0000 (zero) at element 3"},
+      {problem.s13, 1, 0x8000, "s13 of expert 0 holds the scale 0x8000 (zero) at element 1"},
+      {problem.s2, problem.dims.s2_elems_per_expert + 0, 0x7C00, "s2 of expert 1 holds the scale 0x7C00 (not finite) at element 0"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    uint16_t kept = cases[c].scales[cases[c].at];
+    cases[c].scales[cases[c].at] = cases[c].bits;
+    volt8_experts *experts = (volt8_experts *)0x1;
+    volt8_status status = volt8_experts_create_from_host(ctx, &shape, &host, 8, 4, &experts);
+    cr_expect_eq(status, VOLT8_ERR_SCALE_RANGE, "%s: status %d: %s", cases[c].says, status, volt8_last_error(ctx));
+    cr_expect_null(experts);
+    cr_expect(strstr(volt8_last_error(ctx), cases[c].says) != NULL, "\"%s\" lacks \"%s\"", volt8_last_error(ctx),
+              cases[c].says);
+    cases[c].scales[cases[c].at] = kept;
+  }
+  cr_assert_eq(gpu_live_allocations(), live_before, "the refused uploads left %lld device allocations",
+               (long long)(gpu_live_allocations() - live_before));
+  volt8_experts *experts = NULL;
+  cr_assert_eq(volt8_experts_create_from_host(ctx, &shape, &host, 8, 4, &experts), VOLT8_OK, "%s", volt8_last_error(ctx));
+  volt8_experts_destroy(experts);
+  gpu_free_problem(&problem);
+  volt8_ctx_destroy(ctx);
+}
