@@ -457,8 +457,8 @@ typedef struct volt8_forward_info {
   int32_t pinned;           /* 1: the variants were pinned by name (volt8_experts_set_variants) */
   char gate_up[96], down[96]; /* the variants */
   char gate_up_origin[256], down_origin[256]; /* "pinned", "heuristic", the tuning table that named it
-                             * and the M it serves ("built-in:tuning/tables/op=...json (M=8)"), or a
-                             * nearest tabled shape's ("nearest: ... (M=8)") */
+                             * and the M it serves ("built-in:tuning/tables/op=...json (M=8)"), its
+                             * device in its name */
 } volt8_forward_info;
 #define VOLT8_FORWARD_INFO_INIT {sizeof(volt8_forward_info), 0, 0, "", "", "", ""}
 

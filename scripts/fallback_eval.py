@@ -2,8 +2,9 @@
 """The fallback rule, evaluated offline: for each shape of the tune logs, its own tables are left out
 of a tables folder holding every shape's, the library is asked which pair it would serve then
 (`volt8 list --choice M,... --tables DIR`, built-in tables ignored), and that pair's forward time is
-estimated from the log. So a changed rule in runtime/dispatch/tuning_nearest.c is tested on the CPU,
-after one GPU tune, without tuning again.
+estimated from the log. Under the lookup's three rules (runtime/dispatch/tuning_shape.h) a
+shape whose own tables are left out is served by the heuristic, so this measures the heuristic, on the
+CPU, after one GPU tune, without tuning again.
 
     scripts/fallback_eval.py --tables DIR LOG.jsonl [LOG2 ...] [--volt8 build/volt8] [--m 1,8,64] [--markdown]
 

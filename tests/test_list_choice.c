@@ -61,10 +61,11 @@ Test(list_choice, built_in_tables_then_a_folder_alone, .timeout = 120) {
   gate_up_at_one(built_in, served);
   cr_assert_str_eq(served, tp4, "the shape's own built-in table serves");
 
-  /* Only the TP2 table in the folder: the built-in TP4 one is ignored, the nearest (TP2) serves. */
+  /* The folder alone, holding the TP2 table's entries under the TP4 shape's name: the built-in TP4
+   * table is ignored, the folder's serves. */
   char dir[4096], path[8192];
   test_make_temp_dir(dir, sizeof dir, "volt8_list_choice");
-  snprintf(path, sizeof path, "%s/%s", dir, GATE_UP_TP2);
+  snprintf(path, sizeof path, "%s/%s", dir, GATE_UP_TP4);
   copy_file(TABLE_PREFIX GATE_UP_TP2, path);
   char *from_folder[] = {"list", "--arch", "sm_90", "--shape", REFERENCE_TP4, "--choice", "1", "--tables", dir, NULL};
   gate_up_at_one(from_folder, served);

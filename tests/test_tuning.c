@@ -23,7 +23,7 @@
 #include "core/embedded_files.h"
 #include "core/sha256.h"
 #include "dispatch/tuning.h"
-#include "dispatch/tuning_nearest.h"
+#include "dispatch/tuning_shape.h"
 
 /* The bench and tuner suites need bench/ and tuning/ (configured unless VOLT8_BUILD_BENCH is off). */
 #if __has_include("tuner.h")
@@ -245,6 +245,20 @@ Test(tuning_nearest, other_top_k_matched_by_routed_pairs) {
   cr_assert_eq(volt8_tuning_table_nearest(&table, 16, 5)->m, 8, "16 tokens x 5 = 80 pairs = 8 x 10");
   cr_assert_eq(volt8_tuning_table_nearest(&table, 16, 10)->m, 8, "same top_k: by tokens");
   cr_assert_eq(volt8_tuning_table_nearest(&table, 2, 40)->m, 8, "80 pairs");
+}
+
+/* A table's range: from half its smallest M to its largest, in routed pairs at another top-k. */
+Test(tuning_nearest, a_table_covers_half_its_smallest_m_to_its_largest) {
+  volt8_tuning_entry entries[3] = {{256, "gate_up.a"}, {512, "gate_up.b"}, {4096, "gate_up.c"}};
+  volt8_tuning_table table = {VOLT8_TUNING_SCHEMA_VERSION, 8, 1, 3, entries, 0};
+  struct { int32_t tokens, top_k, covered; } cases[] = {{127, 8, 0}, {128, 8, 1}, {300, 8, 1}, {4096, 8, 1},
+                                                        {4097, 8, 0}, {64, 16, 1}, {63, 16, 0}, {2048, 16, 1},
+                                                        {2049, 16, 0}, {0, 8, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    cr_assert_eq(volt8_tuning_table_covers(&table, cases[i].tokens, cases[i].top_k), cases[i].covered, "M=%d top-k %d",
+                 cases[i].tokens, cases[i].top_k);
+  table.count = 0;
+  cr_assert_not(volt8_tuning_table_covers(&table, 1, 8));
 }
 
 /* ---- lookup order and warnings ---- */

@@ -1,9 +1,7 @@
-/* Dispatch policy: which variant of each op serves a token count. The tuning tables (tuning.h)
- * come first; for an op without a table, or whose table names a variant the code generator does
- * not offer for the shape, the nearest tabled shape's table (tuning_nearest.h), else a
- * deterministic heuristic (and a warning recorded by tuning.c). Neither fallback picks a family
- * the target arch emulates. A plan reads the variant list and the tables once; its choices are
- * table look-ups. */
+/* Dispatch policy: which variant of each op serves a token count, in three rules (tuning_shape.h):
+ * this device's table of the shape, else the same shape's table of another device of the arch, else a
+ * deterministic heuristic, which never picks a family the target arch emulates. A plan reads the
+ * variant list and the tables once; its choices are table look-ups. */
 #include "dispatch/dispatch.h"
 
 #include <math.h>
@@ -13,7 +11,7 @@
 
 #include "core/ctx_internal.h"
 #include "dispatch/tuning.h"
-#include "dispatch/tuning_nearest.h"
+#include "dispatch/tuning_shape.h"
 #include "moe/kernels/moe_layout.h"
 
 /* The heuristic's classes of the expected busiest expert's routed pairs: up to `busiest`, the family,
@@ -60,11 +58,6 @@ static const heuristic_class SM80_CLASSES[] = {{3.0, VOLT8_KIND_GEMM_HMMA, 1, 0,
                                                {VOLT8_SM80_ITEMS_128_FROM_BUSIEST, VOLT8_KIND_GEMM_RAW, 64, 4, 4},
                                                {INFINITY, VOLT8_KIND_GEMM_RAW, 128, 4, 0}};
 
-typedef struct plan_op {
-  volt8_tuning_loaded own;      /* the shape's own table (source NONE: none) */
-  int32_t *own_index;           /* per entry of own: the variant's index in the plan's list, -1 when not offered */
-  volt8_nearest_tables nearest; /* read where own does not serve every token count */
-} plan_op;
 
 struct volt8_dispatch_plan {
   volt8_variant *variants;              /* the shape's, in name order */
@@ -73,7 +66,7 @@ struct volt8_dispatch_plan {
   const heuristic_class *classes;
   int32_t class_count;
   int32_t picks[MAX_CLASSES][2];        /* the heuristic's variant of each class, gate_up and down */
-  plan_op ops[2];                       /* gate_up, down */
+  volt8_shape_tables tables[2];         /* gate_up's, down's, in the lookup's order */
 };
 
 /* The first listed variant of `op` in the family of `kind` with block_m `block_m` (and `warps` warps and
@@ -111,30 +104,9 @@ static int32_t heuristic_class_of(const volt8_dispatch_plan *plan, int32_t num_t
   return i;
 }
 
-static volt8_status plan_op_read(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, volt8_dispatch_plan *plan) {
-  plan_op *target = &plan->ops[op];
-  volt8_status status = volt8_tuning_load(ctx, shape, op, &target->own);
-  if (status != VOLT8_OK) return status;
-  int32_t entries = target->own.source != VOLT8_TUNING_SOURCE_NONE ? target->own.table.count : 0;
-  target->own_index = calloc(entries > 0 ? (size_t)entries : 1, sizeof *target->own_index);
-  if (!target->own_index) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "out of memory for the dispatch plan");
-  int all_offered = entries > 0;
-  for (int32_t i = 0; i < entries; i++) {
-    target->own_index[i] = volt8_variant_find(plan->variants, plan->count, target->own.table.entries[i].variant);
-    all_offered &= target->own_index[i] >= 0;
-  }
-  /* the own table serves every token count when it offers every entry and begins at M = 1 or 2 */
-  if (all_offered && !volt8_tuning_table_begins_above(&target->own.table, 1, 0, 2)) return VOLT8_OK;
-  return volt8_tuning_nearest_load(ctx, shape, op, plan->variants, plan->count, &target->nearest);
-}
-
 void volt8_dispatch_plan_destroy(volt8_dispatch_plan *plan) {
   if (!plan) return;
-  for (int i = 0; i < 2; i++) {
-    volt8_tuning_loaded_free(&plan->ops[i].own);
-    free(plan->ops[i].own_index);
-    volt8_tuning_nearest_free(&plan->ops[i].nearest);
-  }
+  for (int i = 0; i < 2; i++) volt8_shape_tables_free(&plan->tables[i]);
   free(plan->variants);
   free(plan);
 }
@@ -164,8 +136,8 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
         status = volt8_fail(ctx, VOLT8_ERR_INTERNAL, "the code generator lists no gate_up or down variant");
     }
   }
-  if (status == VOLT8_OK) status = plan_op_read(ctx, shape, VOLT8_OP_GATE_UP, plan);
-  if (status == VOLT8_OK) status = plan_op_read(ctx, shape, VOLT8_OP_DOWN, plan);
+  for (int op = 0; op < 2 && status == VOLT8_OK; op++)
+    status = volt8_shape_tables_load(ctx, shape, (volt8_op)op, plan->variants, plan->count, &plan->tables[op]);
   if (status != VOLT8_OK) {
     volt8_dispatch_plan_destroy(plan);
     return status;
@@ -174,44 +146,15 @@ volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *s
   return VOLT8_OK;
 }
 
-/* Replaces the heuristic's pick for `op` with the shape's tuning table's, when it names a listed
- * variant, else with the nearest tabled shape's. Where the heuristic's class is a large-item family's, a
- * table whose nearest entry was measured at half the token count or less does not speak for it (the
- * tables' buckets double, so within a table's range the nearest entry is never that far: a table that
- * ends at M = 128 does not speak for 256); nor, for any class, does one whose smallest M is more than
- * twice the count (its range begins above it: a table of large M alone, beside another device's or
- * shape's that holds the small). */
+/* Replaces the heuristic's pick for `op` with the tables' (rules 1 and 2), where one serves the count. */
 static void apply_tables(const volt8_dispatch_plan *plan, volt8_op op, int32_t num_tokens, int32_t top_k,
-                         int large_class, volt8_variant *chosen, volt8_choice_origin *origin) {
-  const plan_op *tables = &plan->ops[op];
-  const volt8_tuning_entry *entry = NULL;
-  if (tables->own.source != VOLT8_TUNING_SOURCE_NONE &&
-      !volt8_tuning_table_begins_above(&tables->own.table, num_tokens, top_k, 2)) {
-    entry = volt8_tuning_table_nearest(&tables->own.table, num_tokens, top_k);
-    if (large_class && 2 * (int64_t)entry->m <= num_tokens) return;
-    int32_t index = tables->own_index[entry - tables->own.table.entries];
-    if (index >= 0) {
-      *chosen = plan->variants[index];
-      *origin = (volt8_choice_origin){tables->own.source, entry->m, tables->own.origin};
-      return;
-    }
-  }
-  const char *nearest_origin = NULL;
+                         volt8_variant *chosen, volt8_choice_origin *origin) {
   int32_t index = -1;
-  const volt8_tuning_entry *nearest =
-      volt8_tuning_nearest_pick(&tables->nearest, num_tokens, top_k, &index, &nearest_origin);
-  if (nearest && !entry && large_class && 2 * (int64_t)nearest->m <= num_tokens) return;
-  if (nearest) {
-    *chosen = plan->variants[index];
-    *origin = (volt8_choice_origin){VOLT8_TUNING_SOURCE_NEAREST, nearest->m, nearest_origin};
-  }
-  if (entry) {
-    char key[VOLT8_TUNING_ORIGIN_BYTES + VOLT8_VARIANT_NAME_BYTES + 2], serving[VOLT8_VARIANT_NAME_BYTES];
-    snprintf(key, sizeof key, "%s#%s", tables->own.origin, entry->variant);
-    volt8_variant_format(chosen, serving, sizeof serving);
-    volt8_tuning_warn(key, "tuning table %s names %s (M=%d), which the code generator does not offer for this shape: "
-                      "the fallback's %s serves instead", tables->own.origin, entry->variant, entry->m, serving);
-  }
+  const volt8_shape_table *table = NULL;
+  const volt8_tuning_entry *entry = volt8_shape_tables_pick(&plan->tables[op], num_tokens, top_k, &index, &table);
+  if (!entry) return;
+  *chosen = plan->variants[index];
+  *origin = (volt8_choice_origin){table->loaded.source, entry->m, table->loaded.origin};
 }
 
 volt8_status volt8_dispatch_plan_choose(const volt8_dispatch_plan *plan, int32_t num_tokens, int32_t top_k,
@@ -220,9 +163,8 @@ volt8_status volt8_dispatch_plan_choose(const volt8_dispatch_plan *plan, int32_t
   out_choice->gate_up = plan->variants[plan->picks[c][0]];
   out_choice->down = plan->variants[plan->picks[c][1]];
   volt8_choice_origin chosen_from[2] = {{VOLT8_TUNING_SOURCE_NONE, 0, NULL}, {VOLT8_TUNING_SOURCE_NONE, 0, NULL}};
-  int large_class = volt8_kind_large_items(plan->classes[c].kind);
-  apply_tables(plan, VOLT8_OP_GATE_UP, num_tokens, top_k, large_class, &out_choice->gate_up, &chosen_from[0]);
-  apply_tables(plan, VOLT8_OP_DOWN, num_tokens, top_k, large_class, &out_choice->down, &chosen_from[1]);
+  apply_tables(plan, VOLT8_OP_GATE_UP, num_tokens, top_k, &out_choice->gate_up, &chosen_from[0]);
+  apply_tables(plan, VOLT8_OP_DOWN, num_tokens, top_k, &out_choice->down, &chosen_from[1]);
   if (origins) memcpy(origins, chosen_from, sizeof chosen_from);
   return VOLT8_OK;
 }

@@ -17,16 +17,16 @@ typedef struct volt8_choice_origin {
   const char *origin; /* the table: a path, or "built-in:<name>"; NULL for the heuristic */
 } volt8_choice_origin;
 
-/* What the dispatch of one shape reads, read once: the variant list and the tuning tables (the
- * shape's own and, where it needs them, the nearest tabled shapes'). Choices from it run no code
+/* What the dispatch of one shape reads, read once: the variant list and the shape's tuning tables of
+ * every device of the arch. Choices from it run no code
  * generator and read no file, for any token count. Used by one thread at a time. */
 typedef struct volt8_dispatch_plan volt8_dispatch_plan;
 
 volt8_status volt8_dispatch_plan_create(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_dispatch_plan **out_plan);
 void volt8_dispatch_plan_destroy(volt8_dispatch_plan *plan);
-/* The tuning table for the shape (runtime/dispatch/tuning.h) where one serves the token count, else the
- * nearest tabled shape's (runtime/dispatch/tuning_nearest.h), else a deterministic heuristic from the
- * average routed pairs per expert; the fallbacks never pick a family the target arch emulates.
+/* This device's tuning table of the shape where it covers the token count, else the same shape's table
+ * of another device of the arch (runtime/dispatch/tuning_shape.h), else a deterministic heuristic from
+ * the average routed pairs per expert, which never picks a family the target arch emulates.
  * origins (may be NULL): [0] gate_up's, [1] down's, whose texts live as long as the plan. */
 volt8_status volt8_dispatch_plan_choose(const volt8_dispatch_plan *plan, int32_t num_tokens, int32_t top_k,
                                         volt8_variant_choice *out_choice, volt8_choice_origin *origins);

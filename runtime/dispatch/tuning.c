@@ -261,8 +261,8 @@ volt8_status volt8_tuning_table_parse(volt8_ctx *ctx, const char *text, size_t l
   return status;
 }
 
-const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_table *table, const int32_t *usable,
-                                                           int32_t num_tokens, int32_t top_k) {
+const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *table, int32_t num_tokens,
+                                                     int32_t top_k) {
   if (!table || table->count == 0) return NULL;
   /* Distances in routed pairs when the table was measured at another top_k, in tokens otherwise. */
   int by_pairs = table->top_k > 0 && top_k > 0 && table->top_k != top_k;
@@ -270,7 +270,6 @@ const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_ta
   const volt8_tuning_entry *best = NULL;
   int64_t best_distance = 0;
   for (int32_t i = 0; i < table->count; i++) {
-    if (usable && usable[i] < 0) continue;
     int64_t key = by_pairs ? (int64_t)table->entries[i].m * table->top_k : table->entries[i].m;
     int64_t distance = key > wanted ? key - wanted : wanted - key;
     if (!best || distance < best_distance) { /* ascending M: a tie keeps the smaller */
@@ -281,18 +280,13 @@ const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_ta
   return best;
 }
 
-int volt8_tuning_table_begins_above(const volt8_tuning_table *table, int32_t num_tokens, int32_t top_k, int32_t reach) {
-  if (!table || table->count == 0) return 0;
-  int32_t smallest = table->entries[0].m; /* parse sorts the entries by M */
+int volt8_tuning_table_covers(const volt8_tuning_table *table, int32_t num_tokens, int32_t top_k) {
+  if (!table || table->count == 0 || num_tokens <= 0) return 0;
   int by_pairs = table->top_k > 0 && top_k > 0 && table->top_k != top_k;
   int64_t wanted = by_pairs ? (int64_t)num_tokens * top_k : num_tokens;
-  int64_t key = by_pairs ? (int64_t)smallest * table->top_k : smallest;
-  return key > (int64_t)reach * wanted;
-}
-
-const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *table, int32_t num_tokens,
-                                                     int32_t top_k) {
-  return volt8_tuning_table_nearest_among(table, NULL, num_tokens, top_k);
+  int64_t scale = by_pairs ? table->top_k : 1;
+  /* parse sorts the entries by M */
+  return (int64_t)table->entries[0].m * scale <= 2 * wanted && (int64_t)table->entries[table->count - 1].m * scale >= wanted;
 }
 
 volt8_status volt8_tuning_read_file(volt8_ctx *ctx, const char *path, char **out_text, size_t *out_length,
@@ -301,60 +295,11 @@ volt8_status volt8_tuning_read_file(volt8_ctx *ctx, const char *path, char **out
   return volt8_read_regular(ctx, path, VOLT8_TUNING_MAX_TABLE_BYTES, out_text, out_length, out_missing);
 }
 
-/* Parses one candidate table into out; 1 when it parsed. A broken table is a warning. */
-static int try_table(const char *text, size_t length, const char *origin, int32_t source, const char *op_name,
-                     volt8_tuning_loaded *out) {
-  /* Parse errors land in a scratch context's message: a bad table is a warning, not ctx's error. */
-  volt8_ctx *scratch = calloc(1, sizeof *scratch);
-  if (!scratch) return 0;
-  volt8_status status = volt8_tuning_table_parse(scratch, text, length, origin, op_name, &out->table);
-  if (status != VOLT8_OK) {
-    volt8_tuning_warn(origin, "%s; it was skipped", scratch->last_error);
-  } else {
-    out->source = source;
-    snprintf(out->origin, sizeof out->origin, "%s", origin);
-  }
-  free(scratch);
-  return status == VOLT8_OK;
-}
-
-static int try_env_dir(const char *dir, const char *name, const char *op_name, volt8_tuning_loaded *out) {
-  char path[VOLT8_TUNING_ORIGIN_BYTES];
-  int written = snprintf(path, sizeof path, "%s/%s", dir, name);
-  if (written < 0 || (size_t)written >= sizeof path) {
-    volt8_tuning_warn(dir, "%s=%.200s: the path is too long; the directory was skipped", VOLT8_TUNING_DIR_ENV, dir);
-    return 0;
-  }
-  volt8_ctx *scratch = calloc(1, sizeof *scratch);
-  if (!scratch) return 0;
-  char *text = NULL;
-  size_t length = 0;
-  int missing = 0;
-  int served = 0;
-  if (volt8_tuning_read_file(scratch, path, &text, &length, &missing) != VOLT8_OK)
-    volt8_tuning_warn(path, "%s; it was skipped", scratch->last_error);
-  else if (!missing)
-    served = try_table(text, length, path, VOLT8_TUNING_SOURCE_ENV_DIR, op_name, out);
-  free(text);
-  free(scratch);
-  return served;
-}
-
 static atomic_int built_in_enabled = 1;
 
 void volt8_tuning_set_built_in(int enabled) { atomic_store(&built_in_enabled, enabled != 0); }
 
 int volt8_tuning_built_in(void) { return atomic_load(&built_in_enabled); }
-
-static int try_built_in(const char *name, const char *op_name, volt8_tuning_loaded *out) {
-  if (!volt8_tuning_built_in()) return 0;
-  char path[640], origin[VOLT8_TUNING_ORIGIN_BYTES];
-  snprintf(path, sizeof path, "%s%s", VOLT8_TUNING_BUILT_IN_PREFIX, name);
-  const volt8_embedded_file *file = volt8_embedded_find(path);
-  if (!file) return 0;
-  snprintf(origin, sizeof origin, "built-in:%s", path);
-  return try_table(file->data, file->size, origin, VOLT8_TUNING_SOURCE_BUILT_IN, op_name, out);
-}
 
 void volt8_tuning_dir_check(const char *dir) {
   if (!dir || !*dir) return;
@@ -381,59 +326,6 @@ void volt8_tuning_dir_check(const char *dir) {
                       why);
 }
 
-volt8_status volt8_tuning_load(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, volt8_tuning_loaded *out) {
-  if (!ctx || !shape || !out) return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_tuning_load: NULL argument");
-  memset(out, 0, sizeof *out);
-  const char *op_name = volt8_tuning_op_name(op);
-  int32_t n = 0, k = 0;
-  volt8_status status = volt8_tuning_op_dims(ctx, shape, op, &n, &k);
-  if (status != VOLT8_OK) return status;
-  char device_token[128];
-  volt8_tuning_device_token(ctx->device_name, device_token, sizeof device_token);
-  char names[2][VOLT8_TUNING_NAME_BYTES];
-  const char *devices[2] = {device_token, VOLT8_TUNING_ANY_DEVICE};
-  for (int i = 0; i < 2; i++) {
-    status = volt8_tuning_table_name(ctx, op_name, n, k, shape->block_n, shape->block_k, ctx->target_arch, devices[i],
-                                     names[i], sizeof names[i]);
-    if (status != VOLT8_OK) return status;
-  }
-  const char *dir = getenv(VOLT8_TUNING_DIR_ENV);
-  if (dir && *dir) {
-    volt8_tuning_dir_check(dir);
-    for (int i = 0; i < 2; i++)
-      if (try_env_dir(dir, names[i], op_name, out)) return VOLT8_OK;
-  }
-  for (int i = 0; i < 2; i++)
-    if (try_built_in(names[i], op_name, out)) return VOLT8_OK;
-  if (dir && *dir)
-    volt8_tuning_warn(names[0],
-                      "no tuning table %s (nor device=%s) in %s=%s or built in: %s uses the nearest tabled shape's "
-                      "table, else the dispatch heuristic",
-                      names[0], VOLT8_TUNING_ANY_DEVICE, VOLT8_TUNING_DIR_ENV, dir, op_name);
-  else
-    volt8_tuning_warn(names[0],
-                      "no tuning table %s (nor device=%s) built in (%s unset): %s uses the nearest tabled shape's "
-                      "table, else the dispatch heuristic",
-                      names[0], VOLT8_TUNING_ANY_DEVICE, VOLT8_TUNING_DIR_ENV, op_name);
-  return VOLT8_OK;
-}
-
 void volt8_tuning_loaded_free(volt8_tuning_loaded *loaded) {
   if (loaded) volt8_tuning_table_free(&loaded->table);
-}
-
-volt8_status volt8_tuning_lookup(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
-                                 int32_t top_k, volt8_tuning_match *out_match) {
-  if (!ctx || !shape || !out_match)
-    return volt8_fail(ctx, VOLT8_ERR_INVALID_ARGUMENT, "volt8_tuning_lookup: NULL argument");
-  memset(out_match, 0, sizeof *out_match);
-  volt8_tuning_loaded *loaded = malloc(sizeof *loaded);
-  if (!loaded) return volt8_fail(ctx, VOLT8_ERR_OUT_OF_MEMORY, "volt8_tuning_lookup: out of memory");
-  volt8_status status = volt8_tuning_load(ctx, shape, op, loaded);
-  if (status == VOLT8_OK && loaded->source != VOLT8_TUNING_SOURCE_NONE)
-    volt8_tuning_match_set(out_match, loaded->source, volt8_tuning_table_nearest(&loaded->table, num_tokens, top_k),
-                           loaded->origin);
-  volt8_tuning_loaded_free(loaded);
-  free(loaded);
-  return status;
 }

@@ -17,10 +17,10 @@
  *   informational) or as the bare NAME string. __metadata__ needs schema_version 1; when it
  *   holds "top_k", the M keys were measured at that top_k and a forward at another top_k is
  *   matched by routed pairs (M * top_k) instead of tokens.
- * Lookup, per op: $VOLT8_TUNING_DIR/<name for this device>, $VOLT8_TUNING_DIR/<name with
- *   device=any>, then the same two names among the tables built into the library. The first that
- *   exists and parses wins; an invalid one is skipped with a warning. Within a table the entry
- *   with the nearest M serves (ties: the smaller M).
+ * Lookup, per op (tuning_shape.h): this device's table of the shape (its device name's, else
+ *   device=any's), else the same shape's table of another device of the arch, else the dispatch
+ *   heuristic. A table serves a token count from half its smallest M to its largest, with the entry of
+ *   the nearest M (ties: the smaller M); $VOLT8_TUNING_DIR's tables come before the built-in ones.
  * Warnings: the library never prints. A missing table or an invalid one, and a $VOLT8_TUNING_DIR
  *   that is not a directory, is recorded once per process (per table name or path) and read back
  *   with volt8_tuning_warnings(); the volt8 command prints them.
@@ -52,8 +52,7 @@ VOLT8_API volt8_status volt8_tuning_warnings(char *buf, size_t buf_size, int32_t
 typedef enum volt8_tuning_source {
   VOLT8_TUNING_SOURCE_NONE = 0,     /* no table: the heuristic serves */
   VOLT8_TUNING_SOURCE_ENV_DIR = 1,  /* a file in $VOLT8_TUNING_DIR */
-  VOLT8_TUNING_SOURCE_BUILT_IN = 2, /* a table built into the library */
-  VOLT8_TUNING_SOURCE_NEAREST = 3   /* the table of the nearest tabled shape (tuning_nearest.h) */
+  VOLT8_TUNING_SOURCE_BUILT_IN = 2  /* a table built into the library */
 } volt8_tuning_source;
 
 typedef struct volt8_tuning_entry {
@@ -101,14 +100,10 @@ void volt8_tuning_table_free(volt8_tuning_table *table);
  * top_k and it differs), ties to the smaller M. NULL for an empty table. */
 const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *table, int32_t num_tokens,
                                                      int32_t top_k);
-/* 1 when the table's smallest M is more than `reach` times num_tokens (in routed pairs as above):
- * its range begins above the count, so it does not speak for it. The shape's own table reaches twice
- * below its range (reach 2: a table measured from M = 1 or 2 speaks for every count, one measured
- * from M = 256 from 128 up); another shape's, already a step away in N and K, not below it (reach 1). */
-int volt8_tuning_table_begins_above(const volt8_tuning_table *table, int32_t num_tokens, int32_t top_k, int32_t reach);
-/* The same among the entries i with usable[i] >= 0 (usable NULL: all); NULL when none is. */
-const volt8_tuning_entry *volt8_tuning_table_nearest_among(const volt8_tuning_table *table, const int32_t *usable,
-                                                           int32_t num_tokens, int32_t top_k);
+/* 1 when the count lies inside the table's range, from half its smallest M to its largest (in routed
+ * pairs as above): a table measured from M = 1 or 2 serves every count up to its largest, one measured
+ * from M = 256 serves from 128 up. */
+int volt8_tuning_table_covers(const volt8_tuning_table *table, int32_t num_tokens, int32_t top_k);
 
 /* A table read and parsed once, with where it came from. */
 typedef struct volt8_tuning_loaded {
@@ -117,13 +112,11 @@ typedef struct volt8_tuning_loaded {
   volt8_tuning_table table;
 } volt8_tuning_loaded;
 
-/* The table serving `op` for the shape (lookup order above) for ctx's target arch and device, read
- * and parsed. No table: out->source = NONE and one warning recorded. Errors only for bad arguments. */
-volt8_status volt8_tuning_load(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, volt8_tuning_loaded *out);
 void volt8_tuning_loaded_free(volt8_tuning_loaded *loaded);
 
-/* The variant the tables name for `op` at num_tokens: volt8_tuning_load, then the nearest entry.
- * No table: out->source = NONE and one warning recorded. Errors only for bad arguments or memory. */
+/* The variant the tables name for `op` at num_tokens, by the lookup above over every variant name (the
+ * dispatch also passes over names the shape does not offer; tuning_shape.h). No table serves:
+ * out->source = NONE. Errors only for bad arguments or memory. */
 volt8_status volt8_tuning_lookup(volt8_ctx *ctx, const volt8_moe_shape *shape, volt8_op op, int32_t num_tokens,
                                  int32_t top_k, volt8_tuning_match *out_match);
 
@@ -138,12 +131,11 @@ void volt8_tuning_warn(const char *key, const char *fmt, ...) __attribute__((for
 void volt8_tuning_warnings_reset(void);
 /* Records a warning (once a process) when `dir`, $VOLT8_TUNING_DIR's value, serves no table: it is
  * missing, not a directory (a file, a FIFO), or a directory this process cannot list. Nothing for NULL
- * or "". Every reader of the folder calls it: the lookup, the nearest-table search, the listing. */
+ * or "". Every reader of the folder calls it: the lookup and the listing. */
 void volt8_tuning_dir_check(const char *dir);
 
-/* Tools only (not exported): 0 makes the lookup and the nearest-table fallback ignore the tables
- * built into the library, so that $VOLT8_TUNING_DIR alone serves (`volt8 list --choice --tables DIR`
- * evaluates the fallback with a shape's own tables left out). Default 1; thread-safe. */
+/* Tools only (not exported): 0 makes the lookup ignore the tables built into the library, so that
+ * $VOLT8_TUNING_DIR alone serves (`volt8 list --choice --tables DIR`). Default 1; thread-safe. */
 void volt8_tuning_set_built_in(int enabled);
 int volt8_tuning_built_in(void);
 

@@ -82,13 +82,12 @@ volt8_status volt8_forward_plan_choose(volt8_forward_plan *plan, int32_t num_tok
   return VOLT8_OK;
 }
 
-/* "pinned", "heuristic", "<table> (M=8)" or "nearest: <table> (M=8)". */
+/* "pinned", "heuristic" or "<table> (M=8)". */
 static void origin_text(const volt8_choice_origin *origin, char *buf, size_t size) {
   if (origin->source == VOLT8_ORIGIN_PINNED) snprintf(buf, size, "pinned");
   else if (origin->source == VOLT8_TUNING_SOURCE_NONE) snprintf(buf, size, "heuristic");
   else
-    snprintf(buf, size, "%s%.200s (M=%d)", origin->source == VOLT8_TUNING_SOURCE_NEAREST ? "nearest: " : "",
-             origin->origin, origin->table_m);
+    snprintf(buf, size, "%.200s (M=%d)", origin->origin, origin->table_m);
 }
 
 void volt8_forward_info_fill(const volt8_forward_kernels *runs, volt8_forward_info *out_info) {

@@ -21,7 +21,6 @@
 #include "checkpoint/shard.h"       /* the expert-parallel split (plan --ep) */
 #include "dispatch/dispatch.h"      /* the dispatch policy's choice, which bench reports and the tuner beats */
 #include "dispatch/tuning.h"        /* tuning tables: read, named and written by the tuner */
-#include "dispatch/tuning_nearest.h" /* which families an arch emulates: the tuner never times them */
 #include "jit/template.h"           /* template expansion (the bench support kernels) */
 #include "jit/kernel_load.h"        /* the bench support kernels load like volt8's own */
 #include "moe/kernels/catalogue.h"  /* the kernel variants: names, lists, sources, what each launch needs */

@@ -4,13 +4,13 @@
  * is the table text, parsed from an exact-size copy (no terminating NUL to lean on). An accepted
  * table has 1..4096 entries, ascending and distinct M, each naming a variant of the op; the
  * nearest entry for any M is one of them. The same text is then found through $VOLT8_TUNING_DIR by
- * the lookup, which must serve from it exactly when the parser accepts it, and otherwise leave a
- * warning and fall back to the heuristic. Last, the text is the nearest tabled shape's table (a
- * neighbour's name, among far tables that name no variant of the shape, more candidates than the
- * search's first allocation holds; the built-in tables left out, as list --tables does, so that each
- * input costs a few small reads): it serves only when it parses, then only an entry it holds that the
- * shape has, and it serves whenever it parses, begins at M = 1 or 2 and every entry is one the shape
- * has. */
+ * the lookup, which must serve from it exactly when the parser accepts it and its range covers the
+ * count, and otherwise leave a warning (when it does not parse) and fall back to the heuristic. Last,
+ * the text is the same shape's table of another device, among other shapes' tables that name no
+ * variant of the shape (the built-in tables left out, as list --tables does, so that each input costs
+ * a few small reads), read by the dispatch's tables: it serves only when it parses, then only an entry
+ * it holds that the shape has, and it serves whenever it parses, covers the count and its entry of the
+ * nearest M is one the shape has. */
 #include "fuzz_common.h"
 
 #include <limits.h>
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "dispatch/tuning.h"
-#include "dispatch/tuning_nearest.h"
+#include "dispatch/tuning_shape.h"
 #include "moe/kernels/catalogue.h"
 
 static char tables_dir[1024];
@@ -74,44 +74,47 @@ static void check_table(const volt8_tuning_table *table, volt8_op op, int32_t to
 
 static int offered(const char *variant) { return volt8_variant_find(variants, variant_count, variant) >= 0; }
 
-/* The same text as the table of a neighbouring shape (N + 16), through the nearest-table search. */
-static void check_nearest(const uint8_t *text, size_t size, volt8_op op, int32_t top_k, const volt8_tuning_table *table) {
+/* The same text as the same shape's table of another device, through the dispatch's tables. */
+static void check_other_device(const uint8_t *text, size_t size, volt8_op op, int32_t top_k,
+                               const volt8_tuning_table *table) {
   volt8_ctx *ctx = fuzz_ctx();
   int32_t n = 0, k = 0;
   char name[VOLT8_TUNING_NAME_BYTES], path[2048];
   fuzz_require(volt8_tuning_op_dims(ctx, &shape, op, &n, &k) == VOLT8_OK, "op dims", NULL);
-  fuzz_require(volt8_tuning_table_name(ctx, volt8_tuning_op_name(op), n + 16, k, 128, 128, 70, VOLT8_TUNING_ANY_DEVICE,
-                                       name, sizeof name) == VOLT8_OK,
+  fuzz_require(volt8_tuning_table_name(ctx, volt8_tuning_op_name(op), n, k, 128, 128, 70, "Fuzz_GPU", name,
+                                       sizeof name) == VOLT8_OK,
                "table name", NULL);
   snprintf(path, sizeof path, "%s/%s", tables_dir, name);
   fuzz_write_file(path, text, size);
-  volt8_tuning_match match;
+  int32_t tokens = 5, ask_top_k = top_k ? top_k : 8;
+  volt8_shape_tables tables;
   volt8_tuning_set_built_in(0);
-  fuzz_require(volt8_tuning_nearest(ctx, &shape, op, 5, top_k ? top_k : 8, variants, variant_count, &match) ==
-                   VOLT8_OK,
-               "nearest", volt8_last_error(ctx));
+  fuzz_require(volt8_shape_tables_load(ctx, &shape, op, variants, variant_count, &tables) == VOLT8_OK, "tables",
+               volt8_last_error(ctx));
   volt8_tuning_set_built_in(1);
-  int from_text = match.source == VOLT8_TUNING_SOURCE_NEAREST && strcmp(match.origin, path) == 0;
-  fuzz_require(!from_text || table, "the nearest search served a table the parser refuses", path);
+  int32_t index = -1;
+  const volt8_shape_table *served = NULL;
+  const volt8_tuning_entry *entry = volt8_shape_tables_pick(&tables, tokens, ask_top_k, &index, &served);
+  int from_text = entry && strcmp(served->loaded.origin, path) == 0;
+  fuzz_require(!entry || from_text, "another shape's table served", served ? served->loaded.origin : NULL);
+  fuzz_require(!from_text || table, "the dispatch's tables served a table the parser refuses", path);
   if (from_text) {
     int held = 0;
-    for (int32_t i = 0; i < table->count && !held; i++) held = strcmp(table->entries[i].variant, match.variant) == 0;
-    fuzz_require(held && offered(match.variant), "the nearest search served a variant the table or shape lacks",
-                 match.variant);
+    for (int32_t i = 0; i < table->count && !held; i++) held = strcmp(table->entries[i].variant, entry->variant) == 0;
+    fuzz_require(held && offered(entry->variant) && index >= 0, "a variant the table or shape lacks served",
+                 entry->variant);
   }
-  int all_offered = table != NULL && size <= VOLT8_TUNING_MAX_TABLE_BYTES;
-  for (int32_t i = 0; all_offered && i < table->count; i++) all_offered = offered(table->entries[i].variant);
-  /* a table whose range begins above M = 2 may not speak for the count (tuning_nearest.h) */
-  int begins_low = table != NULL && table->count > 0 && table->entries[0].m <= 2;
-  fuzz_require(!all_offered || !begins_low || from_text, "a nearest table that begins low, its every entry fitting, did not serve",
-               match.origin);
-  fuzz_require(match.source == VOLT8_TUNING_SOURCE_NONE || from_text, "a far table that names no variant served",
-               match.origin);
+  int should = table != NULL && size <= VOLT8_TUNING_MAX_TABLE_BYTES &&
+               volt8_tuning_table_covers(table, tokens, ask_top_k) &&
+               offered(volt8_tuning_table_nearest(table, tokens, ask_top_k)->variant);
+  fuzz_require(!should || from_text, "a table covering the count, its nearest entry offered, did not serve", path);
+  volt8_shape_tables_free(&tables);
   fuzz_remove(path);
 }
 
 /* The same text through the file lookup. */
-static void check_lookup(const uint8_t *text, size_t size, volt8_op op, int32_t top_k, int parsed) {
+static void check_lookup(const uint8_t *text, size_t size, volt8_op op, int32_t top_k, const volt8_tuning_table *table) {
+  int parsed = table != NULL;
   volt8_ctx *ctx = fuzz_ctx();
   int32_t n = 0, k = 0;
   char name[VOLT8_TUNING_NAME_BYTES], path[2048];
@@ -126,13 +129,15 @@ static void check_lookup(const uint8_t *text, size_t size, volt8_op op, int32_t 
   fuzz_require(volt8_tuning_lookup(ctx, &shape, op, 5, top_k, &match) == VOLT8_OK, "lookup", volt8_last_error(ctx));
   /* The file reader hands the parser the same bytes plus a terminating NUL, which must not matter. */
   if (size <= VOLT8_TUNING_MAX_TABLE_BYTES)
-    fuzz_require((match.source == VOLT8_TUNING_SOURCE_ENV_DIR) == parsed, "lookup and parser disagree", path);
+    fuzz_require((match.source == VOLT8_TUNING_SOURCE_ENV_DIR) == (parsed && volt8_tuning_table_covers(table, 5, top_k)),
+                 "lookup and parser disagree", path);
   fuzz_require(match.source != VOLT8_TUNING_SOURCE_BUILT_IN, "a built-in table for a shape that has none", NULL);
   int32_t warnings = -1;
   char small[7];
   fuzz_require(volt8_tuning_warnings(small, sizeof small, &warnings) == VOLT8_OK && strlen(small) < sizeof small,
                "warnings into a small buffer", NULL);
-  fuzz_require((warnings == 0) == (match.source == VOLT8_TUNING_SOURCE_ENV_DIR), "a warning iff no table served", NULL);
+  if (size <= VOLT8_TUNING_MAX_TABLE_BYTES)
+    fuzz_require((warnings == 0) == parsed, "a warning iff the table did not parse", NULL);
   fuzz_remove(path);
 }
 
@@ -155,8 +160,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_require(table.entries == NULL && table.count == 0, "a rejected table kept entries", NULL);
   }
   free(text);
-  check_lookup(data + 1, text_size, op, top_k, status == VOLT8_OK);
-  check_nearest(data + 1, text_size, op, top_k, status == VOLT8_OK ? &table : NULL);
+  check_lookup(data + 1, text_size, op, top_k, status == VOLT8_OK ? &table : NULL);
+  check_other_device(data + 1, text_size, op, top_k, status == VOLT8_OK ? &table : NULL);
   volt8_tuning_table_free(&table);
   return 0;
 }

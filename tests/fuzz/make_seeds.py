@@ -171,7 +171,7 @@ def tuning_seeds():
     write("tuning_table", "bare_names", b"\x00" + json.dumps(
         {"__metadata__": {"schema_version": 1, "top_k": 4, "measured": False}, "1": "gate_up.cc.bm1.bn4.w4.sk1",
          "16": {"variant": "gate_up.mma.bm16.bn64.w4.sk1"}}).encode())
-    # every entry a variant of fuzz_tuning_table.c's shape: as its nearest table, this one must serve
+    # every entry a variant of fuzz_tuning_table.c's shape: as its table of another device, this one must serve
     for op, names in ((0, ("gate_up.cc.bm1.bn4.w4.sk1.l32", "gate_up.mma.bm8.bn16.w2.sk1")),
                       (1, ("down.cc.bm1.bn128.w8.sk1.l2", "down.cc.bm2.bn64.w4.sk1.l2.o10"))):
         write("tuning_table", "nearest_all_offered_" + ("down" if op else "gate_up"), bytes([op | 8 << 1]) + json.dumps(
