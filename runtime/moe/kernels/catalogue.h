@@ -76,8 +76,7 @@ int volt8_variant_name_op(const char *name, volt8_op *out_op);
  * is never a fallback's choice nor timed by the tuner. */
 int volt8_variant_emulated(const volt8_variant *variant, int32_t arch);
 /* 1 when `kind` is a large-item family (tile, raw): work items of 32 to 128 pairs of one expert, z
- * stored in FP16 (reduce_half sums it), and a dispatch class that a tuning table measured at under half
- * the token count does not speak for. */
+ * stored in FP16 (reduce_half sums it). */
 int volt8_kind_large_items(volt8_kind kind);
 
 /* Everything a launcher and a compiler need of one variant for one shape. */
