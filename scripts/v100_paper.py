@@ -33,6 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M_VALUES = (256, 512, 1024, 2048, 4096, 8192, 16384)
 TP_SIZES = (4, 8)
 BYTES = {"DRAM", "L2"}
+PEAK_M = (2048, 16384)
+V100_TENSOR_PEAK = 125.0  # TFLOP/s, m8n8k4 (V100-SXM2)
 
 
 def nvrtc_dirs():
@@ -99,6 +101,27 @@ def forward_tables(accounts):
             f"{by_m[m]['forward_us'] / 1e3:.2f} ms: {bound_word(by_m[m]['gate_up'])} / {bound_word(by_m[m]['down'])}"
             for m in M_VALUES) + " |\n")
     return "".join(choices) + "\n" + "".join(times)
+
+
+def peak_table(accounts):
+    """Markdown: at PEAK_M, each rank's FLOPs, the model's time against the time of those FLOPs at the V100's
+    125 TFLOP/s m8n8k4 peak, and what bounds gate_up / down."""
+    rows = [f"Against the V100's {V100_TENSOR_PEAK:g} TFLOP/s tensor peak (m8n8k4), the forward's FLOPs (2 x M x "
+            "top-k x 3 x hidden x the rank's intermediate: gate_up, then down) over the model's time:\n\n",
+            "| model, TP (rank 0) | M | TFLOP | model's time | at the peak | TFLOP/s (% of peak) | bound (gate_up / down) |\n",
+            "|---|---|---|---|---|---|---|\n"]
+    for (model, tp, shape), account in accounts:
+        fields = dict(part.split("=") for part in shape.split(","))
+        by_m = {forward["m"]: forward for forward in account["forwards"]}
+        for m in PEAK_M:
+            forward = by_m[m]
+            flop = 6.0 * m * account["top_k"] * int(fields["hidden"]) * int(fields["intermediate"])
+            seconds = forward["forward_us"] * 1e-6
+            rate = flop / seconds / 1e12
+            rows.append(f"| {model} TP{tp} | {m} | {flop / 1e12:.2f} | {seconds * 1e3:.2f} ms | "
+                        f"{flop / (V100_TENSOR_PEAK * 1e12) * 1e3:.2f} ms | {rate:.1f} ({100 * rate / V100_TENSOR_PEAK:.0f}%) | "
+                        f"{bound_word(forward['gate_up'])} / {bound_word(forward['down'])} |\n")
+    return "".join(rows)
 
 
 def hmma_share(listing_text):
@@ -293,7 +316,7 @@ def main(argv):
            "V100's 125 TFLOP/s peak for the tile family, at 40 TFLOP/s for the mma family's small tiles); `dequant` "
            "(E4M3 -> FP16 conversions); `FP32 issue` (CUDA cores); `latency` (too few warps resident to keep DRAM "
            "busy).\n\n",
-           forward_tables(accounts), "\n"]
+           forward_tables(accounts), "\n", peak_table(accounts), "\n"]
     for model, tp, why in unsplit:
         out.append(f"{model} at TP{tp}: not split ({why}).\n\n")
     out.append("The sm_70 CUBINs (NVRTC " + (resources[0][1]["nvrtc_version"] if resources else "?") +

@@ -105,3 +105,13 @@ def test_a_cuobjdump_that_refuses_sm70_is_named(tmp_path):
     assert listing is None and why == f"{tool}: cuobjdump fatal   : SM70 is deprecated"
     shares, note = v100_paper.sass_shares("volt8", {}, {}, [])
     assert shares == {} and note.startswith("not measured: no cuobjdump here")
+
+
+def test_the_peak_table_sets_the_models_time_beside_the_tensor_peak():
+    shape = "hidden=7168,intermediate=256,num_experts=256"
+    text = v100_paper.peak_table([(("deepseek-v3", 8, shape), account(v100_paper.M_VALUES))])
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| deepseek-v3 TP8 |")]
+    assert [row[1] for row in rows] == ["2048", "16384"]
+    # 6 x 2048 x 8 x 7168 x 256 = 0.18 TFLOP in 2048 us (the account's time is M us): 88.1 TFLOP/s, 70%
+    assert rows[0][2] == "0.18" and rows[0][3] == "2.05 ms" and rows[0][4] == "1.44 ms"
+    assert rows[0][5] == "88.1 (70%)" and rows[0][6].rstrip(" |") == "m8n8k4 issue / dequant"
