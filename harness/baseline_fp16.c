@@ -259,16 +259,59 @@ static volt8_status prepare_desc(bench_baseline *baseline) {
   return status;
 }
 
+/* A column-major FP16 layout of rows x cols, leading dimension rows; with batches > 0, of `batches` such
+ * matrices `stride` elements apart. `what` names its creation in an error. */
+static volt8_status fp16_layout(bench_baseline *baseline, cublasLtMatrixLayout_t *layout, int rows, int cols,
+                                int32_t batches, int64_t stride, const char *what) {
+  bench_cublas *cublas = baseline->cublas;
+  int32_t count = batches;
+  volt8_status status = lt_check(baseline, cublas->ltMatrixLayoutCreate(layout, CUDA_R_16F, (uint64_t)rows, (uint64_t)cols,
+                                                                        rows),
+                                 what);
+  if (status == VOLT8_OK && batches > 0)
+    status = lt_check(baseline, cublas->ltMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                                   sizeof count),
+                      "set the batch count");
+  if (status == VOLT8_OK && batches > 0)
+    status = lt_check(baseline, cublas->ltMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                                   &stride, sizeof stride),
+                      "set the batch stride");
+  return status;
+}
+
+/* For D (m x n) = A^T . B with A's layout `a` made: the layouts of B (k x n) and D (m x n), each of
+ * `batches` matrices one matrix apart when batches > 0 (C), of one matrix when it is 0 (A), and the
+ * algorithm the heuristic ranks first for them under the shared description and preference. */
+static volt8_status matmul_layouts(bench_baseline *baseline, int m, int n, int k, int32_t batches,
+                                   cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t *b, cublasLtMatrixLayout_t *d,
+                                   cublasLtMatmulHeuristicResult_t *algo) {
+  bench_cublas *cublas = baseline->cublas;
+  int returned = 0;
+  volt8_status status = fp16_layout(baseline, b, k, n, batches, (int64_t)n * k,
+                                    batches ? "cublasLtMatrixLayoutCreate(batched)" : "cublasLtMatrixLayoutCreate(B)");
+  if (status == VOLT8_OK)
+    status = fp16_layout(baseline, d, m, n, batches, (int64_t)n * m,
+                         batches ? "cublasLtMatrixLayoutCreate(batched)" : "cublasLtMatrixLayoutCreate(D)");
+  if (status == VOLT8_OK)
+    status = lt_check(baseline, cublas->ltMatmulAlgoGetHeuristic(cublas->lt, baseline->desc, a, *b, *d, *d,
+                                                                 baseline->preference, 1, algo, &returned),
+                      batches ? "cublasLtMatmulAlgoGetHeuristic(batched)" : "cublasLtMatmulAlgoGetHeuristic");
+  if (status == VOLT8_OK && returned == 0)
+    status = batches ? volt8_fail(baseline->gpu->ctx, VOLT8_ERR_UNSUPPORTED,
+                                  "bench: cuBLASLt has no FP16 algorithm for %d batches of %d x %d x %d", batches, m, n, k)
+                     : volt8_fail(baseline->gpu->ctx, VOLT8_ERR_UNSUPPORTED,
+                                  "bench: cuBLASLt has no FP16 algorithm for %d x %d x %d", m, n, k);
+  return status;
+}
+
 /* cuBLASLt descriptors of A: A's layout per op, B/D layouts and the heuristic's algorithm per (op, rows),
  * made once for every row count the sets use. */
 static volt8_status prepare_lt(bench_baseline *baseline) {
-  bench_cublas *cublas = baseline->cublas;
   volt8_status status = prepare_desc(baseline);
   for (int op = 0; op < 2 && status == VOLT8_OK; op++) {
     int m, n, k;
     gemm_dims(&baseline->shape, op, 1, &m, &n, &k);
-    status = lt_check(baseline, cublas->ltMatrixLayoutCreate(&baseline->a_layout[op], CUDA_R_16F, (uint64_t)k, (uint64_t)m, k),
-                      "cublasLtMatrixLayoutCreate(A)");
+    status = fp16_layout(baseline, &baseline->a_layout[op], k, m, 0, 0, "cublasLtMatrixLayoutCreate(A)");
     baseline->b_layout[op] = calloc((size_t)baseline->max_rows + 1, sizeof(cublasLtMatrixLayout_t));
     baseline->d_layout[op] = calloc((size_t)baseline->max_rows + 1, sizeof(cublasLtMatrixLayout_t));
     baseline->algo[op] = calloc((size_t)baseline->max_rows + 1, sizeof(cublasLtMatmulHeuristicResult_t));
@@ -278,72 +321,29 @@ static volt8_status prepare_lt(bench_baseline *baseline) {
   return status;
 }
 
-/* A layout of `batches` column-major FP16 matrices, `stride` elements apart. */
-static volt8_status batched_layout(bench_baseline *baseline, cublasLtMatrixLayout_t *layout, int rows, int cols,
-                                   int32_t batches, int64_t stride) {
-  bench_cublas *cublas = baseline->cublas;
-  int32_t count = batches;
-  volt8_status status = lt_check(baseline, cublas->ltMatrixLayoutCreate(layout, CUDA_R_16F, (uint64_t)rows, (uint64_t)cols,
-                                                                        rows),
-                                 "cublasLtMatrixLayoutCreate(batched)");
-  if (status == VOLT8_OK)
-    status = lt_check(baseline, cublas->ltMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                                                   sizeof count),
-                      "set the batch count");
-  if (status == VOLT8_OK)
-    status = lt_check(baseline, cublas->ltMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                                   &stride, sizeof stride),
-                      "set the batch stride");
-  return status;
-}
-
 /* C's descriptors: per op the batched layouts of A (every expert's weights), B and D (every expert's
  * slot of `capacity` rows) and the algorithm the heuristic ranks first for them. */
 static volt8_status prepare_sorted(bench_baseline *baseline) {
-  bench_cublas *cublas = baseline->cublas;
   volt8_status status = prepare_desc(baseline);
   int32_t experts = baseline->shape.num_experts;
   for (int op = 0; op < 2 && status == VOLT8_OK; op++) {
-    int m, n, k, returned = 0;
+    int m, n, k;
     gemm_dims(&baseline->shape, op, baseline->capacity, &m, &n, &k);
     cublasLtMatrixLayout_t *layouts = baseline->batched_layout[op];
-    status = batched_layout(baseline, &layouts[0], k, m, experts, (int64_t)m * k);
-    if (status == VOLT8_OK) status = batched_layout(baseline, &layouts[1], k, n, experts, (int64_t)n * k);
-    if (status == VOLT8_OK) status = batched_layout(baseline, &layouts[2], m, n, experts, (int64_t)n * m);
+    status = fp16_layout(baseline, &layouts[0], k, m, experts, (int64_t)m * k, "cublasLtMatrixLayoutCreate(batched)");
     if (status == VOLT8_OK)
-      status = lt_check(baseline, cublas->ltMatmulAlgoGetHeuristic(cublas->lt, baseline->desc, layouts[0], layouts[1],
-                                                                   layouts[2], layouts[2], baseline->preference, 1,
-                                                                   &baseline->batched_algo[op], &returned),
-                        "cublasLtMatmulAlgoGetHeuristic(batched)");
-    if (status == VOLT8_OK && returned == 0)
-      status = volt8_fail(baseline->gpu->ctx, VOLT8_ERR_UNSUPPORTED,
-                          "bench: cuBLASLt has no FP16 algorithm for %d batches of %d x %d x %d", experts, m, n, k);
+      status = matmul_layouts(baseline, m, n, k, experts, layouts[0], &layouts[1], &layouts[2],
+                              &baseline->batched_algo[op]);
   }
   return status;
 }
 
 static volt8_status lt_rows_ready(bench_baseline *baseline, int op, int32_t rows) {
   if (baseline->b_layout[op][rows]) return VOLT8_OK;
-  bench_cublas *cublas = baseline->cublas;
-  int m, n, k, returned = 0;
+  int m, n, k;
   gemm_dims(&baseline->shape, op, rows, &m, &n, &k);
-  volt8_status status = lt_check(baseline, cublas->ltMatrixLayoutCreate(&baseline->b_layout[op][rows], CUDA_R_16F,
-                                                                        (uint64_t)k, (uint64_t)n, k),
-                                 "cublasLtMatrixLayoutCreate(B)");
-  if (status == VOLT8_OK)
-    status = lt_check(baseline, cublas->ltMatrixLayoutCreate(&baseline->d_layout[op][rows], CUDA_R_16F, (uint64_t)m,
-                                                             (uint64_t)n, m),
-                      "cublasLtMatrixLayoutCreate(D)");
-  if (status == VOLT8_OK)
-    status = lt_check(baseline, cublas->ltMatmulAlgoGetHeuristic(cublas->lt, baseline->desc, baseline->a_layout[op],
-                                                                 baseline->b_layout[op][rows], baseline->d_layout[op][rows],
-                                                                 baseline->d_layout[op][rows], baseline->preference, 1,
-                                                                 &baseline->algo[op][rows], &returned),
-                      "cublasLtMatmulAlgoGetHeuristic");
-  if (status == VOLT8_OK && returned == 0)
-    status = volt8_fail(baseline->gpu->ctx, VOLT8_ERR_UNSUPPORTED,
-                        "bench: cuBLASLt has no FP16 algorithm for %d x %d x %d", m, n, k);
-  return status;
+  return matmul_layouts(baseline, m, n, k, 0, baseline->a_layout[op], &baseline->b_layout[op][rows],
+                        &baseline->d_layout[op][rows], &baseline->algo[op][rows]);
 }
 
 static volt8_status enqueue_gemms(bench_baseline *baseline, const set_plan *plan, int op, CUstream stream) {

@@ -399,21 +399,33 @@ static int builtins_name(const char *folder, char *name, size_t size) {
   return name[0] != '\0';
 }
 
+/* The folder `linked` of truncated_root: `link_path`, a link to the good NVRTC 12 of `folder` (`real`),
+ * beside a copy of its builtins truncated to 1 MiB. Skips the test where `folder` has no builtins. */
+typedef struct linked_nvrtc {
+  char linked[512], real[4096], link_path[4096];
+} linked_nvrtc;
+
+static void link_nvrtc_beside_truncated_builtins(const char *folder, linked_nvrtc *out) {
+  char builtins[4096], name[256];
+  snprintf(out->linked, sizeof out->linked, "%s/linked", truncated_root);
+  cr_assert_eq(mkdir(out->linked, 0755), 0);
+  snprintf(out->real, sizeof out->real, "%s/libnvrtc.so.12", folder);
+  snprintf(out->link_path, sizeof out->link_path, "%s/libnvrtc.so.12", out->linked);
+  cr_assert_eq(symlink(out->real, out->link_path), 0, "symlink %s", out->link_path);
+  if (!builtins_name(folder, name, sizeof name)) cr_skip_test("no libnvrtc-builtins.so.12.* beside %s", out->real);
+  snprintf(builtins, sizeof builtins, "%s/%s", folder, name);
+  copy_prefix(builtins, out->linked, name, 1 << 20);
+}
+
 /* A good NVRTC beside truncated builtins is skipped and closed: the same library named again later (here
  * the folder it lives in, the same file) is opened afresh and serves compute_70, and the system search's
  * bare soname is not handed the skipped library (each candidate's outcome is its own). */
 Test(nvrtc, a_skipped_nvrtc_is_closed_and_never_matched_to_a_later_candidate, .init = make_truncated_root,
      .fini = remove_truncated_root) {
   char *folder = take_nvrtc_12_folder();
-  char linked[512], real[4096], link_path[4096], builtins[4096], name[256];
-  snprintf(linked, sizeof linked, "%s/linked", truncated_root);
-  cr_assert_eq(mkdir(linked, 0755), 0);
-  snprintf(real, sizeof real, "%s/libnvrtc.so.12", folder);
-  snprintf(link_path, sizeof link_path, "%s/libnvrtc.so.12", linked);
-  cr_assert_eq(symlink(real, link_path), 0, "symlink %s", link_path);
-  if (!builtins_name(folder, name, sizeof name)) cr_skip_test("no libnvrtc-builtins.so.12.* beside %s", real);
-  snprintf(builtins, sizeof builtins, "%s/%s", folder, name);
-  copy_prefix(builtins, linked, name, 1 << 20);
+  linked_nvrtc made;
+  link_nvrtc_beside_truncated_builtins(folder, &made);
+  const char *linked = made.linked, *real = made.real, *link_path = made.link_path;
   char dirs[8192];
   snprintf(dirs, sizeof dirs, "%s:%s", linked, folder);
   volt8_ctx *ctx = ctx_with_nvrtc_dirs(dirs);
@@ -448,15 +460,9 @@ Test(nvrtc, a_skipped_nvrtc_is_closed_and_never_matched_to_a_later_candidate, .i
 Test(nvrtc, doctor_serves_compute_70_from_the_loader_path_after_a_skipped_folder, .init = make_truncated_root,
      .fini = remove_truncated_root) {
   char *folder = take_nvrtc_12_folder();
-  char linked[512], real[4096], link_path[4096], builtins[4096], name[256];
-  snprintf(linked, sizeof linked, "%s/linked", truncated_root);
-  cr_assert_eq(mkdir(linked, 0755), 0);
-  snprintf(real, sizeof real, "%s/libnvrtc.so.12", folder);
-  snprintf(link_path, sizeof link_path, "%s/libnvrtc.so.12", linked);
-  cr_assert_eq(symlink(real, link_path), 0, "symlink %s", link_path);
-  if (!builtins_name(folder, name, sizeof name)) cr_skip_test("no libnvrtc-builtins.so.12.* beside %s", real);
-  snprintf(builtins, sizeof builtins, "%s/%s", folder, name);
-  copy_prefix(builtins, linked, name, 1 << 20);
+  linked_nvrtc made;
+  link_nvrtc_beside_truncated_builtins(folder, &made);
+  const char *linked = made.linked, *link_path = made.link_path;
   setenv("VOLT8_NVRTC_DIRS", linked, 1);
   setenv("LD_LIBRARY_PATH", folder, 1);
   setenv("VOLT8_DISABLE_CUDA", "1", 1);

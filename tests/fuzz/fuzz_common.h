@@ -1,6 +1,6 @@
 /* Helpers shared by the fuzz targets: a private scratch folder per process, whole-file writes,
- * a CPU-only context, input splitting, and the check that turns a broken invariant into a crash
- * libFuzzer (or the replay driver) reports. */
+ * a CPU-only context, input splitting, a byte reader, and the check that turns a broken invariant into a
+ * crash libFuzzer (or the replay driver) reports. */
 #ifndef VOLT8_FUZZ_COMMON_H
 #define VOLT8_FUZZ_COMMON_H
 
@@ -32,6 +32,14 @@ void fuzz_require(int condition, const char *what, const char *detail);
 /* Splits data at each "\n----\n" into at most max_parts parts (the last keeps the rest). Returns the
  * number of parts; parts[i] / part_sizes[i] point into data. */
 int fuzz_split(const uint8_t *data, size_t size, const uint8_t **parts, size_t *part_sizes, int max_parts);
+
+/* An input read a byte at a time, from `at` on; past its end every byte reads as 0. */
+typedef struct fuzz_reader {
+  const uint8_t *data;
+  size_t size, at;
+} fuzz_reader;
+
+static inline uint8_t fuzz_next_byte(fuzz_reader *in) { return in->at < in->size ? in->data[in->at++] : 0; }
 
 /* A NUL-terminated, malloc'ed copy of bytes (they may hold NULs; the copy ends at size). */
 char *fuzz_strndup(const uint8_t *data, size_t size);

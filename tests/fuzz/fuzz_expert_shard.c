@@ -22,13 +22,6 @@
 
 #include "moe/kernels/moe_layout.h"
 
-typedef struct reader {
-  const uint8_t *data;
-  size_t size, at;
-} reader;
-
-static uint8_t next_byte(reader *in) { return in->at < in->size ? in->data[in->at++] : 0; }
-
 /* `bytes` bytes from the rest of the input, repeated (zeros when it is empty). */
 static void fill(uint8_t *out, size_t bytes, const uint8_t *rest, size_t rest_size, size_t *phase) {
   for (size_t i = 0; i < bytes; i++) out[i] = rest_size ? rest[(*phase)++ % rest_size] : 0;
@@ -42,24 +35,25 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  reader in = {data, size, 0};
+  fuzz_reader in = {data, size, 0};
   static const int32_t hiddens[] = {16, 32, 128, 144, 256, 0, 8};
   static const int32_t intermediates[] = {32, 64, 128, 160, 256, 320, 48, 0};
   static const int32_t tp_sizes[] = {1, 2, 4, 8, 3, 0};
   static const int32_t blocks[] = {0, 0, 1, 128, 64};
   static const char *const weight_dtypes[] = {"F8_E4M3", "F8_E4M3", "BF16", "F16", "F32", "F8", NULL};
   static const char *const scale_dtypes[] = {"F32", "BF16", "F16", "F8_E4M3", NULL};
-  int32_t hidden = hiddens[next_byte(&in) % 7], intermediate = intermediates[next_byte(&in) % 8];
-  int32_t tp_size = tp_sizes[next_byte(&in) % 6];
-  int32_t tp_rank = (int32_t)(next_byte(&in) % 10) - 1;
-  int32_t online_block_n = blocks[next_byte(&in) % 5];
-  const char *weight_dtype = weight_dtypes[next_byte(&in) % 7], *scale_dtype = scale_dtypes[next_byte(&in) % 5];
-  uint8_t sizes = next_byte(&in);
+  int32_t hidden = hiddens[fuzz_next_byte(&in) % 7], intermediate = intermediates[fuzz_next_byte(&in) % 8];
+  int32_t tp_size = tp_sizes[fuzz_next_byte(&in) % 6];
+  int32_t tp_rank = (int32_t)(fuzz_next_byte(&in) % 10) - 1;
+  int32_t online_block_n = blocks[fuzz_next_byte(&in) % 5];
+  const char *weight_dtype = weight_dtypes[fuzz_next_byte(&in) % 7];
+  const char *scale_dtype = scale_dtypes[fuzz_next_byte(&in) % 5];
+  uint8_t sizes = fuzz_next_byte(&in);
   size_t tensors_bytes = (sizes & 3) == 3 ? sizeof(size_t) * 2 : (sizes & 3) == 2 ? offsetof(volt8_expert_tensors, expert)
                                                                                  : sizeof(volt8_expert_tensors);
   size_t out_bytes = (sizes & 12) == 12 ? sizeof(size_t) : sizeof(volt8_host_experts);
-  int32_t expert = (int32_t)next_byte(&in) * 9;
-  int fuzzed_scales = next_byte(&in) & 1;
+  int32_t expert = (int32_t)fuzz_next_byte(&in) * 9;
+  int fuzzed_scales = fuzz_next_byte(&in) & 1;
   const uint8_t *rest = data + in.at;
   size_t rest_size = size - in.at, phase = 0;
 

@@ -20,22 +20,15 @@
 
 #include "moe/kernels/moe_layout.h"
 
-typedef struct reader {
-  const uint8_t *data;
-  size_t size, at;
-} reader;
-
-static uint8_t next_byte(reader *in) { return in->at < in->size ? in->data[in->at++] : 0; }
-
-static int32_t next_raw(reader *in) {
+static int32_t next_raw(fuzz_reader *in) {
   uint32_t value = 0;
-  for (int i = 0; i < 4; i++) value |= (uint32_t)next_byte(in) << (8 * i);
+  for (int i = 0; i < 4; i++) value |= (uint32_t)fuzz_next_byte(in) << (8 * i);
   return (int32_t)value;
 }
 
 /* A byte below 224 picks one of `values`; else four raw bytes follow. */
-static int32_t next_value(reader *in, const int32_t *values, size_t count) {
-  uint8_t pick = next_byte(in);
+static int32_t next_value(fuzz_reader *in, const int32_t *values, size_t count) {
+  uint8_t pick = fuzz_next_byte(in);
   return pick < 224 ? values[pick % count] : next_raw(in);
 }
 
@@ -58,7 +51,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  reader in = {data, size, 0};
+  fuzz_reader in = {data, size, 0};
   static const int32_t dims[] = {16, 32, 128, 160, 256, 640, 2560, 7168, 65536, 65552, 0, -16, 8, 24};
   static const int32_t experts[] = {1, 8, 64, 256, 512, 2048, 2049, 0, -1, 160, 128};
   static const int32_t blocks[] = {128, 1, 64, 0, -128};
@@ -69,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                    2147483647};
   static const int32_t top_ks[] = {1, 2, 8, 10, 16, 64, 65535, 65536, 0, -1, 2147483647};
 
-  size_t shape_bytes = 8 + next_byte(&in) % 41;
+  size_t shape_bytes = 8 + fuzz_next_byte(&in) % 41;
   volt8_moe_shape full = VOLT8_MOE_SHAPE_INIT;
   full.hidden = next_value(&in, dims, sizeof dims / sizeof dims[0]);
   full.intermediate = next_value(&in, dims, sizeof dims / sizeof dims[0]);
@@ -81,12 +74,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   full.global_experts = next_value(&in, globals, sizeof globals / sizeof globals[0]);
   int32_t num_tokens = next_value(&in, tokens, sizeof tokens / sizeof tokens[0]);
   int32_t top_k = next_value(&in, top_ks, sizeof top_ks / sizeof top_ks[0]);
-  int arch = next_byte(&in) % 3;
+  int arch = fuzz_next_byte(&in) % 3;
   static const size_t info_sizes[] = {sizeof(size_t), 12, offsetof(volt8_forward_info, gate_up) + 4,
                                       offsetof(volt8_forward_info, down), offsetof(volt8_forward_info, gate_up_origin),
                                       offsetof(volt8_forward_info, down_origin) + 9, sizeof(volt8_forward_info) - 1,
                                       sizeof(volt8_forward_info)};
-  size_t info_bytes = info_sizes[next_byte(&in) % (sizeof info_sizes / sizeof info_sizes[0])];
+  size_t info_bytes = info_sizes[fuzz_next_byte(&in) % (sizeof info_sizes / sizeof info_sizes[0])];
 
   full.size = shape_bytes;
   unsigned char *shape_block = malloc(shape_bytes);

@@ -142,6 +142,17 @@ class Role:
         return "target layer" if self.mtp_layer is None else f"MTP layer {self.mtp_layer}"
 
 
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """What Volt8QuantConfig.claims decided of routed experts volt8 may serve: their Role, their kind
+    ("fp8_block" or "unquantized", None when only the config's method can tell) and expert_format's
+    description of their format."""
+
+    role: Role
+    kind: str | None
+    description: str
+
+
 _fp8_hardware_said = []  # the one line per process about GPUs with FP8 hardware
 
 
@@ -156,6 +167,7 @@ class Volt8QuantConfig(QuantizationConfig):
         self.settings = settings
         self.num_hidden_layers = num_hidden_layers
         self.capability = capability
+        self._claimed = {}  # prefix -> what claims() decided of it, for volt8_method
         if inner is not None:
             self.packed_modules_mapping = inner.packed_modules_mapping
             for name in ("online_quantization_config",):
@@ -208,9 +220,13 @@ class Volt8QuantConfig(QuantizationConfig):
         return Role(prefix, None) if self.settings.layers == "all" else None
 
     def claims(self, prefix):
-        """(Role, kind) when volt8 may serve the experts at `prefix`: kind "fp8_block" or "unquantized",
-        or None when only the config's method can tell; None when the layer stays with vLLM (said in
-        the log when its format is the reason)."""
+        """The Claim when volt8 may serve the experts at `prefix`; None when the layer stays with vLLM
+        (said in the log when its format is the reason). volt8_method reuses what this decided."""
+        claim = self._claim(prefix)
+        self._claimed[prefix] = claim
+        return claim
+
+    def _claim(self, prefix):
         role = self.role(prefix)
         if role is None:
             return None
@@ -222,7 +238,7 @@ class Volt8QuantConfig(QuantizationConfig):
         if kind == "unquantized" and not self._online(role):
             self._say_unquantized(role, description)
             return None
-        return role, kind
+        return Claim(role, kind, description)
 
     def _online(self, role):
         return role.mtp_layer is not None and self.settings.online_block_n
@@ -239,11 +255,10 @@ class Volt8QuantConfig(QuantizationConfig):
         """The Volt8MoEMethod for `layer` at `prefix`, or None when volt8 does not serve it. A config whose
         expert format cannot be told otherwise is asked for its method: none, or an unquantized one,
         means unquantized experts."""
-        claim = self.claims(prefix)
+        claim = self._claimed[prefix] if prefix in self._claimed else self.claims(prefix)
         if claim is None or not isinstance(layer, RoutedExperts):
             return None
-        role, kind = claim
-        description = expert_format(self.inner, prefix)[1]
+        role, kind, description = claim.role, claim.kind, claim.description
         if kind is None:
             method = self.inner.get_quant_method(layer, prefix)
             if not (method is None or isinstance(method, UnquantizedFusedMoEMethod)):
