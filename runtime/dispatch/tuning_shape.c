@@ -88,7 +88,7 @@ static int gather(const wanted_table *wanted, const char *dir, candidate_list *o
   for (const volt8_embedded_file *file = volt8_embedded_files; grown && volt8_tuning_built_in() && file->path; file++)
     if (strncmp(file->path, VOLT8_TUNING_BUILT_IN_PREFIX, prefix) == 0)
       grown = add_candidate(out, file->path + prefix, file, wanted);
-  if (grown) qsort(out->items, (size_t)out->count, sizeof *out->items, compare_candidates);
+  if (grown && out->count > 1) qsort(out->items, (size_t)out->count, sizeof *out->items, compare_candidates);
   return grown;
 }
 
