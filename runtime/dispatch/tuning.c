@@ -261,16 +261,22 @@ volt8_status volt8_tuning_table_parse(volt8_ctx *ctx, const char *text, size_t l
   return status;
 }
 
+/* The count in the table's units: routed pairs (M x top_k) when the table was measured at another
+ * top_k, tokens otherwise; *scale turns the table's M into the same units. */
+static int64_t count_in_table_units(const volt8_tuning_table *table, int32_t num_tokens, int32_t top_k, int64_t *scale) {
+  int by_pairs = table->top_k > 0 && top_k > 0 && table->top_k != top_k;
+  *scale = by_pairs ? table->top_k : 1;
+  return by_pairs ? (int64_t)num_tokens * top_k : num_tokens;
+}
+
 const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *table, int32_t num_tokens,
                                                      int32_t top_k) {
   if (!table || table->count == 0) return NULL;
-  /* Distances in routed pairs when the table was measured at another top_k, in tokens otherwise. */
-  int by_pairs = table->top_k > 0 && top_k > 0 && table->top_k != top_k;
-  int64_t wanted = by_pairs ? (int64_t)num_tokens * top_k : num_tokens;
+  int64_t scale = 1, wanted = count_in_table_units(table, num_tokens, top_k, &scale);
   const volt8_tuning_entry *best = NULL;
   int64_t best_distance = 0;
   for (int32_t i = 0; i < table->count; i++) {
-    int64_t key = by_pairs ? (int64_t)table->entries[i].m * table->top_k : table->entries[i].m;
+    int64_t key = (int64_t)table->entries[i].m * scale;
     int64_t distance = key > wanted ? key - wanted : wanted - key;
     if (!best || distance < best_distance) { /* ascending M: a tie keeps the smaller */
       best = &table->entries[i];
@@ -282,9 +288,7 @@ const volt8_tuning_entry *volt8_tuning_table_nearest(const volt8_tuning_table *t
 
 int volt8_tuning_table_covers(const volt8_tuning_table *table, int32_t num_tokens, int32_t top_k) {
   if (!table || table->count == 0 || num_tokens <= 0) return 0;
-  int by_pairs = table->top_k > 0 && top_k > 0 && table->top_k != top_k;
-  int64_t wanted = by_pairs ? (int64_t)num_tokens * top_k : num_tokens;
-  int64_t scale = by_pairs ? table->top_k : 1;
+  int64_t scale = 1, wanted = count_in_table_units(table, num_tokens, top_k, &scale);
   /* parse sorts the entries by M */
   return (int64_t)table->entries[0].m * scale <= 2 * wanted && (int64_t)table->entries[table->count - 1].m * scale >= wanted;
 }
