@@ -391,6 +391,23 @@ static volt8_status enqueue_gemms(bench_baseline *baseline, const set_plan *plan
   return status;
 }
 
+/* What A's and C's forwards share after their gathers: gate_up's matmuls (plan: A's per-expert rows;
+ * NULL: C's batched one), SiLU*up over `rows` rows, down's matmuls, the top-k sum over `token_rows`. */
+static volt8_status enqueue_gemms_and_sum(bench_baseline *baseline, const set_plan *plan, void **silu_params,
+                                          unsigned rows, void **reduce_params, unsigned token_rows, CUstream stream) {
+  bench_gpu *gpu = baseline->gpu;
+  int hidden = baseline->shape.hidden, intermediate = baseline->shape.intermediate;
+  volt8_status status = enqueue_gemms(baseline, plan, OP_GATE_UP, stream);
+  if (status == VOLT8_OK)
+    status = bench_gpu_launch(gpu, gpu->silu_mul, (unsigned)((intermediate + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
+                              rows, 1, SUPPORT_THREADS, stream, silu_params, "bench_silu_mul");
+  if (status == VOLT8_OK) status = enqueue_gemms(baseline, plan, OP_DOWN, stream);
+  if (status == VOLT8_OK)
+    status = bench_gpu_launch(gpu, gpu->weighted_reduce, (unsigned)((hidden + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
+                              token_rows, 1, SUPPORT_THREADS, stream, reduce_params, "bench_weighted_reduce");
+  return status;
+}
+
 /* C's forward of set `index`: the device's sort into the slots and their gather, the two batched
  * matmuls with SiLU*up between, the top-k sum. */
 static volt8_status enqueue_sorted_forward(bench_baseline *baseline, int32_t index, CUstream stream) {
@@ -416,14 +433,8 @@ static volt8_status enqueue_sorted_forward(bench_baseline *baseline, int32_t ind
   if (status == VOLT8_OK)
     status = bench_gpu_launch(gpu, gpu->pad_gather, (unsigned)((hidden / 8 + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
                               slot_rows, 1, SUPPORT_THREADS, stream, gather_params, "bench_pad_gather");
-  if (status == VOLT8_OK) status = enqueue_gemms(baseline, NULL, OP_GATE_UP, stream);
   if (status == VOLT8_OK)
-    status = bench_gpu_launch(gpu, gpu->silu_mul, (unsigned)((intermediate + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
-                              slot_rows, 1, SUPPORT_THREADS, stream, silu_params, "bench_silu_mul");
-  if (status == VOLT8_OK) status = enqueue_gemms(baseline, NULL, OP_DOWN, stream);
-  if (status == VOLT8_OK)
-    status = bench_gpu_launch(gpu, gpu->weighted_reduce, (unsigned)((hidden + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
-                              token_rows, 1, SUPPORT_THREADS, stream, reduce_params, "bench_weighted_reduce");
+    status = enqueue_gemms_and_sum(baseline, NULL, silu_params, slot_rows, reduce_params, token_rows, stream);
   return status;
 }
 
@@ -445,14 +456,8 @@ static volt8_status enqueue_forward(bench_baseline *baseline, int32_t index, CUs
   unsigned gather_blocks = (unsigned)((hidden / 8 + SUPPORT_THREADS - 1) / SUPPORT_THREADS);
   volt8_status status = bench_gpu_launch(gpu, gpu->gather, gather_blocks, pair_rows, 1, SUPPORT_THREADS, stream,
                                          gather_params, "bench_gather");
-  if (status == VOLT8_OK) status = enqueue_gemms(baseline, plan, OP_GATE_UP, stream);
   if (status == VOLT8_OK)
-    status = bench_gpu_launch(gpu, gpu->silu_mul, (unsigned)((intermediate + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
-                              pair_rows, 1, SUPPORT_THREADS, stream, silu_params, "bench_silu_mul");
-  if (status == VOLT8_OK) status = enqueue_gemms(baseline, plan, OP_DOWN, stream);
-  if (status == VOLT8_OK)
-    status = bench_gpu_launch(gpu, gpu->weighted_reduce, (unsigned)((hidden + SUPPORT_THREADS - 1) / SUPPORT_THREADS),
-                              token_rows, 1, SUPPORT_THREADS, stream, reduce_params, "bench_weighted_reduce");
+    status = enqueue_gemms_and_sum(baseline, plan, silu_params, pair_rows, reduce_params, token_rows, stream);
   return status;
 }
 
