@@ -57,7 +57,6 @@ static const heuristic_class SM80_CLASSES[] = {{3.0, VOLT8_KIND_GEMM_HMMA, 1, 0,
                                                {VOLT8_SM80_ITEMS_128_FROM_BUSIEST, VOLT8_KIND_GEMM_RAW, 64, 4, 4},
                                                {INFINITY, VOLT8_KIND_GEMM_RAW, 128, 4, 0}};
 
-
 struct volt8_dispatch_plan {
   volt8_variant *variants;              /* the shape's, in name order */
   int32_t count;
